@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of mlsched from Debian 12's packages (one apt-get line),
+# plus s3rver from npm for the S3 tests when npm is available. Idempotent; needs root or sudo.
+set -euo pipefail
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+PKGS="build-essential cmake ninja-build pkg-config ccache libboost-dev libboost-filesystem-dev \
+libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev sqlite3 libspdlog-dev \
+libcli11-dev catch2 libtomlplusplus-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev zlib1g-dev \
+libgloo-dev libopenblas-dev dataset-fashion-mnist procps"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
