@@ -1,0 +1,183 @@
+#include "common/units.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+namespace mlsched {
+namespace {
+
+template <typename T>
+Parsed<T> Fail(std::string msg) {
+  Parsed<T> p;
+  p.error = std::move(msg);
+  return p;
+}
+template <typename T>
+Parsed<T> Ok(T v) {
+  Parsed<T> p;
+  p.value = std::move(v);
+  return p;
+}
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Parses a non-negative integer that must span the whole string.
+std::optional<int64_t> ParseUint(const std::string& s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+Parsed<int64_t> ParseMemory(const std::string& text) {
+  std::string t = Lower(text);
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  std::string num = t.substr(0, i), unit = t.substr(i);
+  if (num.empty()) return Fail<int64_t>("bad memory size '" + text + "': expected a number like 512M or 4G");
+  char* end = nullptr;
+  double v = std::strtod(num.c_str(), &end);
+  if (*end != '\0' || v < 0) return Fail<int64_t>("bad memory size '" + text + "'");
+  if (unit.ends_with("ib")) unit.resize(unit.size() - 2);
+  else if (unit.size() > 1 && unit.ends_with("b")) unit.resize(unit.size() - 1);
+  double mult;
+  if (unit.empty() || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "b") mult = 1;
+  else if (unit == "k") mult = 1024.0;
+  else if (unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else return Fail<int64_t>("bad memory size '" + text + "': unknown unit '" + unit + "' (use K, M, G or T)");
+  double bytes = v * mult;
+  if (bytes > 9.0e18) return Fail<int64_t>("memory size '" + text + "' is too large");
+  return Ok<int64_t>(static_cast<int64_t>(std::llround(bytes)));
+}
+
+Parsed<int64_t> ParseCpus(const std::string& text) {
+  std::string t = Lower(text);
+  if (t.ends_with("m")) {
+    auto v = ParseUint(t.substr(0, t.size() - 1));
+    if (!v) return Fail<int64_t>("bad CPU count '" + text + "'");
+    return Ok<int64_t>(*v);
+  }
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || v < 0 || v > 1e9)
+    return Fail<int64_t>("bad CPU count '" + text + "': expected a number like 2 or 0.5");
+  return Ok<int64_t>(static_cast<int64_t>(std::llround(v * 1000)));
+}
+
+Parsed<int64_t> ParseDuration(const std::string& text) {
+  std::string t = Lower(text);
+  const std::string bad = "bad time limit '" + text + "': expected M, M:S, H:M:S, D-H, D-H:M:S, or 30s/10m/4h/2d";
+  if (t == "unlimited" || t == "infinite") return Ok<int64_t>(0);
+  if (t.empty()) return Fail<int64_t>(bad);
+  char last = t.back();
+  if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
+    auto v = ParseUint(t.substr(0, t.size() - 1));
+    if (!v) return Fail<int64_t>(bad);
+    int64_t mult = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
+    return Ok<int64_t>(*v * mult);
+  }
+  int64_t days = 0;
+  std::string rest = t;
+  bool has_days = false;
+  if (auto dash = t.find('-'); dash != std::string::npos) {
+    auto d = ParseUint(t.substr(0, dash));
+    if (!d) return Fail<int64_t>(bad);
+    days = *d;
+    rest = t.substr(dash + 1);
+    has_days = true;
+  }
+  std::vector<int64_t> parts;
+  size_t start = 0;
+  while (true) {
+    size_t colon = rest.find(':', start);
+    auto v = ParseUint(rest.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    if (!v) return Fail<int64_t>(bad);
+    parts.push_back(*v);
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() > 3) return Fail<int64_t>(bad);
+  int64_t secs = 0;
+  if (has_days) {  // D-H, D-H:M, D-H:M:S
+    secs = parts[0] * 3600 + (parts.size() > 1 ? parts[1] * 60 : 0) + (parts.size() > 2 ? parts[2] : 0);
+  } else if (parts.size() == 1) {
+    secs = parts[0] * 60;  // minutes
+  } else if (parts.size() == 2) {
+    secs = parts[0] * 60 + parts[1];  // M:S
+  } else {
+    secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  }
+  return Ok<int64_t>(days * 86400 + secs);
+}
+
+std::string FormatDuration(int64_t s) {
+  if (s < 0) s = 0;
+  int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
+  char buf[64];
+  if (d > 0) std::snprintf(buf, sizeof buf, "%lld-%02lld:%02lld:%02lld", (long long)d, (long long)h, (long long)m, (long long)sec);
+  else if (h > 0) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)h, (long long)m, (long long)sec);
+  else std::snprintf(buf, sizeof buf, "%lld:%02lld", (long long)m, (long long)sec);
+  return buf;
+}
+
+std::string FormatBytes(int64_t b) {
+  const char* units[] = {"", "K", "M", "G", "T", "P"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 5) { v /= 1024; ++u; }
+  char buf[32];
+  if (v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f%s", v, units[u]);
+  else std::snprintf(buf, sizeof buf, "%.1f%s", v, units[u]);
+  return buf;
+}
+
+std::string FormatTimestamp(int64_t t) {
+  if (t <= 0) return "N/A";
+  std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  localtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return buf;
+}
+
+Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text) {
+  std::vector<std::string> out;
+  auto lb = text.find('[');
+  if (lb == std::string::npos) return Ok<std::vector<std::string>>({text});
+  auto rb = text.find(']', lb);
+  if (rb == std::string::npos) return Fail<std::vector<std::string>>("bad hostlist '" + text + "': missing ']'");
+  std::string prefix = text.substr(0, lb), suffix = text.substr(rb + 1), body = text.substr(lb + 1, rb - lb - 1);
+  size_t start = 0;
+  while (start <= body.size()) {
+    size_t comma = body.find(',', start);
+    std::string item = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto dash = item.find('-');
+    std::string lo = item.substr(0, dash), hi = dash == std::string::npos ? lo : item.substr(dash + 1);
+    auto a = ParseUint(lo), b = ParseUint(hi);
+    if (!a || !b || *b < *a || *b - *a > 100000)
+      return Fail<std::vector<std::string>>("bad hostlist '" + text + "': bad range '" + item + "'");
+    for (int64_t i = *a; i <= *b; ++i) {
+      std::string n = std::to_string(i);
+      if (n.size() < lo.size()) n = std::string(lo.size() - n.size(), '0') + n;
+      out.push_back(prefix + n + suffix);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return Ok(std::move(out));
+}
+
+}  // namespace mlsched

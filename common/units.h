@@ -1,0 +1,43 @@
+// Parsing and formatting of Slurm-style quantities: memory sizes, CPU counts and time limits.
+// Pure functions; errors are returned as messages that name the offending text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlsched {
+
+/// A parse result: a value, or an error message such as "bad memory size '4X': unknown unit 'X'".
+template <typename T>
+struct Parsed {
+  std::optional<T> value;
+  std::string error;
+  explicit operator bool() const { return value.has_value(); }
+};
+
+/// Memory size to bytes. Slurm's convention: a bare number is megabytes; suffixes K, M, G, T
+/// (powers of 1024, optional trailing 'B' or 'iB'), case-insensitive. "4G" -> 4294967296.
+Parsed<int64_t> ParseMemory(const std::string& text);
+
+/// CPU count to millicores: "2" -> 2000, "0.5" -> 500, "1500m" -> 1500.
+Parsed<int64_t> ParseCpus(const std::string& text);
+
+/// Time limit to seconds. Slurm's formats: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S";
+/// also "90s", "30m", "4h", "2d". "UNLIMITED"/"infinite" gives 0 (meaning: the partition maximum).
+Parsed<int64_t> ParseDuration(const std::string& text);
+
+/// Seconds as squeue prints them: "M:SS", "H:MM:SS" or "D-HH:MM:SS".
+std::string FormatDuration(int64_t seconds);
+
+/// Bytes as a short human string: "512M", "4G", "1.5T".
+std::string FormatBytes(int64_t bytes);
+
+/// Unix time as "YYYY-MM-DDTHH:MM:SS" in local time, or "N/A" for 0.
+std::string FormatTimestamp(int64_t unix_seconds);
+
+/// Expands a Slurm hostlist like "gpu-[01-03,07]" into gpu-01, gpu-02, gpu-03, gpu-07.
+Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text);
+
+}  // namespace mlsched
