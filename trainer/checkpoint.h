@@ -1,0 +1,83 @@
+// Sharded, resharding checkpoints: step-N/shard-R (safetensors layout), step-N/manifest.json
+// written last by rank 0, then the LATEST pointer.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/communicator.h"
+#include "trainer/object_store.h"
+
+namespace mltrain {
+
+/// Everything needed to continue training exactly: the flat parameters, the optimizer moments
+/// (second moment empty for SGD), the next step, and the run's identity. The data order and the
+/// RNG stream are functions of (seed, epoch, global sample cursor), so they need no extra state.
+struct TrainingState {
+  int64_t step = 0;           ///< optimizer steps done
+  int64_t epoch = 0;          ///< epoch of the next step
+  int64_t sample_cursor = 0;  ///< global samples consumed = step * global batch
+  uint64_t seed = 0;
+  std::vector<float> params, first_moment, second_moment;
+  nlohmann::json config;      ///< model, optimizer and batch settings (see TrainerConfig::ToJson)
+};
+
+/// One tensor of a shard: a 1-D fp32 slice [begin, end) of a flat buffer of `total` elements.
+struct ShardTensor {
+  std::string name;
+  int64_t begin = 0, total = 0;
+  std::vector<float> values;
+};
+
+/// Encodes tensors in the safetensors layout: u64 little-endian header length, a JSON header
+/// ({"name": {"dtype":"F32","shape":[n],"data_offsets":[b,e]}, "__metadata__": {...}}, space-padded
+/// to 8 bytes), then the raw little-endian data.
+std::vector<uint8_t> EncodeShard(const std::vector<ShardTensor>& tensors, const std::map<std::string, std::string>& metadata);
+/// Decodes EncodeShard's output; throws std::runtime_error when the blob is truncated or malformed.
+std::vector<ShardTensor> DecodeShard(std::span<const uint8_t> blob);
+
+/// CRC-32 (zlib) of a blob, recorded per shard in the manifest.
+uint32_t Crc32(std::span<const uint8_t> blob);
+
+/// Writes and finds checkpoints under one ObjectStore root. Save() is collective; Load() runs on
+/// rank 0 only (the caller broadcasts the state).
+class CheckpointManager {
+ public:
+  /// keep_last: how many committed checkpoints to keep (older ones are deleted after a commit).
+  CheckpointManager(ObjectStore& store, Communicator& comm, int keep_last);
+
+  /// Collective. Each rank writes its block (BlockRange over the parameter count) of params and
+  /// moments as step-N/shard-R; if every rank succeeded, rank 0 writes step-N/manifest.json (with
+  /// each shard's size and CRC-32) and then LATEST, and prunes old checkpoints. Returns true on
+  /// every rank iff the checkpoint was committed; failures are logged, not thrown.
+  bool Save(const TrainingState& state);
+
+  /// Rank 0: the newest valid checkpoint (LATEST first, then older manifests, newest first).
+  /// Step directories without a manifest, or whose shards are missing, truncated or fail their
+  /// CRC, are skipped with a warning. Throws std::runtime_error when a valid checkpoint belongs to
+  /// a different model (`expected_config["layers"]` or optimizer differ).
+  std::optional<TrainingState> Load(const nlohmann::json& expected_config);
+
+  /// Step numbers of committed checkpoints (those with a manifest), ascending.
+  std::vector<int64_t> CommittedSteps();
+
+ private:
+  std::optional<TrainingState> TryLoadStep(int64_t step, const nlohmann::json& expected_config);
+  void Prune(int64_t newest_step);
+
+  ObjectStore& store_;
+  Communicator& comm_;
+  int keep_last_;
+};
+
+/// "step-N" for a step number, and the step number of a key below "step-N/", or -1.
+std::string StepDir(int64_t step);
+int64_t ParseStepDir(const std::string& key);
+
+}  // namespace mltrain

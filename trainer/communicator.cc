@@ -1,0 +1,55 @@
+#include "trainer/communicator.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "trainer/gloo_communicator.h"
+
+namespace mltrain {
+namespace {
+
+std::optional<std::string> Env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+int EnvInt(const char* name, int fallback, int min_value, int max_value) {
+  auto v = Env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  long parsed = std::strtol(v->c_str(), &end, 10);
+  if (end == v->c_str() || *end != '\0' || parsed < min_value || parsed > max_value) {
+    throw std::invalid_argument("environment variable " + std::string(name) + "='" + *v + "' is not an integer in [" +
+                                std::to_string(min_value) + ", " + std::to_string(max_value) + "]");
+  }
+  return static_cast<int>(parsed);
+}
+
+}  // namespace
+
+RendezvousEnv ReadRendezvousEnv() {
+  RendezvousEnv env;
+  env.world_size = EnvInt("WORLD_SIZE", 1, 1, 65536);
+  env.rank = EnvInt("RANK", 0, 0, env.world_size - 1);
+  env.local_rank = EnvInt("LOCAL_RANK", 0, 0, 65535);
+  env.master_addr = Env("MASTER_ADDR").value_or("");
+  env.master_port = EnvInt("MASTER_PORT", 0, 0, 65535);
+  env.job_id = Env("MLSCHED_JOB_ID").value_or("standalone");
+  env.attempt = Env("MLSCHED_ATTEMPT").value_or("0");
+  if (env.world_size > 1) {
+    if (env.master_addr.empty()) throw std::invalid_argument("MASTER_ADDR must be set when WORLD_SIZE > 1");
+    if (env.master_port == 0) throw std::invalid_argument("MASTER_PORT must be set (1-65535) when WORLD_SIZE > 1");
+  }
+  return env;
+}
+
+std::unique_ptr<Communicator> CreateCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options) {
+  if (env.world_size == 1) return std::make_unique<SingleRankCommunicator>();
+  if (options.allreduce_algorithm != "ring" && options.allreduce_algorithm != "halving-doubling")
+    throw std::invalid_argument("unknown all-reduce algorithm '" + options.allreduce_algorithm +
+                                "' (expected ring or halving-doubling)");
+  return std::make_unique<GlooCommunicator>(env, options);
+}
+
+}  // namespace mltrain

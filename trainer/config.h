@@ -1,0 +1,65 @@
+// mltrain's settings (from the command line) and their validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/dataset.h"
+#include "trainer/optimizer.h"
+
+namespace mltrain {
+
+/// When to checkpoint: every `steps` optimizer steps, or every `seconds` of wall time (decided by
+/// rank 0 and carried in the all-reduce so all ranks agree). Both zero: only at the end/on stop.
+struct CheckpointInterval {
+  int64_t steps = 0;
+  double seconds = 0;
+};
+
+/// Parses "500" (steps), "30s" or "5m" (wall time); throws std::invalid_argument naming the value.
+CheckpointInterval ParseCheckpointInterval(const std::string& text);
+
+/// Parses "256,128" into hidden layer sizes; throws std::invalid_argument naming the value.
+std::vector<int> ParseHiddenSizes(const std::string& text);
+
+struct TrainerConfig {
+  // Data
+  std::string data_dir = kDefaultFashionMnistDir;
+  int64_t train_limit = 0;  ///< use only the first N training samples (0: all)
+  int64_t test_limit = 0;   ///< evaluate on the first N test samples (0: all)
+  // Model and optimization
+  std::vector<int> hidden = {256, 128};
+  int64_t epochs = 20;
+  int64_t batch_size = 128;   ///< global batch (all ranks, all micro-batches) per optimizer step
+  int64_t grad_accum = 1;     ///< micro-batches per rank per step
+  int64_t max_steps = 0;      ///< stop (with a checkpoint) after this global step; 0: run all epochs
+  OptimizerConfig optimizer;  ///< total_steps is filled in from epochs
+  uint64_t seed = 1234;
+  // Checkpoints
+  std::string checkpoint_url;  ///< empty: no checkpoints
+  CheckpointInterval checkpoint_every;
+  int keep_checkpoints = 3;
+  size_t multipart_threshold = 64u << 20;  ///< bytes; larger S3 shards use multipart upload
+  // Reporting
+  std::string metrics_out;
+  std::string loss_log;     ///< rank 0 appends "step loss" per step (for exact-resume checks)
+  std::string status_file;  ///< MLSCHED_STATUS_FILE
+  int64_t log_every = 100;  ///< steps between progress lines
+  // Runtime
+  int threads = 0;          ///< OpenBLAS threads per rank (0: cores / LOCAL_WORLD_SIZE)
+  double rendezvous_timeout_s = 60;
+  double collective_timeout_s = 60;
+  std::string allreduce_algorithm = "ring";
+
+  /// Full layer sizes {784, hidden..., 10}.
+  std::vector<int> Layers(int features, int classes) const;
+  /// Settings recorded in checkpoint manifests (model, optimizer, batch, seed).
+  nlohmann::json ToJson(int features, int classes) const;
+  /// Throws std::invalid_argument naming the first bad setting.
+  void Validate(int world_size) const;
+};
+
+}  // namespace mltrain

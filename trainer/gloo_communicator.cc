@@ -1,0 +1,195 @@
+#include "trainer/gloo_communicator.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/barrier_all_to_all.h>
+#include <gloo/broadcast_one_to_all.h>
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "trainer/log.h"
+#include "trainer/sampler.h"
+
+namespace mltrain {
+namespace {
+
+/// Gloo's rendezvous::Store on top of the job-scoped key-value store.
+class ScopedKvStore final : public gloo::rendezvous::Store {
+ public:
+  ScopedKvStore(KvClient& client, std::string scope) : client_(client), scope_(std::move(scope)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    client_.Set(scope_ + key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    auto v = client_.TryGet(scope_ + key);
+    if (!v) throw PeerLostError("rendezvous: key '" + key + "' vanished from the store");
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, client_.timeout()); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> scoped;
+    for (const auto& k : keys) scoped.push_back(scope_ + k);
+    client_.WaitAll(scoped, std::min(timeout, client_.timeout()));
+  }
+
+ private:
+  KvClient& client_;
+  std::string scope_;
+};
+
+/// The local address from which this host reaches MASTER_ADDR (UDP connect, no packet sent), so
+/// Gloo listens on an interface the peers can reach.
+std::string LocalAddressToward(const std::string& master_addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(master_addr.c_str(), "9", &hints, &res) != 0 || res == nullptr)
+    throw std::runtime_error("cannot resolve MASTER_ADDR '" + master_addr + "'");
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  ::freeaddrinfo(res);
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("no route from this host to MASTER_ADDR '" + master_addr + "'");
+  char buf[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf));
+  return buf;
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options)
+    : env_(env), options_(options) {
+  if (env_.rank == 0) server_ = std::make_unique<KvServer>(env_.master_port);
+  KvClient client(env_.master_addr, env_.master_port, options_.rendezvous_timeout);
+  ScopedKvStore store(client, env_.KeyScope() + "gloo/");
+  gloo::transport::tcp::attr attr;
+  attr.hostname = LocalAddressToward(env_.master_addr);
+  attr.ai_family = AF_INET;
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(env_.rank, env_.world_size);
+  context->setTimeout(options_.collective_timeout);
+  try {
+    context->connectFullMesh(store, device);
+  } catch (const PeerLostError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerLostError(std::string("Gloo rendezvous failed: ") + e.what());
+  }
+  context_ = context;
+  // Everyone connected: rank 0 may now drop the store only after all ranks read from it, so keep
+  // the server for the communicator's lifetime (it also serves late readers of the NCCL id).
+  LogInfo("connected " + std::to_string(env_.world_size) + " ranks over Gloo TCP (" + attr.hostname + ")");
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  allreduce_cache_.clear();
+  context_.reset();
+}
+
+template <typename Fn>
+void GlooCommunicator::Guard(const char* what, Fn&& fn) {
+  if (aborted_) throw PeerLostError(std::string(what) + ": communicator was aborted");
+  try {
+    fn();
+  } catch (const PeerLostError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerLostError(std::string(what) + " failed (a peer died or did not answer within " +
+                        std::to_string(options_.collective_timeout.count() / 1000.0) + " s): " + e.what());
+  }
+}
+
+void GlooCommunicator::AllReduceSum(std::span<float> data) {
+  Guard("all-reduce", [&] {
+    auto key = std::make_pair(static_cast<const void*>(data.data()), data.size());
+    auto it = allreduce_cache_.find(key);
+    if (it == allreduce_cache_.end()) {
+      std::vector<float*> ptrs{data.data()};
+      std::unique_ptr<gloo::Algorithm> algo;
+      if (options_.allreduce_algorithm == "ring") {
+        algo = std::make_unique<gloo::AllreduceRing<float>>(context_, ptrs, static_cast<int>(data.size()));
+      } else {
+        algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context_, ptrs, static_cast<int>(data.size()));
+      }
+      it = allreduce_cache_.emplace(key, std::move(algo)).first;
+    }
+    it->second->run();
+  });
+}
+
+void GlooCommunicator::ReduceScatterSum(std::span<float> data) {
+  Guard("reduce-scatter", [&] {
+    std::vector<int> counts(env_.world_size);
+    for (int r = 0; r < env_.world_size; ++r) counts[r] = static_cast<int>(BlockRange(static_cast<int64_t>(data.size()), r, env_.world_size).size());
+    gloo::ReduceScatterHalvingDoubling<float> algo(context_, {data.data()}, static_cast<int>(data.size()), counts);
+    algo.run();
+  });
+}
+
+void GlooCommunicator::AllGather(std::span<float> data) {
+  Guard("all-gather", [&] {
+    std::vector<size_t> counts(env_.world_size);
+    for (int r = 0; r < env_.world_size; ++r) counts[r] = static_cast<size_t>(BlockRange(static_cast<int64_t>(data.size()), r, env_.world_size).size());
+    SampleRange mine = BlockRange(static_cast<int64_t>(data.size()), env_.rank, env_.world_size);
+    std::vector<float> input(data.begin() + mine.begin, data.begin() + mine.end);
+    gloo::AllgathervOptions opts(context_);
+    opts.setInput(input.data(), input.size());
+    opts.setOutput(data.data(), counts);
+    gloo::allgatherv(opts);
+  });
+}
+
+std::vector<uint64_t> GlooCommunicator::AllGatherWord(uint64_t word) {
+  std::vector<uint64_t> out(env_.world_size);
+  Guard("all-gather", [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(&word, 1);
+    opts.setOutput(out.data(), out.size());
+    gloo::allgather(opts);
+  });
+  return out;
+}
+
+void GlooCommunicator::Broadcast(std::span<uint8_t> bytes, int root) {
+  if (bytes.empty()) return;
+  Guard("broadcast", [&] {
+    gloo::BroadcastOneToAll<uint8_t> algo(context_, {bytes.data()}, bytes.size(), root);
+    algo.run();
+  });
+}
+
+void GlooCommunicator::Barrier() {
+  Guard("barrier", [&] {
+    gloo::BarrierAllToAll algo(context_);
+    algo.run();
+  });
+}
+
+void GlooCommunicator::Abort() noexcept {
+  if (aborted_) return;
+  aborted_ = true;
+  try {
+    if (context_) context_->closeConnections();
+  } catch (...) {
+  }
+}
+
+}  // namespace mltrain

@@ -1,0 +1,96 @@
+// mltrain: data-parallel MLP training on Fashion-MNIST. Rank and world size come from the
+// torchrun/agentd environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).
+// Exit codes: 0 done, 1 error, 2 usage, 75 preempted (checkpointed, requeue), 76 peer lost.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+
+#include "trainer/communicator.h"
+#include "trainer/log.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : fallback;
+}
+
+void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, std::string& optimizer, std::string& every) {
+  app.add_option("--data-dir", c.data_dir, "Directory with the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
+  app.add_option("--train-limit", c.train_limit, "Use only the first N training samples (0: all)");
+  app.add_option("--test-limit", c.test_limit, "Evaluate on the first N test samples (0: all)");
+  app.add_option("--hidden", hidden, "Hidden layer sizes, comma-separated")->capture_default_str();
+  app.add_option("--epochs", c.epochs, "Training epochs")->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "Global batch size (all ranks) per step")->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "Micro-batches per rank per step")->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "Stop (with a checkpoint) after this global step; 0: all epochs");
+  app.add_option("--optimizer", optimizer, "adamw or sgd")->capture_default_str();
+  app.add_option("--lr", c.optimizer.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--weight-decay", c.optimizer.weight_decay, "Weight decay")->capture_default_str();
+  app.add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--warmup-steps", c.optimizer.warmup_steps, "Linear warm-up steps")->capture_default_str();
+  app.add_option("--min-lr-ratio", c.optimizer.min_lr_ratio, "Final LR of the cosine decay, as a fraction of --lr")->capture_default_str();
+  app.add_option("--seed", c.seed, "Seed of the initialization and the data order")->capture_default_str();
+  app.add_option("--checkpoint-url", c.checkpoint_url, "file:///dir or s3://bucket/prefix (default: $MLSCHED_CHECKPOINT_URL)");
+  app.add_option("--checkpoint-every", every, "Checkpoint every N steps, or every Ns / Nm of wall time");
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "Committed checkpoints to keep")->capture_default_str();
+  app.add_option("--multipart-threshold", c.multipart_threshold, "S3 shards above this many bytes use multipart upload")->capture_default_str();
+  app.add_option("--metrics-out", c.metrics_out, "Write end-of-run metrics as JSON to this file");
+  app.add_option("--loss-log", c.loss_log, "Rank 0 appends 'step loss' lines to this file");
+  app.add_option("--status-file", c.status_file, "Progress status JSON (default: $MLSCHED_STATUS_FILE)");
+  app.add_option("--log-every", c.log_every, "Steps between progress lines")->capture_default_str();
+  app.add_option("--threads", c.threads, "OpenBLAS threads per rank (0: cores / LOCAL_WORLD_SIZE)");
+  app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "Seconds to wait for all ranks to arrive")->capture_default_str();
+  app.add_option("--collective-timeout", c.collective_timeout_s, "Seconds one collective may take before the peer is declared lost")->capture_default_str();
+  app.add_option("--allreduce", c.allreduce_algorithm, "Gloo all-reduce: ring or halving-doubling")->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mltrain::TrainerConfig config;
+  std::string hidden = "256,128", optimizer = "adamw", every;
+  config.optimizer.warmup_steps = 200;
+  CLI::App app{"mltrain: data-parallel MLP training on Fashion-MNIST (Gloo on CPU)"};
+  AddOptions(app, config, hidden, optimizer, every);
+  CLI11_PARSE(app, argc, argv);
+  std::unique_ptr<mltrain::Communicator> comm;
+  try {
+    config.hidden = mltrain::ParseHiddenSizes(hidden);
+    config.optimizer.kind = mltrain::ParseOptimizerKind(optimizer);
+    config.checkpoint_every = mltrain::ParseCheckpointInterval(every);
+    if (config.checkpoint_url.empty()) config.checkpoint_url = EnvOr("MLSCHED_CHECKPOINT_URL", "");
+    if (config.status_file.empty()) config.status_file = EnvOr("MLSCHED_STATUS_FILE", "");
+    mltrain::RendezvousEnv env = mltrain::ReadRendezvousEnv();
+    mltrain::SetLogRank(env.world_size > 1 ? env.rank : -1);
+    config.Validate(env.world_size);
+    mltrain::InstallStopSignalHandlers();
+    mltrain::CommunicatorOptions options;
+    options.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.rendezvous_timeout_s * 1000));
+    options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.collective_timeout_s * 1000));
+    options.allreduce_algorithm = config.allreduce_algorithm;
+    comm = mltrain::CreateCommunicator(env, options);
+    mltrain::Trainer trainer(config, *comm);
+    mltrain::RunResult result = trainer.Run();
+    std::fflush(stdout);
+    // Skip destructors: Gloo's teardown can block on peers that already exited.
+    std::_Exit(result.exit_code);
+  } catch (const mltrain::PeerLostError& e) {
+    mltrain::LogError(std::string("peer lost: ") + e.what() + " (exit 76)");
+    if (comm) comm->Abort();
+    std::fflush(stdout);
+    std::_Exit(mltrain::kExitPeerLost);
+  } catch (const std::invalid_argument& e) {
+    mltrain::LogError(e.what());
+    std::fflush(stdout);
+    std::_Exit(2);
+  } catch (const std::exception& e) {
+    mltrain::LogError(e.what());
+    if (comm) comm->Abort();
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+}

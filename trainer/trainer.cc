@@ -1,0 +1,273 @@
+#include "trainer/trainer.h"
+
+#include <cblas.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "trainer/log.h"
+#include "trainer/sampler.h"
+
+namespace mltrain {
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+void OnStopSignal(int) { g_stop = 1; }
+
+// Trailing slots of the all-reduce buffer after the gradient.
+enum Extra { kLossSum = 0, kCorrect, kStopFlag, kCheckpointFlag, kExtras };
+
+double MonoSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+int DefaultThreads() {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  int per_node = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, static_cast<int>(cores) / per_node);
+}
+
+}  // namespace
+
+void InstallStopSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+bool StopRequested() { return g_stop != 0; }
+void RequestStop() { g_stop = 1; }
+
+Trainer::Trainer(TrainerConfig config, Communicator& comm) : config_(std::move(config)), comm_(comm) {
+  config_.Validate(comm_.world_size());
+  openblas_set_num_threads(config_.threads > 0 ? config_.threads : DefaultThreads());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::LoadData() {
+  train_ = LoadFashionMnist(config_.data_dir, Split::kTrain, config_.train_limit);
+  if (comm_.rank() == 0) test_ = LoadFashionMnist(config_.data_dir, Split::kTest, config_.test_limit);
+  steps_per_epoch_ = train_.count / config_.batch_size;
+  if (steps_per_epoch_ < 1)
+    throw std::invalid_argument("--batch-size " + std::to_string(config_.batch_size) + " exceeds the " + std::to_string(train_.count) + " training samples");
+  total_steps_ = steps_per_epoch_ * config_.epochs;
+  config_.optimizer.total_steps = total_steps_;
+}
+
+void Trainer::InitializeOrResume() {
+  const auto model_json = config_.ToJson(train_.features, train_.num_classes);
+  model_ = std::make_unique<Mlp>(config_.Layers(train_.features, train_.num_classes));
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameter_count());
+  params_.assign(model_->parameter_count(), 0.0f);
+  grad_.assign(model_->parameter_count() + kExtras, 0.0f);
+  if (!config_.checkpoint_url.empty()) {
+    store_ = OpenObjectStore(config_.checkpoint_url, config_.multipart_threshold);
+    checkpoints_ = std::make_unique<CheckpointManager>(*store_, comm_, config_.keep_checkpoints);
+  }
+  std::optional<TrainingState> resumed;
+  if (checkpoints_ && comm_.rank() == 0) resumed = checkpoints_->Load(model_json);
+  int64_t header[2] = {resumed ? 1 : 0, resumed ? resumed->step : 0};
+  comm_.Broadcast({reinterpret_cast<uint8_t*>(header), sizeof(header)}, 0);
+  if (header[0] == 0) {
+    model_->Initialize(params_, config_.seed);
+    return;
+  }
+  if (resumed) {
+    params_ = resumed->params;
+    optimizer_->first_moment() = resumed->first_moment;
+    if (!resumed->second_moment.empty()) optimizer_->second_moment() = resumed->second_moment;
+    if (resumed->config.value("batch_size", int64_t{0}) != config_.batch_size || resumed->seed != config_.seed)
+      LogWarn("resuming with a different batch size or seed than the checkpoint: the trajectory will differ");
+  }
+  auto bytes = [](std::vector<float>& v) { return std::span<uint8_t>(reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(float)); };
+  comm_.Broadcast(bytes(params_), 0);
+  comm_.Broadcast(bytes(optimizer_->first_moment()), 0);
+  comm_.Broadcast(bytes(optimizer_->second_moment()), 0);
+  step_ = header[1];
+  last_checkpoint_step_ = step_;
+  last_checkpoint_unix_ = UnixSeconds();
+  if (comm_.rank() == 0) LogInfo("resumed from " + store_->Describe() + "/" + StepDir(step_));
+}
+
+Trainer::StepStats Trainer::TrainStep() {
+  const int64_t epoch = step_ / steps_per_epoch_;
+  if (epoch != order_epoch_) {
+    order_ = EpochPermutation(config_.seed, epoch, train_.count);
+    order_epoch_ = epoch;
+  }
+  const int64_t batch_start = (step_ % steps_per_epoch_) * config_.batch_size;
+  const SampleRange mine = RankSlice(config_.batch_size, comm_.rank(), comm_.world_size());
+  std::fill(grad_.begin(), grad_.end(), 0.0f);
+  const size_t P = model_->parameter_count();
+  const float scale = 1.0f / static_cast<float>(config_.batch_size);
+  BatchStats local;
+  for (int64_t m = 0; m < config_.grad_accum; ++m) {
+    SampleRange micro = BlockRange(mine.size(), static_cast<int>(m), static_cast<int>(config_.grad_accum));
+    const int n = static_cast<int>(micro.size());
+    batch_x_.resize(static_cast<size_t>(n) * train_.features);
+    batch_y_.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      uint32_t sample = order_[static_cast<size_t>(batch_start + mine.begin + micro.begin + i)];
+      std::memcpy(batch_x_.data() + static_cast<size_t>(i) * train_.features, train_.Image(sample), sizeof(float) * train_.features);
+      batch_y_[static_cast<size_t>(i)] = train_.labels[sample];
+    }
+    BatchStats s = model_->ForwardBackward(params_, batch_x_.data(), batch_y_.data(), n, scale, {grad_.data(), P});
+    local.loss_sum += s.loss_sum;
+    local.correct += s.correct;
+  }
+  grad_[P + kLossSum] = static_cast<float>(local.loss_sum);
+  grad_[P + kCorrect] = static_cast<float>(local.correct);
+  grad_[P + kStopFlag] = StopRequested() ? 1.0f : 0.0f;
+  const bool time_due = comm_.rank() == 0 && config_.checkpoint_every.seconds > 0 &&
+                        MonoSeconds() - last_checkpoint_mono_ >= config_.checkpoint_every.seconds;
+  grad_[P + kCheckpointFlag] = time_due ? 1.0f : 0.0f;
+  comm_.AllReduceSum(grad_);
+  optimizer_->Step(params_, {grad_.data(), P}, step_, 0, P);
+  ++step_;
+  StepStats out{grad_[P + kLossSum], grad_[P + kCorrect], grad_[P + kStopFlag] > 0, grad_[P + kCheckpointFlag] > 0};
+  if (config_.checkpoint_every.steps > 0 && step_ % config_.checkpoint_every.steps == 0) out.checkpoint = true;
+  return out;
+}
+
+bool Trainer::SaveCheckpoint() {
+  if (!checkpoints_ || last_checkpoint_step_ == step_) return last_checkpoint_step_ == step_;
+  const double t0 = MonoSeconds();
+  TrainingState state;
+  state.step = step_;
+  state.epoch = step_ / steps_per_epoch_;
+  state.sample_cursor = step_ * config_.batch_size;
+  state.seed = config_.seed;
+  state.params = params_;
+  state.first_moment = optimizer_->first_moment();
+  state.second_moment = optimizer_->second_moment();
+  state.config = config_.ToJson(train_.features, train_.num_classes);
+  bool ok = checkpoints_->Save(state);
+  last_checkpoint_mono_ = MonoSeconds();
+  if (ok) {
+    last_checkpoint_step_ = step_;
+    last_checkpoint_unix_ = UnixSeconds();
+    if (comm_.rank() == 0)
+      LogInfo("checkpoint " + store_->Describe() + "/" + StepDir(step_) + " committed in " + std::to_string(last_checkpoint_mono_ - t0) + " s");
+  }
+  WriteStatus("running", last_loss_);
+  return ok;
+}
+
+void Trainer::WriteStatus(const std::string& phase, double loss) {
+  if (config_.status_file.empty()) return;
+  nlohmann::json status = {{"phase", phase}, {"rank", comm_.rank()}, {"world_size", comm_.world_size()},
+                           {"step", step_}, {"total_steps", total_steps_}, {"epoch", steps_per_epoch_ ? step_ / steps_per_epoch_ : 0},
+                           {"loss", loss}, {"last_checkpoint_step", last_checkpoint_step_},
+                           {"last_checkpoint_unix_s", last_checkpoint_unix_}, {"updated_unix_s", UnixSeconds()}};
+  try {
+    WriteFileAtomically(config_.status_file, status.dump() + "\n");
+  } catch (const std::exception& e) {
+    LogWarn(std::string("status file: ") + e.what());
+  }
+}
+
+void Trainer::ReportProgress(double loss, double acc, double samples_per_s) {
+  WriteStatus("running", loss);
+  if (comm_.rank() != 0) return;
+  char line[256];
+  std::snprintf(line, sizeof(line), "step %lld/%lld epoch %lld loss %.4f train_acc %.4f lr %.3g samples/s %.0f last_checkpoint_step %lld\n",
+                static_cast<long long>(step_), static_cast<long long>(total_steps_), static_cast<long long>(step_ / steps_per_epoch_), loss, acc,
+                LearningRateAt(config_.optimizer, step_ - 1), samples_per_s, static_cast<long long>(last_checkpoint_step_));
+  std::fputs(line, stdout);
+  std::fflush(stdout);
+}
+
+RunResult Trainer::Run() {
+  start_mono_ = MonoSeconds();
+  LoadData();
+  InitializeOrResume();
+  last_checkpoint_mono_ = MonoSeconds();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_log(nullptr, &std::fclose);
+  if (comm_.rank() == 0 && !config_.loss_log.empty()) loss_log.reset(std::fopen(config_.loss_log.c_str(), "a"));
+  const int64_t end_step = config_.max_steps > 0 ? std::min(config_.max_steps, total_steps_) : total_steps_;
+  const double train_start = MonoSeconds();
+  double interval_start = train_start, interval_loss = 0, interval_correct = 0;
+  int64_t interval_steps = 0, samples_done = 0;
+  while (step_ < end_step) {
+    StepStats s = TrainStep();
+    samples_done += config_.batch_size;
+    last_loss_ = s.loss_sum / static_cast<double>(config_.batch_size);
+    if (loss_log) std::fprintf(loss_log.get(), "%lld %.9g\n", static_cast<long long>(step_), last_loss_);
+    interval_loss += s.loss_sum;
+    interval_correct += s.correct;
+    ++interval_steps;
+    if (step_ % config_.log_every == 0 || step_ == end_step || s.stop) {
+      double now = MonoSeconds();
+      double n = static_cast<double>(interval_steps * config_.batch_size);
+      ReportProgress(interval_loss / n, interval_correct / n, n / std::max(1e-9, now - interval_start));
+      interval_start = now;
+      interval_loss = interval_correct = 0;
+      interval_steps = 0;
+    }
+    if (s.stop) {
+      if (comm_.rank() == 0) LogInfo("stop requested (SIGTERM): checkpointing at step " + std::to_string(step_));
+      SaveCheckpoint();
+      return Finish(kExitPreempted, MonoSeconds() - train_start, samples_done);
+    }
+    if (s.checkpoint) SaveCheckpoint();
+  }
+  SaveCheckpoint();
+  return Finish(0, MonoSeconds() - train_start, samples_done);
+}
+
+RunResult Trainer::Finish(int exit_code, double train_seconds, int64_t samples_done) {
+  RunResult r;
+  r.exit_code = exit_code;
+  r.steps = step_;
+  r.samples_per_s = samples_done / std::max(1e-9, train_seconds);
+  WriteStatus(exit_code == kExitPreempted ? "preempted" : "done", last_loss_);
+  if (comm_.rank() != 0) {
+    r.wall_s = MonoSeconds() - start_mono_;
+    return r;
+  }
+  if (exit_code == 0 && test_.count > 0) {
+    BatchStats t = model_->Evaluate(params_, test_.images.data(), test_.labels.data(), test_.count);
+    r.test_accuracy = static_cast<double>(t.correct) / static_cast<double>(test_.count);
+    r.test_loss = t.loss_sum / static_cast<double>(test_.count);
+  }
+  r.wall_s = MonoSeconds() - start_mono_;
+  std::printf("%s at step %lld: test_accuracy %.4f test_loss %.4f samples/s %.0f wall %.1f s (%d rank%s, %s)\n",
+              exit_code == 0 ? "done" : "preempted", static_cast<long long>(step_), r.test_accuracy, r.test_loss, r.samples_per_s,
+              r.wall_s, comm_.world_size(), comm_.world_size() == 1 ? "" : "s", comm_.backend().c_str());
+  std::fflush(stdout);
+  if (!config_.metrics_out.empty()) {
+    nlohmann::json m = {{"test_accuracy", r.test_accuracy}, {"test_loss", r.test_loss}, {"steps", r.steps},
+                        {"samples_per_s", r.samples_per_s}, {"wall_s", r.wall_s}, {"train_s", train_seconds},
+                        {"world_size", comm_.world_size()}, {"preempted", exit_code == kExitPreempted},
+                        {"last_checkpoint_step", last_checkpoint_step_}, {"final_train_loss", last_loss_}};
+    WriteFileAtomically(config_.metrics_out, m.dump(2) + "\n");
+  }
+  return r;
+}
+
+}  // namespace mltrain

@@ -1,0 +1,74 @@
+// The data-parallel training loop: data order, gradient all-reduce, checkpoints, preemption.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
+#include "trainer/checkpoint.h"
+#include "trainer/communicator.h"
+#include "trainer/config.h"
+#include "trainer/dataset.h"
+#include "trainer/mlp.h"
+#include "trainer/optimizer.h"
+
+namespace mltrain {
+
+/// Installs the SIGTERM/SIGINT handler that requests a clean stop (SA_RESTART, async-signal-safe).
+void InstallStopSignalHandlers();
+/// True once SIGTERM/SIGINT arrived (or RequestStop was called).
+bool StopRequested();
+void RequestStop();
+
+/// Result of a run: the process exit code and the end-of-run figures.
+struct RunResult {
+  int exit_code = 0;  ///< 0 done, kExitPreempted after a stop
+  int64_t steps = 0;  ///< global step reached
+  double test_accuracy = 0, test_loss = 0, samples_per_s = 0, wall_s = 0;
+};
+
+/// Trains the MLP on Fashion-MNIST across the communicator's ranks.
+/// Each step: every rank computes the gradient of its disjoint slice of the global batch (split
+/// into grad_accum micro-batches) scaled by 1/batch_size, then one all-reduce of the flat gradient
+/// buffer (with the loss, correct count, stop flag and checkpoint flag appended) gives every rank
+/// the global mean gradient, and every rank applies the same optimizer update.
+class Trainer {
+ public:
+  Trainer(TrainerConfig config, Communicator& comm);
+  ~Trainer();
+  /// Runs to the end (or max_steps, or a stop request). Throws PeerLostError when a peer is lost,
+  /// std::runtime_error/invalid_argument on bad data or settings.
+  RunResult Run();
+
+ private:
+  struct StepStats {
+    double loss_sum = 0, correct = 0;
+    bool stop = false, checkpoint = false;
+  };
+  void LoadData();
+  void InitializeOrResume();
+  StepStats TrainStep();
+  bool SaveCheckpoint();
+  void ReportProgress(double interval_loss, double interval_acc, double samples_per_s);
+  void WriteStatus(const std::string& phase, double loss);
+  RunResult Finish(int exit_code, double train_seconds, int64_t samples_done);
+
+  TrainerConfig config_;
+  Communicator& comm_;
+  Dataset train_, test_;
+  std::unique_ptr<Mlp> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ObjectStore> store_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::vector<float> params_, grad_;  // grad_ carries kExtras trailing slots
+  std::vector<float> batch_x_;
+  std::vector<uint8_t> batch_y_;
+  std::vector<uint32_t> order_;
+  int64_t order_epoch_ = -1;
+  int64_t step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+  double last_checkpoint_unix_ = 0, last_checkpoint_mono_ = 0, last_loss_ = 0;
+  double start_mono_ = 0;
+};
+
+}  // namespace mltrain
