@@ -1,0 +1,443 @@
+// Controller: the job-facing half (submit, cancel, list, hold), persistence and recovery.
+#include "schedd/server/controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/units.h"
+#include "schedd/server/convert.h"
+
+namespace mlsched::server {
+
+const char* StatusCodeName(Status::Code c) {
+  switch (c) {
+    case Status::kOk: return "OK";
+    case Status::kInvalidArgument: return "INVALID_ARGUMENT";
+    case Status::kNotFound: return "NOT_FOUND";
+    case Status::kPermissionDenied: return "PERMISSION_DENIED";
+    case Status::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case Status::kInternal: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
+    : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
+
+void Controller::SetPolicy(core::PolicySet policy) {
+  std::lock_guard lk(mu_);
+  policy_ = std::move(policy);
+  Trigger();
+}
+
+core::PolicySet Controller::Policy() {
+  std::lock_guard lk(mu_);
+  return policy_;
+}
+
+bool Controller::IsOperator(const std::string& user) {
+  std::lock_guard lk(mu_);
+  return std::find(policy_.operators.begin(), policy_.operators.end(), user) != policy_.operators.end();
+}
+
+size_t Controller::JobsInMemory() {
+  std::lock_guard lk(mu_);
+  return jobs_.size();
+}
+
+Controller::JobRec* Controller::Find(int64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+JobRow Controller::ToRow(const JobRec& j, bool /*with_spec*/) const {
+  JobRow r;
+  r.id = j.id;
+  r.user = j.user;
+  r.uid = j.uid;
+  r.gid = j.gid;
+  r.state = core::JobStateName(j.state);
+  r.reason = j.reason;
+  r.submit_time = j.submit_time;
+  r.start_time = j.start_time;
+  r.end_time = j.end_time;
+  r.exit_code = j.exit_code;
+  r.attempt = j.attempt;
+  r.requeue_count = j.requeue_count;
+  r.placement = j.placement.SerializeAsString();
+  return r;
+}
+
+void Controller::Persist(const JobRec& j, const std::string& event, const std::string& detail) {
+  store_.UpdateJob(ToRow(j), event, detail).get();
+}
+
+v1::JobInfo Controller::ToInfo(const JobRec& j) const {
+  v1::JobInfo info;
+  info.set_job_id(j.id);
+  auto* s = info.mutable_spec();
+  s->set_name(j.spec.name);
+  s->set_ntasks(j.spec.ntasks);
+  s->set_cpu_millis_per_task(j.spec.per_task.cpu_millis);
+  s->set_memory_bytes_per_task(j.spec.per_task.memory_bytes);
+  s->set_gpus_per_task(static_cast<int32_t>(j.spec.per_task.GpuCount()));
+  for (const auto& t : j.spec.gpu_types) s->add_gpu_types(t);
+  s->set_time_limit_s(j.spec.time_limit);
+  s->set_partition(j.spec.partition);
+  s->set_account(j.spec.account);
+  s->set_qos(j.spec.qos);
+  s->set_nice(j.spec.nice);
+  s->set_hold(j.spec.hold);
+  info.set_user(j.user);
+  info.set_uid(j.uid);
+  info.set_gid(j.gid);
+  bool completing = false;
+  for (const auto& [key, g] : ghosts_)
+    if (key.first == j.id) completing = true;
+  info.set_state(completing && core::IsFinal(j.state) ? v1::COMPLETING : ToProtoState(j.state));
+  info.set_reason(j.reason);
+  info.set_submit_time(j.submit_time);
+  info.set_start_time(j.start_time);
+  info.set_end_time(j.end_time);
+  info.set_exit_code(j.exit_code);
+  info.set_attempt(j.attempt);
+  info.set_requeue_count(j.requeue_count);
+  info.set_expected_start(j.expected_start);
+  if (j.state == core::JobState::kRunning || core::IsFinal(j.state)) *info.mutable_tasks() = j.placement.tasks();
+  return info;
+}
+
+bool Controller::CanControl(const Caller& c, const JobRec& j) const {
+  return c.privileged || c.uid == j.uid;
+}
+
+Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
+  auto bad = [](std::string m) { return Status{Status::kInvalidArgument, std::move(m)}; };
+  if (spec.ntasks() < 1) return bad("ntasks must be >= 1 (got " + std::to_string(spec.ntasks()) + ")");
+  if (spec.ntasks() > 100000) return bad("ntasks must be <= 100000 (got " + std::to_string(spec.ntasks()) + ")");
+  if (spec.cpu_millis_per_task() < 0) return bad("cpus per task must be >= 0");
+  if (spec.cpu_millis_per_task() == 0) spec.set_cpu_millis_per_task(1000);
+  if (spec.memory_bytes_per_task() < 0) return bad("memory per task must be >= 0");
+  if (spec.gpus_per_task() < 0 || spec.gpus_per_task() > 1024)
+    return bad("gpus per task must be in [0, 1024] (got " + std::to_string(spec.gpus_per_task()) + ")");
+  if (spec.time_limit_s() < 0) return bad("time limit must be >= 0");
+  if (spec.argv().empty() && spec.script().empty()) return bad("job has no command: give a script, --wrap CMD or -- CMD ARGS");
+  if (!spec.workdir().empty() && spec.workdir()[0] != '/')
+    return bad("workdir must be an absolute path (got '" + spec.workdir() + "')");
+  if (!spec.topology().empty() && !core::ParseTopology(spec.topology()))
+    return bad("unknown topology '" + spec.topology() + "' (none, domain, zone, region, spread)");
+  if (spec.partition().empty()) spec.set_partition(policy_.default_partition);
+  const core::PartitionPolicy* part = nullptr;
+  std::string known;
+  for (const auto& p : policy_.partitions) {
+    if (p.name == spec.partition()) part = &p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  if (!part) return bad("unknown partition '" + spec.partition() + "' (partitions: " + known + ")");
+  if (spec.time_limit_s() == 0) spec.set_time_limit_s(part->default_time_limit);
+  if (spec.time_limit_s() > part->max_time_limit)
+    return bad("time limit " + FormatDuration(spec.time_limit_s()) + " exceeds partition '" + part->name +
+               "' maximum " + FormatDuration(part->max_time_limit));
+  if (spec.account().empty()) spec.set_account("default");
+  if (spec.name().empty()) {
+    std::string n = spec.argv().empty() ? "script" : spec.argv(0);
+    if (auto slash = n.rfind('/'); slash != std::string::npos) n = n.substr(slash + 1);
+    spec.set_name(n);
+  }
+  std::vector<core::Node> nodes;
+  for (const auto& [name, n] : nodes_) nodes.push_back(n.node);
+  if (!nodes.empty()) {
+    if (auto why = core::CheckJobFeasible(nodes, policy_, ToCoreSpec(spec, caller.user))) return bad(*why + ": rejected");
+  }
+  return {};
+}
+
+Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id) {
+  {
+    std::lock_guard lk(mu_);
+    if (Status st = ValidateSpec(spec, caller); !st.ok()) return st;
+  }
+  JobRow row;
+  row.spec = spec.SerializeAsString();
+  row.user = caller.user;
+  row.uid = caller.uid;
+  row.gid = caller.gid;
+  row.state = "PENDING";
+  row.submit_time = now;
+  row.reason = spec.hold() ? "JobHeldUser" : "None";
+  int64_t id = store_.InsertJob(std::move(row)).get();  // durable from here on
+  JobRec j;
+  j.id = id;
+  j.spec = ToCoreSpec(spec, caller.user);
+  j.user = caller.user;
+  j.uid = caller.uid;
+  j.gid = caller.gid;
+  j.submit_time = now;
+  j.reason = spec.hold() ? "JobHeldUser" : "None";
+  {
+    std::lock_guard lk(mu_);
+    jobs_.emplace(id, std::move(j));
+  }
+  *job_id = id;
+  Trigger();
+  return {};
+}
+
+void Controller::CancelOne(JobRec& j, int64_t now) {
+  if (j.state == core::JobState::kRunning) {
+    EndAttempt(j, core::JobState::kCancelled, "Cancelled", 0, now, "cancel");
+    return;
+  }
+  j.state = core::JobState::kCancelled;
+  j.reason = "Cancelled";
+  j.end_time = now;
+  Persist(j, "cancel", "");
+}
+
+v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now) {
+  v1::CancelJobsResponse resp;
+  std::lock_guard lk(mu_);
+  std::vector<JobRec*> selected;
+  std::set<int> states(req.states().begin(), req.states().end());
+  auto state_ok = [&](const JobRec& j) { return states.empty() || states.count(ToProtoState(j.state)); };
+  if (!req.job_ids().empty()) {
+    for (int64_t id : req.job_ids()) {
+      JobRec* j = Find(id);
+      if (!j) {
+        auto row = store_.LoadJob(id);
+        resp.add_errors("job " + std::to_string(id) + (row ? ": already " + row->state : ": no such job"));
+        continue;
+      }
+      if (!req.user().empty() && j->user != req.user()) continue;
+      if (!state_ok(*j)) continue;
+      if (!CanControl(caller, *j)) {
+        resp.add_errors("job " + std::to_string(id) + ": permission denied: owned by " + j->user);
+        continue;
+      }
+      selected.push_back(j);
+    }
+  } else {
+    for (auto& [id, j] : jobs_) {
+      if (!req.user().empty() && j.user != req.user()) continue;
+      if (!state_ok(j) || core::IsFinal(j.state)) continue;
+      if (!CanControl(caller, j)) {
+        if (!req.user().empty()) resp.add_errors("job " + std::to_string(id) + ": permission denied: owned by " + j.user);
+        continue;
+      }
+      selected.push_back(&j);
+    }
+  }
+  for (JobRec* j : selected) {
+    if (core::IsFinal(j->state)) {
+      resp.add_errors("job " + std::to_string(j->id) + ": already " + core::JobStateName(j->state));
+      continue;
+    }
+    if (req.signal() != 0) {
+      if (j->state != core::JobState::kRunning) {
+        resp.add_errors("job " + std::to_string(j->id) + ": not running, cannot signal");
+        continue;
+      }
+      v1::SchedulerMessage m;
+      m.mutable_signal()->set_job_id(j->id);
+      m.mutable_signal()->set_attempt(j->attempt);
+      m.mutable_signal()->set_signal(req.signal());
+      SendToNodes(*j, m);
+    } else {
+      CancelOne(*j, now);
+    }
+    resp.add_cancelled(j->id);
+  }
+  if (!selected.empty()) Trigger();
+  return resp;
+}
+
+std::vector<v1::JobInfo> Controller::List(const v1::ListJobsRequest& req) {
+  std::set<int64_t> ids(req.job_ids().begin(), req.job_ids().end());
+  std::set<std::string> users(req.users().begin(), req.users().end());
+  std::set<int> states(req.states().begin(), req.states().end());
+  std::set<std::string> parts(req.partitions().begin(), req.partitions().end());
+  auto keep = [&](const v1::JobInfo& i) {
+    return (users.empty() || users.count(i.user())) && (states.empty() || states.count(i.state())) &&
+           (parts.empty() || parts.count(i.spec().partition()));
+  };
+  std::vector<v1::JobInfo> out;
+  std::set<int64_t> seen;
+  {
+    std::lock_guard lk(mu_);
+    if (!ids.empty()) {
+      for (int64_t id : ids)
+        if (JobRec* j = Find(id)) {
+          out.push_back(ToInfo(*j));
+          seen.insert(id);
+        }
+    } else {
+      out.reserve(jobs_.size());
+      for (const auto& [id, j] : jobs_) {
+        out.push_back(ToInfo(j));
+        seen.insert(id);
+      }
+    }
+  }
+  // Jobs no longer in memory come from disk: explicit ids always, all finished ones on request.
+  for (int64_t id : ids)
+    if (!seen.count(id))
+      if (auto row = store_.LoadJob(id)) out.push_back(JobInfoFromRow(*row));
+  if (req.include_all_finished() && ids.empty()) {
+    for (const auto& row : store_.LoadFinishedJobs(0, INT64_MAX))
+      if (!seen.count(row.id)) out.push_back(JobInfoFromRow(row));
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.job_id() < b.job_id(); });
+  }
+  std::erase_if(out, [&](const v1::JobInfo& i) { return !keep(i); });
+  return out;
+}
+
+Status Controller::Get(int64_t job_id, v1::JobInfo* out) {
+  {
+    std::lock_guard lk(mu_);
+    if (JobRec* j = Find(job_id)) *out = ToInfo(*j);
+  }
+  auto row = store_.LoadJob(job_id);
+  if (!row) return {Status::kNotFound, "job " + std::to_string(job_id) + ": no such job"};
+  if (out->job_id() == 0) {
+    *out = JobInfoFromRow(*row);
+  } else {
+    out->mutable_spec()->ParseFromString(row->spec);  // the full spec for `show job`
+  }
+  return {};
+}
+
+Status Controller::Hold(const Caller& caller, int64_t job_id, bool release, int64_t now) {
+  std::lock_guard lk(mu_);
+  JobRec* j = Find(job_id);
+  if (!j) return {Status::kNotFound, "job " + std::to_string(job_id) + ": no such job"};
+  if (!CanControl(caller, *j)) return {Status::kPermissionDenied, "job " + std::to_string(job_id) + ": permission denied: owned by " + j->user};
+  if (j->state != core::JobState::kPending)
+    return {Status::kFailedPrecondition, "job " + std::to_string(job_id) + " is " + core::JobStateName(j->state) + ", not PENDING"};
+  if (j->spec.hold == !release) return {};
+  j->spec.hold = !release;
+  j->reason = release ? "None" : "JobHeldUser";
+  JobRow row = ToRow(*j);
+  v1::JobSpec spec;
+  if (auto blob = store_.LoadSpec(job_id)) spec.ParseFromString(*blob);
+  spec.set_hold(!release);
+  row.spec = spec.SerializeAsString();
+  store_.UpdateJob(row, release ? "release" : "hold", caller.user).get();
+  Trigger();
+  return {};
+}
+
+std::vector<v1::NodeInfo> Controller::Nodes() {
+  std::lock_guard lk(mu_);
+  std::map<std::string, core::ResourceVector> used;
+  std::map<std::string, std::set<int64_t>> running;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state != core::JobState::kRunning) continue;
+    for (const auto& t : j.placement.tasks()) {
+      auto& u = used[t.node()];
+      u.cpu_millis += j.spec.per_task.cpu_millis;
+      u.memory_bytes += j.spec.per_task.memory_bytes;
+      if (t.gpu_indices_size() > 0) {
+        const auto& cap = nodes_[t.node()].node.capacity.gpus;
+        u.gpus[cap.empty() ? "gpu" : cap.begin()->first] += t.gpu_indices_size();
+      }
+      running[t.node()].insert(id);
+    }
+  }
+  std::vector<v1::NodeInfo> out;
+  for (const auto& [name, n] : nodes_) {
+    v1::NodeInfo info = n.info;
+    const auto& u = used[name];
+    *info.mutable_allocated() = ToProtoResources(u);
+    std::string state;
+    if (n.down) state = "DOWN";
+    else if (n.drained) state = running[name].empty() ? "DRAIN" : "DRAINING";
+    else if (u.cpu_millis == 0 && u.GpuCount() == 0 && running[name].empty()) state = "IDLE";
+    else if (n.node.capacity.FitsIn(u)) state = "ALLOCATED";
+    else state = "MIXED";
+    info.set_state(state);
+    info.set_last_heartbeat(n.last_heartbeat);
+    for (int64_t id : running[name]) info.add_running_jobs(id);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Status Controller::Drain(const Caller& caller, const std::string& node, const std::string& reason, bool resume) {
+  if (!caller.privileged) return {Status::kPermissionDenied, "drain/resume needs root or an operator (you are " + caller.user + ")"};
+  std::lock_guard lk(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return {Status::kNotFound, "node '" + node + "': no such node"};
+  NodeRec& n = it->second;
+  n.drained = !resume;
+  n.info.set_reason(resume ? "" : reason);
+  store_.SaveNode(NodeRow{node, n.info.SerializeAsString(), n.drained, n.info.reason()}).get();
+  store_.AppendEvent(0, node, resume ? "resume" : "drain", reason + " by " + caller.user).get();
+  Trigger();
+  return {};
+}
+
+void Controller::Recover(int64_t now) {
+  std::lock_guard lk(mu_);
+  for (const auto& row : store_.LoadNodes()) {
+    NodeRec n;
+    n.info.ParseFromString(row.info);
+    v1::RegisterNode reg;
+    reg.set_name(row.name);
+    reg.set_pool(n.info.pool());
+    reg.set_region(n.info.region());
+    reg.set_zone(n.info.zone());
+    reg.set_domain(n.info.domain());
+    *reg.mutable_capacity() = n.info.capacity();
+    n.node = ToCoreNode(reg);
+    n.drained = row.drained;
+    n.last_heartbeat = now;  // silent from now on: DOWN after the heartbeat timeout
+    nodes_[row.name] = std::move(n);
+  }
+  for (const auto& row : store_.LoadJobs(now - cfg_.min_job_age_s)) {
+    JobRec j;
+    v1::JobSpec spec;
+    spec.ParseFromString(row.spec);
+    j.id = row.id;
+    j.spec = ToCoreSpec(spec, row.user);
+    j.user = row.user;
+    j.uid = row.uid;
+    j.gid = row.gid;
+    j.state = core::ParseJobState(row.state).value_or(core::JobState::kPending);
+    if (j.state == core::JobState::kPreempted || j.state == core::JobState::kNodeFail ||
+        j.state == core::JobState::kCompleting)
+      j.state = core::JobState::kPending;
+    j.reason = row.reason;
+    j.submit_time = row.submit_time;
+    j.start_time = row.start_time;
+    j.end_time = row.end_time;
+    j.exit_code = row.exit_code;
+    j.attempt = row.attempt;
+    j.requeue_count = row.requeue_count;
+    j.placement.ParseFromString(row.placement);
+    if (j.state == core::JobState::kRunning) {
+      // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).
+      j.tasks.assign(j.placement.tasks_size(), TaskRt{Phase::kRunning, 0, 0});
+    }
+    jobs_.emplace(j.id, std::move(j));
+  }
+  spdlog::info("recovered {} jobs and {} nodes from the store", jobs_.size(), nodes_.size());
+  Trigger();
+}
+
+void Controller::Trigger() {
+  {
+    std::lock_guard lk(wake_mu_);
+    dirty_ = true;
+  }
+  wake_cv_.notify_all();
+}
+
+void Controller::WaitForWork(int timeout_ms) {
+  std::unique_lock lk(wake_mu_);
+  wake_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), [&] { return dirty_; });
+  dirty_ = false;
+}
+
+}  // namespace mlsched::server

@@ -1,0 +1,188 @@
+// The daemon's state machine: jobs, nodes, two-phase gang launch, timeouts and the scheduling
+// cycle. It owns no sockets and no clock: every entry point takes `now` (seconds since epoch), agent
+// messages go out through an AgentSink, and durable state goes through the Store. The gRPC layer,
+// the daemon's loop and the unit tests drive it the same way. Thread-safe (one mutex).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mlsched/v1/agent.pb.h"
+#include "mlsched/v1/admin.pb.h"
+#include "mlsched/v1/jobs.pb.h"
+#include "schedd/core/types.h"
+#include "schedd/server/store.h"
+
+namespace mlsched::server {
+
+namespace v1 = ::mlsched::v1;
+
+/// Where messages for agents go (the gRPC gateway in the daemon, a recorder in tests).
+class AgentSink {
+ public:
+  virtual ~AgentSink() = default;
+  /// Queues `msg` for the agent of `node`; false when that agent is not connected.
+  virtual bool Send(const std::string& node, const v1::SchedulerMessage& msg) = 0;
+};
+
+/// Who is calling: resolved from SO_PEERCRED (Unix socket) or the token + user header (TCP).
+struct Caller {
+  std::string user;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool privileged = false;  // root, schedd's own user, or an operator named in the policy
+};
+
+/// Outcome of a request; codes map one-to-one onto gRPC status codes.
+struct Status {
+  enum Code { kOk, kInvalidArgument, kNotFound, kPermissionDenied, kFailedPrecondition, kInternal };
+  Code code = kOk;
+  std::string message;
+  bool ok() const { return code == kOk; }
+};
+
+/// Timing knobs of the daemon (seconds).
+struct ControllerConfig {
+  int heartbeat_interval_s = 5;   // agents send a heartbeat this often
+  int heartbeat_timeout_s = 30;   // no heartbeat for this long: node DOWN, its jobs requeued
+  int launch_timeout_s = 30;      // prepare -> all prepared; commit -> started
+  int kill_grace_s = 10;          // SIGTERM to SIGKILL on cancel and time limit
+  int min_job_age_s = 300;        // finished jobs stay in memory (and in mlq) this long
+  int requeue_backoff_s = 5;      // a failed launch waits this long before the next try
+  int master_port_base = 20000;   // MASTER_PORT = base + hash(job, attempt) % range
+  int master_port_range = 12000;
+};
+
+class Controller {
+ public:
+  Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config);
+
+  /// Loads jobs and nodes from the store after a restart. Running jobs keep their placement; their
+  /// tasks are confirmed (or found lost) when the agents re-register. Nodes count as silent from `now`.
+  void Recover(int64_t now);
+
+  // ---- JobService ----
+  /// Validates and durably stores a job; returns its id, or INVALID_ARGUMENT naming the field.
+  Status Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id);
+  /// Cancels (or signals) the selected jobs; per-job errors in the response.
+  v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now);
+  /// Jobs matching the filters: live ones plus recently finished; explicit ids also from disk.
+  std::vector<v1::JobInfo> List(const v1::ListJobsRequest& req);
+  Status Get(int64_t job_id, v1::JobInfo* out);
+  Status Hold(const Caller& caller, int64_t job_id, bool release, int64_t now);
+
+  // ---- AdminService ----
+  std::vector<v1::NodeInfo> Nodes();
+  Status Drain(const Caller& caller, const std::string& node, const std::string& reason, bool resume);
+
+  // ---- AgentService ----
+  /// A (re-)registration: updates the node, returns what the agent may keep running.
+  v1::Registered OnRegister(const v1::RegisterNode& reg, int64_t now);
+  void OnAgentMessage(const std::string& node, const v1::AgentMessage& msg, int64_t now);
+  void OnDisconnect(const std::string& node, int64_t now);
+
+  // ---- the loop ----
+  /// Timeouts: heartbeats, launches, time limits, memory expiry of finished jobs.
+  void Tick(int64_t now);
+  /// One scheduling pass: snapshot -> core::SchedulingCycle::Run (outside the lock) -> apply.
+  void RunCycle(int64_t now);
+  /// Blocks until something changed that may let a job start, or `timeout_ms` elapsed.
+  void WaitForWork(int timeout_ms);
+  /// Wakes WaitForWork.
+  void Trigger();
+
+  /// Replaces the policy (live reload); already accepted jobs are kept.
+  void SetPolicy(core::PolicySet policy);
+  core::PolicySet Policy();
+  bool IsOperator(const std::string& user);
+
+  /// Number of jobs held in memory (for metrics and tests).
+  size_t JobsInMemory();
+
+ private:
+  enum class Phase { kPreparing, kPrepared, kCommitted, kRunning, kExited };
+  struct TaskRt {
+    Phase phase = Phase::kPreparing;
+    int32_t exit_code = 0;
+    int missed_heartbeats = 0;  // consecutive heartbeats of its node that did not list it
+  };
+  struct JobRec {
+    int64_t id = 0;
+    core::JobSpec spec;          // what the cycle needs; the full v1 spec stays on disk
+    std::string user;
+    uint32_t uid = 0, gid = 0;
+    core::JobState state = core::JobState::kPending;
+    std::string reason;
+    int64_t submit_time = 0, start_time = 0, end_time = 0;
+    int32_t exit_code = 0, attempt = 0, requeue_count = 0;
+    v1::Placement placement;     // current or last attempt
+    std::vector<TaskRt> tasks;   // runtime of the current attempt (empty when not running)
+    int64_t launch_deadline = 0;
+    int64_t eligible_after = 0;  // launch backoff
+    int64_t expected_start = 0;
+    bool preempted = false;      // a task asked to be requeued (exit 75)
+  };
+  // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
+  struct Ghost {
+    int64_t job = 0;
+    int32_t attempt = 0;
+    std::map<int32_t, std::string> alive;  // rank -> node
+    core::ResourceVector per_task;
+    std::map<int32_t, std::vector<int32_t>> gpus;  // rank -> device indices
+    int64_t since = 0;
+  };
+  struct NodeRec {
+    v1::NodeInfo info;
+    core::Node node;
+    bool connected = false;
+    bool down = false;
+    bool drained = false;
+    int64_t last_heartbeat = 0;
+  };
+
+  // controller.cc: jobs
+  JobRow ToRow(const JobRec& j, bool with_spec = false) const;
+  v1::JobInfo ToInfo(const JobRec& j) const;
+  void Persist(const JobRec& j, const std::string& event = "", const std::string& detail = "");
+  bool CanControl(const Caller& c, const JobRec& j) const;
+  Status ValidateSpec(v1::JobSpec& spec, const Caller& caller);
+  void CancelOne(JobRec& j, int64_t now);
+  // controller_launch.cc: attempts
+  void StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now);
+  void OnPrepareResult(const std::string& node, const v1::PrepareResult& r, int64_t now);
+  void OnTaskStarted(const std::string& node, const v1::TaskStarted& t);
+  void OnTaskExited(const std::string& node, const v1::TaskExited& t, int64_t now);
+  void OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, int64_t now);
+  /// Ends the current attempt: live tasks get terminated and become a Ghost. `final_state` kPending
+  /// requeues the job; a final state ends it.
+  void EndAttempt(JobRec& j, core::JobState final_state, const std::string& reason, int32_t exit_code,
+                  int64_t now, const std::string& event);
+  void SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg);
+  void MarkNodeDown(NodeRec& n, const std::string& why, int64_t now);
+  // controller_cycle.cc
+  core::ClusterState Snapshot(int64_t now) const;
+  JobRec* Find(int64_t id);
+
+  Store& store_;
+  AgentSink& sink_;
+  ControllerConfig cfg_;
+  std::mutex mu_;
+  core::PolicySet policy_;
+  std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
+  std::map<std::string, NodeRec> nodes_;   // by name
+  std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool dirty_ = true;  // guarded by wake_mu_
+};
+
+/// Maps a controller Status onto the stable names used in logs ("INVALID_ARGUMENT", ...).
+const char* StatusCodeName(Status::Code c);
+
+}  // namespace mlsched::server

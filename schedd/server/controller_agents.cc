@@ -1,0 +1,354 @@
+// Controller: the agent-facing half. Two-phase gang launch (prepare on every node, then commit, or
+// abort everywhere and requeue), task exits, heartbeats, fencing and node failure.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+
+#include "schedd/server/controller.h"
+#include "schedd/server/convert.h"
+
+namespace mlsched::server {
+
+void Controller::SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg) {
+  std::set<std::string> sent;
+  for (const auto& t : j.placement.tasks())
+    if (sent.insert(t.node()).second) sink_.Send(t.node(), msg);
+}
+
+void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now) {
+  j.attempt += 1;
+  j.state = core::JobState::kRunning;
+  j.reason = "None";
+  j.start_time = now;
+  j.end_time = 0;
+  j.exit_code = 0;
+  j.preempted = false;
+  j.expected_start = 0;
+  j.launch_deadline = now + cfg_.launch_timeout_s;
+  j.placement.Clear();
+  std::map<std::string, int32_t> local;  // next local rank per node
+  std::vector<core::TaskPlacement> tasks = alloc.tasks;
+  std::sort(tasks.begin(), tasks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  for (const auto& t : tasks) {
+    auto* p = j.placement.add_tasks();
+    p->set_rank(t.rank);
+    p->set_node(t.node);
+    for (int32_t g : t.gpu_indices) p->add_gpu_indices(g);
+    p->set_local_rank(local[t.node]++);
+  }
+  const std::string& rank0 = tasks.front().node;
+  j.placement.set_master_addr(nodes_[rank0].info.address().empty() ? "127.0.0.1" : nodes_[rank0].info.address());
+  j.placement.set_master_port(cfg_.master_port_base +
+                              static_cast<int32_t>((j.id * 7919 + j.attempt * 104729) % cfg_.master_port_range));
+  j.tasks.assign(tasks.size(), TaskRt{});
+  Persist(j, "start", "attempt " + std::to_string(j.attempt));  // RUNNING is durable before any task starts
+
+  v1::JobSpec spec;
+  if (auto blob = store_.LoadSpec(j.id)) spec.ParseFromString(*blob);
+  for (const auto& [node, count] : local) {
+    v1::SchedulerMessage m;
+    auto* p = m.mutable_prepare();
+    p->set_job_id(j.id);
+    p->set_attempt(j.attempt);
+    *p->mutable_spec() = spec;
+    p->set_user(j.user);
+    p->set_uid(j.uid);
+    p->set_gid(j.gid);
+    p->set_world_size(static_cast<int32_t>(tasks.size()));
+    p->set_local_world_size(count);
+    p->set_master_addr(j.placement.master_addr());
+    p->set_master_port(j.placement.master_port());
+    for (const auto& t : j.placement.tasks()) {
+      if (t.node() != node) continue;
+      auto* l = p->add_tasks();
+      l->set_rank(t.rank());
+      l->set_local_rank(t.local_rank());
+      *l->mutable_gpu_indices() = t.gpu_indices();
+    }
+    (*p->mutable_env())["MLSCHED_JOB_NAME"] = j.spec.name;
+    (*p->mutable_env())["MLSCHED_PARTITION"] = j.spec.partition;
+    (*p->mutable_env())["MLSCHED_ACCOUNT"] = j.spec.account;
+    if (!sink_.Send(node, m)) {
+      spdlog::warn("job {}: agent of node {} is not connected; requeueing", j.id, node);
+      EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");
+      j.eligible_after = now + cfg_.requeue_backoff_s;
+      return;
+    }
+  }
+  spdlog::info("job {} attempt {}: preparing on {} node(s)", j.id, j.attempt, local.size());
+}
+
+void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::string& reason, int32_t exit_code,
+                            int64_t now, const std::string& event) {
+  // Tasks that may still be alive are terminated and keep their resources as a ghost until they exit.
+  Ghost g;
+  g.job = j.id;
+  g.attempt = j.attempt;
+  g.per_task = j.spec.per_task;
+  g.since = now;
+  bool any_committed = false;
+  for (int i = 0; i < j.placement.tasks_size() && i < static_cast<int>(j.tasks.size()); ++i) {
+    const auto& t = j.placement.tasks(i);
+    Phase ph = j.tasks[i].phase;
+    if (ph == Phase::kCommitted || ph == Phase::kRunning) {
+      any_committed = true;
+      g.alive[t.rank()] = t.node();
+      g.gpus[t.rank()].assign(t.gpu_indices().begin(), t.gpu_indices().end());
+    }
+  }
+  bool any_prepared = !j.tasks.empty();
+  if (any_committed) {
+    v1::SchedulerMessage m;
+    auto* s = m.mutable_signal();
+    s->set_job_id(j.id);
+    s->set_attempt(j.attempt);
+    s->set_kill(true);
+    s->set_grace_s(cfg_.kill_grace_s);
+    SendToNodes(j, m);
+    ghosts_[{j.id, j.attempt}] = std::move(g);
+  } else if (any_prepared) {
+    v1::SchedulerMessage m;
+    m.mutable_abort()->set_job_id(j.id);
+    m.mutable_abort()->set_attempt(j.attempt);
+    m.mutable_abort()->set_reason(reason);
+    SendToNodes(j, m);
+  }
+  j.tasks.clear();
+  if (final_state == core::JobState::kPending) {
+    j.state = core::JobState::kPending;
+    j.requeue_count += 1;
+    j.reason = reason;
+    j.start_time = 0;
+  } else {
+    j.state = final_state;
+    j.reason = reason;
+    j.exit_code = exit_code;
+    j.end_time = now;
+  }
+  Persist(j, event, reason);
+  spdlog::info("job {} attempt {}: {} -> {} ({})", j.id, j.attempt, event, core::JobStateName(j.state), reason);
+  Trigger();
+}
+
+v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) {
+  std::lock_guard lk(mu_);
+  NodeRec& n = nodes_[reg.name()];
+  bool was_down = n.down;
+  n.node = ToCoreNode(reg);
+  n.info.set_name(reg.name());
+  n.info.set_pool(reg.pool());
+  n.info.set_region(reg.region());
+  n.info.set_zone(reg.zone());
+  n.info.set_domain(reg.domain());
+  *n.info.mutable_capacity() = reg.capacity();
+  n.info.set_address(reg.address());
+  n.connected = true;
+  n.down = false;
+  n.last_heartbeat = now;
+  store_.SaveNode(NodeRow{reg.name(), n.info.SerializeAsString(), n.drained, n.info.reason()}).get();
+  if (was_down) store_.AppendEvent(0, reg.name(), "node-up", "agent registered").get();
+
+  std::set<std::tuple<int64_t, int32_t, int32_t>> reported;
+  for (const auto& r : reg.running()) reported.insert({r.job_id(), r.attempt(), r.rank()});
+  v1::Registered out;
+  out.set_heartbeat_interval_s(cfg_.heartbeat_interval_s);
+  for (auto& [id, j] : jobs_) {
+    if (j.state != core::JobState::kRunning) continue;
+    bool launch_lost = false;
+    for (int i = 0; i < j.placement.tasks_size(); ++i) {
+      const auto& t = j.placement.tasks(i);
+      if (t.node() != reg.name()) continue;
+      auto& rt = j.tasks[i];
+      if (reported.count({id, j.attempt, t.rank()})) {
+        auto* k = out.add_keep();
+        k->set_job_id(id);
+        k->set_attempt(j.attempt);
+        k->set_rank(t.rank());
+        if (rt.phase == Phase::kCommitted) rt.phase = Phase::kRunning;
+      } else if (rt.phase == Phase::kPreparing || rt.phase == Phase::kPrepared) {
+        launch_lost = true;  // the prepare died with the old stream
+      }
+      // Committed/running tasks not reported are settled by the next heartbeats (their exit
+      // reports, buffered by the agent, arrive first on the stream).
+    }
+    if (launch_lost) {
+      EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");
+      j.eligible_after = now + cfg_.requeue_backoff_s;
+    }
+  }
+  // Ghost ranks on this node that the agent no longer runs are gone.
+  for (auto it = ghosts_.begin(); it != ghosts_.end();) {
+    auto& g = it->second;
+    std::erase_if(g.alive, [&](const auto& kv) {
+      return kv.second == reg.name() && !reported.count({g.job, g.attempt, kv.first});
+    });
+    it = g.alive.empty() ? ghosts_.erase(it) : std::next(it);
+  }
+  spdlog::info("node {} registered ({} running task(s) reported, {} kept)", reg.name(), reg.running_size(), out.keep_size());
+  Trigger();
+  return out;
+}
+
+void Controller::OnDisconnect(const std::string& node, int64_t now) {
+  std::lock_guard lk(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  it->second.connected = false;
+  spdlog::warn("node {}: agent disconnected", node);
+}
+
+void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage& msg, int64_t now) {
+  std::lock_guard lk(mu_);
+  switch (msg.msg_case()) {
+    case v1::AgentMessage::kHeartbeat: OnHeartbeat(node, msg.heartbeat(), now); break;
+    case v1::AgentMessage::kPrepareResult: OnPrepareResult(node, msg.prepare_result(), now); break;
+    case v1::AgentMessage::kTaskStarted: OnTaskStarted(node, msg.task_started()); break;
+    case v1::AgentMessage::kTaskExited: OnTaskExited(node, msg.task_exited(), now); break;
+    default: break;
+  }
+}
+
+void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResult& r, int64_t now) {
+  JobRec* j = Find(r.job_id());
+  if (!j || j->state != core::JobState::kRunning || j->attempt != r.attempt()) return;  // stale
+  if (!r.ok()) {
+    spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, r.error());
+    EndAttempt(*j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "prepare-failed");
+    j->eligible_after = now + cfg_.requeue_backoff_s;
+    return;
+  }
+  bool all = true;
+  for (int i = 0; i < j->placement.tasks_size(); ++i) {
+    if (j->placement.tasks(i).node() == node && j->tasks[i].phase == Phase::kPreparing) j->tasks[i].phase = Phase::kPrepared;
+    if (j->tasks[i].phase == Phase::kPreparing) all = false;
+  }
+  if (!all) return;
+  for (auto& t : j->tasks) t.phase = Phase::kCommitted;
+  j->launch_deadline = now + cfg_.launch_timeout_s;
+  v1::SchedulerMessage m;
+  m.mutable_commit()->set_job_id(j->id);
+  m.mutable_commit()->set_attempt(j->attempt);
+  SendToNodes(*j, m);
+  spdlog::info("job {} attempt {}: all nodes prepared, committed", j->id, j->attempt);
+}
+
+void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t) {
+  JobRec* j = Find(t.job_id());
+  if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
+  for (int i = 0; i < j->placement.tasks_size(); ++i)
+    if (j->placement.tasks(i).rank() == t.rank() && j->tasks[i].phase == Phase::kCommitted) j->tasks[i].phase = Phase::kRunning;
+}
+
+void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, int64_t now) {
+  if (auto g = ghosts_.find({t.job_id(), t.attempt()}); g != ghosts_.end()) {
+    g->second.alive.erase(t.rank());
+    if (g->second.alive.empty()) ghosts_.erase(g);
+    Trigger();
+    return;
+  }
+  JobRec* j = Find(t.job_id());
+  if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
+  int idx = -1;
+  for (int i = 0; i < j->placement.tasks_size(); ++i)
+    if (j->placement.tasks(i).rank() == t.rank() && j->placement.tasks(i).node() == node) idx = i;
+  if (idx < 0 || j->tasks[idx].phase == Phase::kExited) return;
+  j->tasks[idx].phase = Phase::kExited;
+  j->tasks[idx].exit_code = t.exit_code();
+  if (!t.error().empty()) spdlog::warn("job {} rank {}: {}", j->id, t.rank(), t.error());
+  constexpr int kPreemptedExit = 75;  // the trainer's "checkpointed, requeue me"
+  if (t.exit_code() == kPreemptedExit) {
+    j->preempted = true;
+    EndAttempt(*j, core::JobState::kPending, "Preempted", 0, now, "preempted");
+    return;
+  }
+  if (t.exit_code() != 0) {
+    std::string why = t.error().empty() ? "rank " + std::to_string(t.rank()) + " exited " + std::to_string(t.exit_code())
+                                        : "rank " + std::to_string(t.rank()) + ": " + t.error();
+    EndAttempt(*j, core::JobState::kFailed, why, t.exit_code(), now, "failed");
+    return;
+  }
+  for (const auto& rt : j->tasks)
+    if (rt.phase != Phase::kExited) return;
+  EndAttempt(*j, core::JobState::kCompleted, "None", 0, now, "completed");
+}
+
+void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, int64_t now) {
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end()) return;
+  nit->second.last_heartbeat = now;
+  std::set<std::tuple<int64_t, int32_t, int32_t>> running;
+  for (const auto& r : hb.running()) running.insert({r.job_id(), r.attempt(), r.rank()});
+  // A started task missing from two consecutive heartbeats of its node is lost.
+  std::vector<int64_t> lost;
+  for (auto& [id, j] : jobs_) {
+    if (j.state != core::JobState::kRunning) continue;
+    for (int i = 0; i < j.placement.tasks_size(); ++i) {
+      if (j.placement.tasks(i).node() != node || j.tasks[i].phase != Phase::kRunning) continue;
+      if (running.count({id, j.attempt, j.placement.tasks(i).rank()})) {
+        j.tasks[i].missed_heartbeats = 0;
+      } else if (++j.tasks[i].missed_heartbeats >= 2) {
+        lost.push_back(id);
+      }
+    }
+  }
+  for (int64_t id : lost) {
+    JobRec& j = jobs_[id];
+    if (j.state != core::JobState::kRunning) continue;
+    spdlog::warn("job {}: a task on {} vanished; requeueing", id, node);
+    EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "task-lost");
+  }
+  for (auto it = ghosts_.begin(); it != ghosts_.end();) {
+    auto& g = it->second;
+    std::erase_if(g.alive, [&](const auto& kv) { return kv.second == node && !running.count({g.job, g.attempt, kv.first}); });
+    it = g.alive.empty() ? ghosts_.erase(it) : std::next(it);
+  }
+}
+
+void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
+  n.down = true;
+  n.connected = false;
+  n.info.set_reason(why);
+  const std::string name = n.info.name();
+  spdlog::error("node {} DOWN: {}", name, why);
+  store_.AppendEvent(0, name, "node-down", why).get();
+  for (auto& [id, j] : jobs_) {
+    if (j.state != core::JobState::kRunning) continue;
+    bool on_node = false;
+    for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
+    if (!on_node) continue;
+    // NODE_FAIL, then back to PENDING: recorded as two events in order.
+    store_.AppendEvent(id, name, "NODE_FAIL", why).get();
+    EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "requeue");
+  }
+  for (auto it = ghosts_.begin(); it != ghosts_.end();) {
+    std::erase_if(it->second.alive, [&](const auto& kv) { return kv.second == name; });
+    it = it->second.alive.empty() ? ghosts_.erase(it) : std::next(it);
+  }
+}
+
+void Controller::Tick(int64_t now) {
+  std::lock_guard lk(mu_);
+  for (auto& [name, n] : nodes_)
+    if (!n.down && now - n.last_heartbeat > cfg_.heartbeat_timeout_s)
+      MarkNodeDown(n, "no heartbeat for " + std::to_string(now - n.last_heartbeat) + " s", now);
+  std::vector<int64_t> expired;
+  for (auto& [id, j] : jobs_) {
+    if (j.state == core::JobState::kRunning) {
+      bool launching = false;
+      for (const auto& t : j.tasks) launching |= t.phase == Phase::kPreparing || t.phase == Phase::kPrepared;
+      if (launching && now > j.launch_deadline) {
+        EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-timeout");
+        j.eligible_after = now + cfg_.requeue_backoff_s;
+      } else if (j.spec.time_limit > 0 && now >= j.start_time + j.spec.time_limit) {
+        EndAttempt(j, core::JobState::kTimeout, "TimeLimit", 0, now, "timeout");
+      }
+    } else if (core::IsFinal(j.state) && now - j.end_time > cfg_.min_job_age_s) {
+      bool has_ghost = false;
+      for (const auto& [key, g] : ghosts_) has_ghost |= key.first == id;
+      if (!has_ghost) expired.push_back(id);
+    }
+  }
+  for (int64_t id : expired) jobs_.erase(id);
+}
+
+}  // namespace mlsched::server

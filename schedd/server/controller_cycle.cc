@@ -1,0 +1,110 @@
+// Controller: the scheduling pass. Builds a snapshot under the lock, runs the pure core outside it,
+// then applies the plan, re-checking each decision against what changed meanwhile.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "schedd/server/controller.h"
+
+namespace mlsched::server {
+
+core::ClusterState Controller::Snapshot(int64_t now) const {
+  core::ClusterState s;
+  std::map<std::string, std::string> gpu_type;  // node -> its GPU type
+  s.nodes.reserve(nodes_.size());
+  for (const auto& [name, n] : nodes_) {
+    core::Node node = n.node;
+    node.health = n.down || !n.connected ? core::NodeHealth::kDown
+                  : n.drained            ? core::NodeHealth::kDrain
+                                         : core::NodeHealth::kUp;
+    if (!node.capacity.gpus.empty()) gpu_type[name] = node.capacity.gpus.begin()->first;
+    s.nodes.push_back(std::move(node));
+  }
+  auto held_resources = [&](const core::ResourceVector& per_task, const std::string& node, size_t ngpus) {
+    core::ResourceVector r = per_task;
+    r.gpus.clear();
+    if (ngpus > 0) r.gpus[gpu_type.count(node) ? gpu_type.at(node) : ""] = static_cast<int64_t>(ngpus);
+    return r;
+  };
+  s.jobs.reserve(jobs_.size() + ghosts_.size());
+  for (const auto& [id, j] : jobs_) {
+    if (j.state == core::JobState::kPending) {
+      if (j.eligible_after > now) continue;
+      core::Job cj;
+      cj.id = id;
+      cj.spec = j.spec;
+      cj.state = j.state;
+      cj.submit_time = j.submit_time;
+      cj.attempt = j.attempt;
+      s.jobs.push_back(std::move(cj));
+    } else if (j.state == core::JobState::kRunning) {
+      core::Job cj;
+      cj.id = id;
+      cj.spec = j.spec;
+      cj.state = j.state;
+      cj.submit_time = j.submit_time;
+      cj.start_time = j.start_time;
+      cj.attempt = j.attempt;
+      core::Allocation a;
+      for (const auto& t : j.placement.tasks())
+        a.tasks.push_back(core::TaskPlacement{t.rank(), t.node(), {t.gpu_indices().begin(), t.gpu_indices().end()},
+                                              held_resources(j.spec.per_task, t.node(), t.gpu_indices_size())});
+      cj.allocation = std::move(a);
+      s.jobs.push_back(std::move(cj));
+    }
+  }
+  // Tasks of ended attempts that have not exited yet still hold their node's resources.
+  int64_t ghost_id = -1;
+  for (const auto& [key, g] : ghosts_) {
+    core::Job cj;
+    cj.id = ghost_id--;
+    cj.state = core::JobState::kRunning;
+    cj.spec.ntasks = static_cast<int32_t>(g.alive.size());
+    cj.spec.per_task = g.per_task;
+    cj.spec.time_limit = cfg_.kill_grace_s + cfg_.heartbeat_interval_s;
+    cj.start_time = g.since;
+    core::Allocation a;
+    for (const auto& [rank, node] : g.alive) {
+      const auto& gpus = g.gpus.at(rank);
+      a.tasks.push_back(core::TaskPlacement{rank, node, gpus, held_resources(g.per_task, node, gpus.size())});
+    }
+    cj.allocation = std::move(a);
+    s.jobs.push_back(std::move(cj));
+  }
+  return s;
+}
+
+void Controller::RunCycle(int64_t now) {
+  core::ClusterState snap;
+  core::PolicySet policy;
+  {
+    std::lock_guard lk(mu_);
+    snap = Snapshot(now);
+    policy = policy_;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  core::CyclePlan plan = core::SchedulingCycle::Run(snap, policy, now);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard lk(mu_);
+  for (const auto& s : plan.starts) {
+    JobRec* j = Find(s.job);
+    if (!j || j->state != core::JobState::kPending || j->spec.hold || j->eligible_after > now) continue;
+    bool nodes_ok = !s.allocation.tasks.empty();
+    for (const auto& t : s.allocation.tasks) {
+      auto it = nodes_.find(t.node);
+      nodes_ok &= it != nodes_.end() && it->second.connected && !it->second.down && !it->second.drained;
+    }
+    if (!nodes_ok) continue;  // the world changed since the snapshot; the next cycle decides again
+    StartAttempt(*j, s.allocation, now);
+  }
+  for (const auto& p : plan.pending) {
+    JobRec* j = Find(p.job);
+    if (!j || j->state != core::JobState::kPending) continue;
+    j->reason = core::PendingReasonName(p.reason);
+    j->expected_start = p.expected_start.value_or(0);
+  }
+  if (!plan.starts.empty())
+    spdlog::debug("cycle: {} jobs in snapshot, {} starts, {} us", snap.jobs.size(), plan.starts.size(), us);
+}
+
+}  // namespace mlsched::server

@@ -1,0 +1,25 @@
+// Conversions between the wire types (mlsched.v1 protobufs) and the pure core's value types.
+// The only place where both meet.
+#pragma once
+
+#include "mlsched/v1/agent.pb.h"
+#include "mlsched/v1/types.pb.h"
+#include "schedd/core/types.h"
+#include "schedd/server/store.h"
+
+namespace mlsched::server {
+
+/// The core's view of a submitted spec (user filled in by the server).
+core::JobSpec ToCoreSpec(const mlsched::v1::JobSpec& spec, const std::string& user);
+/// Resources of a node registration in the core's fixed-point form.
+core::ResourceVector ToCoreResources(const mlsched::v1::Resources& r);
+mlsched::v1::Resources ToProtoResources(const core::ResourceVector& r);
+/// A registered node as the core sees it (health set by the caller).
+core::Node ToCoreNode(const mlsched::v1::RegisterNode& reg);
+mlsched::v1::Pool ToProtoPool(core::Pool p);
+core::Pool ToCorePool(mlsched::v1::Pool p);
+mlsched::v1::JobState ToProtoState(core::JobState s);
+/// A job row read from disk, for jobs no longer held in memory.
+mlsched::v1::JobInfo JobInfoFromRow(const JobRow& row);
+
+}  // namespace mlsched::server

@@ -1,0 +1,137 @@
+// schedd: the central scheduler daemon. Wires the SQLite store, the controller, the gRPC services
+// (Unix socket with SO_PEERCRED, optional TCP with a shared token) and the scheduling loop.
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/client.h"
+#include "schedd/server/auth.h"
+#include "schedd/server/controller.h"
+#include "schedd/server/services.h"
+#include "schedd/server/store.h"
+
+using namespace mlsched::server;
+
+namespace {
+
+std::string ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read token file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r')) t.pop_back();
+  if (t.size() < 16) throw std::runtime_error("token in " + path + " is too short (need >= 16 characters)");
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"schedd: the mlsched scheduler daemon"};
+  std::string listen = std::string("unix:") + mlsched::kDefaultSocket, listen_tcp, token_file;
+  std::string state_dir = "/var/lib/mlsched", log_level = "info";
+  ControllerConfig cfg;
+  int cycle_ms = 1000;
+  std::vector<std::string> operators;
+  app.add_option("--listen", listen, "Unix socket to serve on (unix:PATH)");
+  app.add_option("--listen-tcp", listen_tcp, "Also serve on TCP HOST:PORT (needs --token-file)");
+  app.add_option("--token-file", token_file, "File holding the shared token TCP callers must present");
+  app.add_option("--state-dir", state_dir, "Directory of the SQLite state (state.db)");
+  app.add_option("--operator", operators, "User allowed to act on any job (repeatable)");
+  app.add_option("--heartbeat-interval", cfg.heartbeat_interval_s, "Seconds between agent heartbeats");
+  app.add_option("--heartbeat-timeout", cfg.heartbeat_timeout_s, "Seconds of silence before a node is DOWN");
+  app.add_option("--launch-timeout", cfg.launch_timeout_s, "Seconds for a gang to be prepared and started");
+  app.add_option("--kill-grace", cfg.kill_grace_s, "Seconds between SIGTERM and SIGKILL");
+  app.add_option("--min-job-age", cfg.min_job_age_s, "Seconds finished jobs stay listed by default");
+  app.add_option("--requeue-backoff", cfg.requeue_backoff_s, "Seconds before a failed launch is retried");
+  app.add_option("--cycle-interval-ms", cycle_ms, "Longest pause between scheduling cycles (ms)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (listen.rfind("unix:", 0) != 0) {
+    std::cerr << "schedd: --listen must be unix:PATH (got '" << listen << "')\n";
+    return 2;
+  }
+  if (!listen_tcp.empty() && token_file.empty()) {
+    std::cerr << "schedd: --listen-tcp needs --token-file\n";
+    return 2;
+  }
+
+  // Signals are taken by sigwait in main; every other thread inherits the blocked mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  try {
+    std::string token = token_file.empty() ? "" : ReadToken(token_file);
+    Store store(state_dir);
+    mlsched::core::PolicySet policy;
+    policy.operators = operators;
+    PeerCredListener listener(listen.substr(5));
+    Controller* ctl_ptr = nullptr;
+    Authenticator auth(&listener, token, [&](const std::string& u) { return ctl_ptr && ctl_ptr->IsOperator(u); });
+    AgentGateway gateway(auth);
+    Controller ctl(store, gateway, policy, cfg);
+    ctl_ptr = &ctl;
+    gateway.SetController(&ctl);
+    ctl.Recover(WallNow());
+    JobServiceImpl jobs(ctl, auth);
+    AdminServiceImpl admin(ctl, auth);
+
+    grpc::ServerBuilder builder;
+    if (!listen_tcp.empty()) builder.AddListeningPort(listen_tcp, grpc::InsecureServerCredentials());
+    builder.RegisterService(&jobs);
+    builder.RegisterService(&admin);
+    builder.RegisterService(&gateway);
+    builder.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (!server) throw std::runtime_error("cannot start the gRPC server (is " + listen_tcp + " in use?)");
+    listener.Start(server.get());
+    spdlog::info("schedd listening on {}{}{}, state in {}", listen, listen_tcp.empty() ? "" : " and tcp:", listen_tcp,
+                 state_dir);
+
+    std::atomic<bool> stop{false};
+    std::thread loop([&] {
+      while (!stop) {
+        ctl.WaitForWork(cycle_ms);
+        if (stop) break;
+        try {
+          int64_t now = WallNow();
+          ctl.Tick(now);
+          ctl.RunCycle(now);
+        } catch (const std::exception& e) {
+          spdlog::error("scheduling loop: {}", e.what());
+        }
+      }
+    });
+    for (;;) {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      if (sig == SIGHUP) {
+        spdlog::info("SIGHUP: nothing to reload yet");
+        continue;
+      }
+      spdlog::info("signal {}: shutting down", sig);
+      break;
+    }
+    stop = true;
+    ctl.Trigger();
+    loop.join();
+    listener.Stop();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,198 @@
+#include "schedd/server/services.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+namespace mlsched::server {
+
+int64_t WallNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+grpc::Status ToGrpc(const Status& s) {
+  switch (s.code) {
+    case Status::kOk: return grpc::Status::OK;
+    case Status::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, s.message};
+    case Status::kNotFound: return {grpc::StatusCode::NOT_FOUND, s.message};
+    case Status::kPermissionDenied: return {grpc::StatusCode::PERMISSION_DENIED, s.message};
+    case Status::kFailedPrecondition: return {grpc::StatusCode::FAILED_PRECONDITION, s.message};
+    case Status::kInternal: return {grpc::StatusCode::INTERNAL, s.message};
+  }
+  return {grpc::StatusCode::UNKNOWN, s.message};
+}
+
+// Runs a handler, turning store failures into INTERNAL instead of tearing the server down.
+template <typename F>
+grpc::Status Guard(const char* rpc, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: {}", rpc, e.what());
+    return {grpc::StatusCode::INTERNAL, std::string(rpc) + ": " + e.what()};
+  }
+}
+
+}  // namespace
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                                       v1::SubmitJobResponse* resp) {
+  return Guard("SubmitJob", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    int64_t id = 0;
+    Status s = ctl_.Submit(c, req->spec(), WallNow(), &id);
+    resp->set_job_id(id);
+    return ToGrpc(s);
+  });
+}
+
+grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::CancelJobsRequest* req,
+                                        v1::CancelJobsResponse* resp) {
+  return Guard("CancelJobs", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    *resp = ctl_.Cancel(c, *req, WallNow());
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
+  return Guard("ListJobs", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    auto jobs = ctl_.List(*req);
+    resp->mutable_jobs()->Reserve(static_cast<int>(jobs.size()));
+    for (auto& j : jobs) *resp->add_jobs() = std::move(j);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
+  return Guard("GetJob", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    return ToGrpc(ctl_.Get(req->job_id(), resp));
+  });
+}
+
+grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJobRequest* req, v1::HoldJobResponse*) {
+  return Guard("HoldJob", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    return ToGrpc(ctl_.Hold(c, req->job_id(), req->release(), WallNow()));
+  });
+}
+
+grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) {
+  return Guard("ListNodes", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    for (auto& n : ctl_.Nodes()) *resp->add_nodes() = std::move(n);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req, v1::DrainNodeResponse*) {
+  return Guard("DrainNode", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    return ToGrpc(ctl_.Drain(c, req->node(), req->reason(), req->resume()));
+  });
+}
+
+grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::EvictNodeRequest*, v1::EvictNodeResponse*) {
+  Caller c;
+  if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+  return {grpc::StatusCode::UNIMPLEMENTED, "node eviction arrives with spot-eviction handling (issue 5)"};
+}
+
+bool AgentGateway::Send(const std::string& node, const v1::SchedulerMessage& msg) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard lk(mu_);
+    auto it = sessions_.find(node);
+    if (it == sessions_.end()) return false;
+    s = it->second;
+  }
+  {
+    std::lock_guard lk(s->mu);
+    if (s->closed) return false;
+    s->outbox.push_back(msg);
+  }
+  s->cv.notify_one();
+  return true;
+}
+
+grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
+                                   grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) {
+  Caller caller;
+  if (auto st = auth_.Authenticate(ctx, &caller); !st.ok()) return st;
+  if (!caller.privileged)
+    return {grpc::StatusCode::PERMISSION_DENIED, "agents must run as root, schedd's user or an operator (not " + caller.user + ")"};
+  v1::AgentMessage first;
+  if (!stream->Read(&first)) return grpc::Status::OK;
+  if (!first.has_register_() || first.register_().name().empty())
+    return {grpc::StatusCode::INVALID_ARGUMENT, "the first message on the agent stream must be register with a node name"};
+  const std::string node = first.register_().name();
+  auto session = std::make_shared<Session>();
+  std::shared_ptr<Session> old;
+  {
+    std::lock_guard lk(mu_);
+    old = sessions_[node];
+    sessions_[node] = session;
+  }
+  if (old) {
+    std::lock_guard lk(old->mu);
+    old->closed = true;
+    old->cv.notify_all();
+  }
+  // Registered must be the first message the agent sees: queue it in front of anything the
+  // controller queued meanwhile, then start the writer.
+  v1::SchedulerMessage reg;
+  *reg.mutable_registered() = ctl_->OnRegister(first.register_(), WallNow());
+  {
+    std::lock_guard lk(session->mu);
+    session->outbox.push_front(reg);
+  }
+  std::thread writer([&] {
+    std::unique_lock lk(session->mu);
+    while (true) {
+      session->cv.wait(lk, [&] { return session->closed || !session->outbox.empty(); });
+      if (session->closed && session->outbox.empty()) return;
+      v1::SchedulerMessage m = std::move(session->outbox.front());
+      session->outbox.pop_front();
+      lk.unlock();
+      bool ok = stream->Write(m);
+      lk.lock();
+      if (!ok) {
+        session->closed = true;
+        return;
+      }
+    }
+  });
+  v1::AgentMessage msg;
+  while (stream->Read(&msg)) ctl_->OnAgentMessage(node, msg, WallNow());
+  {
+    std::lock_guard lk(session->mu);
+    session->closed = true;
+  }
+  session->cv.notify_all();
+  writer.join();
+  bool current = false;
+  {
+    std::lock_guard lk(mu_);
+    auto it = sessions_.find(node);
+    if (it != sessions_.end() && it->second == session) {
+      sessions_.erase(it);
+      current = true;
+    }
+  }
+  if (current) ctl_->OnDisconnect(node, WallNow());
+  return grpc::Status::OK;
+}
+
+}  // namespace mlsched::server

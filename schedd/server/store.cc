@@ -1,0 +1,301 @@
+#include "schedd/server/store.h"
+
+#include <filesystem>
+
+namespace mlsched::server {
+namespace {
+
+void Check(sqlite3* db, int rc, const char* what) {
+  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW)
+    throw StoreError(std::string("sqlite: ") + what + ": " + sqlite3_errmsg(db));
+}
+
+void Exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    throw StoreError(std::string("sqlite: ") + msg + " in: " + sql);
+  }
+}
+
+// A prepared statement with RAII finalization and typed binding helpers.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { Check(db, sqlite3_prepare_v2(db, sql, -1, &st_, nullptr), sql); }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt& Bind(int i, int64_t v) { Check(db_, sqlite3_bind_int64(st_, i, v), "bind"); return *this; }
+  Stmt& Bind(int i, const std::string& v) {
+    Check(db_, sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), "bind");
+    return *this;
+  }
+  Stmt& BindText(int i, const std::string& v) {
+    Check(db_, sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), "bind");
+    return *this;
+  }
+  bool Step() {
+    int rc = sqlite3_step(st_);
+    Check(db_, rc, sqlite3_sql(st_));
+    return rc == SQLITE_ROW;
+  }
+  int64_t Int(int c) { return sqlite3_column_int64(st_, c); }
+  std::string Blob(int c) {
+    const void* p = sqlite3_column_blob(st_, c);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+constexpr const char* kJobColumns =
+    "id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time, exit_code, attempt, "
+    "requeue_count, placement";
+
+JobRow ReadJob(Stmt& s) {
+  JobRow r;
+  r.id = s.Int(0);
+  r.spec = s.Blob(1);
+  r.user = s.Blob(2);
+  r.uid = static_cast<uint32_t>(s.Int(3));
+  r.gid = static_cast<uint32_t>(s.Int(4));
+  r.state = s.Blob(5);
+  r.reason = s.Blob(6);
+  r.submit_time = s.Int(7);
+  r.start_time = s.Int(8);
+  r.end_time = s.Int(9);
+  r.exit_code = static_cast<int32_t>(s.Int(10));
+  r.attempt = static_cast<int32_t>(s.Int(11));
+  r.requeue_count = static_cast<int32_t>(s.Int(12));
+  r.placement = s.Blob(13);
+  return r;
+}
+
+// Schema migrations, applied in order; schema_version holds the number applied.
+const char* const kMigrations[] = {
+    // 1: jobs, nodes, events.
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT, spec BLOB NOT NULL, user TEXT NOT NULL,"
+    "  uid INTEGER NOT NULL, gid INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',"
+    "  submit_time INTEGER NOT NULL, start_time INTEGER NOT NULL DEFAULT 0,"
+    "  end_time INTEGER NOT NULL DEFAULT 0, exit_code INTEGER NOT NULL DEFAULT 0,"
+    "  attempt INTEGER NOT NULL DEFAULT 0, requeue_count INTEGER NOT NULL DEFAULT 0, placement BLOB);"
+    "CREATE INDEX jobs_by_state ON jobs(state);"
+    "CREATE INDEX jobs_by_end ON jobs(end_time);"
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY, info BLOB, drained INTEGER NOT NULL DEFAULT 0,"
+    "  reason TEXT NOT NULL DEFAULT '');"
+    "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
+    "  job_id INTEGER NOT NULL, node TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);"
+    "CREATE INDEX events_by_job ON events(job_id);",
+};
+
+}  // namespace
+
+Store::Store(const std::string& state_dir) {
+  std::filesystem::create_directories(state_dir);
+  path_ = (std::filesystem::path(state_dir) / "state.db").string();
+  Check(nullptr, sqlite3_open_v2(path_.c_str(), &wdb_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) == SQLITE_OK ? SQLITE_OK : SQLITE_ERROR, "open");
+  sqlite3_busy_timeout(wdb_, 5000);
+  Exec(wdb_, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
+  Migrate();
+  if (sqlite3_open_v2(path_.c_str(), &rdb_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK)
+    throw StoreError("sqlite: cannot open " + path_ + " read-only");
+  sqlite3_busy_timeout(rdb_, 5000);
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+Store::~Store() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  sqlite3_close(rdb_);
+  sqlite3_close(wdb_);
+}
+
+void Store::Migrate() {
+  Exec(wdb_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
+  int version = SchemaVersion();
+  const int target = static_cast<int>(std::size(kMigrations));
+  if (version > target)
+    throw StoreError(path_ + ": schema version " + std::to_string(version) + " is newer than this schedd (" +
+                     std::to_string(target) + ")");
+  for (int v = version; v < target; ++v) {
+    Exec(wdb_, "BEGIN IMMEDIATE;");
+    try {
+      Exec(wdb_, kMigrations[v]);
+      Exec(wdb_, "DELETE FROM schema_version;");
+      Stmt(wdb_, "INSERT INTO schema_version(version) VALUES (?)").Bind(1, v + 1).Step();
+      Exec(wdb_, "COMMIT;");
+    } catch (...) {
+      Exec(wdb_, "ROLLBACK;");
+      throw;
+    }
+  }
+}
+
+int Store::SchemaVersion() {
+  Stmt s(wdb_, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
+  s.Step();
+  return static_cast<int>(s.Int(0));
+}
+
+void Store::Enqueue(Work work, std::function<void(std::exception_ptr)> done) {
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(Item{std::move(work), std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void Store::WriterLoop() {
+  for (;;) {
+    std::deque<Item> batch;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() && stop_) return;
+      batch.swap(queue_);
+    }
+    // One transaction for the whole batch (group commit); on failure, retry items one by one so
+    // one bad write cannot fail its neighbours.
+    std::exception_ptr batch_error;
+    try {
+      Exec(wdb_, "BEGIN IMMEDIATE;");
+      for (auto& it : batch) it.work(wdb_);
+      Exec(wdb_, "COMMIT;");
+    } catch (...) {
+      batch_error = std::current_exception();
+      sqlite3_exec(wdb_, "ROLLBACK;", nullptr, nullptr, nullptr);
+    }
+    if (!batch_error) {
+      for (auto& it : batch) it.done(nullptr);
+      continue;
+    }
+    for (auto& it : batch) {
+      std::exception_ptr err;
+      try {
+        Exec(wdb_, "BEGIN IMMEDIATE;");
+        it.work(wdb_);
+        Exec(wdb_, "COMMIT;");
+      } catch (...) {
+        err = std::current_exception();
+        sqlite3_exec(wdb_, "ROLLBACK;", nullptr, nullptr, nullptr);
+      }
+      it.done(err);
+    }
+  }
+}
+
+std::future<int64_t> Store::InsertJob(JobRow row) {
+  auto p = std::make_shared<std::promise<int64_t>>();
+  auto id = std::make_shared<int64_t>(0);
+  Enqueue(
+      [row = std::move(row), id](sqlite3* db) {
+        Stmt s(db,
+               "INSERT INTO jobs(spec, user, uid, gid, state, reason, submit_time, attempt, requeue_count) "
+               "VALUES (?,?,?,?,?,?,?,?,?)");
+        s.Bind(1, row.spec).BindText(2, row.user).Bind(3, row.uid).Bind(4, row.gid).BindText(5, row.state)
+            .BindText(6, row.reason).Bind(7, row.submit_time).Bind(8, row.attempt).Bind(9, row.requeue_count);
+        s.Step();
+        *id = sqlite3_last_insert_rowid(db);
+      },
+      [p, id](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*id); });
+  return p->get_future();
+}
+
+std::future<void> Store::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [row, event_kind = std::move(event_kind), detail = std::move(detail)](sqlite3* db) {
+        Stmt s(db,
+               "UPDATE jobs SET state=?, reason=?, start_time=?, end_time=?, exit_code=?, attempt=?, "
+               "requeue_count=?, placement=?, spec=CASE WHEN length(?)>0 THEN ? ELSE spec END WHERE id=?");
+        s.BindText(1, row.state).BindText(2, row.reason).Bind(3, row.start_time).Bind(4, row.end_time)
+            .Bind(5, row.exit_code).Bind(6, row.attempt).Bind(7, row.requeue_count).Bind(8, row.placement)
+            .Bind(9, row.spec).Bind(10, row.spec).Bind(11, row.id);
+        s.Step();
+        if (!event_kind.empty()) {
+          Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,'',?,?)");
+          e.Bind(1, row.id).BindText(2, event_kind).BindText(3, detail).Step();
+        }
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::future<void> Store::AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [=](sqlite3* db) {
+        Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,?,?,?)");
+        e.Bind(1, job_id).BindText(2, node).BindText(3, kind).BindText(4, detail).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::future<void> Store::SaveNode(NodeRow row) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [row = std::move(row)](sqlite3* db) {
+        Stmt s(db,
+               "INSERT INTO nodes(name, info, drained, reason) VALUES (?,?,?,?) ON CONFLICT(name) DO UPDATE "
+               "SET info=excluded.info, drained=excluded.drained, reason=excluded.reason");
+        s.BindText(1, row.name).Bind(2, row.info).Bind(3, row.drained ? 1 : 0).BindText(4, row.reason).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::vector<JobRow> Store::LoadJobs(int64_t finished_since) {
+  std::lock_guard lk(rmu_);
+  std::string sql = std::string("SELECT ") + kJobColumns +
+                    " FROM jobs WHERE state NOT IN ('COMPLETED','FAILED','CANCELLED','TIMEOUT') OR end_time >= ? "
+                    "ORDER BY id";
+  Stmt s(rdb_, sql.c_str());
+  s.Bind(1, finished_since);
+  std::vector<JobRow> out;
+  while (s.Step()) out.push_back(ReadJob(s));
+  return out;
+}
+
+std::optional<JobRow> Store::LoadJob(int64_t id) {
+  std::lock_guard lk(rmu_);
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id=?";
+  Stmt s(rdb_, sql.c_str());
+  s.Bind(1, id);
+  if (!s.Step()) return std::nullopt;
+  return ReadJob(s);
+}
+
+std::vector<JobRow> Store::LoadFinishedJobs(int64_t start, int64_t end) {
+  std::lock_guard lk(rmu_);
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE end_time >= ? AND end_time < ? ORDER BY id";
+  Stmt s(rdb_, sql.c_str());
+  s.Bind(1, start).Bind(2, end);
+  std::vector<JobRow> out;
+  while (s.Step()) out.push_back(ReadJob(s));
+  return out;
+}
+
+std::vector<NodeRow> Store::LoadNodes() {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_, "SELECT name, info, drained, reason FROM nodes ORDER BY name");
+  std::vector<NodeRow> out;
+  while (s.Step()) out.push_back(NodeRow{s.Blob(0), s.Blob(1), s.Int(2) != 0, s.Blob(3)});
+  return out;
+}
+
+std::optional<std::string> Store::LoadSpec(int64_t id) {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_, "SELECT spec FROM jobs WHERE id=?");
+  s.Bind(1, id);
+  if (!s.Step()) return std::nullopt;
+  return s.Blob(0);
+}
+
+}  // namespace mlsched::server

@@ -1,0 +1,102 @@
+// Durable state of schedd in SQLite (WAL mode). All writes go through one writer thread that groups
+// concurrent requests into one transaction (group commit): a write is durable when its future is
+// ready. Reads use a separate read-only connection. Thread-safe.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mlsched::server {
+
+/// One row of the jobs table. `spec` and `placement` are serialized protobufs
+/// (mlsched.v1.JobSpec and mlsched.v1.Placement).
+struct JobRow {
+  int64_t id = 0;
+  std::string spec;
+  std::string user;
+  uint32_t uid = 0, gid = 0;
+  std::string state = "PENDING";
+  std::string reason;
+  int64_t submit_time = 0, start_time = 0, end_time = 0;
+  int32_t exit_code = 0;
+  int32_t attempt = 0;
+  int32_t requeue_count = 0;
+  std::string placement;
+};
+
+/// Operator-set node state that survives restarts (drain).
+struct NodeRow {
+  std::string name;
+  std::string info;    // serialized mlsched.v1.NodeInfo (last registration)
+  bool drained = false;
+  std::string reason;
+};
+
+/// Error from SQLite, with the statement that failed.
+struct StoreError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Store {
+ public:
+  /// Opens (creating if needed) DIR/state.db and applies schema migrations. Throws StoreError.
+  explicit Store(const std::string& state_dir);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  /// Inserts a new job; the id is assigned by the database (monotonic). Ready once durable.
+  std::future<int64_t> InsertJob(JobRow row);
+  /// Writes every mutable column of an existing job (state, times, placement, ...) and, when
+  /// `event_kind` is not empty, an event row in the same transaction. Ready once durable.
+  std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "");
+  /// Records an event (job_id 0 for node-only events).
+  std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail);
+  /// Upserts a node row.
+  std::future<void> SaveNode(NodeRow row);
+
+  /// Jobs not in a final state, plus final jobs that ended at or after `finished_since`.
+  std::vector<JobRow> LoadJobs(int64_t finished_since);
+  /// One job by id from disk, if present.
+  std::optional<JobRow> LoadJob(int64_t id);
+  /// Every job that ended in [start, end), for reports.
+  std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end);
+  std::vector<NodeRow> LoadNodes();
+  /// The stored JobSpec blob of a job (kept out of memory for pending jobs).
+  std::optional<std::string> LoadSpec(int64_t id);
+
+  /// Schema version after migrations.
+  int SchemaVersion();
+
+ private:
+  using Work = std::function<void(sqlite3*)>;
+  struct Item {
+    Work work;
+    std::function<void(std::exception_ptr)> done;
+  };
+  void Enqueue(Work work, std::function<void(std::exception_ptr)> done);
+  void WriterLoop();
+  void Migrate();
+
+  std::string path_;
+  sqlite3* wdb_ = nullptr;  // writer connection (writer thread only, after construction)
+  sqlite3* rdb_ = nullptr;  // reader connection (guarded by rmu_)
+  std::mutex rmu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::thread writer_;
+};
+
+}  // namespace mlsched::server

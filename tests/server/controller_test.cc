@@ -1,0 +1,277 @@
+// The daemon's state machine driven without sockets: a recording sink plays the agents' side.
+#include <catch2/catch.hpp>
+
+#include "schedd/server/controller.h"
+#include "tests/server/fixtures.h"
+
+using namespace mlsched::server;
+using namespace mlsched::server::testing;
+namespace core = mlsched::core;
+
+namespace {
+
+struct World {
+  TempDir dir;
+  std::unique_ptr<Store> store = std::make_unique<Store>(dir.path.string());
+  RecordingSink sink;
+  ControllerConfig cfg;
+  std::unique_ptr<Controller> ctl;
+  int64_t now = 1'000'000;
+  Caller alice = User("alice", 1001);
+
+  explicit World(int nodes = 3, int cpus = 4) {
+    cfg.heartbeat_timeout_s = 30;
+    ctl = std::make_unique<Controller>(*store, sink, core::PolicySet{}, cfg);
+    for (int i = 1; i <= nodes; ++i) ctl->OnRegister(NodeReg("n" + std::to_string(i), cpus), now);
+  }
+  int64_t Submit(v1::JobSpec spec, Caller who) {
+    int64_t id = 0;
+    Status st = ctl->Submit(who, spec, now, &id);
+    REQUIRE(st.ok());
+    return id;
+  }
+  v1::JobInfo Job(int64_t id) {
+    v1::JobInfo info;
+    REQUIRE(ctl->Get(id, &info).ok());
+    return info;
+  }
+  // Acknowledges every prepare sent so far and starts every committed task.
+  void PrepareAndStartAll() {
+    for (auto& [node, msgs] : std::map(sink.sent)) {
+      for (const auto& m : msgs) {
+        if (m.has_prepare()) ctl->OnAgentMessage(node, PrepareOk(m.prepare().job_id(), m.prepare().attempt()), now);
+      }
+    }
+    for (auto& [node, msgs] : std::map(sink.sent)) {
+      for (const auto& m : msgs) {
+        if (!m.has_prepare()) continue;
+        for (const auto& t : m.prepare().tasks())
+          ctl->OnAgentMessage(node, Started(m.prepare().job_id(), m.prepare().attempt(), t.rank()), now);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a gang is prepared on every node, committed, and completes", "[controller]") {
+  World w(3, 2);
+  int64_t id = w.Submit(Spec(3, 2), w.alice);  // one task per node
+  w.ctl->RunCycle(w.now);
+  std::set<int32_t> ranks;
+  for (const char* n : {"n1", "n2", "n3"}) {
+    auto prep = w.sink.Of(n, v1::SchedulerMessage::kPrepare);
+    REQUIRE(prep.size() == 1);
+    CHECK(prep[0].prepare().world_size() == 3);
+    CHECK(prep[0].prepare().spec().argv(0) == "/bin/true");
+    for (const auto& t : prep[0].prepare().tasks()) ranks.insert(t.rank());
+    CHECK(w.sink.Of(n, v1::SchedulerMessage::kCommit).empty());  // nothing starts before all prepared
+  }
+  CHECK(ranks == std::set<int32_t>{0, 1, 2});
+  CHECK(w.Job(id).state() == v1::RUNNING);
+  w.PrepareAndStartAll();
+  for (const char* n : {"n1", "n2", "n3"}) CHECK(w.sink.Of(n, v1::SchedulerMessage::kCommit).size() == 1);
+  auto info = w.Job(id);
+  for (const auto& t : info.tasks()) w.ctl->OnAgentMessage(t.node(), Exited(id, 1, t.rank(), 0), w.now + 5);
+  CHECK(w.Job(id).state() == v1::COMPLETED);
+}
+
+TEST_CASE("a gang larger than free capacity stays pending with reason Resources", "[controller]") {
+  World w(2, 2);
+  int64_t first = w.Submit(Spec(1, 2), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  w.sink.Clear();
+  int64_t big = w.Submit(Spec(2, 2), w.alice);  // needs both nodes; one is busy
+  w.ctl->RunCycle(w.now);
+  CHECK(w.sink.sent.empty());  // no task of the gang is prepared anywhere
+  auto info = w.Job(big);
+  CHECK(info.state() == v1::PENDING);
+  CHECK(info.reason() == "Resources");
+  auto t = w.Job(first).tasks(0);
+  w.ctl->OnAgentMessage(t.node(), Exited(first, 1, 0, 0), w.now + 1);
+  w.ctl->RunCycle(w.now + 1);
+  CHECK(w.Job(big).state() == v1::RUNNING);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 1);
+  CHECK(w.sink.Of("n2", v1::SchedulerMessage::kPrepare).size() == 1);
+}
+
+TEST_CASE("a failed prepare aborts everywhere and requeues", "[controller]") {
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  v1::AgentMessage bad = PrepareOk(id, 1);
+  bad.mutable_prepare_result()->set_ok(false);
+  bad.mutable_prepare_result()->set_error("workdir missing");
+  w.ctl->OnAgentMessage("n1", PrepareOk(id, 1), w.now);
+  w.ctl->OnAgentMessage("n2", bad, w.now);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kAbort).size() == 1);
+  CHECK(w.sink.Of("n2", v1::SchedulerMessage::kAbort).size() == 1);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kCommit).empty());
+  auto info = w.Job(id);
+  CHECK(info.state() == v1::PENDING);
+  CHECK(info.requeue_count() == 1);
+  // Backoff: not retried at once, retried after it.
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 1);
+  CHECK(w.sink.sent.empty());
+  w.ctl->RunCycle(w.now + w.cfg.requeue_backoff_s + 1);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 1);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kPrepare)[0].prepare().attempt() == 2);
+}
+
+TEST_CASE("a task failing fails the job and kills the other ranks", "[controller]") {
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  auto info = w.Job(id);
+  const auto& t0 = info.tasks(0);
+  w.ctl->OnAgentMessage(t0.node(), Exited(id, 1, t0.rank(), 3), w.now + 1);
+  info = w.Job(id);
+  CHECK(info.exit_code() == 3);
+  CHECK(info.state() == v1::COMPLETING);  // the other rank is still being killed
+  const auto& t1 = info.tasks(1);
+  auto sig = w.sink.Of(t1.node(), v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().kill());
+  // Its resources stay held until it exits.
+  int64_t next = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now + 2);
+  CHECK(w.Job(next).state() == v1::PENDING);
+  w.ctl->OnAgentMessage(t1.node(), Exited(id, 1, t1.rank(), 143), w.now + 3);
+  CHECK(w.Job(id).state() == v1::FAILED);
+  w.ctl->RunCycle(w.now + 4);
+  CHECK(w.Job(next).state() == v1::RUNNING);
+}
+
+TEST_CASE("a silent node goes DOWN and its jobs are requeued on the others", "[controller]") {
+  World w(3, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  auto info = w.Job(id);
+  std::set<std::string> used;
+  for (const auto& t : info.tasks()) used.insert(t.node());
+  std::string dead = *used.begin();
+  // Every node but the dead one keeps beating.
+  int64_t later = w.now + w.cfg.heartbeat_timeout_s + 1;
+  for (const char* n : {"n1", "n2", "n3"}) {
+    if (n == dead) continue;
+    std::vector<std::tuple<int64_t, int32_t, int32_t>> running;
+    for (const auto& t : info.tasks())
+      if (t.node() == n) running.push_back({id, 1, t.rank()});
+    w.ctl->OnAgentMessage(n, Heartbeat(running), later);
+  }
+  w.ctl->Tick(later);
+  const v1::JobInfo before = info;
+  info = w.Job(id);
+  CHECK(info.state() == v1::PENDING);  // NODE_FAIL, requeued
+  CHECK(info.requeue_count() == 1);
+  REQUIRE(before.tasks_size() == 2);
+  for (const auto& t : before.tasks())
+    if (t.node() != dead) CHECK(w.sink.Of(t.node(), v1::SchedulerMessage::kSignal).size() == 1);  // survivor killed
+  auto nodes = w.ctl->Nodes();
+  for (const auto& n : nodes)
+    if (n.name() == dead) CHECK(n.state() == "DOWN");
+}
+
+TEST_CASE("restart: running jobs are recovered and reconciled with the agents", "[controller]") {
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  int64_t pending = w.Submit(Spec(1, 1), w.alice);  // no room while the gang runs: stays pending
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  // schedd dies: a new controller on the same store.
+  w.ctl.reset();
+  w.store.reset();
+  w.store = std::make_unique<Store>(w.dir.path.string());
+  w.sink.Clear();
+  Controller ctl(*w.store, w.sink, core::PolicySet{}, w.cfg);
+  ctl.Recover(w.now + 10);
+  v1::JobInfo info;
+  REQUIRE(ctl.Get(id, &info).ok());
+  CHECK(info.state() == v1::RUNNING);
+  REQUIRE(ctl.Get(pending, &info).ok());
+  CHECK(info.state() == v1::PENDING);
+  // n1 still runs its rank; n2 lost its task while schedd was down.
+  REQUIRE(ctl.Get(id, &info).ok());
+  auto reg1 = NodeReg(info.tasks(0).node(), 1);
+  auto* r = reg1.add_running();
+  r->set_job_id(id);
+  r->set_attempt(1);
+  r->set_rank(info.tasks(0).rank());
+  auto keep = ctl.OnRegister(reg1, w.now + 11);
+  REQUIRE(keep.keep_size() == 1);
+  CHECK(keep.keep(0).job_id() == id);
+  ctl.OnRegister(NodeReg(info.tasks(1).node(), 1), w.now + 11);
+  ctl.RunCycle(w.now + 11);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kPrepare).empty());  // nothing is run twice
+  CHECK(w.sink.Of("n2", v1::SchedulerMessage::kPrepare).empty());
+  const std::string lost_node = info.tasks(1).node();
+  ctl.OnAgentMessage(lost_node, Heartbeat({}), w.now + 12);
+  ctl.OnAgentMessage(lost_node, Heartbeat({}), w.now + 13);
+  v1::JobInfo after;
+  REQUIRE(ctl.Get(id, &after).ok());
+  CHECK(after.state() == v1::PENDING);  // requeued
+  CHECK(after.requeue_count() == 1);
+  CHECK(w.sink.Of(info.tasks(0).node(), v1::SchedulerMessage::kSignal).size() == 1);  // the surviving rank is killed
+}
+
+TEST_CASE("bad input is rejected with a clear error and changes nothing", "[controller]") {
+  World w(2, 4);
+  int64_t id = 0;
+  auto reject = [&](v1::JobSpec s) {
+    Status st = w.ctl->Submit(w.alice, s, w.now, &id);
+    CHECK(st.code == Status::kInvalidArgument);
+    return st.message;
+  };
+  CHECK(reject(Spec(0)) == "ntasks must be >= 1 (got 0)");
+  auto s = Spec(1);
+  s.set_partition("nope");
+  CHECK_THAT(reject(s), Catch::Contains("unknown partition 'nope'"));
+  CHECK_THAT(reject(Spec(1, 64)), Catch::Contains("rejected"));
+  CHECK_THAT(reject(Spec(1, 1, 9)), Catch::Contains("GPU"));
+  s = Spec(1);
+  s.clear_argv();
+  CHECK_THAT(reject(s), Catch::Contains("no command"));
+  s = Spec(1);
+  s.set_time_limit_s(365 * 86400);
+  CHECK_THAT(reject(s), Catch::Contains("exceeds partition"));
+  CHECK(w.ctl->List(v1::ListJobsRequest{}).empty());
+}
+
+TEST_CASE("users control only their own jobs; operators any", "[controller]") {
+  World w(1, 1);
+  int64_t id = w.Submit(Spec(1), w.alice);
+  v1::CancelJobsRequest req;
+  req.add_job_ids(id);
+  auto resp = w.ctl->Cancel(User("bob", 1002), req, w.now);
+  REQUIRE(resp.errors_size() == 1);
+  CHECK(resp.errors(0) == "job " + std::to_string(id) + ": permission denied: owned by alice");
+  CHECK(w.Job(id).state() != v1::CANCELLED);
+  CHECK(w.ctl->Hold(User("bob", 1002), id, false, w.now).code == Status::kPermissionDenied);
+  resp = w.ctl->Cancel(User("root", 0, true), req, w.now);
+  CHECK(resp.cancelled_size() == 1);
+  CHECK(w.Job(id).state() == v1::CANCELLED);
+}
+
+TEST_CASE("time limits end jobs with TIMEOUT; held jobs wait for release", "[controller]") {
+  World w(1, 2);
+  auto s = Spec(1);
+  s.set_time_limit_s(60);
+  int64_t id = w.Submit(s, w.alice);
+  auto held = Spec(1);
+  held.set_hold(true);
+  int64_t h = w.Submit(held, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  CHECK(w.Job(h).state() == v1::PENDING);
+  CHECK(w.Job(h).reason() == "JobHeldUser");
+  w.ctl->OnAgentMessage("n1", Heartbeat({{id, 1, 0}}), w.now + 61);
+  w.ctl->Tick(w.now + 61);
+  CHECK(w.Job(id).reason() == "TimeLimit");
+  REQUIRE(w.ctl->Hold(w.alice, h, true, w.now + 62).ok());
+  w.ctl->RunCycle(w.now + 62);
+  CHECK(w.Job(h).state() == v1::RUNNING);
+}

@@ -1,0 +1,113 @@
+// Test fixtures for the daemon's controller: a temp state dir, a recording AgentSink, and helpers
+// that play the agents' side of the protocol.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "schedd/server/controller.h"
+
+namespace mlsched::server::testing {
+
+/// A fresh directory under the system temp dir, removed on destruction.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / ("mlsched-test-" + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+/// Records every message sent to agents; nodes not in `connected` refuse messages.
+struct RecordingSink : AgentSink {
+  std::map<std::string, std::vector<v1::SchedulerMessage>> sent;
+  std::set<std::string> disconnected;
+  bool Send(const std::string& node, const v1::SchedulerMessage& msg) override {
+    if (disconnected.count(node)) return false;
+    sent[node].push_back(msg);
+    return true;
+  }
+  /// Messages of one kind sent to a node, e.g. Of("n1", v1::SchedulerMessage::kPrepare).
+  std::vector<v1::SchedulerMessage> Of(const std::string& node, v1::SchedulerMessage::MsgCase kind) const {
+    std::vector<v1::SchedulerMessage> out;
+    if (auto it = sent.find(node); it != sent.end())
+      for (const auto& m : it->second)
+        if (m.msg_case() == kind) out.push_back(m);
+    return out;
+  }
+  void Clear() { sent.clear(); }
+};
+
+inline v1::RegisterNode NodeReg(const std::string& name, int cpus, int gpus = 0, const std::string& gpu_type = "h100") {
+  v1::RegisterNode r;
+  r.set_name(name);
+  r.set_pool(v1::POOL_ON_DEMAND);
+  r.set_address("127.0.0.1");
+  r.mutable_capacity()->set_cpu_millis(cpus * 1000);
+  r.mutable_capacity()->set_memory_bytes(int64_t{16} << 30);
+  if (gpus > 0) {
+    auto* g = r.mutable_capacity()->add_gpus();
+    g->set_type(gpu_type);
+    g->set_count(gpus);
+  }
+  return r;
+}
+
+inline v1::JobSpec Spec(int ntasks, int cpus = 1, int gpus = 0) {
+  v1::JobSpec s;
+  s.set_ntasks(ntasks);
+  s.set_cpu_millis_per_task(cpus * 1000);
+  s.set_gpus_per_task(gpus);
+  s.add_argv("/bin/true");
+  s.set_workdir("/tmp");
+  return s;
+}
+
+inline Caller User(const std::string& name, uint32_t uid, bool privileged = false) {
+  return Caller{name, uid, uid, privileged};
+}
+
+inline v1::AgentMessage PrepareOk(int64_t job, int32_t attempt) {
+  v1::AgentMessage m;
+  m.mutable_prepare_result()->set_job_id(job);
+  m.mutable_prepare_result()->set_attempt(attempt);
+  m.mutable_prepare_result()->set_ok(true);
+  return m;
+}
+
+inline v1::AgentMessage Exited(int64_t job, int32_t attempt, int32_t rank, int32_t code) {
+  v1::AgentMessage m;
+  m.mutable_task_exited()->set_job_id(job);
+  m.mutable_task_exited()->set_attempt(attempt);
+  m.mutable_task_exited()->set_rank(rank);
+  m.mutable_task_exited()->set_exit_code(code);
+  return m;
+}
+
+inline v1::AgentMessage Started(int64_t job, int32_t attempt, int32_t rank) {
+  v1::AgentMessage m;
+  m.mutable_task_started()->set_job_id(job);
+  m.mutable_task_started()->set_attempt(attempt);
+  m.mutable_task_started()->set_rank(rank);
+  m.mutable_task_started()->set_pid(1000 + rank);
+  return m;
+}
+
+inline v1::AgentMessage Heartbeat(std::vector<std::tuple<int64_t, int32_t, int32_t>> running) {
+  v1::AgentMessage m;
+  m.mutable_heartbeat()->set_time(0);
+  for (auto [job, attempt, rank] : running) {
+    auto* r = m.mutable_heartbeat()->add_running();
+    r->set_job_id(job);
+    r->set_attempt(attempt);
+    r->set_rank(rank);
+  }
+  return m;
+}
+
+}  // namespace mlsched::server::testing
