@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlsched::core {
@@ -69,6 +70,8 @@ const char* PendingReasonName(PendingReason r);
 /// Topology constraint of a gang.
 enum class Topology { kNone, kSameDomain, kSameZone, kSameRegion, kSpread };
 std::optional<Topology> ParseTopology(const std::string& s);
+/// "none" | "same-domain" | "same-zone" | "same-region" | "spread" (what ParseTopology accepts).
+const char* TopologyName(Topology t);
 
 /// What a job asks for: `ntasks` identical tasks, each needing `per_task`, started all-or-nothing.
 struct JobSpec {
@@ -80,6 +83,7 @@ struct JobSpec {
   Topology topology = Topology::kNone;
   int32_t nice = 0;
   bool hold = false;
+  std::vector<std::string> features;  // node features/labels every node of the gang must carry
 };
 
 /// One task's placement: node and GPU device indices on it.
@@ -121,11 +125,20 @@ struct PartitionPolicy {
   std::vector<std::string> pools;     // empty = every pool
   bool up = true;
 };
+/// A partition called `name` with every other field at its default.
+inline PartitionPolicy MakePartition(std::string name) {
+  PartitionPolicy p;
+  p.name = std::move(name);
+  return p;
+}
 struct PolicySet {
-  std::vector<PartitionPolicy> partitions{PartitionPolicy{"default"}};
+  std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
   std::vector<std::string> operators; // user names allowed to act on any job
 };
+
+/// The partition a job named (empty = policy.default_partition), or null when there is none.
+const PartitionPolicy* FindPartition(const PolicySet& policy, const std::string& name);
 
 /// Start this job now on this allocation.
 struct StartDecision {
@@ -137,6 +150,7 @@ struct PendingUpdate {
   JobId job = 0;
   PendingReason reason = PendingReason::kNone;
   std::optional<Timestamp> expected_start;
+  std::string detail;                 // short human explanation, e.g. "needs 16 h100, 8 free"
 };
 
 /// The output of one cycle: decisions as data; the caller applies them.

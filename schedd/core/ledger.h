@@ -1,0 +1,114 @@
+// The free-resource ledger one cycle works on: every node's free resources and GPU devices,
+// the one CheckFit used by admission, placement, backfill and feasibility, and AllocationTxn,
+// which takes resources with an undo log so a gang is committed whole or not at all.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "schedd/core/types.h"
+
+namespace mlsched::core {
+
+/// A set of GPU device indices on one node (0..size-1), e.g. for CUDA_VISIBLE_DEVICES.
+class DeviceSet {
+ public:
+  explicit DeviceSet(int32_t size = 0);
+  int32_t Size() const { return size_; }
+  bool Contains(int32_t index) const;
+  void Insert(int32_t index);  // index must be in [0, Size())
+  void Erase(int32_t index);
+  int32_t Count() const { return count_; }
+  /// The `k` lowest indices NOT in the set (k <= Size() - Count()).
+  std::vector<int32_t> LowestAbsent(int32_t k) const;
+
+ private:
+  int32_t size_ = 0;
+  int32_t count_ = 0;
+  std::vector<uint64_t> words_;
+};
+
+/// The per-task demand of a job resolved against one node: gpus keyed by the node's GPU type.
+struct TaskDemand {
+  int64_t cpu_millis = 0;
+  int64_t memory_bytes = 0;
+  int64_t gpus = 0;
+};
+
+/// The compatibility of a job's per-task request with a node's GPU type, independent of load:
+/// returns the demand with GPUs counted on that node, or nullopt when the node's GPU type is not
+/// acceptable (a named type other than the node's, or not in spec.gpu_types).
+std::optional<TaskDemand> ResolveTaskDemand(const JobSpec& spec, const Node& node);
+
+/// One node's row in the ledger.
+struct NodeSlot {
+  const Node* node = nullptr;
+  std::string gpu_type;     // the node's GPU type ("" when it has none)
+  TaskDemand capacity;      // totals
+  TaskDemand free;          // capacity minus running allocations (may go negative if oversubscribed)
+  DeviceSet used_devices;   // GPU indices held by running allocations
+  int32_t domain_id = 0;    // dense ids of the node's domain, zone (region+zone) and region
+  int32_t zone_id = 0;
+  int32_t region_id = 0;
+};
+
+/// Result of CheckFit: kFits (available now), kNotNow (feasible on the empty node, but busy),
+/// kNever (the node's total can never hold one task).
+enum class Fit { kFits, kNotNow, kNever };
+
+/// The one fit test: how one task of `demand` relates to `slot`.
+Fit CheckFit(const NodeSlot& slot, const TaskDemand& demand);
+/// How many tasks of `demand` fit in `free` (at most `cap`), counting only requested dimensions.
+int64_t TasksThatFit(const TaskDemand& free, const TaskDemand& demand, int64_t cap);
+
+/// Free resources of every node, built from a snapshot's nodes and running allocations.
+class NodeLedger {
+ public:
+  /// Subtracts every non-pending, non-final job's allocation from its nodes. Allocations naming
+  /// unknown nodes are ignored (the node left the cluster); device indices out of range too.
+  NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& jobs);
+
+  size_t size() const { return slots_.size(); }
+  const NodeSlot& slot(size_t i) const { return slots_[i]; }
+  NodeSlot& mutable_slot(size_t i) { return slots_[i]; }
+  /// Index of the node called `name`, or -1.
+  int64_t Find(const std::string& name) const;
+  /// Free GPUs usable now: the resource count, bounded by the free device indices.
+  int64_t FreeGpus(size_t i) const;
+
+ private:
+  std::vector<NodeSlot> slots_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+/// A transaction over a NodeLedger: Take() subtracts a task's resources and picks its device
+/// indices; Discard() restores the ledger exactly; Commit() keeps the changes. Destroying an
+/// open transaction discards it.
+class AllocationTxn {
+ public:
+  explicit AllocationTxn(NodeLedger& ledger) : ledger_(ledger) {}
+  ~AllocationTxn();
+  AllocationTxn(const AllocationTxn&) = delete;
+  AllocationTxn& operator=(const AllocationTxn&) = delete;
+
+  /// Takes one task of `demand` on node `node_index`; false (and no change) if it does not fit.
+  bool Take(size_t node_index, const TaskDemand& demand, int32_t rank);
+  /// The placements taken so far (ranks in Take order), with resources keyed by GPU type.
+  const std::vector<TaskPlacement>& placements() const { return placements_; }
+  /// Keeps the changes and returns the placements taken, sorted by rank.
+  Allocation Commit();
+  void Discard();
+
+ private:
+  NodeLedger& ledger_;
+  struct Undo {
+    size_t node_index;
+    TaskDemand demand;
+  };
+  std::vector<Undo> undo_;
+  std::vector<TaskPlacement> placements_;
+};
+
+}  // namespace mlsched::core

@@ -1,0 +1,173 @@
+#include "schedd/core/placement.h"
+
+#include <algorithm>
+#include <map>
+
+namespace mlsched::core {
+namespace {
+
+int32_t GroupKey(const NodeCandidate& c, Topology topology) {
+  switch (topology) {
+    case Topology::kSameDomain: return c.domain;
+    case Topology::kSameZone: return c.zone;
+    case Topology::kSameRegion: return c.region;
+    default: return 0;
+  }
+}
+
+// Picks `quota` tasks from nodes sorted by (tasks desc, tiebreak asc, node asc): the largest
+// nodes while none holds the remainder, then the tightest node that does.
+void FillFromNodes(const std::vector<NodeCandidate>& nodes, int64_t quota, NodeChoice& out) {
+  size_t front = 0;
+  while (quota > 0 && front < nodes.size()) {
+    if (nodes[front].tasks < quota) {
+      out.emplace_back(nodes[front].node, nodes[front].tasks);
+      quota -= nodes[front].tasks;
+      ++front;
+      continue;
+    }
+    // Smallest task count >= quota among nodes[front..]; its first occurrence has the best tiebreak.
+    auto last_ge = std::partition_point(nodes.begin() + front, nodes.end(),
+                                        [quota](const NodeCandidate& c) { return c.tasks >= quota; });
+    int64_t best = (last_ge - 1)->tasks;
+    auto first_best = std::partition_point(nodes.begin() + front, last_ge,
+                                           [best](const NodeCandidate& c) { return c.tasks > best; });
+    out.emplace_back(first_best->node, quota);
+    quota = 0;
+  }
+}
+
+NodeChoice SpreadOverDomains(std::vector<NodeCandidate> nodes, int64_t ntasks) {
+  std::map<int32_t, std::vector<NodeCandidate>> by_domain;
+  for (const auto& c : nodes) by_domain[c.domain].push_back(c);
+  std::vector<std::vector<NodeCandidate>*> queues;
+  for (auto& [d, v] : by_domain) {
+    std::sort(v.begin(), v.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
+      return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
+    });
+    queues.push_back(&v);
+  }
+  NodeChoice out;
+  std::vector<size_t> pos(queues.size(), 0);
+  while (static_cast<int64_t>(out.size()) < ntasks) {
+    for (size_t q = 0; q < queues.size() && static_cast<int64_t>(out.size()) < ntasks; ++q)
+      if (pos[q] < queues[q]->size()) out.emplace_back((*queues[q])[pos[q]++].node, 1);
+  }
+  return out;
+}
+
+// Fewest domains, then fewest nodes inside them.
+NodeChoice ChooseInGroup(std::vector<NodeCandidate> nodes, int64_t ntasks) {
+  std::map<int32_t, int64_t> domain_sum;
+  for (const auto& c : nodes) domain_sum[c.domain] += c.tasks;
+  std::vector<std::pair<int64_t, int32_t>> domains;  // (sum, domain), sum desc then id asc
+  for (auto [d, s] : domain_sum) domains.emplace_back(s, d);
+  std::sort(domains.begin(), domains.end(), [](auto a, auto b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<std::pair<int32_t, int64_t>> quotas;  // (domain, tasks)
+  int64_t remaining = ntasks;
+  size_t front = 0;
+  while (remaining > 0 && front < domains.size()) {
+    if (domains[front].first < remaining) {
+      quotas.emplace_back(domains[front].second, domains[front].first);
+      remaining -= domains[front].first;
+      ++front;
+      continue;
+    }
+    size_t pick = front;
+    for (size_t k = front; k < domains.size() && domains[k].first >= remaining; ++k) pick = k;
+    // Among equal sums prefer the lowest domain id (first in the sorted run).
+    while (pick > front && domains[pick - 1].first == domains[pick].first) --pick;
+    quotas.emplace_back(domains[pick].second, remaining);
+    remaining = 0;
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
+    if (a.tasks != b.tasks) return a.tasks > b.tasks;
+    return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
+  });
+  NodeChoice out;
+  for (auto [domain, quota] : quotas) {
+    std::vector<NodeCandidate> in_domain;
+    for (const auto& c : nodes)
+      if (c.domain == domain) in_domain.push_back(c);
+    FillFromNodes(in_domain, quota, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<NodeChoice> ChooseNodes(std::vector<NodeCandidate> candidates, int64_t ntasks,
+                                      Topology topology) {
+  if (ntasks <= 0) return NodeChoice{};
+  for (auto& c : candidates)
+    if (topology == Topology::kSpread) c.tasks = std::min<int64_t>(c.tasks, 1);
+  std::erase_if(candidates, [](const NodeCandidate& c) { return c.tasks <= 0; });
+  std::map<int32_t, int64_t> group_sum;
+  for (const auto& c : candidates) group_sum[GroupKey(c, topology)] += c.tasks;
+  std::optional<std::pair<int64_t, int32_t>> best;  // (sum, key): least spare capacity wins
+  for (auto [key, sum] : group_sum)
+    if (sum >= ntasks && (!best || sum < best->first)) best = {sum, key};
+  if (!best) return std::nullopt;
+  std::erase_if(candidates, [&](const NodeCandidate& c) {
+    return GroupKey(c, topology) != best->second;
+  });
+  if (topology == Topology::kSpread) return SpreadOverDomains(std::move(candidates), ntasks);
+  return ChooseInGroup(std::move(candidates), ntasks);
+}
+
+bool NodeEligible(const NodeSlot& slot, const JobSpec& spec, const PartitionPolicy* partition) {
+  const Node& node = *slot.node;
+  if (node.health != NodeHealth::kUp) return false;
+  if (partition && !partition->pools.empty() &&
+      std::find(partition->pools.begin(), partition->pools.end(), PoolName(node.pool)) ==
+          partition->pools.end())
+    return false;
+  for (const std::string& f : spec.features)
+    if (std::find(node.features.begin(), node.features.end(), f) == node.features.end())
+      return false;
+  return ResolveTaskDemand(spec, node).has_value();
+}
+
+std::vector<std::string> GpuTypeChoices(const NodeLedger& ledger, const JobSpec& spec,
+                                        const TaskDemand& demand) {
+  if (demand.gpus <= 0) return {""};
+  if (!spec.gpu_types.empty()) return spec.gpu_types;
+  for (const auto& [type, count] : spec.per_task.gpus)
+    if (count > 0 && !type.empty()) return {type};
+  std::vector<std::string> types;
+  for (size_t i = 0; i < ledger.size(); ++i)
+    if (!ledger.slot(i).gpu_type.empty()) types.push_back(ledger.slot(i).gpu_type);
+  std::sort(types.begin(), types.end());
+  types.erase(std::unique(types.begin(), types.end()), types.end());
+  return types;
+}
+
+bool PlaceGangNow(AllocationTxn& txn, const NodeLedger& ledger, const std::vector<size_t>& eligible,
+                  const JobSpec& spec, const TaskDemand& demand) {
+  for (const std::string& type : GpuTypeChoices(ledger, spec, demand)) {
+    std::vector<NodeCandidate> candidates;
+    for (size_t i : eligible) {
+      const NodeSlot& s = ledger.slot(i);
+      if (demand.gpus > 0 && s.gpu_type != type) continue;
+      TaskDemand free = s.free;
+      free.gpus = ledger.FreeGpus(i);
+      int64_t k = TasksThatFit(free, demand, spec.ntasks);
+      if (k > 0) candidates.push_back({i, k, s.domain_id, s.zone_id, s.region_id, 0});
+    }
+    auto choice = ChooseNodes(std::move(candidates), spec.ntasks, spec.topology);
+    if (!choice) continue;
+    int32_t rank = 0;
+    for (auto [node, count] : *choice)
+      for (int64_t t = 0; t < count; ++t)
+        if (!txn.Take(node, demand, rank++)) {
+          txn.Discard();
+          return false;
+        }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace mlsched::core

@@ -1,0 +1,108 @@
+// Names, parsers and resource arithmetic for the core's value types.
+#include "schedd/core/types.h"
+
+#include <array>
+#include <utility>
+
+namespace mlsched::core {
+
+int64_t ResourceVector::GpuCount() const {
+  int64_t total = 0;
+  for (const auto& [type, count] : gpus) total += count;
+  return total;
+}
+
+bool ResourceVector::FitsIn(const ResourceVector& other) const {
+  if (cpu_millis > other.cpu_millis || memory_bytes > other.memory_bytes) return false;
+  for (const auto& [type, count] : gpus) {
+    if (count <= 0) continue;
+    auto it = other.gpus.find(type);
+    if (it == other.gpus.end() || it->second < count) return false;
+  }
+  return true;
+}
+
+ResourceVector& ResourceVector::operator+=(const ResourceVector& o) {
+  cpu_millis += o.cpu_millis;
+  memory_bytes += o.memory_bytes;
+  for (const auto& [type, count] : o.gpus) gpus[type] += count;
+  return *this;
+}
+
+ResourceVector& ResourceVector::operator-=(const ResourceVector& o) {
+  cpu_millis -= o.cpu_millis;
+  memory_bytes -= o.memory_bytes;
+  for (const auto& [type, count] : o.gpus) gpus[type] -= count;
+  return *this;
+}
+
+namespace {
+constexpr std::array<std::pair<Pool, const char*>, 3> kPools{{
+    {Pool::kOnDemand, "on-demand"}, {Pool::kSpot, "spot"}, {Pool::kReserved, "reserved"}}};
+
+constexpr std::array<std::pair<JobState, const char*>, 9> kJobStates{{
+    {JobState::kPending, "PENDING"},
+    {JobState::kRunning, "RUNNING"},
+    {JobState::kCompleting, "COMPLETING"},
+    {JobState::kCompleted, "COMPLETED"},
+    {JobState::kFailed, "FAILED"},
+    {JobState::kCancelled, "CANCELLED"},
+    {JobState::kTimeout, "TIMEOUT"},
+    {JobState::kPreempted, "PREEMPTED"},
+    {JobState::kNodeFail, "NODE_FAIL"}}};
+
+constexpr std::array<std::pair<PendingReason, const char*>, 13> kReasons{{
+    {PendingReason::kNone, "None"},
+    {PendingReason::kPriority, "Priority"},
+    {PendingReason::kResources, "Resources"},
+    {PendingReason::kJobHeldUser, "JobHeldUser"},
+    {PendingReason::kJobHeldAdmin, "JobHeldAdmin"},
+    {PendingReason::kDependency, "Dependency"},
+    {PendingReason::kQosLimit, "QOSLimit"},
+    {PendingReason::kAccountQuota, "AccountQuota"},
+    {PendingReason::kPartitionLimit, "PartitionLimit"},
+    {PendingReason::kPartitionDown, "PartitionDown"},
+    {PendingReason::kBeginTime, "BeginTime"},
+    {PendingReason::kWaitingForSpotBudget, "WaitingForSpotBudget"},
+    {PendingReason::kLaunchFailedRequeue, "LaunchFailedRequeue"}}};
+
+constexpr std::array<std::pair<Topology, const char*>, 5> kTopologies{{
+    {Topology::kNone, "none"},
+    {Topology::kSameDomain, "same-domain"},
+    {Topology::kSameZone, "same-zone"},
+    {Topology::kSameRegion, "same-region"},
+    {Topology::kSpread, "spread"}}};
+
+template <typename E, size_t N>
+const char* NameOf(const std::array<std::pair<E, const char*>, N>& table, E value) {
+  for (const auto& [v, name] : table)
+    if (v == value) return name;
+  return "?";
+}
+
+template <typename E, size_t N>
+std::optional<E> ParseName(const std::array<std::pair<E, const char*>, N>& table,
+                           const std::string& s) {
+  for (const auto& [v, name] : table)
+    if (s == name) return v;
+  return std::nullopt;
+}
+}  // namespace
+
+const char* PoolName(Pool p) { return NameOf(kPools, p); }
+std::optional<Pool> ParsePool(const std::string& s) { return ParseName(kPools, s); }
+
+const char* JobStateName(JobState s) { return NameOf(kJobStates, s); }
+std::optional<JobState> ParseJobState(const std::string& s) { return ParseName(kJobStates, s); }
+
+bool IsFinal(JobState s) {
+  return s == JobState::kCompleted || s == JobState::kFailed || s == JobState::kCancelled ||
+         s == JobState::kTimeout;
+}
+
+const char* PendingReasonName(PendingReason r) { return NameOf(kReasons, r); }
+
+std::optional<Topology> ParseTopology(const std::string& s) { return ParseName(kTopologies, s); }
+const char* TopologyName(Topology t) { return NameOf(kTopologies, t); }
+
+}  // namespace mlsched::core

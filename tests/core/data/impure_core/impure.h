@@ -1,0 +1,2 @@
+// Fixture for the include check: this file must be rejected.
+#include <spdlog/spdlog.h>

@@ -1,0 +1,84 @@
+#include <catch2/catch.hpp>
+
+#include "schedd/core/ledger.h"
+#include "tests/core/support.h"
+
+using namespace mlsched::core;
+using namespace mlsched::core::testing;
+
+namespace {
+bool SameLedger(const NodeLedger& a, const NodeLedger& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const NodeSlot &x = a.slot(i), &y = b.slot(i);
+    if (x.free.cpu_millis != y.free.cpu_millis || x.free.memory_bytes != y.free.memory_bytes ||
+        x.free.gpus != y.free.gpus || x.used_devices.Count() != y.used_devices.Count())
+      return false;
+    for (int32_t d = 0; d < x.used_devices.Size(); ++d)
+      if (x.used_devices.Contains(d) != y.used_devices.Contains(d)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("DeviceSet picks the lowest free indices", "[core][ledger]") {
+  DeviceSet s(8);
+  s.Insert(0);
+  s.Insert(2);
+  CHECK(s.Count() == 2);
+  CHECK(s.LowestAbsent(3) == std::vector<int32_t>{1, 3, 4});
+  s.Erase(0);
+  CHECK(s.LowestAbsent(1) == std::vector<int32_t>{0});
+  DeviceSet big(130);
+  big.Insert(129);
+  CHECK(big.Contains(129));
+  CHECK_FALSE(big.Contains(64));
+}
+
+TEST_CASE("the ledger subtracts running allocations and avoids their devices", "[core][ledger]") {
+  auto nodes = ClusterBuilder().Nodes("gpu-[01-02]").Gpus("h100", 8).Build();
+  Allocation running{{Task(0, "gpu-01", {0, 1, 5}, "h100", 3000)}};
+  std::vector<Job> jobs{JobBuilder(1).GpusPerTask(3).Running(0, running).Build()};
+  NodeLedger ledger(nodes, jobs);
+  CHECK(ledger.FreeGpus(0) == 5);
+  CHECK(ledger.slot(0).free.cpu_millis == 61000);
+  AllocationTxn txn(ledger);
+  REQUIRE(txn.Take(0, TaskDemand{1000, 0, 4}, 0));
+  CHECK(txn.placements()[0].gpu_indices == std::vector<int32_t>{2, 3, 4, 6});
+  CHECK_FALSE(txn.Take(0, TaskDemand{1000, 0, 2}, 1));  // only device 7 left
+}
+
+TEST_CASE("AllocationTxn::Discard restores the ledger exactly", "[core][ledger]") {
+  auto nodes = ClusterBuilder().Nodes("gpu-[01-03]").Gpus("a100", 4).Build();
+  std::vector<Job> jobs{JobBuilder(1).Running(0, Allocation{{Task(0, "gpu-02", {1}, "a100", 500)}}).Build()};
+  NodeLedger ledger(nodes, jobs);
+  const NodeLedger before(nodes, jobs);
+  {
+    AllocationTxn txn(ledger);
+    for (size_t n = 0; n < 3; ++n)
+      for (int r = 0; r < 2; ++r) REQUIRE(txn.Take(n, TaskDemand{2000, 1 << 30, 1}, r));
+    CHECK_FALSE(SameLedger(ledger, before));
+    txn.Discard();
+    CHECK(SameLedger(ledger, before));
+  }
+  {
+    AllocationTxn txn(ledger);
+    REQUIRE(txn.Take(1, TaskDemand{0, 0, 3}, 0));
+  }  // destroyed open: discarded
+  CHECK(SameLedger(ledger, before));
+  AllocationTxn txn(ledger);
+  REQUIRE(txn.Take(2, TaskDemand{0, 0, 2}, 0));
+  Allocation a = txn.Commit();
+  CHECK(a.tasks.size() == 1);
+  CHECK(ledger.FreeGpus(2) == 2);
+}
+
+TEST_CASE("CheckFit tells feasible-later from never", "[core][ledger]") {
+  auto nodes = ClusterBuilder().Nodes("n1").Gpus("l4", 2).Cpus(8).Build();
+  std::vector<Job> jobs{JobBuilder(1).Running(0, Allocation{{Task(0, "n1", {0}, "l4", 4000)}}).Build()};
+  NodeLedger ledger(nodes, jobs);
+  CHECK(CheckFit(ledger.slot(0), TaskDemand{4000, 0, 1}) == Fit::kFits);
+  CHECK(CheckFit(ledger.slot(0), TaskDemand{4000, 0, 2}) == Fit::kNotNow);
+  CHECK(CheckFit(ledger.slot(0), TaskDemand{4000, 0, 3}) == Fit::kNever);
+  CHECK(CheckFit(ledger.slot(0), TaskDemand{9000, 0, 0}) == Fit::kNever);
+}

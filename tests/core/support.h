@@ -1,0 +1,99 @@
+// Test support for the scheduling core: builders with named setters, plan application and the
+// invariant checks every scenario runs after every cycle.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedd/core/types.h"
+
+namespace mlsched::core::testing {
+
+/// Expands a Slurm-style host list: "gpu-[01-03]" -> gpu-01, gpu-02, gpu-03; "a,b" and plain names
+/// work too. Zero padding follows the lower bound's width.
+std::vector<std::string> ExpandHostList(const std::string& list);
+
+/// Builds nodes group by group: each Nodes() call starts a group that the following Gpus/Cpus/
+/// MemoryGiB/Features/Health calls shape.
+/// ClusterBuilder().Pool("spot").Nodes("gpu-[01-16]").Gpus("h100", 8)
+class ClusterBuilder {
+ public:
+  ClusterBuilder();
+  /// Pool, region, zone and domain apply to the groups that later Nodes() calls start.
+  ClusterBuilder& Pool(const std::string& pool);
+  ClusterBuilder& Region(const std::string& region);
+  ClusterBuilder& Zone(const std::string& zone);
+  ClusterBuilder& Domain(const std::string& domain);
+  ClusterBuilder& Nodes(const std::string& host_list);
+  ClusterBuilder& Gpus(const std::string& type, int64_t count);
+  ClusterBuilder& Cpus(int64_t cores);
+  ClusterBuilder& MemoryGiB(int64_t gib);
+  ClusterBuilder& Features(std::vector<std::string> features);
+  ClusterBuilder& Health(NodeHealth health);
+  std::vector<Node> Build() const;
+
+ private:
+  template <typename F>
+  ClusterBuilder& ForGroup(F f) {
+    for (size_t i = group_begin_; i < nodes_.size(); ++i) f(nodes_[i]);
+    return *this;
+  }
+  std::vector<Node> nodes_;
+  size_t group_begin_ = 0;
+  Node defaults_;
+};
+
+/// Builds one job. JobBuilder(7).Tasks(16).GpusPerTask(8).TimeLimit(4h)
+class JobBuilder {
+ public:
+  explicit JobBuilder(JobId id = 1);
+  JobBuilder& Tasks(int32_t n);
+  JobBuilder& GpusPerTask(int64_t n, const std::string& type = "");
+  JobBuilder& GpuTypes(std::vector<std::string> types);
+  JobBuilder& CpusPerTask(int64_t cores);
+  JobBuilder& CpuMillisPerTask(int64_t millis);
+  JobBuilder& MemoryGiBPerTask(int64_t gib);
+  JobBuilder& TimeLimit(std::chrono::seconds limit);
+  JobBuilder& Submit(Timestamp t);
+  JobBuilder& Topo(Topology t);
+  JobBuilder& Partition(const std::string& p);
+  JobBuilder& Account(const std::string& a);
+  JobBuilder& User(const std::string& u);
+  JobBuilder& Qos(const std::string& q);
+  JobBuilder& Nice(int32_t nice);
+  JobBuilder& Hold();
+  JobBuilder& Features(std::vector<std::string> f);
+  /// Marks the job running since `start` on `allocation`.
+  JobBuilder& Running(Timestamp start, Allocation allocation);
+  Job Build() const { return job_; }
+
+ private:
+  Job job_;
+};
+
+/// A task placement for hand-written running allocations.
+TaskPlacement Task(int32_t rank, const std::string& node, std::vector<int32_t> gpu_indices,
+                   const std::string& gpu_type, int64_t cpu_millis = 0);
+
+/// Violations of the cycle invariants for `plan` applied to `state` (empty = all hold): every
+/// started job was pending, gang all-or-nothing (ranks 0..ntasks-1, each with the per-task
+/// demand), only up and eligible-pool nodes get new work, no node over-allocated, GPU device
+/// indices in range and disjoint, every pending job has exactly one update.
+std::vector<std::string> CheckInvariants(const ClusterState& state, const PolicySet& policy,
+                                         const CyclePlan& plan);
+
+/// Applies a plan: started jobs become running at `now` with their allocation; pending updates
+/// set reasons.
+void ApplyPlan(ClusterState& state, const CyclePlan& plan, Timestamp now);
+
+/// Runs one cycle, REQUIREs the invariants, and returns the plan.
+CyclePlan RunChecked(const ClusterState& state, const PolicySet& policy, Timestamp now);
+
+/// Ids of the started jobs, in plan order.
+std::vector<JobId> StartedIds(const CyclePlan& plan);
+/// The pending update of `job` (REQUIREs that there is one).
+PendingUpdate PendingOf(const CyclePlan& plan, JobId job);
+
+}  // namespace mlsched::core::testing
