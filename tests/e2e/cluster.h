@@ -1,0 +1,66 @@
+// End-to-end harness: real schedd and agentd processes on a Unix socket in a temp dir, driven
+// through the real command-line tools. Paths of the binaries come from compile definitions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mlsched::e2e {
+
+/// Exit status and captured output of a finished command.
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+/// Starts `argv` with stdout/stderr appended to `log`; returns the pid.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log, const std::map<std::string, std::string>& env = {});
+/// Runs `argv` to completion (killed after `timeout_s`), capturing its output.
+RunResult Run(const std::vector<std::string>& argv, int timeout_s = 60);
+/// True when a process with this pid exists (and is not a zombie of ours).
+bool Alive(pid_t pid);
+/// Polls `pred` every 100 ms until it holds or `timeout_s` passes.
+bool WaitFor(const std::function<bool()>& pred, double timeout_s);
+/// Contents of a file ("" when missing).
+std::string ReadFile(const std::filesystem::path& p);
+
+/// A local cluster: one schedd and named agents, all in one temp dir, stopped on destruction.
+class Cluster {
+ public:
+  Cluster();
+  ~Cluster();
+  /// Starts schedd (again, after a crash: same state dir).
+  void StartSchedd();
+  /// Sends `sig` to schedd and reaps it.
+  void StopSchedd(int sig);
+  /// Starts an agent with `cpus` CPUs; waits until schedd lists it.
+  void StartAgent(const std::string& name, int cpus, const std::string& pool = "on-demand",
+                  const std::string& domain = "d1");
+  void KillAgent(const std::string& name, int sig);
+  /// A tool of ours (mlsub, mlq, mlcancel, mladmin) with --server set.
+  RunResult Tool(const std::string& tool, std::vector<std::string> args, int timeout_s = 60);
+  /// Submits with mlsub --parsable; fails the test on error.
+  int64_t Submit(std::vector<std::string> args);
+  /// The job's mlq --json object (null when not found).
+  nlohmann::json Job(int64_t id);
+  std::string State(int64_t id);
+  /// Waits until the job reaches `state`.
+  bool WaitState(int64_t id, const std::string& state, double timeout_s = 30);
+  nlohmann::json Nodes();
+  const std::filesystem::path& Dir() const { return dir_; }
+  std::string Server() const { return "unix:" + (dir_ / "schedd.sock").string(); }
+  pid_t ScheddPid() const { return schedd_; }
+
+ private:
+  std::filesystem::path dir_;
+  pid_t schedd_ = -1;
+  std::map<std::string, pid_t> agents_;
+};
+
+}  // namespace mlsched::e2e
