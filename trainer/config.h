@@ -43,6 +43,7 @@ struct TrainerConfig {
   CheckpointInterval checkpoint_every;
   int keep_checkpoints = 3;
   size_t multipart_threshold = 64u << 20;  ///< bytes; larger S3 shards use multipart upload
+  size_t multipart_part_size = 8u << 20;   ///< bytes per multipart part
   // Reporting
   std::string metrics_out;
   std::string loss_log;     ///< rank 0 appends "step loss" per step (for exact-resume checks)

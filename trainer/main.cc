@@ -38,6 +38,7 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, s
   app.add_option("--checkpoint-every", every, "Checkpoint every N steps, or every Ns / Nm of wall time");
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Committed checkpoints to keep")->capture_default_str();
   app.add_option("--multipart-threshold", c.multipart_threshold, "S3 shards above this many bytes use multipart upload")->capture_default_str();
+  app.add_option("--multipart-part-size", c.multipart_part_size, "Bytes per S3 multipart part (S3 needs >= 5 MiB)")->capture_default_str();
   app.add_option("--metrics-out", c.metrics_out, "Write end-of-run metrics as JSON to this file");
   app.add_option("--loss-log", c.loss_log, "Rank 0 appends 'step loss' lines to this file");
   app.add_option("--status-file", c.status_file, "Progress status JSON (default: $MLSCHED_STATUS_FILE)");

@@ -81,13 +81,13 @@ void LocalDirStore::Delete(const std::string& key) {
   if (path.parent_path() != fs::path(root_)) fs::remove(path.parent_path(), ec);
 }
 
-std::unique_ptr<ObjectStore> OpenObjectStore(const std::string& url, size_t multipart_threshold) {
+std::unique_ptr<ObjectStore> OpenObjectStore(const std::string& url, size_t multipart_threshold, size_t part_size) {
   if (url.rfind("file://", 0) == 0) {
     std::string path = url.substr(7);
     if (path.empty() || path[0] != '/') throw std::invalid_argument("checkpoint URL '" + url + "' must be file:///absolute/path");
     return std::make_unique<LocalDirStore>(path);
   }
-  if (url.rfind("s3://", 0) == 0) return std::make_unique<S3Store>(S3Location::Parse(url), S3Credentials::FromEnv(), multipart_threshold);
+  if (url.rfind("s3://", 0) == 0) return std::make_unique<S3Store>(S3Location::Parse(url), S3Credentials::FromEnv(), multipart_threshold, part_size);
   if (url.find("://") == std::string::npos && !url.empty()) return std::make_unique<LocalDirStore>(url);
   throw std::invalid_argument("unsupported checkpoint URL '" + url + "' (expected file:///dir or s3://bucket/prefix)");
 }

@@ -43,8 +43,9 @@ class LocalDirStore final : public ObjectStore {
 
 /// Opens "file:///abs/dir" (or a plain path) or "s3://bucket[/prefix]" (S3Store, configured from
 /// AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN).
-/// `multipart_threshold` (bytes): S3 blobs larger than this are sent as a multipart upload.
+/// `multipart_threshold` (bytes): S3 blobs larger than this are sent as a multipart upload in parts
+/// of `part_size` bytes.
 /// Throws std::invalid_argument naming the URL when its scheme or form is not supported.
-std::unique_ptr<ObjectStore> OpenObjectStore(const std::string& url, size_t multipart_threshold);
+std::unique_ptr<ObjectStore> OpenObjectStore(const std::string& url, size_t multipart_threshold, size_t part_size);
 
 }  // namespace mltrain

@@ -16,8 +16,6 @@
 namespace mltrain {
 namespace {
 
-constexpr size_t kPartSize = 8u << 20;  // multipart part size; S3's minimum is 5 MiB (except the last)
-
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return (v != nullptr && *v != '\0') ? std::string(v) : fallback;
@@ -141,8 +139,11 @@ std::string CanonicalQuery(const std::map<std::string, std::string>& params) {
   return out;
 }
 
-S3Store::S3Store(S3Location location, S3Credentials credentials, size_t multipart_threshold)
-    : location_(std::move(location)), credentials_(std::move(credentials)), multipart_threshold_(multipart_threshold) {
+S3Store::S3Store(S3Location location, S3Credentials credentials, size_t multipart_threshold, size_t part_size)
+    : location_(std::move(location)),
+      credentials_(std::move(credentials)),
+      multipart_threshold_(multipart_threshold),
+      part_size_(std::max<size_t>(1, part_size)) {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
@@ -176,7 +177,6 @@ S3Store::Response S3Store::Send(const std::string& method, const std::string& ur
     if (!credentials_.session_token.empty())
       headers = curl_slist_append(headers, ("x-amz-security-token: " + credentials_.session_token).c_str());
     if (!content_type.empty()) headers = curl_slist_append(headers, ("Content-Type: " + content_type).c_str());
-    headers = curl_slist_append(headers, "Expect:");
     ReadState reader{body, 0};
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -234,8 +234,8 @@ void S3Store::PutMultipart(const std::string& full_key, std::span<const uint8_t>
   try {
     std::string complete = "<CompleteMultipartUpload>";
     int part = 1;
-    for (size_t off = 0; off < data.size(); off += kPartSize, ++part) {
-      auto chunk = data.subspan(off, std::min(kPartSize, data.size() - off));
+    for (size_t off = 0; off < data.size(); off += part_size_, ++part) {
+      auto chunk = data.subspan(off, std::min(part_size_, data.size() - off));
       std::string q = CanonicalQuery({{"partNumber", std::to_string(part)}, {"uploadId", upload_id}});
       Response p = Send("PUT", ObjectUrl(full_key, q), chunk, "");
       if (p.status != 200 || p.headers.count("etag") == 0)

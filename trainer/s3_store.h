@@ -46,7 +46,9 @@ std::string CanonicalQuery(const std::map<std::string, std::string>& params);
 /// threshold use CreateMultipartUpload / UploadPart / CompleteMultipartUpload (aborted on error).
 class S3Store final : public ObjectStore {
  public:
-  S3Store(S3Location location, S3Credentials credentials, size_t multipart_threshold);
+  /// Blobs above multipart_threshold bytes are uploaded in parts of part_size bytes (S3 requires
+  /// >= 5 MiB per part except the last; S3-compatible test servers accept less).
+  S3Store(S3Location location, S3Credentials credentials, size_t multipart_threshold, size_t part_size = 8u << 20);
   std::string Describe() const override;
   void Put(const std::string& key, std::span<const uint8_t> data) override;
   std::optional<std::vector<uint8_t>> Get(const std::string& key) override;
@@ -70,6 +72,7 @@ class S3Store final : public ObjectStore {
   S3Location location_;
   S3Credentials credentials_;
   size_t multipart_threshold_;
+  size_t part_size_;
 };
 
 }  // namespace mltrain

@@ -86,7 +86,7 @@ void Trainer::InitializeOrResume() {
   params_.assign(model_->parameter_count(), 0.0f);
   grad_.assign(model_->parameter_count() + kExtras, 0.0f);
   if (!config_.checkpoint_url.empty()) {
-    store_ = OpenObjectStore(config_.checkpoint_url, config_.multipart_threshold);
+    store_ = OpenObjectStore(config_.checkpoint_url, config_.multipart_threshold, config_.multipart_part_size);
     checkpoints_ = std::make_unique<CheckpointManager>(*store_, comm_, config_.keep_checkpoints);
   }
   std::optional<TrainingState> resumed;

@@ -1,0 +1,119 @@
+// The rendezvous store and the Gloo communicator, with ranks as threads of this process.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "tests/trainer/test_util.h"
+#include "trainer/communicator.h"
+#include "trainer/kv_store.h"
+#include "trainer/log.h"
+#include "trainer/sampler.h"
+
+using namespace mltrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+RendezvousEnv Env(int rank, int world, int port, const std::string& attempt = "1") {
+  RendezvousEnv e;
+  e.rank = rank;
+  e.world_size = world;
+  e.master_addr = "127.0.0.1";
+  e.master_port = port;
+  e.job_id = "comm-test";
+  e.attempt = attempt;
+  return e;
+}
+
+CommunicatorOptions Options(std::chrono::milliseconds timeout) {
+  CommunicatorOptions o;
+  o.rendezvous_timeout = timeout;
+  o.collective_timeout = timeout;
+  return o;
+}
+
+/// Runs body(comm) on `world` ranks (threads); rethrows the first failure.
+void OnRanks(int world, const std::function<void(Communicator&)>& body, const std::string& algorithm = "ring") {
+  int port = testing::FreePort();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::async(std::launch::async, [=] {
+      auto options = Options(10s);
+      options.allreduce_algorithm = algorithm;
+      auto comm = CreateCommunicator(Env(r, world, port), options);
+      body(*comm);
+      comm->Barrier();
+    }));
+  }
+  for (auto& f : ranks) f.get();
+}
+
+}  // namespace
+
+TEST_CASE("Key-value store: set, get, wait with a deadline", "[trainer][comm]") {
+  KvServer server(0);
+  KvClient client("127.0.0.1", server.port(), 2s);
+  client.Set("a", std::string("x\0y", 3));
+  CHECK(client.TryGet("a") == std::string("x\0y", 3));
+  CHECK_FALSE(client.TryGet("b"));
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(client.WaitAll({"a", "b"}, 300ms), PeerLostError);
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  KvClient nobody("127.0.0.1", testing::FreePort(), 300ms);
+  CHECK_THROWS_WITH(nobody.Set("k", "v"), Catch::Contains("unreachable"));
+}
+
+TEST_CASE("Gloo collectives over 3 ranks on loopback", "[trainer][comm]") {
+  for (std::string algorithm : {"ring", "halving-doubling"}) {
+    OnRanks(3, [](Communicator& comm) {
+      const int r = comm.rank();
+      std::vector<float> data(1001);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(r + 1) * static_cast<float>(i);
+      comm.AllReduceSum(data);
+      for (size_t i = 0; i < data.size(); ++i) REQUIRE(data[i] == 6.0f * static_cast<float>(i));
+      comm.AllReduceSum(data);  // cached algorithm, same buffer
+      REQUIRE(data[10] == 180.0f);
+
+      std::vector<float> rs(100);
+      for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(i) + static_cast<float>(r) * 1000.0f;
+      comm.ReduceScatterSum(rs);
+      SampleRange mine = BlockRange(100, r, 3);
+      for (int64_t i = mine.begin; i < mine.end; ++i) REQUIRE(rs[static_cast<size_t>(i)] == 3.0f * static_cast<float>(i) + 3000.0f);
+      comm.AllGather(rs);
+      for (size_t i = 0; i < rs.size(); ++i) REQUIRE(rs[i] == 3.0f * static_cast<float>(i) + 3000.0f);
+
+      auto words = comm.AllGatherWord(100 + r);
+      REQUIRE(words == std::vector<uint64_t>{100, 101, 102});
+      std::vector<uint8_t> bytes(5, static_cast<uint8_t>(r));
+      comm.Broadcast(bytes, 2);
+      REQUIRE(bytes == std::vector<uint8_t>(5, 2));
+    }, algorithm);
+  }
+}
+
+TEST_CASE("A rank that never arrives, or belongs to another attempt, fails the rendezvous in time", "[trainer][comm]") {
+  int port = testing::FreePort();
+  auto start = std::chrono::steady_clock::now();
+  auto stale = std::async(std::launch::async, [=] {
+    // Same job, stale attempt: its keys live in another scope, so it cannot join attempt 1.
+    CHECK_THROWS_AS(CreateCommunicator(Env(1, 2, port, "0"), Options(1500ms)), PeerLostError);
+  });
+  CHECK_THROWS_AS(CreateCommunicator(Env(0, 2, port), Options(1500ms)), PeerLostError);
+  stale.get();
+  CHECK(std::chrono::steady_clock::now() - start < 8s);
+}
+
+TEST_CASE("Rendezvous env is validated", "[trainer][comm]") {
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "2", 1);
+  CHECK_THROWS_WITH(ReadRendezvousEnv(), Catch::Contains("RANK"));
+  ::setenv("RANK", "1", 1);
+  ::unsetenv("MASTER_ADDR");
+  CHECK_THROWS_WITH(ReadRendezvousEnv(), Catch::Contains("MASTER_ADDR"));
+  ::unsetenv("WORLD_SIZE");
+  ::unsetenv("RANK");
+  CHECK(ReadRendezvousEnv().world_size == 1);
+}
