@@ -1,0 +1,130 @@
+#include "schedd/sim/sim_config.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <toml++/toml.h>
+
+#include "schedd/sim/gpu_readers.h"
+#include "schedd/sim/line_reader.h"
+#include "schedd/sim/policy_file.h"
+#include "schedd/sim/swf_reader.h"
+
+namespace mlsched::sim {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::map<std::string, int64_t> ReadAppRuntimes(const std::string& path) {
+  std::map<std::string, int64_t> out;
+  if (path.empty()) return out;
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error(path + ":" + std::to_string(e.source().begin.line) + ": " +
+                             std::string(e.description()));
+  }
+  for (auto&& [key, value] : root) {
+    auto seconds = value.value<int64_t>();
+    if (!seconds || *seconds <= 0) {
+      throw std::runtime_error(path + ": '" + std::string(key.str()) +
+                               "' must be a positive number of seconds");
+    }
+    out[std::string(key.str())] = *seconds;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string DetectFormat(const std::string& path) {
+  if (EndsWith(path, ".swf") || EndsWith(path, ".swf.gz")) return "swf";
+  LineReader reader(path);
+  std::string header;
+  if (!reader.Next(header)) throw TraceError(path + ": empty file; cannot detect its format");
+  if (!header.empty() && header[0] == ';') return "swf";
+  if (header.rfind("timestamp,duration,num_gpus", 0) == 0) return "philly";
+  if (header.rfind("name,time,application", 0) == 0) return "pollux";
+  if (header.rfind("name,cpu_milli,memory_mib,num_gpu", 0) == 0) return "alibaba";
+  throw TraceError(path + ":1: unknown trace format (give --format swf|philly|pollux|alibaba)");
+}
+
+Trace LoadTrace(const SimConfig& config) {
+  ReaderOptions options;
+  options.strict = config.strict;
+  const std::string format = config.format.empty() ? DetectFormat(config.trace_path) : config.format;
+  Trace trace;
+  GpuTaskShape shape;
+  if (format == "swf") {
+    SwfOptions swf;
+    swf.processors = config.processors;
+    trace = ReadSwf(config.trace_path, options, swf);
+  } else if (format == "philly") {
+    trace = ReadPhilly(config.trace_path, options, shape);
+  } else if (format == "pollux") {
+    trace = ReadPollux(config.trace_path, options, ReadAppRuntimes(config.app_runtimes_path), shape);
+  } else if (format == "alibaba") {
+    trace = ReadAlibaba(config.trace_path, config.node_list, options);
+  } else {
+    throw TraceError("unknown trace format '" + format + "' (want swf, philly, pollux or alibaba)");
+  }
+  if (config.exact_runtimes) UseExactRuntimes(trace);
+  return trace;
+}
+
+Fleet BuildFleet(const SimConfig& config, const Trace& trace) {
+  if (!config.cluster_path.empty()) return ReadClusterFile(config.cluster_path);
+  if (config.nodes > 0) {
+    return UniformFleet(config.nodes, config.cpus_per_node, config.memory_gib_per_node,
+                        config.gpus_per_node, config.gpu_type, config.domain_size);
+  }
+  if (!trace.nodes.empty()) return FleetFromNodes(trace.nodes);
+  return UniformFleet(16, 32, 256, 4, config.gpu_type, 0);
+}
+
+core::PolicySet LoadPolicy(const SimConfig& config, const Trace& trace,
+                           std::map<std::string, double>* shares) {
+  core::PolicySet policy;
+  if (!config.policy_path.empty()) policy = ReadPolicyFile(config.policy_path, shares);
+  if (!config.backfill.empty()) SetBackfillMode(policy, config.backfill);
+  core::Duration longest = 0;
+  for (const auto& j : trace.jobs) longest = std::max(longest, j.spec.time_limit);
+  for (auto& p : policy.partitions) p.max_time_limit = std::max(p.max_time_limit, longest);
+  return policy;
+}
+
+std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& config) {
+  std::string out = DescribeSchedulingPolicy(policy);
+  if (config.exact_runtimes) out += ", exact run times";
+  if (config.predict_runtimes) out += ", user-history runtime predictions";
+  return out;
+}
+
+Replay RunReplay(const SimConfig& config) {
+  Replay r;
+  r.trace = LoadTrace(config);
+  r.fleet = BuildFleet(config, r.trace);
+  r.policy = LoadPolicy(config, r.trace, &r.shares);
+  if (config.predict_runtimes) r.predictor = std::make_unique<UserHistoryPredictor>();
+  SimOptions options;
+  options.policy = r.policy;
+  options.cycle_period_s = config.cycle_period_s;
+  options.seed = config.seed;
+  options.checkpoint_interval_s = config.checkpoint_interval_s;
+  options.predictor = r.predictor.get();
+  options.record_series = config.record_series;
+  r.result = Simulate(r.trace, r.fleet, options);
+  r.metrics = ComputeMetrics(r.result, r.shares);
+  r.info.trace = r.trace.name;
+  r.info.format = r.trace.format;
+  r.info.policy = DescribePolicy(r.policy, config);
+  r.info.seed = config.seed;
+  r.info.nodes = static_cast<int64_t>(r.fleet.nodes.size());
+  r.info.skipped_records = r.trace.skipped;
+  return r;
+}
+
+}  // namespace mlsched::sim

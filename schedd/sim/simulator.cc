@@ -1,0 +1,345 @@
+#include "schedd/sim/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <queue>
+#include <random>
+#include <stdexcept>
+#include <tuple>
+
+namespace mlsched::sim {
+namespace {
+
+using core::Duration;
+using core::Timestamp;
+
+/// Events at one timestamp run in this order, all after that timestamp's submissions and before
+/// its scheduling pass (submission < termination < start < scheduling pass).
+enum class EventKind : int { kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3 };
+
+struct Event {
+  Timestamp time = 0;
+  EventKind kind = EventKind::kFinish;
+  int64_t seq = 0;     // insertion order: ties broken deterministically
+  int64_t target = 0;  // job index or node index
+  int32_t attempt = 0;
+  bool operator>(const Event& o) const {
+    return std::tie(time, kind, seq) > std::tie(o.time, o.kind, o.seq);
+  }
+};
+
+/// Per-job simulation state beside the core's Job.
+struct Live {
+  int64_t slot = -1;             // index in ClusterState::jobs, -1 when not there
+  Timestamp attempt_start = 0;
+  Duration progress = 0;         // checkpointed useful work, seconds
+  int extensions = 0;            // predictor extensions this attempt
+  bool running = false;
+};
+
+class Simulation {
+ public:
+  Simulation(const Trace& trace, const Fleet& fleet, const SimOptions& options)
+      : trace_(trace), fleet_(fleet), options_(options), live_(trace.jobs.size()),
+        rng_(options.seed) {
+    state_.nodes = fleet.nodes;
+    result_.jobs.resize(trace.jobs.size());
+    result_.resource = TotalGpus(fleet) > 0 ? "gpu" : "cpu";
+    result_.capacity =
+        result_.resource == "gpu" ? TotalGpus(fleet) : TotalCpuMillis(fleet) / 1000;
+  }
+
+  SimResult Run();
+
+ private:
+  void Submit(size_t index);
+  void HandleEvent(const Event& e);
+  void Finish(size_t index);
+  void PredictionDue(size_t index);
+  void EvictNode(size_t node);
+  void RecoverNode(size_t node);
+  void Requeue(size_t index);
+  void Cycle();
+  void Start(const core::StartDecision& decision);
+  void Compact();
+  void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
+    events_.push(Event{time, kind, seq_++, target, attempt});
+  }
+  Duration EvictionDelay(size_t node);
+  core::Job& JobOf(size_t index) { return state_.jobs[static_cast<size_t>(live_[index].slot)]; }
+  bool AnyNodeDown() const {
+    return std::any_of(state_.nodes.begin(), state_.nodes.end(),
+                       [](const core::Node& n) { return n.health == core::NodeHealth::kDown; });
+  }
+
+  const Trace& trace_;
+  const Fleet& fleet_;
+  const SimOptions& options_;
+  core::ClusterState state_;
+  std::vector<Live> live_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::mt19937_64 rng_;
+  SimResult result_;
+  int64_t seq_ = 0;
+  Timestamp now_ = 0;
+  bool dirty_ = false, need_compact_ = false;
+  int64_t pending_ = 0, running_ = 0, busy_ = 0;
+};
+
+Duration Simulation::EvictionDelay(size_t node) {
+  const double per_second = fleet_.eviction_rate_per_hour[node] / 3600.0;
+  // Inverse-transform sampling of an exponential inter-arrival time; u in (0, 1].
+  const double u = static_cast<double>((rng_() >> 11) + 1) * 0x1.0p-53;
+  return std::max<Duration>(1, static_cast<Duration>(std::ceil(-std::log(u) / per_second)));
+}
+
+void Simulation::Submit(size_t index) {
+  const TraceJob& tj = trace_.jobs[index];
+  JobOutcome& out = result_.jobs[index];
+  out.id = tj.id;
+  out.user = tj.spec.user;
+  out.account = tj.spec.account;
+  out.accelerator = tj.accelerator;
+  out.size = tj.size;
+  out.submit = tj.submit_time;
+  out.run_time = tj.run_time;
+  if (auto why = core::CheckJobFeasible(fleet_.nodes, options_.policy, tj.spec)) {
+    out.infeasible = *why;
+    out.state = core::JobState::kFailed;
+    return;
+  }
+  core::Job job;
+  job.id = static_cast<core::JobId>(index + 1);
+  job.spec = tj.spec;
+  if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(tj);
+  job.submit_time = now_;
+  live_[index].slot = static_cast<int64_t>(state_.jobs.size());
+  state_.jobs.push_back(std::move(job));
+  ++pending_;
+  dirty_ = true;
+}
+
+void Simulation::HandleEvent(const Event& e) {
+  const auto index = static_cast<size_t>(e.target);
+  switch (e.kind) {
+    case EventKind::kFinish:
+    case EventKind::kPredictionDue:
+      // Stale: the job was evicted or preempted since this event was scheduled.
+      if (!live_[index].running || result_.jobs[index].attempts != e.attempt) return;
+      if (e.kind == EventKind::kFinish) {
+        Finish(index);
+      } else {
+        PredictionDue(index);
+      }
+      return;
+    case EventKind::kEviction:
+      EvictNode(index);
+      return;
+    case EventKind::kRecovery:
+      RecoverNode(index);
+      return;
+  }
+}
+
+void Simulation::Finish(size_t index) {
+  const TraceJob& tj = trace_.jobs[index];
+  JobOutcome& out = result_.jobs[index];
+  Live& live = live_[index];
+  core::Job& job = JobOf(index);
+  job.state = tj.hits_time_limit ? core::JobState::kTimeout : core::JobState::kCompleted;
+  out.state = job.state;
+  out.end = now_;
+  out.busy_s += now_ - live.attempt_start;
+  live.running = false;
+  live.slot = -1;
+  need_compact_ = true;
+  --running_;
+  busy_ -= tj.size;
+  if (options_.predictor != nullptr) options_.predictor->Observe(tj, tj.run_time);
+  dirty_ = true;
+}
+
+void Simulation::PredictionDue(size_t index) {
+  Live& live = live_[index];
+  core::Job& job = JobOf(index);
+  const Duration elapsed = now_ - live.attempt_start;
+  const Duration next =
+      options_.predictor->Extend(trace_.jobs[index], elapsed, live.extensions++);
+  job.spec.time_limit = std::max(next, elapsed + 1);
+  const Duration remaining = trace_.jobs[index].run_time - live.progress;
+  if (job.spec.time_limit < remaining) {
+    Push(live.attempt_start + job.spec.time_limit, EventKind::kPredictionDue,
+         static_cast<int64_t>(index), result_.jobs[index].attempts);
+  }
+  dirty_ = true;
+}
+
+void Simulation::Requeue(size_t index) {
+  const TraceJob& tj = trace_.jobs[index];
+  JobOutcome& out = result_.jobs[index];
+  Live& live = live_[index];
+  core::Job& job = JobOf(index);
+  const Duration elapsed = now_ - live.attempt_start;
+  const Duration interval = options_.checkpoint_interval_s;
+  const Duration saved = interval > 0 ? (elapsed / interval) * interval : 0;
+  live.progress = std::min(tj.run_time, live.progress + saved);
+  out.lost_resource_hours += static_cast<double>(tj.size) *
+                             static_cast<double>(elapsed - saved) / 3600.0;
+  out.busy_s += elapsed;
+  job.state = core::JobState::kPending;
+  job.reason = core::PendingReason::kNone;
+  job.start_time = 0;
+  job.allocation.reset();
+  live.running = false;
+  --running_;
+  ++pending_;
+  busy_ -= tj.size;
+  dirty_ = true;
+}
+
+void Simulation::EvictNode(size_t node) {
+  core::Node& n = state_.nodes[node];
+  n.health = core::NodeHealth::kDown;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (!live_[i].running) continue;
+    const auto& alloc = JobOf(i).allocation;
+    const bool on_node = alloc && std::any_of(alloc->tasks.begin(), alloc->tasks.end(),
+                                              [&](const core::TaskPlacement& t) {
+                                                return t.node == n.name;
+                                              });
+    if (!on_node) continue;
+    ++result_.jobs[i].evictions;
+    ++result_.evictions;
+    Requeue(i);
+  }
+  Push(now_ + std::max<Duration>(fleet_.recovery_s[node], 1), EventKind::kRecovery,
+       static_cast<int64_t>(node));
+  dirty_ = true;
+}
+
+void Simulation::RecoverNode(size_t node) {
+  state_.nodes[node].health = core::NodeHealth::kUp;
+  Push(now_ + EvictionDelay(node), EventKind::kEviction, static_cast<int64_t>(node));
+  dirty_ = true;
+}
+
+void Simulation::Start(const core::StartDecision& decision) {
+  const int64_t index = decision.job - 1;
+  if (index < 0 || index >= static_cast<int64_t>(live_.size()) || live_[index].slot < 0 ||
+      live_[index].running) {
+    throw std::logic_error("core planned a start for job " + std::to_string(decision.job) +
+                           ", which is not pending");
+  }
+  if (decision.allocation.tasks.empty()) {
+    throw std::logic_error("core planned job " + std::to_string(decision.job) +
+                           " with an empty allocation");
+  }
+  const TraceJob& tj = trace_.jobs[static_cast<size_t>(index)];
+  JobOutcome& out = result_.jobs[static_cast<size_t>(index)];
+  Live& live = live_[static_cast<size_t>(index)];
+  core::Job& job = JobOf(static_cast<size_t>(index));
+  ++out.attempts;
+  job.state = core::JobState::kRunning;
+  job.reason = core::PendingReason::kNone;
+  job.start_time = now_;
+  job.attempt = out.attempts;
+  job.allocation = decision.allocation;
+  if (out.first_start < 0) out.first_start = now_;
+  const auto& placed = decision.allocation.tasks.front().resources.gpus;
+  if (!placed.empty()) out.accelerator = placed.begin()->first;
+  live.running = true;
+  live.attempt_start = now_;
+  live.extensions = 0;
+  --pending_;
+  ++running_;
+  busy_ += tj.size;
+  const Duration remaining = tj.run_time - live.progress;
+  Push(now_ + remaining, EventKind::kFinish, index, out.attempts);
+  if (options_.predictor != nullptr && job.spec.time_limit < remaining) {
+    Push(now_ + job.spec.time_limit, EventKind::kPredictionDue, index, out.attempts);
+  }
+}
+
+void Simulation::Compact() {
+  size_t w = 0;
+  for (size_t r = 0; r < state_.jobs.size(); ++r) {
+    if (core::IsFinal(state_.jobs[r].state)) continue;
+    if (w != r) state_.jobs[w] = std::move(state_.jobs[r]);
+    live_[static_cast<size_t>(state_.jobs[w].id - 1)].slot = static_cast<int64_t>(w);
+    ++w;
+  }
+  state_.jobs.resize(w);
+  need_compact_ = false;
+}
+
+void Simulation::Cycle() {
+  if (need_compact_) Compact();
+  const auto t0 = std::chrono::steady_clock::now();
+  core::CyclePlan plan = core::SchedulingCycle::Run(state_, options_.policy, now_);
+  result_.cycle_wall_s.push_back(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ++result_.cycles;
+  dirty_ = false;
+  for (const auto& start : plan.starts) Start(start);
+  for (const auto& update : plan.pending) {
+    const int64_t index = update.job - 1;
+    if (index >= 0 && index < static_cast<int64_t>(live_.size()) && live_[index].slot >= 0 &&
+        !live_[index].running) {
+      JobOf(static_cast<size_t>(index)).reason = update.reason;
+    }
+  }
+  if (options_.record_series) {
+    result_.series.push_back(SeriesPoint{now_, pending_, running_, busy_});
+  }
+}
+
+SimResult Simulation::Run() {
+  for (size_t n = 0; n < fleet_.nodes.size(); ++n) {
+    if (fleet_.eviction_rate_per_hour[n] > 0) {
+      Push(EvictionDelay(n), EventKind::kEviction, static_cast<int64_t>(n));
+    }
+  }
+  const auto& jobs = trace_.jobs;
+  size_t next = 0;
+  Timestamp last_cycle = 0;
+  const Duration period = options_.cycle_period_s;
+  while (next < jobs.size() || running_ > 0 || pending_ > 0) {
+    constexpr Timestamp kNever = INT64_MAX;
+    Timestamp t = next < jobs.size() ? jobs[next].submit_time : kNever;
+    if (!events_.empty()) t = std::min(t, events_.top().time);
+    const bool periodic = period > 0 && pending_ > 0;
+    if (periodic) t = std::min(t, last_cycle + period);
+    if (t == kNever) break;  // pending jobs that nothing will ever unblock
+    now_ = t;
+    while (next < jobs.size() && jobs[next].submit_time == now_) Submit(next++);
+    while (!events_.empty() && events_.top().time == now_) {
+      Event e = events_.top();
+      events_.pop();
+      HandleEvent(e);
+    }
+    if (pending_ == 0 || (!dirty_ && !(periodic && now_ >= last_cycle + period))) continue;
+    const int64_t running_before = running_;
+    Cycle();
+    last_cycle = now_;
+    // Stuck: nothing runs, nothing will arrive, every node is up and the pass started nothing.
+    if (running_ == 0 && running_before == 0 && next == jobs.size() && pending_ > 0 &&
+        !AnyNodeDown() && period == 0) {
+      break;
+    }
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& options) {
+  if (fleet.nodes.empty()) throw std::invalid_argument("Simulate: the fleet has no nodes");
+  if (fleet.eviction_rate_per_hour.size() != fleet.nodes.size() ||
+      fleet.recovery_s.size() != fleet.nodes.size()) {
+    throw std::invalid_argument("Simulate: fleet per-node vectors differ in size");
+  }
+  return Simulation(trace, fleet, options).Run();
+}
+
+}  // namespace mlsched::sim
