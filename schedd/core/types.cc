@@ -73,6 +73,13 @@ constexpr std::array<std::pair<Topology, const char*>, 5> kTopologies{{
     {Topology::kSameRegion, "same-region"},
     {Topology::kSpread, "spread"}}};
 
+constexpr std::array<std::pair<BackfillMode, const char*>, 3> kBackfillModes{{
+    {BackfillMode::kNone, "none"}, {BackfillMode::kEasy, "easy"},
+    {BackfillMode::kConservative, "conservative"}}};
+
+constexpr std::array<std::pair<FairshareAlgorithm, const char*>, 2> kFairshare{{
+    {FairshareAlgorithm::kClassic, "classic"}, {FairshareAlgorithm::kFairTree, "fair-tree"}}};
+
 template <typename E, size_t N>
 const char* NameOf(const std::array<std::pair<E, const char*>, N>& table, E value) {
   for (const auto& [v, name] : table)
@@ -104,5 +111,15 @@ const char* PendingReasonName(PendingReason r) { return NameOf(kReasons, r); }
 
 std::optional<Topology> ParseTopology(const std::string& s) { return ParseName(kTopologies, s); }
 const char* TopologyName(Topology t) { return NameOf(kTopologies, t); }
+
+const char* BackfillModeName(BackfillMode m) { return NameOf(kBackfillModes, m); }
+std::optional<BackfillMode> ParseBackfillMode(const std::string& s) {
+  return ParseName(kBackfillModes, s);
+}
+
+const char* FairshareAlgorithmName(FairshareAlgorithm a) { return NameOf(kFairshare, a); }
+std::optional<FairshareAlgorithm> ParseFairshareAlgorithm(const std::string& s) {
+  return ParseName(kFairshare, s);
+}
 
 }  // namespace mlsched::core

@@ -115,6 +115,9 @@ struct Job {
 struct ClusterState {
   std::vector<Node> nodes;
   std::vector<Job> jobs;              // pending and running (final jobs may be omitted)
+  /// Decayed fairshare usage (billing-weighted resource-seconds) per association key: an account
+  /// name, or "account/user" for a user. Maintained with AccrueUsage (fairshare.h).
+  std::map<std::string, double> usage;
 };
 
 /// Scheduler policy as plain data (the TOML loader fills it; defaults give FIFO + EASY-free).
@@ -124,6 +127,88 @@ struct PartitionPolicy {
   Duration max_time_limit = 7 * 24 * 3600;
   std::vector<std::string> pools;     // empty = every pool
   bool up = true;
+  int64_t priority_tier = 0;          // partition factor: tier / max tier over partitions, in [0,1]
+  int32_t max_tasks_per_job = 0;      // 0 = unlimited
+};
+
+/// Backfill (Lifka 1995; Mu'alem & Feitelson 2001): kEasy reserves for the first blocked job only,
+/// kConservative for every blocked job up to `depth`; lower jobs start now only if they delay no
+/// reservation. Both plan with the jobs' time limits.
+enum class BackfillMode { kNone, kEasy, kConservative };
+/// "none" | "easy" | "conservative".
+const char* BackfillModeName(BackfillMode m);
+std::optional<BackfillMode> ParseBackfillMode(const std::string& s);
+
+/// Order of the main queue: kFifo = (submit_time, id) like pyss/FCFS; kMultifactor = Slurm's
+/// multifactor priority, highest first, ties by (submit_time, id).
+enum class QueueOrder { kFifo, kMultifactor };
+/// Order in which jobs behind the reservations are tried for backfill: kQueue = queue order;
+/// kShortestFirst = shortest time limit first (ties by queue order).
+enum class BackfillOrder { kQueue, kShortestFirst };
+
+/// Backfill parameters, named after Slurm's SchedulerParameters.
+struct BackfillPolicy {
+  BackfillMode mode = BackfillMode::kNone;
+  BackfillOrder order = BackfillOrder::kQueue;
+  /// Conservative: most reservations per cycle (0 = every blocked job). EASY always uses 1.
+  int32_t depth = 0;
+  /// bf_max_job_test: most pending jobs examined per cycle (0 = all).
+  int32_t max_job_test = 0;
+  /// bf_window, seconds: reservations are not planned beyond now + window (0 = unlimited).
+  Duration window = 0;
+  /// bf_resolution, seconds: planned starts are rounded up to a multiple of this (>= 1).
+  Duration resolution = 1;
+};
+
+/// Slurm multifactor priority weights (PriorityWeight*): priority = sum of weight x factor, each
+/// factor in [0,1].
+struct PriorityWeights {
+  int64_t age = 0;
+  int64_t fairshare = 0;
+  int64_t job_size = 0;
+  int64_t partition = 0;
+  int64_t qos = 0;
+  Duration max_age = 7 * 24 * 3600;   // PriorityMaxAge: the age factor reaches 1 here
+  bool favor_small = false;           // PriorityFavorSmall: small jobs get the larger size factor
+};
+
+/// Fairshare algorithm: kClassic F = 2^(-U/S) on the association's effective usage; kFairTree
+/// ranks siblings by level fairshare S/U, depth first (Slurm's Fair Tree).
+enum class FairshareAlgorithm { kClassic, kFairTree };
+const char* FairshareAlgorithmName(FairshareAlgorithm a);
+std::optional<FairshareAlgorithm> ParseFairshareAlgorithm(const std::string& s);
+
+/// How usage is charged and forgotten.
+struct FairsharePolicy {
+  FairshareAlgorithm algorithm = FairshareAlgorithm::kClassic;
+  Duration half_life = 7 * 24 * 3600; // PriorityDecayHalfLife, seconds (0 = no decay)
+  /// Billing weights (Slurm TRESBillingWeights) per resource-second: "cpu" (per core),
+  /// "mem" (per GiB), "gpu" (any type) or "gpu:TYPE" (overrides "gpu"). Missing = 0, except
+  /// "cpu" which defaults to 1 when the map is empty.
+  std::map<std::string, double> billing_weights;
+};
+
+/// A quality of service: priority and limits for the jobs that ask for it. 0 = unlimited.
+struct QosPolicy {
+  std::string name;
+  int64_t priority = 0;               // QoS factor = priority / max priority over QoS
+  Duration max_wall = 0;              // seconds
+  int64_t max_gpus_per_job = 0;
+  int64_t max_gpus_per_user = 0;      // running GPUs of one user in this QoS
+  int32_t max_running_jobs_per_user = 0;
+};
+
+/// A node of the account tree (Slurm association). Users appear as `users` of their account; a
+/// user not listed gets 1 share. Limits (0 = unlimited) cap the running total of the account and
+/// every account below it (Slurm GrpTRES / GrpJobs, inherited down the tree).
+struct AccountPolicy {
+  std::string name;
+  std::string parent;                 // "" = child of the root
+  int64_t shares = 1;
+  std::map<std::string, int64_t> user_shares;
+  int64_t max_gpus = 0;
+  int64_t max_cpu_millis = 0;
+  int32_t max_running_jobs = 0;
 };
 /// A partition called `name` with every other field at its default.
 inline PartitionPolicy MakePartition(std::string name) {
@@ -135,6 +220,13 @@ struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
   std::vector<std::string> operators; // user names allowed to act on any job
+  QueueOrder queue_order = QueueOrder::kFifo;
+  BackfillPolicy backfill;
+  PriorityWeights weights;
+  FairsharePolicy fairshare;
+  std::vector<QosPolicy> qos;         // empty = no QoS limits; jobs' qos names are then ignored
+  std::string default_qos = "normal";
+  std::vector<AccountPolicy> accounts;  // empty = every account has 1 share and no limits
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.
@@ -151,6 +243,7 @@ struct PendingUpdate {
   PendingReason reason = PendingReason::kNone;
   std::optional<Timestamp> expected_start;
   std::string detail;                 // short human explanation, e.g. "needs 16 h100, 8 free"
+  int64_t priority = 0;               // multifactor priority (0 under FIFO order)
 };
 
 /// The output of one cycle: decisions as data; the caller applies them.
