@@ -80,6 +80,10 @@ class Controller {
   // ---- AdminService ----
   std::vector<v1::NodeInfo> Nodes();
   Status Drain(const Caller& caller, const std::string& node, const std::string& reason, bool resume);
+  /// Spot eviction of `node` at `deadline` (an agent's notice, or `mladmin node evict`): the node is
+  /// drained, and every gang with a task on it gets SIGTERM with the time left as grace, so it can
+  /// checkpoint and exit 75; it is then requeued keeping its submit time (queue position).
+  Status Evict(const Caller& caller, const std::string& node, int64_t deadline, const std::string& source, int64_t now);
 
   // ---- AgentService ----
   /// A (re-)registration: updates the node, returns what the agent may keep running.
@@ -127,6 +131,7 @@ class Controller {
     int64_t eligible_after = 0;  // launch backoff
     int64_t expected_start = 0;
     bool preempted = false;      // a task asked to be requeued (exit 75)
+    bool evicting = false;       // SIGTERM sent because a node of the gang is being evicted
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {
@@ -165,6 +170,7 @@ class Controller {
                   int64_t now, const std::string& event);
   void SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg);
   void MarkNodeDown(NodeRec& n, const std::string& why, int64_t now);
+  void EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now);
   // controller_cycle.cc
   core::ClusterState Snapshot(int64_t now) const;
   JobRec* Find(int64_t id);

@@ -2,6 +2,7 @@
 // abort everywhere and requeue), task exits, heartbeats, fencing and node failure.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include "schedd/server/controller.h"
@@ -23,6 +24,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.end_time = 0;
   j.exit_code = 0;
   j.preempted = false;
+  j.evicting = false;
   j.expected_start = 0;
   j.launch_deadline = now + cfg_.launch_timeout_s;
   j.placement.Clear();
@@ -204,6 +206,10 @@ void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage&
     case v1::AgentMessage::kPrepareResult: OnPrepareResult(node, msg.prepare_result(), now); break;
     case v1::AgentMessage::kTaskStarted: OnTaskStarted(node, msg.task_started()); break;
     case v1::AgentMessage::kTaskExited: OnTaskExited(node, msg.task_exited(), now); break;
+    case v1::AgentMessage::kEviction:
+      if (auto it = nodes_.find(node); it != nodes_.end())
+        EvictLocked(it->second, msg.eviction().deadline(), msg.eviction().source(), now);
+      break;
     default: break;
   }
 }
@@ -256,9 +262,11 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   j->tasks[idx].exit_code = t.exit_code();
   if (!t.error().empty()) spdlog::warn("job {} rank {}: {}", j->id, t.rank(), t.error());
   constexpr int kPreemptedExit = 75;  // the trainer's "checkpointed, requeue me"
-  if (t.exit_code() == kPreemptedExit) {
+  if (t.exit_code() == kPreemptedExit || (j->evicting && t.signaled())) {
+    // PREEMPTED, then back to PENDING with its original submit time.
     j->preempted = true;
-    EndAttempt(*j, core::JobState::kPending, "Preempted", 0, now, "preempted");
+    store_.AppendEvent(j->id, node, "PREEMPTED", j->evicting ? "spot eviction" : "rank exited 75").get();
+    EndAttempt(*j, core::JobState::kPending, j->evicting ? "Evicted" : "Preempted", 0, now, "requeue");
     return;
   }
   if (t.exit_code() != 0) {
@@ -302,6 +310,45 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
     std::erase_if(g.alive, [&](const auto& kv) { return kv.second == node && !running.count({g.job, g.attempt, kv.first}); });
     it = g.alive.empty() ? ghosts_.erase(it) : std::next(it);
   }
+}
+
+void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now) {
+  const std::string name = n.info.name();
+  if (n.drained && n.info.reason().rfind("evicted", 0) == 0) return;  // one notice is enough
+  n.drained = true;
+  n.info.set_reason("evicted (" + source + ")");
+  store_.SaveNode(NodeRow{name, n.info.SerializeAsString(), true, n.info.reason()}).get();
+  int grace = static_cast<int>(std::max<int64_t>(1, deadline - now - 2));
+  std::string jobs;
+  for (auto& [id, j] : jobs_) {
+    if (j.state != core::JobState::kRunning) continue;
+    bool on_node = false;
+    for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
+    if (!on_node) continue;
+    j.evicting = true;
+    v1::SchedulerMessage m;
+    auto* s = m.mutable_signal();
+    s->set_job_id(id);
+    s->set_attempt(j.attempt);
+    s->set_kill(true);
+    s->set_grace_s(grace);
+    SendToNodes(j, m);
+    jobs += (jobs.empty() ? "" : ",") + std::to_string(id);
+    store_.AppendEvent(id, name, "eviction", source + ", grace " + std::to_string(grace) + " s").get();
+  }
+  store_.AppendEvent(0, name, "eviction", source + ": jobs [" + jobs + "], deadline " + std::to_string(deadline)).get();
+  spdlog::warn("node {} is being evicted ({}), deadline in {} s; signalled jobs [{}]", name, source, deadline - now, jobs);
+  Trigger();
+}
+
+Status Controller::Evict(const Caller& caller, const std::string& node, int64_t deadline, const std::string& source,
+                         int64_t now) {
+  if (!caller.privileged) return {Status::kPermissionDenied, "evict needs root or an operator (you are " + caller.user + ")"};
+  std::lock_guard lk(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return {Status::kNotFound, "node '" + node + "': no such node"};
+  EvictLocked(it->second, deadline, source, now);
+  return {};
 }
 
 void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {

@@ -104,10 +104,14 @@ grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::Dra
   });
 }
 
-grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::EvictNodeRequest*, v1::EvictNodeResponse*) {
-  Caller c;
-  if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
-  return {grpc::StatusCode::UNIMPLEMENTED, "node eviction arrives with spot-eviction handling (issue 5)"};
+grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::EvictNodeRequest* req, v1::EvictNodeResponse*) {
+  return Guard("EvictNode", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (req->deadline_s() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "deadline must be >= 0 s");
+    int64_t now = WallNow();
+    return ToGrpc(ctl_.Evict(c, req->node(), now + req->deadline_s(), "admin", now));
+  });
 }
 
 bool AgentGateway::Send(const std::string& node, const v1::SchedulerMessage& msg) {

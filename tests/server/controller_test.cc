@@ -275,3 +275,35 @@ TEST_CASE("time limits end jobs with TIMEOUT; held jobs wait for release", "[con
   w.ctl->RunCycle(w.now + 62);
   CHECK(w.Job(h).state() == v1::RUNNING);
 }
+
+TEST_CASE("spot eviction: the gang is told to checkpoint, exits 75, and is requeued keeping its place", "[controller]") {
+  World w(3, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  auto info = w.Job(id);
+  const std::string spot = info.tasks(0).node();
+  v1::AgentMessage notice;
+  notice.mutable_eviction()->set_deadline(w.now + 30);
+  notice.mutable_eviction()->set_source("aws-instance-action");
+  w.ctl->OnAgentMessage(spot, notice, w.now);
+  for (const auto& t : info.tasks()) {  // every rank gets SIGTERM with the notice's grace
+    auto sig = w.sink.Of(t.node(), v1::SchedulerMessage::kSignal);
+    REQUIRE(sig.size() == 1);
+    CHECK(sig[0].signal().kill());
+    CHECK(sig[0].signal().grace_s() == 28);
+  }
+  for (const auto& t : info.tasks()) w.ctl->OnAgentMessage(t.node(), Exited(id, 1, t.rank(), 75), w.now + 5);
+  auto after = w.Job(id);
+  CHECK(after.state() == v1::PENDING);
+  CHECK(after.reason() == "Evicted");
+  CHECK(after.submit_time() == info.submit_time());
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 6);  // restarts on the two other nodes, never on the evicted one
+  auto again = w.Job(id);
+  REQUIRE(again.state() == v1::RUNNING);
+  CHECK(again.attempt() == 2);
+  for (const auto& t : again.tasks()) CHECK(t.node() != spot);
+  for (const auto& n : w.ctl->Nodes())
+    if (n.name() == spot) CHECK(n.state() == "DRAIN");
+}
