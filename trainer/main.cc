@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   std::string hidden = "256,128", optimizer = "adamw", every;
   config.optimizer.warmup_steps = 200;
   CLI::App app{"mltrain: data-parallel MLP training on Fashion-MNIST (Gloo on CPU)"};
+  // A later repetition of an option wins, so wrappers can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   AddOptions(app, config, hidden, optimizer, every);
   CLI11_PARSE(app, argc, argv);
   std::unique_ptr<mltrain::Communicator> comm;

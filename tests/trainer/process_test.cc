@@ -1,0 +1,154 @@
+// mltrain as real processes: data-parallel equivalence, exact resume, resharding resume,
+// preemption (SIGTERM -> 75) and lost peers (-> 76).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/trainer/process_helpers.h"
+#include "trainer/log.h"
+
+using namespace mltrain;
+using namespace mltrain::testing;
+
+namespace {
+
+bool HaveData() {
+  if (std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) return true;
+  WARN("dataset-fashion-mnist is not installed; skipping (run scripts/install-deps.sh)");
+  return false;
+}
+
+/// Step recorded in a rank's status file, or -1.
+int64_t StatusStep(const std::string& path) {
+  auto j = nlohmann::json::parse(ReadFile(path), nullptr, false);
+  return j.is_discarded() ? -1 : j.value("step", int64_t{-1});
+}
+
+/// Waits until every rank's status file reports step >= min_step.
+bool WaitForStep(const std::string& log_prefix, int world, int64_t min_step, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    for (int r = 0; r < world; ++r) all = all && StatusStep(log_prefix + "." + std::to_string(r) + ".status.json") >= min_step;
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("4 ranks over Gloo give the parameters of 1 rank with the same global batch", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto one = RunRanks(1, SmallRunArgs(dir / "one"), {"--max-steps", "6", "--grad-accum", "2"}, dir / "one");
+  REQUIRE(one == std::vector<int>{0});
+  auto four = RunRanks(4, SmallRunArgs(dir / "four"), {"--max-steps", "6"}, dir / "four");
+  INFO(DescribeLogs(dir / "four", 4));
+  REQUIRE(four == std::vector<int>(4, 0));
+  TrainingState a = LoadLatest(dir / "one"), b = LoadLatest(dir / "four");
+  REQUIRE(a.step == 6);
+  REQUIRE(b.step == 6);
+  CHECK(RelativeError(b.params, a.params) <= 1e-5);
+  CHECK(RelativeError(b.first_moment, a.first_moment) <= 1e-5);
+  // The run did move the parameters (the comparison is not vacuous).
+  LocalDirStore store(dir / "one");
+  CHECK(b.params != std::vector<float>(b.params.size(), b.params[0]));
+}
+
+TEST_CASE("Stopping at step K and resuming is bit-identical to an uninterrupted run", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  REQUIRE(RunRanks(2, SmallRunArgs(dir / "straight"), {"--max-steps", "12", "--loss-log", dir / "straight.loss"}, dir / "s") ==
+          std::vector<int>{0, 0});
+  REQUIRE(RunRanks(2, SmallRunArgs(dir / "split"), {"--max-steps", "5", "--loss-log", dir / "split.loss"}, dir / "a") == std::vector<int>{0, 0});
+  // A half-written later checkpoint (no manifest) must be ignored by the restart.
+  std::filesystem::create_directories(dir / "split/step-9");
+  { std::ofstream(dir / "split/step-9/shard-0") << "partial"; }
+  REQUIRE(RunRanks(2, SmallRunArgs(dir / "split"), {"--max-steps", "12", "--loss-log", dir / "split.loss"}, dir / "b") == std::vector<int>{0, 0});
+  INFO(DescribeLogs(dir / "b", 2));
+  CHECK(ReadFile(dir / "b.0.log").find("resumed from file://" + (dir / "split") + "/step-5") != std::string::npos);
+  CHECK(ReadFile(dir / "split.loss") == ReadFile(dir / "straight.loss"));
+  TrainingState a = LoadLatest(dir / "straight"), b = LoadLatest(dir / "split");
+  REQUIRE(a.step == 12);
+  REQUIRE(b.step == 12);
+  CHECK(a.params == b.params);
+  CHECK(a.second_moment == b.second_moment);
+}
+
+TEST_CASE("Resuming a 4-rank checkpoint on 2 ranks follows the uninterrupted trajectory", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  REQUIRE(RunRanks(1, SmallRunArgs(dir / "straight"), {"--max-steps", "12"}, dir / "s") == std::vector<int>{0});
+  REQUIRE(RunRanks(4, SmallRunArgs(dir / "resharded"), {"--max-steps", "6"}, dir / "a") == std::vector<int>(4, 0));
+  auto manifest = nlohmann::json::parse(ReadFile(dir / "resharded/step-6/manifest.json"));
+  CHECK(manifest["shards"].size() == 4);
+  REQUIRE(RunRanks(2, SmallRunArgs(dir / "resharded"), {"--max-steps", "12"}, dir / "b") == std::vector<int>{0, 0});
+  TrainingState a = LoadLatest(dir / "straight"), b = LoadLatest(dir / "resharded");
+  REQUIRE(b.step == 12);
+  CHECK(RelativeError(b.params, a.params) <= 1e-5);
+}
+
+TEST_CASE("SIGTERM to one rank stops all ranks at the same step with a committed checkpoint (exit 75)", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto args = SmallRunArgs(dir / "ckpt");
+  std::vector<std::string> extra{"--epochs", "100000", "--checkpoint-every", "1000", "--log-every", "10"};
+  auto ranks = StartRanks(3, args, extra, dir / "run");
+  REQUIRE(WaitForStep(dir / "run", 3, 20, 30));
+  auto signalled = std::chrono::steady_clock::now();
+  ranks[1]->Signal(SIGTERM);
+  std::vector<int> codes;
+  for (auto& r : ranks) codes.push_back(r->Wait(25));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  INFO(DescribeLogs(dir / "run", 3));
+  REQUIRE(codes == std::vector<int>{kExitPreempted, kExitPreempted, kExitPreempted});
+  CHECK(seconds < 25);
+  TrainingState saved = LoadLatest(dir / "ckpt");
+  for (int r = 0; r < 3; ++r) {
+    auto status = nlohmann::json::parse(ReadFile(dir / "run." + std::to_string(r) + ".status.json"));
+    CHECK(status["phase"] == "preempted");
+    CHECK(status["step"] == saved.step);
+    CHECK(status["last_checkpoint_step"] == saved.step);
+  }
+  const int64_t target = saved.step + 7;
+  auto restart = RunRanks(3, args, {"--epochs", "100000", "--max-steps", std::to_string(target)}, dir / "again");
+  INFO(DescribeLogs(dir / "again", 3));
+  REQUIRE(restart == std::vector<int>{0, 0, 0});
+  CHECK(ReadFile(dir / "again.0.log").find("resumed from") != std::string::npos);
+  CHECK(LoadLatest(dir / "ckpt").step == target);
+}
+
+TEST_CASE("A killed peer makes the other ranks exit 76 within the timeout", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto args = SmallRunArgs(dir / "ckpt");
+  std::vector<std::string> extra{"--epochs", "100000", "--collective-timeout", "5", "--log-every", "10"};
+  auto ranks = StartRanks(3, args, extra, dir / "run");
+  REQUIRE(WaitForStep(dir / "run", 3, 20, 30));
+  auto killed = std::chrono::steady_clock::now();
+  ranks[2]->Signal(SIGKILL);
+  int c0 = ranks[0]->Wait(20), c1 = ranks[1]->Wait(20);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  INFO(DescribeLogs(dir / "run", 3));
+  CHECK(c0 == kExitPeerLost);
+  CHECK(c1 == kExitPeerLost);
+  CHECK(seconds < 15);
+  CHECK(ReadFile(dir / "run.0.log").find("peer lost") != std::string::npos);
+}
+
+TEST_CASE("A rank that never arrives makes the others exit 76 after the rendezvous timeout", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto args = SmallRunArgs(dir / "ckpt");
+  args.insert(args.end(), {"--rendezvous-timeout", "2"});
+  int port = FreePort();
+  Child r0(args, RankEnv(0, 3, port), dir / "r0.log");
+  Child r1(args, RankEnv(1, 3, port), dir / "r1.log");
+  auto start = std::chrono::steady_clock::now();
+  CHECK(r0.Wait(20) == kExitPeerLost);
+  CHECK(r1.Wait(20) == kExitPeerLost);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  CHECK(ReadFile(dir / "r1.log").find("rendezvous") != std::string::npos);
+}
