@@ -14,3 +14,8 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
+# mltrain's S3 checkpoint tests: s3rver (loopback S3 server) and aws4 (independent SigV4 signer),
+# pinned by tools/s3/package-lock.json. Without npm the S3 test skips with a message.
+if command -v npm >/dev/null 2>&1; then
+  (cd "$(dirname "$0")/../tools/s3" && npm ci --no-audit --no-fund --loglevel=error)
+fi
