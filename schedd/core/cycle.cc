@@ -1,54 +1,63 @@
-// SchedulingCycle::Run: strict FIFO gang scheduling (first version; backfill and priority follow).
+// SchedulingCycle::Run: admission (hold, partition) -> order (FIFO or multifactor priority) ->
+// planner (start in order, reserve for blocked jobs, backfill around the reservations).
 #include <algorithm>
-#include <unordered_map>
+#include <optional>
 
+#include "schedd/core/backfill.h"
 #include "schedd/core/ledger.h"
-#include "schedd/core/placement.h"
+#include "schedd/core/limits.h"
+#include "schedd/core/priority.h"
+#include "schedd/core/timeline.h"
 #include "schedd/core/types.h"
 
 namespace mlsched::core {
+namespace {
+
+// Reasons decided before ordering: hold and partition state. nullopt = the job is queued.
+std::optional<PendingUpdate> Admit(const Job& job, const PolicySet& policy,
+                                   const PartitionPolicy** partition) {
+  const JobSpec& spec = job.spec;
+  if (spec.hold) return PendingUpdate{job.id, PendingReason::kJobHeldUser, std::nullopt, "", 0};
+  *partition = FindPartition(policy, spec.partition);
+  if (!*partition)
+    return PendingUpdate{job.id, PendingReason::kPartitionLimit, std::nullopt,
+                         "unknown partition '" + spec.partition + "'", 0};
+  if (!(*partition)->up)
+    return PendingUpdate{job.id, PendingReason::kPartitionDown, std::nullopt,
+                         "partition '" + (*partition)->name + "' is down", 0};
+  if (spec.time_limit > (*partition)->max_time_limit)
+    return PendingUpdate{job.id, PendingReason::kPartitionLimit, std::nullopt,
+                         "time limit above partition '" + (*partition)->name + "' max_time_limit", 0};
+  return std::nullopt;
+}
+
+}  // namespace
 
 CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& policy, Timestamp now) {
   CyclePlan plan;
-  NodeLedger ledger(state.nodes, state.jobs);
-  std::vector<const Job*> queue;
-  for (const Job& job : state.jobs)
-    if (job.state == JobState::kPending) queue.push_back(&job);
-  std::sort(queue.begin(), queue.end(), [](const Job* a, const Job* b) {
-    return a->submit_time != b->submit_time ? a->submit_time < b->submit_time : a->id < b->id;
-  });
-  bool blocked = false;
-  for (const Job* job : queue) {
-    const JobSpec& spec = job->spec;
-    auto pend = [&](PendingReason r, std::string detail = {}) {
-      plan.pending.push_back({job->id, r, std::nullopt, std::move(detail)});
-    };
-    if (spec.hold) { pend(PendingReason::kJobHeldUser); continue; }
-    const PartitionPolicy* partition = FindPartition(policy, spec.partition);
-    if (!partition) { pend(PendingReason::kPartitionLimit, "unknown partition"); continue; }
-    if (!partition->up) { pend(PendingReason::kPartitionDown); continue; }
-    if (spec.time_limit > partition->max_time_limit) {
-      pend(PendingReason::kPartitionLimit, "time limit above partition maximum");
+  std::vector<QueuedJob> queue;
+  for (const Job& job : state.jobs) {
+    if (job.state != JobState::kPending) continue;
+    const PartitionPolicy* partition = nullptr;
+    if (auto held = Admit(job, policy, &partition)) {
+      plan.pending.push_back(std::move(*held));
       continue;
     }
-    if (blocked) { pend(PendingReason::kPriority); continue; }
-    std::vector<size_t> eligible;
-    for (size_t i = 0; i < ledger.size(); ++i)
-      if (NodeEligible(ledger.slot(i), spec, partition)) eligible.push_back(i);
-    bool started = false;
-    if (!eligible.empty()) {
-      TaskDemand demand = *ResolveTaskDemand(spec, *ledger.slot(eligible.front()).node);
-      AllocationTxn txn(ledger);
-      if (PlaceGangNow(txn, ledger, eligible, spec, demand)) {
-        plan.starts.push_back({job->id, txn.Commit()});
-        started = true;
-      }
-    }
-    if (!started) {
-      pend(PendingReason::kResources);
-      blocked = true;
-    }
+    queue.push_back({&job, partition, 0});
   }
+  if (policy.queue_order == QueueOrder::kMultifactor) {
+    PriorityCalculator calc(state, policy, now);
+    for (QueuedJob& q : queue) q.priority = calc.Compute(*q.job).priority;
+  }
+  std::sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.job->submit_time != b.job->submit_time) return a.job->submit_time < b.job->submit_time;
+    return a.job->id < b.job->id;
+  });
+  NodeLedger ledger(state.nodes, state.jobs);
+  AvailabilityTimeline timeline(ledger, state.jobs, now);
+  LimitTracker limits(state, policy);
+  Planner(ledger, timeline, limits, policy, now).Run(queue, plan);
   return plan;
 }
 

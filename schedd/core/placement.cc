@@ -158,16 +158,20 @@ bool PlaceGangNow(AllocationTxn& txn, const NodeLedger& ledger, const std::vecto
     }
     auto choice = ChooseNodes(std::move(candidates), spec.ntasks, spec.topology);
     if (!choice) continue;
-    int32_t rank = 0;
-    for (auto [node, count] : *choice)
-      for (int64_t t = 0; t < count; ++t)
-        if (!txn.Take(node, demand, rank++)) {
-          txn.Discard();
-          return false;
-        }
-    return true;
+    return TakeChoice(txn, *choice, demand);
   }
   return false;
+}
+
+bool TakeChoice(AllocationTxn& txn, const NodeChoice& choice, const TaskDemand& demand) {
+  int32_t rank = 0;
+  for (auto [node, count] : choice)
+    for (int64_t t = 0; t < count; ++t)
+      if (!txn.Take(node, demand, rank++)) {
+        txn.Discard();
+        return false;
+      }
+  return true;
 }
 
 }  // namespace mlsched::core

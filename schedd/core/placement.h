@@ -43,6 +43,10 @@ bool NodeEligible(const NodeSlot& slot, const JobSpec& spec, const PartitionPoli
 std::vector<std::string> GpuTypeChoices(const NodeLedger& ledger, const JobSpec& spec,
                                         const TaskDemand& demand);
 
+/// Takes every task of `choice` inside `txn` (ranks 0.. in choice order); on any failure discards
+/// the txn and returns false.
+bool TakeChoice(AllocationTxn& txn, const NodeChoice& choice, const TaskDemand& demand);
+
 /// Places a whole gang on the ledger's free resources now, inside `txn`, all tasks of one GPU
 /// type. `eligible` lists candidate node indices (NodeEligible). On success the txn holds every
 /// task (ranks 0..ntasks-1, contiguous per node) and true is returned; otherwise nothing is taken.

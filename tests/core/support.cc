@@ -238,3 +238,42 @@ PendingUpdate PendingOf(const CyclePlan& plan, JobId job) {
 }
 
 }  // namespace mlsched::core::testing
+
+namespace mlsched::core::testing {
+
+void Replay::Run(const PolicySet& policy,
+                 const std::function<void(const ClusterState&, const CyclePlan&, Timestamp)>& on_cycle,
+                 int max_cycles) {
+  std::sort(arrivals.begin(), arrivals.end(),
+            [](const Job& a, const Job& b) { return a.submit_time < b.submit_time; });
+  size_t next_arrival = 0;
+  Timestamp now = arrivals.empty() ? 0 : arrivals.front().submit_time;
+  for (int cycle = 0; cycle < max_cycles; ++cycle) {
+    // Ends first (at their time), then arrivals, then one cycle.
+    std::erase_if(state.jobs, [&](const Job& j) {
+      if (j.state != JobState::kRunning) return false;
+      auto rt = run_time.find(j.id);
+      Duration d = rt == run_time.end() ? j.spec.time_limit : rt->second;
+      return j.start_time + d <= now;
+    });
+    while (next_arrival < arrivals.size() && arrivals[next_arrival].submit_time <= now)
+      state.jobs.push_back(arrivals[next_arrival++]);
+    CyclePlan plan = RunChecked(state, policy, now);
+    for (const StartDecision& s : plan.starts) started[s.job] = now;
+    ApplyPlan(state, plan, now);
+    if (on_cycle) on_cycle(state, plan, now);
+    // Next event: the earliest end or arrival.
+    std::optional<Timestamp> next;
+    auto consider = [&](Timestamp t) { if (t > now && (!next || t < *next)) next = t; };
+    for (const Job& j : state.jobs)
+      if (j.state == JobState::kRunning) {
+        auto rt = run_time.find(j.id);
+        consider(j.start_time + (rt == run_time.end() ? j.spec.time_limit : rt->second));
+      }
+    if (next_arrival < arrivals.size()) consider(arrivals[next_arrival].submit_time);
+    if (!next) return;
+    now = *next;
+  }
+}
+
+}  // namespace mlsched::core::testing

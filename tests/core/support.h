@@ -3,6 +3,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -95,5 +97,23 @@ CyclePlan RunChecked(const ClusterState& state, const PolicySet& policy, Timesta
 std::vector<JobId> StartedIds(const CyclePlan& plan);
 /// The pending update of `job` (REQUIREs that there is one).
 PendingUpdate PendingOf(const CyclePlan& plan, JobId job);
+
+}  // namespace mlsched::core::testing
+
+namespace mlsched::core::testing {
+
+/// A tiny event-driven replay for property tests: jobs arrive at their submit_time, run for
+/// `run_time[id]` (default: their time limit) and end; a cycle runs at every event time with the
+/// invariants checked. `on_cycle(state, plan, now)` sees every cycle.
+struct Replay {
+  ClusterState state;
+  std::vector<Job> arrivals;             // pending jobs, submitted at their submit_time
+  std::map<JobId, Duration> run_time;    // actual run time per job (<= time limit)
+  std::map<JobId, Timestamp> started;    // filled by Run
+  /// Runs until every job has ended or `max_cycles` cycles ran.
+  void Run(const PolicySet& policy,
+           const std::function<void(const ClusterState&, const CyclePlan&, Timestamp)>& on_cycle,
+           int max_cycles = 100000);
+};
 
 }  // namespace mlsched::core::testing

@@ -1,0 +1,179 @@
+#include "schedd/core/backfill.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace mlsched::core {
+namespace {
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + ',';
+  return out;
+}
+
+bool Covers(const TaskDemand& have, const TaskDemand& per_task, int64_t n) {
+  return have.cpu_millis >= per_task.cpu_millis * n && have.memory_bytes >= per_task.memory_bytes * n &&
+         have.gpus >= per_task.gpus * n;
+}
+
+}  // namespace
+
+Planner::Planner(NodeLedger& ledger, AvailabilityTimeline& timeline, LimitTracker& limits,
+                 const PolicySet& policy, Timestamp now)
+    : ledger_(ledger), timeline_(timeline), limits_(limits), policy_(policy), now_(now) {}
+
+const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
+  auto found = shapes_.find(q.job);
+  if (found != shapes_.end()) return found->second;
+  const JobSpec& spec = q.job->spec;
+  std::string named;
+  for (const auto& [type, count] : spec.per_task.gpus)
+    if (count > 0) named += type + ',';
+  const std::string klass = q.partition->name + '|' + Join(spec.features) + '|' +
+                            Join(spec.gpu_types) + '|' + named;
+  auto [it, inserted] = eligible_by_class_.try_emplace(klass);
+  if (inserted)
+    for (size_t i = 0; i < ledger_.size(); ++i)
+      if (NodeEligible(ledger_.slot(i), spec, q.partition)) it->second.push_back(i);
+  Shape s;
+  s.eligible = &it->second;
+  s.demand = it->second.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
+                                             spec.per_task.GpuCount()}
+                                : *ResolveTaskDemand(spec, *ledger_.slot(it->second.front()).node);
+  s.key = klass + '|' + std::to_string(s.demand.cpu_millis) + ',' +
+          std::to_string(s.demand.memory_bytes) + ',' + std::to_string(s.demand.gpus) + '|' +
+          std::to_string(spec.ntasks) + '|' + TopologyName(spec.topology);
+  return shapes_.emplace(q.job, std::move(s)).first->second;
+}
+
+std::vector<NodeCandidate> Planner::Candidates(const QueuedJob& q, const Shape& s,
+                                               const std::string& type, Timestamp from,
+                                               bool prefer_late_free) const {
+  const JobSpec& spec = q.job->spec;
+  const Timestamp to = from + spec.time_limit;
+  std::vector<NodeCandidate> out;
+  for (size_t i : *s.eligible) {
+    const NodeSlot& slot = ledger_.slot(i);
+    if (s.demand.gpus > 0 && slot.gpu_type != type) continue;
+    int64_t k = TasksThatFit(timeline_.MinFree(i, from, to), s.demand, spec.ntasks);
+    if (from == now_) {  // now: device indices count too
+      TaskDemand free = slot.free;
+      free.gpus = ledger_.FreeGpus(i);
+      k = std::min(k, TasksThatFit(free, s.demand, spec.ntasks));
+    }
+    if (k <= 0) continue;
+    // For a reservation prefer nodes that become free last, keeping the ones free sooner (and now)
+    // for backfill: this makes a reservation on interchangeable nodes behave like one pool.
+    int64_t tiebreak = prefer_late_free ? -timeline_.LastChange(i, from) : 0;
+    out.push_back({i, k, slot.domain_id, slot.zone_id, slot.region_id, tiebreak});
+  }
+  return out;
+}
+
+bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
+  const Shape& s = ShapeOf(q);
+  const JobSpec& spec = q.job->spec;
+  auto failed = failed_now_.find(s.key);
+  if (failed != failed_now_.end() && failed->second <= spec.time_limit) return false;
+  bool started = false;
+  if (!s.eligible->empty() &&
+      Covers(timeline_.AggregateMinFree(now_, now_ + spec.time_limit), s.demand, spec.ntasks)) {
+    for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+      auto choice = ChooseNodes(Candidates(q, s, type, now_, false), spec.ntasks, spec.topology);
+      if (!choice) continue;
+      AllocationTxn txn(ledger_);
+      if (!TakeChoice(txn, *choice, s.demand)) continue;
+      plan.starts.push_back({q.job->id, txn.Commit()});
+      for (auto [node, count] : *choice)
+        timeline_.Reserve(node, s.demand, count, now_, now_ + spec.time_limit);
+      limits_.Charge(*q.job);
+      started = true;
+      break;
+    }
+  }
+  if (!started) {
+    Duration& d = failed_now_.try_emplace(s.key, std::numeric_limits<Duration>::max()).first->second;
+    d = std::min(d, spec.time_limit);
+  }
+  return started;
+}
+
+std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
+  const Shape& s = ShapeOf(q);
+  const JobSpec& spec = q.job->spec;
+  if (s.eligible->empty()) return std::nullopt;
+  const Duration res = std::max<Duration>(policy_.backfill.resolution, 1);
+  Timestamp last = std::numeric_limits<Timestamp>::min();
+  for (Timestamp t : timeline_.CandidateTimes(now_, until)) {
+    if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
+    if (t > until) break;
+    if (t == last) continue;
+    last = t;
+    if (!Covers(timeline_.AggregateMinFree(t, t + spec.time_limit), s.demand, spec.ntasks)) continue;
+    for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+      auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
+      if (choice) return PlannedStart{t, std::move(*choice)};
+    }
+  }
+  return std::nullopt;
+}
+
+void Planner::Reserve(const QueuedJob& q, const PlannedStart& start) {
+  const Shape& s = ShapeOf(q);
+  for (auto [node, count] : start.nodes)
+    timeline_.Reserve(node, s.demand, count, start.time, start.time + q.job->spec.time_limit);
+}
+
+void Planner::Pend(const QueuedJob& q, PendingReason reason, std::optional<Timestamp> start,
+                   std::string detail, CyclePlan& plan) const {
+  plan.pending.push_back({q.job->id, reason, start, std::move(detail), q.priority});
+}
+
+void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
+  const BackfillPolicy& bf = policy_.backfill;
+  const size_t max_test = bf.max_job_test > 0 ? static_cast<size_t>(bf.max_job_test) : queue.size();
+  const int64_t depth = bf.mode == BackfillMode::kNone   ? 0
+                        : bf.mode == BackfillMode::kEasy ? 1
+                        : bf.depth > 0                   ? bf.depth
+                                                         : std::numeric_limits<int64_t>::max();
+  const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
+  size_t examined = 0;
+  bool blocked = false;
+  int64_t reserved = 0;
+  size_t i = 0;
+  // Main pass: queue order, until the reservations are used up (or the first block without backfill).
+  for (; i < queue.size(); ++i) {
+    const QueuedJob& q = queue[i];
+    if (bf.mode != BackfillMode::kNone && reserved >= depth) break;
+    if (examined++ >= max_test) { Pend(q, blocked ? PendingReason::kPriority : PendingReason::kResources, std::nullopt, "not examined (max_job_test)", plan); continue; }
+    if (auto hit = limits_.Check(*q.job)) { Pend(q, hit->reason, std::nullopt, hit->detail, plan); continue; }
+    if (bf.mode == BackfillMode::kNone && blocked) { Pend(q, PendingReason::kPriority, std::nullopt, "", plan); continue; }
+    if (TryStartNow(q, plan)) continue;
+    const PendingReason reason = blocked ? PendingReason::kPriority : PendingReason::kResources;
+    blocked = true;
+    if (bf.mode == BackfillMode::kNone) { Pend(q, reason, std::nullopt, "", plan); continue; }
+    auto start = FindEarliest(q, until);
+    if (start) {
+      Reserve(q, *start);
+      ++reserved;
+      Pend(q, reason, start->time, "", plan);
+    } else {
+      Pend(q, reason, std::nullopt, "no start within the backfill window", plan);
+    }
+  }
+  // Backfill pass: the rest start now only where they delay no reservation.
+  std::vector<const QueuedJob*> rest;
+  for (; i < queue.size(); ++i) rest.push_back(&queue[i]);
+  if (bf.order == BackfillOrder::kShortestFirst)
+    std::stable_sort(rest.begin(), rest.end(), [](const QueuedJob* a, const QueuedJob* b) {
+      return a->job->spec.time_limit < b->job->spec.time_limit;
+    });
+  for (const QueuedJob* q : rest) {
+    if (examined++ >= max_test) { Pend(*q, PendingReason::kPriority, std::nullopt, "not examined (max_job_test)", plan); continue; }
+    if (auto hit = limits_.Check(*q->job)) { Pend(*q, hit->reason, std::nullopt, hit->detail, plan); continue; }
+    if (!TryStartNow(*q, plan)) Pend(*q, PendingReason::kPriority, std::nullopt, "", plan);
+  }
+}
+
+}  // namespace mlsched::core

@@ -1,0 +1,70 @@
+// The planner of one cycle: walks the ordered queue, starts what fits now and, under EASY or
+// conservative backfill, reserves the earliest start for blocked jobs on the availability timeline
+// so that a lower job starts now only if it delays no reservation.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "schedd/core/ledger.h"
+#include "schedd/core/limits.h"
+#include "schedd/core/placement.h"
+#include "schedd/core/timeline.h"
+#include "schedd/core/types.h"
+
+namespace mlsched::core {
+
+/// A pending job that passed admission, in queue order.
+struct QueuedJob {
+  const Job* job = nullptr;
+  const PartitionPolicy* partition = nullptr;
+  int64_t priority = 0;
+};
+
+/// A planned start: when, and on which nodes (ledger index, tasks).
+struct PlannedStart {
+  Timestamp time = 0;
+  NodeChoice nodes;
+};
+
+class Planner {
+ public:
+  Planner(NodeLedger& ledger, AvailabilityTimeline& timeline, LimitTracker& limits,
+          const PolicySet& policy, Timestamp now);
+  /// Decides every job of `queue` (already ordered), appending starts and pending updates.
+  void Run(const std::vector<QueuedJob>& queue, CyclePlan& plan);
+
+ private:
+  struct Shape {
+    const std::vector<size_t>* eligible = nullptr;
+    TaskDemand demand;
+    std::string key;  // identical keys: identical fit behaviour within the cycle
+  };
+  const Shape& ShapeOf(const QueuedJob& q);
+  /// Starts the job now if it fits around every reservation (and its limits allow); true if started.
+  bool TryStartNow(const QueuedJob& q, CyclePlan& plan);
+  /// Earliest start in [now, until] on the timeline, without reserving.
+  std::optional<PlannedStart> FindEarliest(const QueuedJob& q, Timestamp until);
+  /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`.
+  std::vector<NodeCandidate> Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
+                                        Timestamp from, bool prefer_late_free) const;
+  void Reserve(const QueuedJob& q, const PlannedStart& start);
+  void Pend(const QueuedJob& q, PendingReason reason, std::optional<Timestamp> start,
+            std::string detail, CyclePlan& plan) const;
+
+  NodeLedger& ledger_;
+  AvailabilityTimeline& timeline_;
+  LimitTracker& limits_;
+  const PolicySet& policy_;
+  Timestamp now_;
+  std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
+  std::unordered_map<const Job*, Shape> shapes_;
+  /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
+  std::unordered_map<std::string, Duration> failed_now_;
+};
+
+}  // namespace mlsched::core

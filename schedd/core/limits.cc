@@ -1,0 +1,110 @@
+#include "schedd/core/limits.h"
+
+#include <set>
+
+namespace mlsched::core {
+namespace {
+
+int64_t JobGpus(const JobSpec& s) { return s.per_task.GpuCount() * s.ntasks; }
+int64_t JobCpus(const JobSpec& s) { return s.per_task.cpu_millis * s.ntasks; }
+
+std::string Over(const std::string& what, int64_t limit, int64_t running, int64_t job) {
+  return what + " " + std::to_string(limit) + " (running " + std::to_string(running) + ", job " +
+         std::to_string(job) + ")";
+}
+
+}  // namespace
+
+std::vector<const AccountPolicy*> AccountChain(const PolicySet& policy, const std::string& account) {
+  std::vector<const AccountPolicy*> chain;
+  std::set<std::string> seen;
+  std::string name = account;
+  while (!name.empty() && seen.insert(name).second) {
+    const AccountPolicy* found = nullptr;
+    for (const AccountPolicy& a : policy.accounts)
+      if (a.name == name) found = &a;
+    if (!found) break;
+    chain.push_back(found);
+    name = found->parent;
+  }
+  return chain;
+}
+
+const QosPolicy* FindQos(const PolicySet& policy, const std::string& name) {
+  const std::string& wanted = name.empty() ? policy.default_qos : name;
+  for (const QosPolicy& q : policy.qos)
+    if (q.name == wanted) return &q;
+  return nullptr;
+}
+
+LimitTracker::LimitTracker(const ClusterState& state, const PolicySet& policy) : policy_(policy) {
+  for (const Job& job : state.jobs)
+    if (job.state == JobState::kRunning || job.state == JobState::kCompleting) Charge(job);
+}
+
+void LimitTracker::Charge(const Job& job) {
+  const JobSpec& s = job.spec;
+  for (const AccountPolicy* a : AccountChain(policy_, s.account)) {
+    Totals& t = by_account_[a->name];
+    t.gpus += JobGpus(s);
+    t.cpu_millis += JobCpus(s);
+    t.jobs += 1;
+  }
+  if (const QosPolicy* q = FindQos(policy_, s.qos)) {
+    Totals& t = by_qos_user_[{q->name, s.user}];
+    t.gpus += JobGpus(s);
+    t.jobs += 1;
+  }
+}
+
+std::optional<LimitHit> LimitTracker::CheckStatic(const Job& job) const {
+  const JobSpec& s = job.spec;
+  if (const PartitionPolicy* p = FindPartition(policy_, s.partition))
+    if (p->max_tasks_per_job > 0 && s.ntasks > p->max_tasks_per_job)
+      return LimitHit{PendingReason::kPartitionLimit,
+                      "partition '" + p->name + "' max_tasks_per_job " +
+                          std::to_string(p->max_tasks_per_job)};
+  if (policy_.qos.empty()) return std::nullopt;
+  const QosPolicy* q = FindQos(policy_, s.qos);
+  const std::string qname = s.qos.empty() ? policy_.default_qos : s.qos;
+  if (!q) return LimitHit{PendingReason::kQosLimit, "unknown QoS '" + qname + "'"};
+  if (q->max_wall > 0 && s.time_limit > q->max_wall)
+    return LimitHit{PendingReason::kQosLimit, "QoS '" + q->name + "' max_wall " +
+                                                  std::to_string(q->max_wall) + " s"};
+  if (q->max_gpus_per_job > 0 && JobGpus(s) > q->max_gpus_per_job)
+    return LimitHit{PendingReason::kQosLimit, "QoS '" + q->name + "' max_gpus_per_job " +
+                                                  std::to_string(q->max_gpus_per_job)};
+  return std::nullopt;
+}
+
+std::optional<LimitHit> LimitTracker::Check(const Job& job) const {
+  if (auto hit = CheckStatic(job)) return hit;
+  const JobSpec& s = job.spec;
+  if (const QosPolicy* q = FindQos(policy_, s.qos)) {
+    auto it = by_qos_user_.find({q->name, s.user});
+    Totals t = it == by_qos_user_.end() ? Totals{} : it->second;
+    const std::string who = "QoS '" + q->name + "' user '" + s.user + "' ";
+    if (q->max_gpus_per_user > 0 && t.gpus + JobGpus(s) > q->max_gpus_per_user)
+      return LimitHit{PendingReason::kQosLimit,
+                      Over(who + "max_gpus_per_user", q->max_gpus_per_user, t.gpus, JobGpus(s))};
+    if (q->max_running_jobs_per_user > 0 && t.jobs + 1 > q->max_running_jobs_per_user)
+      return LimitHit{PendingReason::kQosLimit,
+                      Over(who + "max_running_jobs_per_user", q->max_running_jobs_per_user, t.jobs, 1)};
+  }
+  for (const AccountPolicy* a : AccountChain(policy_, s.account)) {
+    auto it = by_account_.find(a->name);
+    Totals t = it == by_account_.end() ? Totals{} : it->second;
+    const std::string who = "account '" + a->name + "' ";
+    if (a->max_gpus > 0 && t.gpus + JobGpus(s) > a->max_gpus)
+      return LimitHit{PendingReason::kAccountQuota, Over(who + "max_gpus", a->max_gpus, t.gpus, JobGpus(s))};
+    if (a->max_cpu_millis > 0 && t.cpu_millis + JobCpus(s) > a->max_cpu_millis)
+      return LimitHit{PendingReason::kAccountQuota,
+                      Over(who + "max_cpu_millis", a->max_cpu_millis, t.cpu_millis, JobCpus(s))};
+    if (a->max_running_jobs > 0 && t.jobs + 1 > a->max_running_jobs)
+      return LimitHit{PendingReason::kAccountQuota,
+                      Over(who + "max_running_jobs", a->max_running_jobs, t.jobs, 1)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace mlsched::core

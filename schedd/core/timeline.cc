@@ -1,0 +1,120 @@
+#include "schedd/core/timeline.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+namespace mlsched::core {
+namespace {
+
+void Add(TaskDemand& a, const TaskDemand& b, int64_t sign = 1) {
+  a.cpu_millis += sign * b.cpu_millis;
+  a.memory_bytes += sign * b.memory_bytes;
+  a.gpus += sign * b.gpus;
+}
+
+TaskDemand Min(const TaskDemand& a, const TaskDemand& b) {
+  return {std::min(a.cpu_millis, b.cpu_millis), std::min(a.memory_bytes, b.memory_bytes),
+          std::min(a.gpus, b.gpus)};
+}
+
+}  // namespace
+
+AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs,
+                                           Timestamp now)
+    : now_(now), nodes_(ledger.size()) {
+  // releases[node][time] = resources coming back then.
+  std::vector<std::map<Timestamp, TaskDemand>> releases(ledger.size());
+  std::map<Timestamp, TaskDemand> total_releases;
+  for (const Job& job : jobs) {
+    if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
+    const Timestamp end = std::max(job.start_time + job.spec.time_limit, now + 1);
+    for (const TaskPlacement& t : job.allocation->tasks) {
+      int64_t i = ledger.Find(t.node);
+      if (i < 0) continue;
+      TaskDemand d{t.resources.cpu_millis, t.resources.memory_bytes, t.resources.GpuCount()};
+      Add(releases[i][end], d);
+      Add(total_releases[end], d);
+    }
+  }
+  TaskDemand total{};
+  for (size_t i = 0; i < ledger.size(); ++i) {
+    TaskDemand free = ledger.slot(i).free;
+    free.gpus = ledger.FreeGpus(i);
+    if (ledger.slot(i).node->health != NodeHealth::kUp) free = {};  // no new work, ever (for now)
+    Profile& p = nodes_[i];
+    p.push_back({now, free});
+    Add(total, free);
+    if (ledger.slot(i).node->health != NodeHealth::kUp) continue;
+    for (const auto& [time, d] : releases[i]) {
+      Add(free, d);
+      p.push_back({time, free});
+    }
+  }
+  aggregate_.push_back({now, total});
+  for (const auto& [time, d] : total_releases) {
+    Add(total, d);
+    aggregate_.push_back({time, total});
+  }
+}
+
+TaskDemand AvailabilityTimeline::MinOver(const Profile& p, Timestamp from, Timestamp to) {
+  // The step in force at `from` is the last one with time <= from.
+  auto it = std::upper_bound(p.begin(), p.end(), from,
+                             [](Timestamp t, const Step& s) { return t < s.time; });
+  if (it != p.begin()) --it;
+  TaskDemand m = it->free;
+  for (++it; it != p.end() && it->time < to; ++it) m = Min(m, it->free);
+  return m;
+}
+
+TaskDemand AvailabilityTimeline::MinFree(size_t node, Timestamp from, Timestamp to) const {
+  return MinOver(nodes_[node], from, to);
+}
+
+TaskDemand AvailabilityTimeline::AggregateMinFree(Timestamp from, Timestamp to) const {
+  return MinOver(aggregate_, from, to);
+}
+
+Timestamp AvailabilityTimeline::LastChange(size_t node, Timestamp t) const {
+  const Profile& p = nodes_[node];
+  auto it = std::upper_bound(p.begin(), p.end(), t,
+                             [](Timestamp x, const Step& s) { return x < s.time; });
+  return it == p.begin() ? now_ : std::prev(it)->time;
+}
+
+size_t AvailabilityTimeline::SplitAt(Profile& p, Timestamp t) {
+  auto it = std::lower_bound(p.begin(), p.end(), t,
+                             [](const Step& s, Timestamp x) { return s.time < x; });
+  if (it != p.end() && it->time == t) return static_cast<size_t>(it - p.begin());
+  // Steps start at now_ and t >= now_, so a previous step exists.
+  TaskDemand carried = std::prev(it)->free;
+  it = p.insert(it, Step{t, carried});
+  return static_cast<size_t>(it - p.begin());
+}
+
+void AvailabilityTimeline::Subtract(Profile& p, const TaskDemand& amount, Timestamp from,
+                                    Timestamp to) {
+  size_t begin = SplitAt(p, from);
+  size_t end = to == std::numeric_limits<Timestamp>::max() ? p.size() : SplitAt(p, to);
+  for (size_t k = begin; k < end; ++k) Add(p[k].free, amount, -1);
+}
+
+void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int64_t count,
+                                   Timestamp from, Timestamp to) {
+  TaskDemand amount{per_task.cpu_millis * count, per_task.memory_bytes * count,
+                    per_task.gpus * count};
+  from = std::max(from, now_);
+  if (to <= from) return;
+  Subtract(nodes_[node], amount, from, to);
+  Subtract(aggregate_, amount, from, to);
+}
+
+std::vector<Timestamp> AvailabilityTimeline::CandidateTimes(Timestamp from, Timestamp until) const {
+  std::vector<Timestamp> out{from};
+  for (const Step& s : aggregate_)
+    if (s.time > from && s.time <= until) out.push_back(s.time);
+  return out;
+}
+
+}  // namespace mlsched::core

@@ -1,0 +1,48 @@
+// The availability timeline backfill plans on: every node's free resources as a step function of
+// time, from now on. Built from the ledger (free now) and the running jobs' expected ends
+// (start_time + time_limit), then reduced by reservations and by jobs started during the cycle.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "schedd/core/ledger.h"
+#include "schedd/core/types.h"
+
+namespace mlsched::core {
+
+class AvailabilityTimeline {
+ public:
+  /// A running job whose expected end is not after `now` (overran its limit) is expected to end at
+  /// now + 1. O(T log T) for T running tasks.
+  AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs, Timestamp now);
+
+  Timestamp now() const { return now_; }
+  /// Component-wise minimum free resources of node `node` over [from, to) (to > from).
+  TaskDemand MinFree(size_t node, Timestamp from, Timestamp to) const;
+  /// The same over the sum of all nodes (a necessary condition for any placement).
+  TaskDemand AggregateMinFree(Timestamp from, Timestamp to) const;
+  /// The time the node's free resources last changed at or before `t` (its "free since").
+  Timestamp LastChange(size_t node, Timestamp t) const;
+  /// Takes `count` tasks of `per_task` from node `node` over [from, to).
+  void Reserve(size_t node, const TaskDemand& per_task, int64_t count, Timestamp from, Timestamp to);
+  /// Times in [from, until] at which some node's free resources change, ascending, preceded by
+  /// `from` itself.
+  std::vector<Timestamp> CandidateTimes(Timestamp from, Timestamp until) const;
+
+ private:
+  struct Step {
+    Timestamp time;
+    TaskDemand free;  // from `time` until the next step
+  };
+  using Profile = std::vector<Step>;
+  static TaskDemand MinOver(const Profile& p, Timestamp from, Timestamp to);
+  static void Subtract(Profile& p, const TaskDemand& amount, Timestamp from, Timestamp to);
+  static size_t SplitAt(Profile& p, Timestamp t);
+
+  Timestamp now_;
+  std::vector<Profile> nodes_;
+  Profile aggregate_;
+};
+
+}  // namespace mlsched::core
