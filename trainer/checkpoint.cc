@@ -104,11 +104,11 @@ std::vector<ShardTensor> DecodeShard(std::span<const uint8_t> blob) {
 CheckpointManager::CheckpointManager(ObjectStore& store, Communicator& comm, int keep_last)
     : store_(store), comm_(comm), keep_last_(std::max(1, keep_last)) {}
 
-bool CheckpointManager::Save(const TrainingState& state) {
+CheckpointManager::ShardWrite CheckpointManager::WriteShard(const TrainingState& state) {
   const int rank = comm_.rank(), world = comm_.world_size();
   const int64_t total = static_cast<int64_t>(state.params.size());
   SampleRange block = BlockRange(total, rank, world);
-  uint64_t word = 0, size = 0;
+  ShardWrite out;
   try {
     std::vector<ShardTensor> tensors;
     auto slice = [&](const char* name, const std::vector<float>& buf) {
@@ -120,11 +120,17 @@ bool CheckpointManager::Save(const TrainingState& state) {
     slice("second_moment", state.second_moment);
     std::vector<uint8_t> blob = EncodeShard(tensors, {{"format", kFormat}, {"step", std::to_string(state.step)}, {"rank", std::to_string(rank)}});
     store_.Put(ShardKey(state.step, rank), blob);
-    word = (uint64_t{1} << 32) | Crc32(blob);
-    size = blob.size();
+    out = {true, Crc32(blob), blob.size()};
   } catch (const std::exception& e) {
     LogWarn("checkpoint step " + std::to_string(state.step) + ": writing shard " + std::to_string(rank) + " to " + store_.Describe() + " failed: " + e.what());
   }
+  return out;
+}
+
+bool CheckpointManager::Commit(const TrainingState& state, const ShardWrite& mine) {
+  const int rank = comm_.rank(), world = comm_.world_size();
+  const int64_t total = static_cast<int64_t>(state.params.size());
+  const uint64_t word = mine.ok ? ((uint64_t{1} << 32) | mine.crc32) : 0, size = mine.bytes;
   std::vector<uint64_t> words = comm_.AllGatherWord(word);
   std::vector<uint64_t> sizes = comm_.AllGatherWord(size);
   bool all_ok = std::all_of(words.begin(), words.end(), [](uint64_t w) { return (w >> 32) == 1; });

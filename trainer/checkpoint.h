@@ -52,11 +52,25 @@ class CheckpointManager {
   /// keep_last: how many committed checkpoints to keep (older ones are deleted after a commit).
   CheckpointManager(ObjectStore& store, Communicator& comm, int keep_last);
 
-  /// Collective. Each rank writes its block (BlockRange over the parameter count) of params and
-  /// moments as step-N/shard-R; if every rank succeeded, rank 0 writes step-N/manifest.json (with
-  /// each shard's size and CRC-32) and then LATEST, and prunes old checkpoints. Returns true on
-  /// every rank iff the checkpoint was committed; failures are logged, not thrown.
-  bool Save(const TrainingState& state);
+  /// This rank's part of one checkpoint write.
+  struct ShardWrite {
+    bool ok = false;
+    uint32_t crc32 = 0;
+    uint64_t bytes = 0;
+  };
+
+  /// Local (no collectives; safe on a background thread while training goes on): writes this
+  /// rank's block (BlockRange over the parameter count) of params and moments as step-N/shard-R.
+  /// Failures are logged and reported as ok == false.
+  ShardWrite WriteShard(const TrainingState& state);
+
+  /// Collective, after every rank's WriteShard finished: if all succeeded, rank 0 writes
+  /// step-N/manifest.json (each shard's size and CRC-32), then LATEST, and prunes old checkpoints.
+  /// Returns true on every rank iff the checkpoint was committed; failures are logged, not thrown.
+  bool Commit(const TrainingState& state, const ShardWrite& mine);
+
+  /// WriteShard then Commit.
+  bool Save(const TrainingState& state) { return Commit(state, WriteShard(state)); }
 
   /// Rank 0: the newest valid checkpoint (LATEST first, then older manifests, newest first).
   /// Step directories without a manifest, or whose shards are missing, truncated or fail their

@@ -42,6 +42,7 @@ struct TrainerConfig {
   std::string checkpoint_url;  ///< empty: no checkpoints
   CheckpointInterval checkpoint_every;
   int keep_checkpoints = 3;
+  bool async_checkpoints = true;  ///< upload shards on a background thread while training goes on
   size_t multipart_threshold = 64u << 20;  ///< bytes; larger S3 shards use multipart upload
   size_t multipart_part_size = 8u << 20;   ///< bytes per multipart part
   // Reporting

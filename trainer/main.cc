@@ -36,6 +36,7 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, s
   app.add_option("--seed", c.seed, "Seed of the initialization and the data order")->capture_default_str();
   app.add_option("--checkpoint-url", c.checkpoint_url, "file:///dir or s3://bucket/prefix (default: $MLSCHED_CHECKPOINT_URL)");
   app.add_option("--checkpoint-every", every, "Checkpoint every N steps, or every Ns / Nm of wall time");
+  app.add_flag("--sync-checkpoints{false}", c.async_checkpoints, "Write checkpoints synchronously instead of in the background");
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Committed checkpoints to keep")->capture_default_str();
   app.add_option("--multipart-threshold", c.multipart_threshold, "S3 shards above this many bytes use multipart upload")->capture_default_str();
   app.add_option("--multipart-part-size", c.multipart_part_size, "Bytes per S3 multipart part (S3 needs >= 5 MiB)")->capture_default_str();

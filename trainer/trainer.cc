@@ -23,7 +23,7 @@ volatile sig_atomic_t g_stop = 0;
 void OnStopSignal(int) { g_stop = 1; }
 
 // Trailing slots of the all-reduce buffer after the gradient.
-enum Extra { kLossSum = 0, kCorrect, kStopFlag, kCheckpointFlag, kExtras };
+enum Extra { kLossSum = 0, kCorrect, kStopFlag, kCheckpointFlag, kUploadsDone, kExtras };
 
 double MonoSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -146,36 +146,71 @@ Trainer::StepStats Trainer::TrainStep() {
   const bool time_due = comm_.rank() == 0 && config_.checkpoint_every.seconds > 0 &&
                         MonoSeconds() - last_checkpoint_mono_ >= config_.checkpoint_every.seconds;
   grad_[P + kCheckpointFlag] = time_due ? 1.0f : 0.0f;
+  const bool my_upload_done = pending_ && pending_->write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  grad_[P + kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
   comm_.AllReduceSum(grad_);
   optimizer_->Step(params_, {grad_.data(), P}, step_, 0, P);
   ++step_;
-  StepStats out{grad_[P + kLossSum], grad_[P + kCorrect], grad_[P + kStopFlag] > 0, grad_[P + kCheckpointFlag] > 0};
+  StepStats out{grad_[P + kLossSum], grad_[P + kCorrect], grad_[P + kStopFlag] > 0, grad_[P + kCheckpointFlag] > 0,
+                pending_.has_value() && grad_[P + kUploadsDone] > static_cast<float>(comm_.world_size()) - 0.5f};
   if (config_.checkpoint_every.steps > 0 && step_ % config_.checkpoint_every.steps == 0) out.checkpoint = true;
   return out;
 }
 
-bool Trainer::SaveCheckpoint() {
-  if (!checkpoints_ || last_checkpoint_step_ == step_) return last_checkpoint_step_ == step_;
-  const double t0 = MonoSeconds();
-  TrainingState state;
-  state.step = step_;
-  state.epoch = step_ / steps_per_epoch_;
-  state.sample_cursor = step_ * config_.batch_size;
-  state.seed = config_.seed;
-  state.params = params_;
-  state.first_moment = optimizer_->first_moment();
-  state.second_moment = optimizer_->second_moment();
-  state.config = config_.ToJson(train_.features, train_.num_classes);
-  bool ok = checkpoints_->Save(state);
+std::shared_ptr<TrainingState> Trainer::Snapshot() const {
+  auto state = std::make_shared<TrainingState>();
+  state->step = step_;
+  state->epoch = step_ / steps_per_epoch_;
+  state->sample_cursor = step_ * config_.batch_size;
+  state->seed = config_.seed;
+  state->params = params_;
+  state->first_moment = optimizer_->first_moment();
+  state->second_moment = optimizer_->second_moment();
+  state->config = config_.ToJson(train_.features, train_.num_classes);
+  return state;
+}
+
+void Trainer::StartCheckpoint() {
+  if (!checkpoints_ || last_checkpoint_step_ == step_) return;
+  FinishPending();  // at most one checkpoint in flight
   last_checkpoint_mono_ = MonoSeconds();
-  if (ok) {
-    last_checkpoint_step_ = step_;
+  auto state = Snapshot();
+  if (!config_.async_checkpoints) {
+    CommitSnapshot(*state, checkpoints_->WriteShard(*state));
+    return;
+  }
+  CheckpointManager* manager = checkpoints_.get();
+  pending_ = PendingCheckpoint{state, std::async(std::launch::async, [manager, state] { return manager->WriteShard(*state); }), MonoSeconds()};
+}
+
+void Trainer::FinishPending() {
+  if (!pending_) return;
+  PendingCheckpoint p = std::move(*pending_);
+  pending_.reset();
+  CommitSnapshot(*p.state, p.write.get());
+}
+
+void Trainer::CommitSnapshot(const TrainingState& state, const CheckpointManager::ShardWrite& mine) {
+  const double t0 = MonoSeconds();
+  if (checkpoints_->Commit(state, mine)) {
+    last_checkpoint_step_ = state.step;
     last_checkpoint_unix_ = UnixSeconds();
-    if (comm_.rank() == 0)
-      LogInfo("checkpoint " + store_->Describe() + "/" + StepDir(step_) + " committed in " + std::to_string(last_checkpoint_mono_ - t0) + " s");
+    if (comm_.rank() == 0) {
+      char line[160];
+      std::snprintf(line, sizeof(line), " committed at step %lld (commit %.3f s)", static_cast<long long>(step_), MonoSeconds() - t0);
+      LogInfo("checkpoint " + store_->Describe() + "/" + StepDir(state.step) + line);
+    }
   }
   WriteStatus("running", last_loss_);
-  return ok;
+}
+
+void Trainer::SaveCheckpoint() {
+  if (!checkpoints_) return;
+  FinishPending();
+  if (last_checkpoint_step_ == step_) return;
+  auto state = Snapshot();
+  CommitSnapshot(*state, checkpoints_->WriteShard(*state));
+  last_checkpoint_mono_ = MonoSeconds();
 }
 
 void Trainer::WriteStatus(const std::string& phase, double loss) {
@@ -229,12 +264,13 @@ RunResult Trainer::Run() {
       interval_loss = interval_correct = 0;
       interval_steps = 0;
     }
+    if (s.uploads_done) FinishPending();  // every rank's shard is written: commit without waiting
     if (s.stop) {
       if (comm_.rank() == 0) LogInfo("stop requested (SIGTERM): checkpointing at step " + std::to_string(step_));
       SaveCheckpoint();
       return Finish(kExitPreempted, MonoSeconds() - train_start, samples_done);
     }
-    if (s.checkpoint) SaveCheckpoint();
+    if (s.checkpoint) StartCheckpoint();
   }
   SaveCheckpoint();
   return Finish(0, MonoSeconds() - train_start, samples_done);

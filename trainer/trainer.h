@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <optional>
 
@@ -43,12 +44,19 @@ class Trainer {
  private:
   struct StepStats {
     double loss_sum = 0, correct = 0;
-    bool stop = false, checkpoint = false;
+    bool stop = false, checkpoint = false, uploads_done = false;
   };
   void LoadData();
   void InitializeOrResume();
   StepStats TrainStep();
-  bool SaveCheckpoint();
+  std::shared_ptr<TrainingState> Snapshot() const;
+  /// Starts a checkpoint of the current step: in the background when async, else synchronously.
+  void StartCheckpoint();
+  /// Waits for this rank's in-flight shard write, then commits it (collective).
+  void FinishPending();
+  void CommitSnapshot(const TrainingState& state, const CheckpointManager::ShardWrite& mine);
+  /// Synchronous checkpoint of the current step (at a stop or the end), after any pending one.
+  void SaveCheckpoint();
   void ReportProgress(double interval_loss, double interval_acc, double samples_per_s);
   void WriteStatus(const std::string& phase, double loss);
   RunResult Finish(int exit_code, double train_seconds, int64_t samples_done);
@@ -60,6 +68,12 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<CheckpointManager> checkpoints_;
+  struct PendingCheckpoint {
+    std::shared_ptr<TrainingState> state;
+    std::future<CheckpointManager::ShardWrite> write;
+    double started_mono = 0;
+  };
+  std::optional<PendingCheckpoint> pending_;
   std::vector<float> params_, grad_;  // grad_ carries kExtras trailing slots
   std::vector<float> batch_x_;
   std::vector<uint8_t> batch_y_;

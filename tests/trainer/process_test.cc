@@ -94,7 +94,7 @@ TEST_CASE("SIGTERM to one rank stops all ranks at the same step with a committed
   if (!HaveData()) return;
   TempDir dir;
   auto args = SmallRunArgs(dir / "ckpt");
-  std::vector<std::string> extra{"--epochs", "100000", "--checkpoint-every", "1000", "--log-every", "10"};
+  std::vector<std::string> extra{"--epochs", "100000", "--checkpoint-every", "7", "--log-every", "10"};
   auto ranks = StartRanks(3, args, extra, dir / "run");
   REQUIRE(WaitForStep(dir / "run", 3, 20, 30));
   auto signalled = std::chrono::steady_clock::now();
