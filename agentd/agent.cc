@@ -1,0 +1,274 @@
+#include "agentd/agent.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+namespace mlsched::agent {
+namespace fs = std::filesystem;
+namespace {
+
+v1::Pool PoolOf(const std::string& pool) {
+  if (pool == "spot") return v1::POOL_SPOT;
+  if (pool == "reserved") return v1::POOL_RESERVED;
+  if (pool == "on-demand") return v1::POOL_ON_DEMAND;
+  return v1::POOL_UNSPECIFIED;
+}
+
+void FillRunning(const std::vector<RunningTaskInfo>& running,
+                 google::protobuf::RepeatedPtrField<v1::RunningTask>* out) {
+  for (const auto& r : running) {
+    auto* t = out->Add();
+    t->set_job_id(r.key.job_id);
+    t->set_attempt(r.key.attempt);
+    t->set_rank(r.key.rank);
+    t->set_pid(r.pid);
+  }
+}
+
+v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report) {
+  v1::AgentMessage m;
+  auto* e = m.mutable_task_exited();
+  e->set_job_id(key.job_id);
+  e->set_attempt(key.attempt);
+  e->set_rank(key.rank);
+  e->set_exit_code(report.exit_code);
+  e->set_signaled(report.signaled);
+  e->set_error(report.error);
+  return m;
+}
+
+}  // namespace
+
+Agent::Agent(AgentConfig config)
+    : cfg_(std::move(config)),
+      supervisor_([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
+                  [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); }) {
+  plan_ctx_.node = cfg_.node.name;
+  plan_ctx_.work_dir = cfg_.work_dir;
+  plan_ctx_.agent_is_root = geteuid() == 0;
+  plan_ctx_.gpu_count = cfg_.node.GpuCount();
+}
+
+Agent::~Agent() {
+  Shutdown();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+void Agent::PrepareWorkDir() {
+  std::error_code ec;
+  fs::create_directories(fs::path(cfg_.work_dir) / "jobs", ec);
+  if (ec) throw std::runtime_error("cannot create work directory " + cfg_.work_dir + "/jobs: " + ec.message());
+  std::string lock = cfg_.work_dir + "/agentd.lock";
+  lock_fd_ = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw std::runtime_error("cannot open " + lock + ": " + std::strerror(errno));
+  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    throw std::runtime_error("work directory " + cfg_.work_dir + " is in use by another agentd (" + lock + " is locked)");
+  // No task survives its agent (PR_SET_PDEATHSIG), so attempt directories left here are stale.
+  for (const auto& entry : fs::directory_iterator(fs::path(cfg_.work_dir) / "jobs", ec)) {
+    spdlog::info("removing stale attempt directory {}", entry.path().string());
+    RemoveAttemptFiles(entry.path().string());
+  }
+}
+
+void Agent::Start() {
+  if (started_) return;
+  PrepareWorkDir();
+  started_ = true;
+  supervisor_.Start();
+  session_ = std::thread([this] { SessionLoop(); });
+  if (!cfg_.eviction_url.empty()) {
+    eviction_ = std::make_unique<EvictionPoller>(cfg_.eviction_url, cfg_.eviction_interval,
+                                                 [this](const EvictionNoticeInfo& n) { OnEviction(n); });
+    eviction_->Start();
+  }
+  spdlog::info("agentd {} for node {} ({} mCPU, {} bytes, {} GPUs) connecting to {}", cfg_.version, cfg_.node.name,
+               cfg_.node.cpu_millis, cfg_.node.memory_bytes, cfg_.node.GpuCount(), cfg_.server);
+}
+
+void Agent::Shutdown() {
+  if (!started_ || stopping_.exchange(true)) return;
+  if (eviction_) eviction_->Stop();
+  size_t n = supervisor_.Size();
+  if (n) spdlog::info("shutting down: terminating {} task(s)", n);
+  supervisor_.TerminateAll(cfg_.kill_grace);
+  if (!supervisor_.WaitIdle(cfg_.kill_grace + std::chrono::seconds(5))) spdlog::error("tasks did not exit in time");
+  for (const auto& dir : attempts_.Directories()) RemoveAttemptFiles(dir);
+  // Let the writer send the exit reports, half-close, and wait for schedd to end the call.
+  draining_ = true;
+  {
+    std::unique_lock lk(mu_);
+    cv_.notify_all();
+    if (!cv_.wait_for(lk, std::chrono::seconds(3), [&] { return session_done_; })) {
+      spdlog::warn("schedd did not close the stream in time; cancelling it");
+      CancelCurrent();
+    }
+  }
+  if (session_.joinable()) session_.join();
+  supervisor_.Stop();
+  spdlog::info("agentd stopped");
+}
+
+v1::AgentMessage Agent::MakeRegister() const {
+  v1::AgentMessage m;
+  auto* r = m.mutable_register_();
+  r->set_name(cfg_.node.name);
+  r->set_pool(PoolOf(cfg_.node.pool));
+  r->set_region(cfg_.node.region);
+  r->set_zone(cfg_.node.zone);
+  r->set_domain(cfg_.node.domain);
+  auto* cap = r->mutable_capacity();
+  cap->set_cpu_millis(cfg_.node.cpu_millis);
+  cap->set_memory_bytes(cfg_.node.memory_bytes);
+  for (const auto& g : cfg_.node.gpus) {
+    auto* gc = cap->add_gpus();
+    gc->set_type(g.type);
+    gc->set_count(g.count);
+  }
+  r->set_address(cfg_.node.address);
+  r->set_version(cfg_.version);
+  FillRunning(supervisor_.Running(), r->mutable_running());
+  return m;
+}
+
+v1::AgentMessage Agent::MakeHeartbeat() const {
+  v1::AgentMessage m;
+  m.mutable_heartbeat()->set_time(static_cast<int64_t>(std::time(nullptr)));
+  FillRunning(supervisor_.Running(), m.mutable_heartbeat()->mutable_running());
+  return m;
+}
+
+void Agent::HandleMessage(const v1::SchedulerMessage& msg) {
+  switch (msg.msg_case()) {
+    case v1::SchedulerMessage::kRegistered: HandleRegistered(msg.registered()); break;
+    case v1::SchedulerMessage::kPrepare: HandlePrepare(msg.prepare()); break;
+    case v1::SchedulerMessage::kCommit: HandleCommit(msg.commit()); break;
+    case v1::SchedulerMessage::kAbort: HandleAbort(msg.abort()); break;
+    case v1::SchedulerMessage::kSignal: HandleSignal(msg.signal()); break;
+    default: spdlog::warn("ignoring an empty or unknown message from schedd"); break;
+  }
+}
+
+void Agent::HandleRegistered(const v1::Registered& reg) {
+  heartbeat_interval_s_ = std::max(1, reg.heartbeat_interval_s());
+  std::set<TaskKey> keep;
+  for (const auto& k : reg.keep()) keep.insert({k.job_id(), k.attempt(), k.rank()});
+  for (const auto& r : supervisor_.Running()) {
+    if (keep.count(r.key)) continue;
+    spdlog::warn("task {} (pid {}) is not assigned to this node any more: terminating it (fencing)",
+                 r.key.ToString(), r.pid);
+    supervisor_.Terminate(r.key, cfg_.fence_grace);
+  }
+  for (const auto& key : attempts_.PreparedNotIn(keep)) DropPrepared(key, "not kept at registration");
+  spdlog::info("registered with schedd: heartbeat every {} s, {} task(s) kept", heartbeat_interval_s_.load(),
+               keep.size());
+}
+
+void Agent::HandlePrepare(const v1::Prepare& p) {
+  AttemptKey key{p.job_id(), p.attempt()};
+  v1::AgentMessage reply;
+  auto* r = reply.mutable_prepare_result();
+  r->set_job_id(key.job_id);
+  r->set_attempt(key.attempt);
+  std::string error;
+  if (!attempts_.Known(key)) {
+    auto plan = PlanAttempt(p, plan_ctx_);
+    if (!plan) {
+      error = plan.error;
+    } else if (error = attempts_.Reserve(*plan.value); error.empty()) {
+      error = WriteAttemptFiles(*plan.value);
+      if (!error.empty()) {
+        attempts_.DropPrepared(key);
+        RemoveAttemptFiles(plan.value->dir);
+      }
+    }
+  }
+  r->set_ok(error.empty());
+  r->set_error(error);
+  if (error.empty()) spdlog::info("job {}: prepared {} task(s)", key.ToString(), p.tasks_size());
+  else spdlog::warn("job {}: prepare failed: {}", key.ToString(), error);
+  outbox_.Push(std::move(reply));
+}
+
+void Agent::HandleCommit(const v1::Commit& c) {
+  AttemptKey key{c.job_id(), c.attempt()};
+  auto result = attempts_.Commit(key);
+  if (!result.known) {
+    std::string why = "commit of job " + key.ToString() + " which was never prepared on node " + cfg_.node.name;
+    spdlog::warn("{}", why);
+    outbox_.Push(TaskExitedMessage({key.job_id, key.attempt, -1}, ExitReport{127, false, why}));
+    return;
+  }
+  if (result.launch.empty()) spdlog::debug("job {}: repeated commit ignored", key.ToString());
+  for (auto& r : result.launch) {
+    TaskKey task{key.job_id, key.attempt, r.rank};
+    if (!supervisor_.Spawn(task, std::move(r.request)))
+      OnTaskExited(task, ExitReport{127, false, "agent is shutting down or the task already runs"});
+  }
+}
+
+void Agent::DropPrepared(const AttemptKey& key, const std::string& why) {
+  if (auto dir = attempts_.DropPrepared(key)) {
+    RemoveAttemptFiles(*dir);
+    spdlog::info("job {}: reservation released ({})", key.ToString(), why);
+  }
+}
+
+void Agent::Terminate(const AttemptKey& key, std::chrono::milliseconds grace, const std::string& why) {
+  if (attempts_.PhaseOf(key) == AttemptTable::Phase::kPrepared) return DropPrepared(key, why);
+  auto live = attempts_.LiveTasks(key);
+  spdlog::info("job {}: terminating {} task(s), grace {} ms ({})", key.ToString(), live.size(), grace.count(), why);
+  for (const auto& t : live) supervisor_.Terminate(t, grace);
+}
+
+void Agent::HandleAbort(const v1::Abort& a) {
+  Terminate({a.job_id(), a.attempt()}, cfg_.kill_grace, "abort: " + a.reason());
+}
+
+void Agent::HandleSignal(const v1::Signal& s) {
+  AttemptKey key{s.job_id(), s.attempt()};
+  if (s.kill()) {
+    auto grace = s.grace_s() > 0 ? std::chrono::milliseconds(s.grace_s() * 1000LL) : std::chrono::milliseconds(10000);
+    return Terminate(key, grace, "kill requested");
+  }
+  if (s.signal() <= 0 || s.signal() >= NSIG) {
+    spdlog::warn("job {}: ignoring signal request with bad signal number {}", key.ToString(), s.signal());
+    return;
+  }
+  for (const auto& t : attempts_.LiveTasks(key)) {
+    if (!supervisor_.Signal(t, s.signal())) spdlog::debug("task {}: not running, signal dropped", t.ToString());
+  }
+  spdlog::info("job {}: sent signal {} ({})", key.ToString(), s.signal(), strsignal(s.signal()));
+}
+
+void Agent::OnTaskStarted(const TaskKey& key, pid_t pid) {
+  v1::AgentMessage m;
+  auto* t = m.mutable_task_started();
+  t->set_job_id(key.job_id);
+  t->set_attempt(key.attempt);
+  t->set_rank(key.rank);
+  t->set_pid(pid);
+  outbox_.Push(std::move(m));
+}
+
+void Agent::OnTaskExited(const TaskKey& key, const ExitReport& report) {
+  if (auto dir = attempts_.RankExited(key)) RemoveAttemptFiles(*dir);
+  outbox_.Push(TaskExitedMessage(key, report));
+}
+
+void Agent::OnEviction(const EvictionNoticeInfo& notice) {
+  v1::AgentMessage m;
+  m.mutable_eviction()->set_deadline(notice.deadline);
+  m.mutable_eviction()->set_source(notice.source);
+  outbox_.Push(std::move(m));
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,123 @@
+#include "agentd/attempts.h"
+
+namespace mlsched::agent {
+
+bool AttemptTable::Known(const AttemptKey& key) const {
+  std::lock_guard lk(mu_);
+  return attempts_.count(key) || finished_.count(key);
+}
+
+std::string AttemptTable::Reserve(PlannedAttempt plan) {
+  std::lock_guard lk(mu_);
+  if (attempts_.count(plan.key) || finished_.count(plan.key)) return "";
+  for (const auto& r : plan.ranks) {
+    for (int32_t g : r.gpus) {
+      auto it = gpu_holder_.find(g);
+      if (it == gpu_holder_.end()) continue;
+      const TaskKey& h = it->second;
+      return "GPU " + std::to_string(g) + " is held by job " + std::to_string(h.job_id) + " attempt " +
+             std::to_string(h.attempt) + " rank " + std::to_string(h.rank);
+    }
+  }
+  for (const auto& r : plan.ranks)
+    for (int32_t g : r.gpus) gpu_holder_[g] = TaskKey{plan.key.job_id, plan.key.attempt, r.rank};
+  AttemptKey key = plan.key;
+  attempts_[key] = Entry{std::move(plan), Phase::kPrepared, {}};
+  return "";
+}
+
+AttemptTable::CommitResult AttemptTable::Commit(const AttemptKey& key) {
+  std::lock_guard lk(mu_);
+  CommitResult out;
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) {
+    out.known = finished_.count(key) > 0;
+    return out;
+  }
+  out.known = true;
+  Entry& e = it->second;
+  if (e.phase == Phase::kCommitted) return out;
+  e.phase = Phase::kCommitted;
+  for (const auto& r : e.plan.ranks) e.live.insert(r.rank);
+  out.launch = e.plan.ranks;
+  return out;
+}
+
+std::optional<AttemptTable::Phase> AttemptTable::PhaseOf(const AttemptKey& key) const {
+  std::lock_guard lk(mu_);
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return std::nullopt;
+  return it->second.phase;
+}
+
+std::optional<std::string> AttemptTable::DropPrepared(const AttemptKey& key) {
+  std::lock_guard lk(mu_);
+  auto it = attempts_.find(key);
+  if (it == attempts_.end() || it->second.phase != Phase::kPrepared) return std::nullopt;
+  for (const auto& r : it->second.plan.ranks) ReleaseGpus({key.job_id, key.attempt, r.rank});
+  std::string dir = it->second.plan.dir;
+  attempts_.erase(it);
+  RememberFinished(key);
+  return dir;
+}
+
+std::vector<TaskKey> AttemptTable::LiveTasks(const AttemptKey& key) const {
+  std::lock_guard lk(mu_);
+  std::vector<TaskKey> out;
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return out;
+  for (int32_t r : it->second.live) out.push_back({key.job_id, key.attempt, r});
+  return out;
+}
+
+std::optional<std::string> AttemptTable::RankExited(const TaskKey& task) {
+  std::lock_guard lk(mu_);
+  ReleaseGpus(task);
+  auto it = attempts_.find(task.Attempt());
+  if (it == attempts_.end()) return std::nullopt;
+  it->second.live.erase(task.rank);
+  if (it->second.phase != Phase::kCommitted || !it->second.live.empty()) return std::nullopt;
+  std::string dir = it->second.plan.dir;
+  attempts_.erase(it);
+  RememberFinished(task.Attempt());
+  return dir;
+}
+
+std::vector<AttemptKey> AttemptTable::PreparedNotIn(const std::set<TaskKey>& keep) const {
+  std::lock_guard lk(mu_);
+  std::vector<AttemptKey> out;
+  for (const auto& [key, e] : attempts_) {
+    if (e.phase != Phase::kPrepared) continue;
+    bool kept = false;
+    for (const auto& r : e.plan.ranks) kept |= keep.count({key.job_id, key.attempt, r.rank}) > 0;
+    if (!kept) out.push_back(key);
+  }
+  return out;
+}
+
+std::vector<std::string> AttemptTable::Directories() const {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> out;
+  for (const auto& [key, e] : attempts_) out.push_back(e.plan.dir);
+  return out;
+}
+
+std::map<int32_t, TaskKey> AttemptTable::HeldGpus() const {
+  std::lock_guard lk(mu_);
+  return gpu_holder_;
+}
+
+void AttemptTable::ReleaseGpus(const TaskKey& task) {
+  std::erase_if(gpu_holder_, [&](const auto& kv) { return kv.second == task; });
+}
+
+void AttemptTable::RememberFinished(const AttemptKey& key) {
+  if (!finished_.insert(key).second) return;
+  finished_order_.push_back(key);
+  if (finished_order_.size() > kFinishedMemory) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,70 @@
+// AttemptTable: the agent's record of every attempt it prepared, which devices each rank holds,
+// which ranks are still alive, and which attempts already finished (so repeated messages stay
+// idempotent). Thread-safe; pure bookkeeping (no processes, no files).
+#pragma once
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agentd/launch_plan.h"
+#include "agentd/task_key.h"
+
+namespace mlsched::agent {
+
+class AttemptTable {
+ public:
+  enum class Phase { kPrepared, kCommitted };
+
+  /// Outcome of Commit.
+  struct CommitResult {
+    bool known = false;               // the attempt was prepared here (or already finished)
+    std::vector<PlannedRank> launch;  // ranks to start now; empty when already committed
+  };
+
+  /// True when the attempt is prepared, committed or recently finished here.
+  bool Known(const AttemptKey& key) const;
+  /// Reserves the plan's devices. Error when a device is held by another attempt, e.g.
+  /// "GPU 3 is held by job 12 attempt 1 rank 0". A known attempt is accepted again (idempotent).
+  std::string Reserve(PlannedAttempt plan);
+  /// Marks a prepared attempt committed and hands out its ranks once.
+  CommitResult Commit(const AttemptKey& key);
+  /// Phase of a live attempt.
+  std::optional<Phase> PhaseOf(const AttemptKey& key) const;
+  /// Drops a prepared (uncommitted) attempt, releasing its devices; returns its directory, or
+  /// nullopt when the attempt is not in the prepared phase.
+  std::optional<std::string> DropPrepared(const AttemptKey& key);
+  /// Ranks of a committed attempt that have not exited.
+  std::vector<TaskKey> LiveTasks(const AttemptKey& key) const;
+  /// A rank ended: frees its devices. When it was the attempt's last live rank the attempt is
+  /// finished and its directory is returned for clean-up.
+  std::optional<std::string> RankExited(const TaskKey& task);
+  /// Fencing: the prepared attempts none of whose ranks are in `keep`.
+  std::vector<AttemptKey> PreparedNotIn(const std::set<TaskKey>& keep) const;
+  /// Every live attempt's directory (for shutdown clean-up).
+  std::vector<std::string> Directories() const;
+  /// Devices currently reserved, as index -> holder.
+  std::map<int32_t, TaskKey> HeldGpus() const;
+
+ private:
+  struct Entry {
+    PlannedAttempt plan;
+    Phase phase = Phase::kPrepared;
+    std::set<int32_t> live;  // committed ranks not yet exited
+  };
+  void ReleaseGpus(const TaskKey& task);  // requires mu_
+  void RememberFinished(const AttemptKey& key);  // requires mu_
+
+  static constexpr size_t kFinishedMemory = 4096;
+  mutable std::mutex mu_;
+  std::map<AttemptKey, Entry> attempts_;
+  std::map<int32_t, TaskKey> gpu_holder_;
+  std::set<AttemptKey> finished_;
+  std::deque<AttemptKey> finished_order_;
+};
+
+}  // namespace mlsched::agent

@@ -1,0 +1,229 @@
+#include "agentd/launch_plan.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <system_error>
+
+#include "agentd/patterns.h"
+#include "agentd/task_env.h"
+
+namespace mlsched::agent {
+namespace fs = std::filesystem;
+namespace {
+
+struct UserInfo {
+  bool found = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
+};
+
+UserInfo LookupUser(const std::string& name) {
+  UserInfo u;
+  if (name.empty()) return u;
+  std::vector<char> buf(16384);
+  struct passwd pw{};
+  struct passwd* res = nullptr;
+  if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &res) == 0 && res) {
+    u.found = true;
+    u.uid = pw.pw_uid;
+    u.gid = pw.pw_gid;
+    u.home = pw.pw_dir ? pw.pw_dir : "";
+  }
+  return u;
+}
+
+std::vector<gid_t> SupplementaryGroups(const std::string& user, gid_t gid) {
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  while (getgrouplist(user.c_str(), gid, groups.data(), &n) < 0) groups.resize(static_cast<size_t>(n) + 16);
+  groups.resize(static_cast<size_t>(n));
+  return groups;
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// The executable and argv of every rank: argv (resolved by PATH) or the batch script.
+std::string ResolveCommand(const v1::JobSpec& spec, const std::string& workdir, const std::string& path_list,
+                           const std::string& dir, std::string* executable, std::vector<std::string>* argv) {
+  if (spec.argv_size() > 0) {
+    const std::string& cmd = spec.argv(0);
+    if (cmd.empty()) return "the job's command (argv[0]) is empty";
+    if (cmd.find('/') != std::string::npos) {
+      fs::path p(cmd);
+      if (p.is_relative()) p = fs::path(workdir) / p;
+      *executable = p.lexically_normal().string();
+      if (!IsExecutableFile(*executable)) return "command '" + cmd + "' is not an executable file (" + *executable + ")";
+    } else {
+      *executable = FindOnPath(cmd, path_list);
+      if (executable->empty()) return "command '" + cmd + "' not found on PATH (" + path_list + ")";
+    }
+    argv->assign(spec.argv().begin(), spec.argv().end());
+    return "";
+  }
+  if (spec.script().empty()) return "the job has neither a command (argv) nor a batch script";
+  std::string script_path = dir + "/script";
+  if (spec.script().rfind("#!", 0) == 0) {
+    *executable = script_path;
+    *argv = {script_path};
+  } else {
+    *executable = "/bin/sh";
+    *argv = {"/bin/sh", script_path};
+  }
+  return "";
+}
+
+std::string CheckParentDir(const std::string& path, const char* which) {
+  std::error_code ec;
+  fs::path parent = fs::path(path).parent_path();
+  if (!fs::is_directory(parent, ec))
+    return std::string(which) + " file '" + path + "': directory '" + parent.string() + "' does not exist";
+  return "";
+}
+
+// Resolves who the tasks run as; fills plan uid/gid/chown and the request template.
+std::string ResolveUser(const v1::Prepare& p, const PlanContext& ctx, UserInfo* user, LaunchRequest* tmpl) {
+  *user = LookupUser(p.user());
+  if (ctx.agent_is_root && p.uid() != 0) {
+    if (!user->found) return "user '" + p.user() + "' (uid " + std::to_string(p.uid()) + ") does not exist on this node";
+    if (user->uid != p.uid())
+      return "user '" + p.user() + "' has uid " + std::to_string(user->uid) + " on this node, not " +
+             std::to_string(p.uid());
+    tmpl->switch_user = true;
+    tmpl->uid = p.uid();
+    tmpl->gid = p.gid();
+    tmpl->groups = SupplementaryGroups(p.user(), p.gid());
+  } else if (!ctx.agent_is_root && p.uid() != getuid()) {
+    spdlog::warn("job {}: submitted by uid {} but agentd is not root: tasks run as uid {}", p.job_id(), p.uid(), getuid());
+  }
+  return "";
+}
+
+// Builds one rank's launch request from the template (user, workdir already set).
+std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanContext& ctx, const std::string& dir,
+                     const std::string& home, const LaunchRequest& tmpl, PlannedRank* r) {
+  const v1::JobSpec& spec = p.spec();
+  TaskEnvInput in;
+  in.spec_env = {spec.env().begin(), spec.env().end()};
+  in.scheduler_env = {p.env().begin(), p.env().end()};
+  in.job_id = p.job_id();
+  in.attempt = p.attempt();
+  in.rank = t.rank();
+  in.local_rank = t.local_rank();
+  in.world_size = p.world_size();
+  in.local_world_size = p.local_world_size();
+  in.master_addr = p.master_addr();
+  in.master_port = p.master_port();
+  in.gpu_indices.assign(t.gpu_indices().begin(), t.gpu_indices().end());
+  in.node = ctx.node;
+  in.status_file = dir + "/status-" + std::to_string(t.rank()) + ".json";
+  in.user = p.user();
+  in.home = home;
+  auto env = BuildTaskEnvironment(in);
+
+  r->rank = t.rank();
+  r->gpus = in.gpu_indices;
+  r->request = tmpl;
+  if (auto err = ResolveCommand(spec, tmpl.workdir, env["PATH"], dir, &r->request.executable, &r->request.argv);
+      !err.empty())
+    return err;
+  PatternValues values{p.job_id(), t.rank(), p.user(), spec.name(), ctx.node};
+  auto out_path = ResolveOutputPath(spec.stdout_pattern(), "mlsched-%j.out", values, tmpl.workdir);
+  if (!out_path) return "stdout: " + out_path.error;
+  auto err_path =
+      spec.stderr_pattern().empty() ? out_path : ResolveOutputPath(spec.stderr_pattern(), "", values, tmpl.workdir);
+  if (!err_path) return "stderr: " + err_path.error;
+  r->request.stdout_path = *out_path.value;
+  r->request.stderr_path = *err_path.value;
+  if (auto e = CheckParentDir(r->request.stdout_path, "stdout"); !e.empty()) return e;
+  if (auto e = CheckParentDir(r->request.stderr_path, "stderr"); !e.empty()) return e;
+  r->request.env = ToEnvStrings(env);
+  return "";
+}
+
+}  // namespace
+
+
+Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx) {
+  Parsed<PlannedAttempt> out;
+  auto fail = [&](std::string msg) {
+    out.error = std::move(msg);
+    return out;
+  };
+  const v1::JobSpec& spec = p.spec();
+  if (p.tasks_size() == 0) return fail("prepare for job " + std::to_string(p.job_id()) + " lists no tasks");
+  PlannedAttempt plan;
+  plan.key = {p.job_id(), p.attempt()};
+  plan.dir = (fs::path(ctx.work_dir) / "jobs" / plan.key.ToString()).string();
+  LaunchRequest tmpl;
+  UserInfo user;
+  if (auto err = ResolveUser(p, ctx, &user, &tmpl); !err.empty()) return fail(err);
+  plan.chown_dir = tmpl.switch_user;
+  plan.uid = tmpl.uid;
+  plan.gid = tmpl.gid;
+
+  std::string workdir = spec.workdir().empty() ? (user.home.empty() ? "/" : user.home) : spec.workdir();
+  std::error_code ec;
+  if (fs::path(workdir).is_relative()) return fail("working directory '" + workdir + "' is not an absolute path");
+  if (!fs::is_directory(workdir, ec)) return fail("working directory '" + workdir + "' does not exist");
+  tmpl.workdir = workdir;
+
+  std::set<int32_t> seen_gpus, seen_ranks;
+  for (const auto& t : p.tasks()) {
+    if (!seen_ranks.insert(t.rank()).second) return fail("rank " + std::to_string(t.rank()) + " listed twice");
+    for (int32_t g : t.gpu_indices()) {
+      if (g < 0 || g >= ctx.gpu_count)
+        return fail("rank " + std::to_string(t.rank()) + ": GPU index " + std::to_string(g) + " does not exist (node has " +
+                    std::to_string(ctx.gpu_count) + " GPUs)");
+      if (!seen_gpus.insert(g).second) return fail("GPU index " + std::to_string(g) + " assigned to two ranks");
+    }
+  }
+
+  for (const auto& t : p.tasks()) {
+    PlannedRank r;
+    if (auto err = PlanRank(p, t, ctx, plan.dir, user.home, tmpl, &r); !err.empty()) return fail(err);
+    plan.ranks.push_back(std::move(r));
+  }
+  if (spec.argv_size() == 0) plan.script = spec.script();
+  out.value = std::move(plan);
+  return out;
+}
+
+std::string WriteAttemptFiles(const PlannedAttempt& plan) {
+  std::error_code ec;
+  fs::create_directories(plan.dir, ec);
+  if (ec) return "cannot create " + plan.dir + ": " + ec.message();
+  chmod(plan.dir.c_str(), 0700);
+  if (plan.chown_dir && chown(plan.dir.c_str(), plan.uid, plan.gid) != 0)
+    return "cannot give " + plan.dir + " to uid " + std::to_string(plan.uid) + ": " + std::strerror(errno);
+  if (plan.script.empty()) return "";
+  std::string path = plan.dir + "/script";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << plan.script;
+    if (!out) return "cannot write batch script " + path;
+  }
+  if (chmod(path.c_str(), 0700) != 0) return "cannot chmod " + path + ": " + std::strerror(errno);
+  if (plan.chown_dir && chown(path.c_str(), plan.uid, plan.gid) != 0)
+    return "cannot give " + path + " to uid " + std::to_string(plan.uid) + ": " + std::strerror(errno);
+  return "";
+}
+
+void RemoveAttemptFiles(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) spdlog::warn("cannot remove {}: {}", dir, ec.message());
+}
+
+}  // namespace mlsched::agent

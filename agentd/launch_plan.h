@@ -1,0 +1,55 @@
+// Turning a Prepare message into ready-to-exec launch requests, validating on the way everything
+// that can be checked before anything starts: the user, the working directory, the command or
+// script, the output files' directories and the device indices.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "agentd/launcher.h"
+#include "agentd/task_key.h"
+#include "common/units.h"
+#include "mlsched/v1/agent.pb.h"
+
+namespace mlsched::agent {
+
+/// What the planner needs to know about this node and agent.
+struct PlanContext {
+  std::string node;        // node name (%n, MLSCHED_NODE)
+  std::string work_dir;    // agent work directory; attempts live in <work_dir>/jobs/<job>.<attempt>
+  bool agent_is_root = false;
+  int32_t gpu_count = 0;   // devices 0..gpu_count-1 exist on this node
+};
+
+/// One rank, ready for ProcessSupervisor::Spawn.
+struct PlannedRank {
+  int32_t rank = 0;
+  std::vector<int32_t> gpus;
+  LaunchRequest request;
+};
+
+/// A validated attempt: its directory, the batch script to write there, and its ranks.
+struct PlannedAttempt {
+  AttemptKey key;
+  std::string dir;             // <work_dir>/jobs/<job>.<attempt>
+  std::string script;          // batch script contents (written to dir/script); empty with argv
+  bool chown_dir = false;      // hand dir to the task user (agent is root)
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<PlannedRank> ranks;
+};
+
+/// Validates `prepare` and builds its launch requests; errors name the field and value, e.g.
+/// "working directory '/nope' does not exist". Reads the user database and the file system only.
+Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& prepare, const PlanContext& ctx);
+
+/// Creates the attempt directory (mode 0700, owned by the task user) and the script (mode 0700).
+/// Returns "" or an error naming the path.
+std::string WriteAttemptFiles(const PlannedAttempt& plan);
+
+/// Removes the attempt directory (status files included); errors are logged, not returned.
+void RemoveAttemptFiles(const std::string& dir);
+
+}  // namespace mlsched::agent

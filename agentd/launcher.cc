@@ -1,0 +1,205 @@
+#include "agentd/launcher.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+namespace mlsched::agent {
+namespace {
+
+// Steps of the child's set-up, reported with errno through the error pipe.
+enum class Step : int { kSetsid = 1, kGroups, kGid, kUid, kPdeathsig, kStdin, kStdout, kStderr, kChdir, kExec };
+
+struct ChildError {
+  int step;
+  int err;
+};
+
+const char* StepName(Step s) {
+  switch (s) {
+    case Step::kSetsid: return "setsid";
+    case Step::kGroups: return "setgroups";
+    case Step::kGid: return "setgid";
+    case Step::kUid: return "setuid";
+    case Step::kPdeathsig: return "prctl(PR_SET_PDEATHSIG)";
+    case Step::kStdin: return "open /dev/null";
+    case Step::kStdout: return "open stdout file";
+    case Step::kStderr: return "open stderr file";
+    case Step::kChdir: return "chdir to working directory";
+    case Step::kExec: return "exec";
+  }
+  return "launch";
+}
+
+[[noreturn]] void ChildFail(int fd, Step step) {
+  ChildError e{static_cast<int>(step), errno};
+  ssize_t n = write(fd, &e, sizeof e);
+  (void)n;
+  _exit(step == Step::kExec && (e.err == EACCES || e.err == ENOEXEC) ? 126 : 127);
+}
+
+// Opens `path` for appending and moves it onto `target` (1 or 2).
+bool RedirectTo(const char* path, int target) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  if (fd != target) {
+    if (dup2(fd, target) < 0) return false;
+    close(fd);
+  } else {
+    fcntl(fd, F_SETFD, 0);
+  }
+  return true;
+}
+
+void MarkDescriptorsCloseOnExec() {
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  struct rlimit rl{};
+  rlim_t max = (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) ? rl.rlim_cur : 65536;
+  for (int fd = 3; fd < static_cast<int>(max); ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+// Runs in the forked child: async-signal-safe calls only, no allocation.
+[[noreturn]] void ChildMain(const LaunchRequest& req, char* const* argv, char* const* envp, int err_fd,
+                            pid_t parent) {
+  if (setsid() < 0) ChildFail(err_fd, Step::kSetsid);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);  // fails harmlessly for SIGKILL/SIGSTOP
+  if (req.switch_user) {
+    if (setgroups(req.groups.size(), req.groups.data()) < 0) ChildFail(err_fd, Step::kGroups);
+    if (setgid(req.gid) < 0) ChildFail(err_fd, Step::kGid);
+    if (setuid(req.uid) < 0) ChildFail(err_fd, Step::kUid);
+  }
+  // After the credential change: changing uid/gid clears the parent-death signal.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) ChildFail(err_fd, Step::kPdeathsig);
+  if (getppid() != parent) _exit(127);  // the agent died between fork and prctl
+  int in = open("/dev/null", O_RDONLY);
+  if (in < 0 || (in != 0 && (dup2(in, 0) < 0 || close(in) < 0))) ChildFail(err_fd, Step::kStdin);
+  if (!RedirectTo(req.stdout_path.c_str(), 1)) ChildFail(err_fd, Step::kStdout);
+  if (req.stderr_path == req.stdout_path) {
+    if (dup2(1, 2) < 0) ChildFail(err_fd, Step::kStderr);
+  } else if (!RedirectTo(req.stderr_path.c_str(), 2)) {
+    ChildFail(err_fd, Step::kStderr);
+  }
+  if (chdir(req.workdir.c_str()) < 0) ChildFail(err_fd, Step::kChdir);
+  MarkDescriptorsCloseOnExec();
+  execve(req.executable.c_str(), argv, envp);
+  ChildFail(err_fd, Step::kExec);
+}
+
+bool IsExecutable(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+std::string DescribeFailure(const LaunchRequest& req, const ChildError& e) {
+  auto step = static_cast<Step>(e.step);
+  std::string what = StepName(step);
+  if (step == Step::kExec) what += " " + req.executable;
+  if (step == Step::kStdout) what += " " + req.stdout_path;
+  if (step == Step::kStderr) what += " " + req.stderr_path;
+  if (step == Step::kChdir) what += " " + req.workdir;
+  if (step == Step::kUid) what += " " + std::to_string(req.uid);
+  return what + ": " + std::strerror(e.err);
+}
+
+}  // namespace
+
+std::string FindOnPath(const std::string& name, const std::string& path_list) {
+  size_t start = 0;
+  while (start <= path_list.size()) {
+    size_t end = path_list.find(':', start);
+    if (end == std::string::npos) end = path_list.size();
+    std::string dir = path_list.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    if (IsExecutable(candidate)) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+ExitReport DecodeWaitStatus(int status) {
+  ExitReport r;
+  if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    r.exit_code = 128 + WTERMSIG(status);
+    r.signaled = true;
+  }
+  return r;
+}
+
+SpawnResult SpawnTask(const LaunchRequest& req) {
+  SpawnResult result;
+  if (req.argv.empty()) {
+    result.failure = {127, false, "empty argv for " + req.executable};
+    return result;
+  }
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) < 0) {
+    result.failure = {127, false, std::string("pipe2: ") + std::strerror(errno)};
+    return result;
+  }
+  // Keep the pipe off the standard descriptors the child overwrites.
+  for (int& fd : pipe_fds) {
+    if (fd > 2) continue;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    fd = moved;
+  }
+  std::vector<char*> argv = CStrings(req.argv);
+  std::vector<char*> envp = CStrings(req.env);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    result.failure = {127, false, std::string("fork: ") + std::strerror(errno)};
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return result;
+  }
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    ChildMain(req, argv.data(), envp.data(), pipe_fds[1], parent);
+  }
+  close(pipe_fds[1]);
+  ChildError err{};
+  ssize_t n;
+  do {
+    n = read(pipe_fds[0], &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  close(pipe_fds[0]);
+  if (n == static_cast<ssize_t>(sizeof err)) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.failure = DecodeWaitStatus(status);
+    result.failure.error = DescribeFailure(req, err);
+    return result;
+  }
+  result.pid = pid;  // EOF: the exec succeeded (the pipe closed on exec)
+  return result;
+}
+
+}  // namespace mlsched::agent

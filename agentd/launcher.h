@@ -1,0 +1,52 @@
+// Starting one task process: its own session and process group, a parent-death signal, the
+// submitting user's credentials, stdin from /dev/null and stdout/stderr appended to files.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace mlsched::agent {
+
+/// Everything needed to exec one task; built by the launch planner, consumed by SpawnTask.
+struct LaunchRequest {
+  std::string executable;          // absolute path passed to execve
+  std::vector<std::string> argv;   // argv[0] included
+  std::vector<std::string> env;    // "KEY=VALUE"
+  std::string workdir;             // absolute; the child chdirs here after switching user
+  std::string stdout_path;         // absolute; opened O_WRONLY|O_CREAT|O_APPEND, mode 0644
+  std::string stderr_path;         // absolute; the same file as stdout when equal
+  bool switch_user = false;        // agent runs as root and the task must not: setgroups/setgid/setuid
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;       // supplementary groups (getgrouplist of the user)
+};
+
+/// How a task ended, in the protocol's terms.
+struct ExitReport {
+  int exit_code = 0;   // exit status, or 128 + signal number
+  bool signaled = false;
+  std::string error;   // launch failure ("exec /x: No such file or directory"); empty otherwise
+};
+
+/// Result of SpawnTask: a pid (> 0) of a running process group leader, or a launch error.
+struct SpawnResult {
+  pid_t pid = -1;
+  ExitReport failure;  // meaningful when pid <= 0: exit code 126/127 like a shell, and the error
+};
+
+/// Forks and execs `req`. The child calls setsid(), resets signal mask and dispositions, switches
+/// user, sets PR_SET_PDEATHSIG=SIGKILL (after the user switch, which would clear it), redirects the
+/// standard streams, chdirs and execs; every step's failure comes back through a close-on-exec pipe,
+/// so a returned pid has really exec'd. PDEATHSIG follows the calling thread: call it from a thread
+/// that lives as long as the tasks should. The child performs only async-signal-safe calls.
+SpawnResult SpawnTask(const LaunchRequest& req);
+
+/// Searches `path_list` (colon-separated) for an executable regular file named `name`; "" if none.
+std::string FindOnPath(const std::string& name, const std::string& path_list);
+
+/// Translates a waitpid status: exit status, or 128 + signal with signaled = true.
+ExitReport DecodeWaitStatus(int status);
+
+}  // namespace mlsched::agent

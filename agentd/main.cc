@@ -1,0 +1,120 @@
+// agentd: the per-node agent. Flags and wiring only; the work happens in mlsched::agent::Agent.
+#include <CLI/CLI.hpp>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <iostream>
+
+#include "agentd/agent.h"
+#include "common/client.h"
+#include "common/units.h"
+
+#ifndef MLSCHED_VERSION
+#define MLSCHED_VERSION "unknown"
+#endif
+
+using namespace mlsched;
+
+namespace {
+
+// Daemons may start with closed standard descriptors; keep 0-2 taken so no socket or task pipe
+// lands on them.
+void ReserveStandardDescriptors() {
+  for (int fd = 0; fd < 3; ++fd)
+    if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+}
+
+int Fail(const std::string& msg) {
+  std::cerr << "agentd: " << msg << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentd: the mlsched node agent"};
+  std::string server, name = agent::Hostname(), pool = "on-demand", cpus, mem, work_dir = "/var/spool/mlsched/agentd";
+  std::string region, zone, domain, address, eviction_url, log_level = "info";
+  std::vector<std::string> gpus;
+  double kill_grace_s = 10, eviction_interval_s = 5;
+  app.add_option("--server", server, "schedd address: unix:PATH or HOST:PORT (default $MLSCHED_SERVER, else unix:" +
+                                          std::string(kDefaultSocket) + ")");
+  app.add_option("--name", name, "Node name (default: the host name)");
+  app.add_option("--pool", pool, "Capacity pool: on-demand, spot or reserved");
+  app.add_option("--cpus", cpus, "CPUs offered: N, N.5 or Nm millicores (default: hardware threads)");
+  app.add_option("--mem", mem, "Memory offered, e.g. 64G (bare number = MB; default: physical memory)");
+  app.add_option("--gpus", gpus, "GPUs offered as TYPE:N, repeatable or comma-separated; 'none' (default: nvidia-smi)");
+  app.add_option("--region", region, "Region of the node");
+  app.add_option("--zone", zone, "Zone of the node");
+  app.add_option("--domain", domain, "Topology domain (NVLink domain / rack)");
+  app.add_option("--work-dir", work_dir, "Agent work directory (one agent per directory)");
+  app.add_option("--address", address, "Address other ranks use to reach this node (MASTER_ADDR)");
+  app.add_option("--eviction-url", eviction_url, "Cloud metadata URL polled for spot eviction notices");
+  app.add_option("--eviction-interval", eviction_interval_s, "Seconds between eviction polls");
+  app.add_option("--kill-grace", kill_grace_s, "Seconds between SIGTERM and SIGKILL on abort and shutdown");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  agent::AgentConfig cfg;
+  cfg.server = ResolveServerAddress(server);
+  cfg.version = MLSCHED_VERSION;
+  cfg.work_dir = work_dir;
+  cfg.eviction_url = eviction_url;
+  cfg.eviction_interval = std::chrono::milliseconds(static_cast<int64_t>(eviction_interval_s * 1000));
+  cfg.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(kill_grace_s * 1000));
+  if (name.empty()) return Fail("--name must not be empty");
+  if (!agent::IsValidPool(pool)) return Fail("--pool must be on-demand, spot or reserved (got '" + pool + "')");
+  if (kill_grace_s < 0 || eviction_interval_s <= 0) return Fail("--kill-grace must be >= 0 and --eviction-interval > 0");
+  cfg.node.name = name;
+  cfg.node.pool = pool;
+  cfg.node.region = region;
+  cfg.node.zone = zone;
+  cfg.node.domain = domain;
+  cfg.node.cpu_millis = agent::DetectCpuMillis();
+  if (!cpus.empty()) {
+    auto c = ParseCpus(cpus);
+    if (!c || *c.value <= 0) return Fail("--cpus: " + (c ? "must be > 0 (got '" + cpus + "')" : c.error));
+    cfg.node.cpu_millis = *c.value;
+  }
+  cfg.node.memory_bytes = agent::DetectMemoryBytes();
+  if (!mem.empty()) {
+    auto m = ParseMemory(mem);
+    if (!m || *m.value <= 0) return Fail("--mem: " + (m ? "must be > 0 (got '" + mem + "')" : m.error));
+    cfg.node.memory_bytes = *m.value;
+  }
+  if (gpus.empty()) {
+    cfg.node.gpus = agent::DetectGpus();
+  } else {
+    auto g = agent::ParseGpuFlag(gpus);
+    if (!g) return Fail(g.error);
+    cfg.node.gpus = *g.value;
+  }
+  cfg.node.address = !address.empty() ? address : agent::IsLoopbackServer(cfg.server) ? "127.0.0.1" : agent::Hostname();
+
+  // SIGTERM/SIGINT are taken by sigwait below; every thread started later inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  ReserveStandardDescriptors();
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+
+  agent::Agent agent(cfg);
+  try {
+    agent.Start();
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("received {}: stopping", strsignal(sig));
+  agent.Shutdown();
+  curl_global_cleanup();
+  return 0;
+}

@@ -1,0 +1,128 @@
+// Agent: the stream to schedd. One connection at a time: register, wait for `registered`, then a
+// writer thread drains the outbox (and heartbeats) while this thread reads scheduler messages.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "agentd/agent.h"
+#include "common/client.h"
+#include "mlsched/v1/agent.grpc.pb.h"
+
+namespace mlsched::agent {
+
+struct Agent::Connection {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>> stream;
+};
+
+namespace {
+
+// A channel that retries connecting on the agent's schedule rather than gRPC's default backoff
+// (which grows to 120 s), and notices a vanished host through keepalive pings. The ping interval
+// stays above gRPC servers' default minimum (5 minutes) so schedd never answers "too many pings".
+std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, const AgentConfig& cfg) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_max.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 330 * 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+void Agent::CancelCurrent() {
+  if (current_) current_->ctx.TryCancel();
+}
+
+void Agent::SessionLoop() {
+  auto backoff = cfg_.backoff_initial;
+  auto channel = MakeAgentChannel(cfg_.server, cfg_);
+  while (!stopping_) {
+    bool registered = RunConnection(channel);
+    if (stopping_) break;
+    if (registered) backoff = cfg_.backoff_initial;
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, backoff, [&] { return stopping_.load(); });
+    backoff = std::min(backoff * 2, cfg_.backoff_max);
+  }
+  std::lock_guard lk(mu_);
+  session_done_ = true;
+  cv_.notify_all();
+}
+
+bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel) {
+  auto conn = std::make_shared<Connection>();
+  PrepareContext(conn->ctx, cfg_.server, /*timeout_s=*/0);
+  auto stub = v1::AgentService::NewStub(channel);
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return false;
+    current_ = conn;
+  }
+  auto finish = [&](const char* when) {
+    grpc::Status st = conn->stream->Finish();
+    std::lock_guard lk(mu_);
+    current_.reset();
+    if (!stopping_) spdlog::warn("stream to schedd {} {}: {} ({})", cfg_.server, when, st.error_message(),
+                                 static_cast<int>(st.error_code()));
+  };
+  conn->stream = stub->Connect(&conn->ctx);
+  v1::SchedulerMessage msg;
+  if (!conn->stream->Write(MakeRegister()) || !conn->stream->Read(&msg)) {
+    finish("failed before registration");
+    return false;
+  }
+  if (!msg.has_registered()) {
+    spdlog::error("schedd answered the registration with message type {}, not 'registered'",
+                  static_cast<int>(msg.msg_case()));
+    conn->ctx.TryCancel();
+    while (conn->stream->Read(&msg)) {
+    }
+    finish("closed");
+    return false;
+  }
+  HandleRegistered(msg.registered());
+  outbox_.SetOnline(true);
+  connected_ = true;
+  std::atomic<bool> closed{false};
+  std::thread writer([&] { WriterLoop(*conn, closed); });
+  while (conn->stream->Read(&msg)) HandleMessage(msg);
+  connected_ = false;
+  outbox_.SetOnline(false);
+  closed = true;
+  outbox_.Interrupt();
+  writer.join();
+  finish("closed");
+  return true;
+}
+
+void Agent::WriterLoop(Connection& conn, const std::atomic<bool>& closed) {
+  using Clock = Outbox::Clock;
+  auto next_heartbeat = Clock::now() + std::chrono::seconds(heartbeat_interval_s_.load());
+  while (!closed) {
+    auto until = std::min(next_heartbeat, Clock::now() + std::chrono::milliseconds(200));
+    auto m = outbox_.Pop(until);
+    if (m) {
+      if (closed || !conn.stream->Write(*m)) {
+        outbox_.PushFront(std::move(*m));
+        return;
+      }
+      continue;
+    }
+    if (draining_ && outbox_.Size() == 0) {
+      conn.stream->WritesDone();  // schedd ends the call; the reader then sees the end
+      return;
+    }
+    if (Clock::now() >= next_heartbeat) {
+      if (!conn.stream->Write(MakeHeartbeat())) return;
+      next_heartbeat = Clock::now() + std::chrono::seconds(heartbeat_interval_s_.load());
+    }
+  }
+}
+
+}  // namespace mlsched::agent

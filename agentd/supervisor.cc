@@ -1,0 +1,235 @@
+#include "agentd/supervisor.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <system_error>
+
+namespace mlsched::agent {
+
+ProcessSupervisor::ProcessSupervisor(StartedFn on_started, ExitedFn on_exited)
+    : on_started_(std::move(on_started)), on_exited_(std::move(on_exited)) {}
+
+ProcessSupervisor::~ProcessSupervisor() {
+  Stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void ProcessSupervisor::Start() {
+  if (thread_.joinable()) return;
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ProcessSupervisor::Wake() {
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof one);
+  (void)n;
+}
+
+bool ProcessSupervisor::Spawn(const TaskKey& key, LaunchRequest request) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_ || children_.count(key)) return false;
+    for (const auto& q : queue_)
+      if (q.key == key) return false;
+    queue_.push_back({key, std::move(request)});
+  }
+  Wake();
+  return true;
+}
+
+bool ProcessSupervisor::Terminate(const TaskKey& key, std::chrono::milliseconds grace) {
+  std::unique_lock lk(mu_);
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->key != key) continue;
+    queue_.erase(it);
+    lk.unlock();
+    on_exited_(key, 0, ExitReport{128 + SIGTERM, true, ""});
+    idle_cv_.notify_all();
+    return true;
+  }
+  auto it = children_.find(key);
+  if (it == children_.end()) return false;
+  kill(-it->second.pid, SIGTERM);
+  auto deadline = Clock::now() + grace;
+  if (!it->second.kill_at || deadline < *it->second.kill_at) it->second.kill_at = deadline;
+  lk.unlock();
+  Wake();
+  return true;
+}
+
+bool ProcessSupervisor::Signal(const TaskKey& key, int signal) {
+  std::lock_guard lk(mu_);
+  auto it = children_.find(key);
+  if (it == children_.end()) return false;
+  return kill(-it->second.pid, signal) == 0;
+}
+
+void ProcessSupervisor::TerminateAll(std::chrono::milliseconds grace) {
+  std::vector<TaskKey> keys;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& q : queue_) keys.push_back(q.key);
+    for (const auto& [k, c] : children_) keys.push_back(k);
+  }
+  for (const auto& k : keys) Terminate(k, grace);
+}
+
+std::vector<RunningTaskInfo> ProcessSupervisor::Running() const {
+  std::lock_guard lk(mu_);
+  std::vector<RunningTaskInfo> out;
+  for (const auto& [k, c] : children_) out.push_back({k, c.pid});
+  return out;
+}
+
+size_t ProcessSupervisor::Size() const {
+  std::lock_guard lk(mu_);
+  return children_.size() + queue_.size() + launching_ + reporting_;
+}
+
+bool ProcessSupervisor::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  return idle_cv_.wait_for(lk, timeout, [&] { return children_.empty() && queue_.empty() && launching_ == 0 && reporting_ == 0; });
+}
+
+void ProcessSupervisor::Stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    for (auto& [k, c] : children_) {
+      kill(-c.pid, SIGKILL);
+      c.kill_at = Clock::now();
+    }
+  }
+  Wake();
+  thread_.join();
+}
+
+int ProcessSupervisor::PollTimeoutMs() const {
+  std::optional<Clock::time_point> next;
+  for (const auto& [k, c] : children_)
+    if (c.kill_at && (!next || *c.kill_at < *next)) next = c.kill_at;
+  if (!next) return -1;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(ms) + 1;
+}
+
+void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
+  for (auto& q : batch) {
+    SpawnResult r = SpawnTask(q.request);
+    int pidfd = r.pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, r.pid, 0)) : -1;
+    if (r.pid > 0 && pidfd < 0) {  // cannot watch it: do not leave it running unsupervised
+      kill(-r.pid, SIGKILL);
+      int status = 0;
+      waitpid(r.pid, &status, 0);
+      r.failure = {127, false, std::string("pidfd_open: ") + std::strerror(errno)};
+      r.pid = -1;
+    }
+    if (r.pid <= 0) {
+      spdlog::warn("task {}: launch failed: {}", q.key.ToString(), r.failure.error);
+      on_exited_(q.key, 0, r.failure);
+      {
+        std::lock_guard lk(mu_);
+        --launching_;
+      }
+      idle_cv_.notify_all();
+      continue;
+    }
+    {
+      std::lock_guard lk(mu_);
+      --launching_;
+      children_[q.key] = Child{r.pid, pidfd, stopping_ ? std::optional(Clock::now()) : std::nullopt};
+      if (stopping_) kill(-r.pid, SIGKILL);
+    }
+    spdlog::info("task {}: started pid {} ({})", q.key.ToString(), r.pid, q.request.executable);
+    on_started_(q.key, r.pid);
+  }
+}
+
+void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
+  for (const auto& key : ready) {
+    pid_t pid = 0;
+    int status = 0;
+    {
+      std::lock_guard lk(mu_);
+      auto it = children_.find(key);
+      if (it == children_.end()) continue;
+      pid = it->second.pid;
+      // The leader is a zombie, so its pid (= the group id) cannot be reused yet: kill what the
+      // task left behind in its process group before reaping it.
+      kill(-pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      close(it->second.pidfd);
+      children_.erase(it);
+      ++reporting_;
+    }
+    ExitReport report = DecodeWaitStatus(status);
+    spdlog::info("task {}: pid {} exited with {}{}", key.ToString(), pid, report.exit_code,
+                 report.signaled ? " (signal)" : "");
+    on_exited_(key, pid, report);
+    std::lock_guard lk(mu_);
+    --reporting_;
+  }
+  idle_cv_.notify_all();
+}
+
+void ProcessSupervisor::EscalateDue() {
+  std::lock_guard lk(mu_);
+  auto now = Clock::now();
+  for (auto& [k, c] : children_) {
+    if (!c.kill_at || *c.kill_at > now) continue;
+    spdlog::info("task {}: grace period over, SIGKILL to process group {}", k.ToString(), c.pid);
+    kill(-c.pid, SIGKILL);
+    c.kill_at.reset();
+  }
+}
+
+void ProcessSupervisor::Loop() {
+  for (;;) {
+    std::deque<Queued> batch;
+    std::vector<pollfd> fds;
+    std::vector<TaskKey> keys;
+    int timeout = -1;
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_ && children_.empty() && launching_ == 0) break;
+      batch.swap(queue_);
+      launching_ += batch.size();
+      fds.push_back({wake_fd_, POLLIN, 0});
+      for (const auto& [k, c] : children_) {
+        fds.push_back({c.pidfd, POLLIN, 0});
+        keys.push_back(k);
+      }
+      timeout = batch.empty() ? PollTimeoutMs() : 0;
+    }
+    if (!batch.empty()) {
+      LaunchQueued(std::move(batch));
+      continue;  // new children: rebuild the poll set
+    }
+    int n = poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) spdlog::error("supervisor poll: {}", std::strerror(errno));
+    if (fds[0].revents & POLLIN) {
+      uint64_t v;
+      while (read(wake_fd_, &v, sizeof v) > 0) {
+      }
+    }
+    std::vector<TaskKey> ready;
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) ready.push_back(keys[i - 1]);
+    ReapReady(ready);
+    EscalateDue();
+  }
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,96 @@
+// ProcessSupervisor: one long-lived thread that forks every task (so PR_SET_PDEATHSIG ties the
+// tasks to the agent's lifetime), waits for them through pidfds, and escalates terminations from
+// SIGTERM to SIGKILL after a grace period. All signals go to the task's whole process group.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "agentd/launcher.h"
+#include "agentd/task_key.h"
+
+namespace mlsched::agent {
+
+/// A running task as reported to schedd.
+struct RunningTaskInfo {
+  TaskKey key;
+  pid_t pid = 0;
+};
+
+class ProcessSupervisor {
+ public:
+  /// Called on the supervisor thread once a task has exec'd.
+  using StartedFn = std::function<void(const TaskKey&, pid_t)>;
+  /// Called on the supervisor thread when a task ended or could not be launched. `pid` is 0 when
+  /// the task never started.
+  using ExitedFn = std::function<void(const TaskKey&, pid_t, const ExitReport&)>;
+
+  ProcessSupervisor(StartedFn on_started, ExitedFn on_exited);
+  /// Stops: kills every task with SIGKILL and joins the thread.
+  ~ProcessSupervisor();
+  ProcessSupervisor(const ProcessSupervisor&) = delete;
+  ProcessSupervisor& operator=(const ProcessSupervisor&) = delete;
+
+  /// Starts the supervisor thread; throws std::system_error if the wake-up eventfd fails.
+  void Start();
+  /// Queues a launch. A key that is already running or queued is ignored (false).
+  bool Spawn(const TaskKey& key, LaunchRequest request);
+  /// SIGTERM to the task's process group now, SIGKILL after `grace`. A queued launch is dropped and
+  /// reported as exited by SIGTERM. An earlier deadline is kept. False when the key is unknown.
+  bool Terminate(const TaskKey& key, std::chrono::milliseconds grace);
+  /// Sends `signal` to the task's process group. False when the key is not running.
+  bool Signal(const TaskKey& key, int signal);
+  /// Terminate() for every task.
+  void TerminateAll(std::chrono::milliseconds grace);
+  /// Running tasks (exec'd and not yet reaped), in key order.
+  std::vector<RunningTaskInfo> Running() const;
+  /// Number of running plus queued tasks.
+  size_t Size() const;
+  /// Waits until no task is running or queued; false on timeout.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+  /// SIGKILLs every task, reaps them (reporting exits) and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Child {
+    pid_t pid = 0;
+    int pidfd = -1;
+    std::optional<Clock::time_point> kill_at;  // SIGKILL deadline after a SIGTERM
+  };
+  struct Queued {
+    TaskKey key;
+    LaunchRequest request;
+  };
+
+  void Loop();
+  void Wake();
+  void LaunchQueued(std::deque<Queued> batch);
+  void ReapReady(const std::vector<TaskKey>& ready);
+  void EscalateDue();
+  int PollTimeoutMs() const;  // requires mu_
+
+  StartedFn on_started_;
+  ExitedFn on_exited_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::map<TaskKey, Child> children_;
+  std::deque<Queued> queue_;
+  size_t launching_ = 0;  // taken off the queue, not yet in children_ or reported
+  size_t reporting_ = 0;  // reaped, exit callback still running
+  bool stopping_ = false;
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace mlsched::agent

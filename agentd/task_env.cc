@@ -1,0 +1,47 @@
+#include "agentd/task_env.h"
+
+namespace mlsched::agent {
+
+std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in) {
+  std::map<std::string, std::string> env;
+  env["PATH"] = kDefaultTaskPath;
+  if (!in.user.empty()) {
+    env["USER"] = in.user;
+    env["LOGNAME"] = in.user;
+  }
+  if (!in.home.empty()) env["HOME"] = in.home;
+  for (const auto& [k, v] : in.spec_env) env[k] = v;
+  for (const auto& [k, v] : in.scheduler_env) env[k] = v;
+
+  std::string devices;
+  for (size_t i = 0; i < in.gpu_indices.size(); ++i) {
+    if (i) devices += ',';
+    devices += std::to_string(in.gpu_indices[i]);
+  }
+  env["RANK"] = std::to_string(in.rank);
+  env["WORLD_SIZE"] = std::to_string(in.world_size);
+  env["LOCAL_RANK"] = std::to_string(in.local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(in.local_world_size);
+  env["MASTER_ADDR"] = in.master_addr;
+  env["MASTER_PORT"] = std::to_string(in.master_port);
+  env["CUDA_VISIBLE_DEVICES"] = devices;
+  env["MLSCHED_JOB_ID"] = std::to_string(in.job_id);
+  env["MLSCHED_TASK_ID"] = std::to_string(in.rank);
+  env["MLSCHED_ATTEMPT"] = std::to_string(in.attempt);
+  env["MLSCHED_NODE"] = in.node;
+  env["MLSCHED_STATUS_FILE"] = in.status_file;
+  return env;
+}
+
+std::vector<std::string> ToEnvStrings(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) continue;
+    if (v.find('\0') != std::string::npos) continue;
+    out.push_back(k + "=" + v);
+  }
+  return out;
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,44 @@
+// The environment of one task: the submitter's exported environment, the scheduler's extra
+// variables, then the rendezvous variables of torchrun's env:// contract, which always win.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mlsched::agent {
+
+/// What the agent knows about one rank when it builds its environment.
+struct TaskEnvInput {
+  std::map<std::string, std::string> spec_env;       // JobSpec.env (mlsub --export)
+  std::map<std::string, std::string> scheduler_env;  // Prepare.env (MLSCHED_JOB_NAME, ...)
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  int32_t world_size = 0;
+  int32_t local_world_size = 0;
+  std::string master_addr;
+  int32_t master_port = 0;
+  std::vector<int32_t> gpu_indices;  // CUDA_VISIBLE_DEVICES, empty = no GPU
+  std::string node;                  // MLSCHED_NODE
+  std::string status_file;           // MLSCHED_STATUS_FILE
+  // The user the task runs as: fills USER, LOGNAME, HOME when the exported environment lacks them.
+  std::string user;
+  std::string home;
+};
+
+/// Default PATH for a task whose exported environment has none.
+inline constexpr const char* kDefaultTaskPath = "/usr/local/bin:/usr/bin:/bin";
+
+/// Builds the environment. Precedence, lowest first: defaults (PATH, USER, LOGNAME, HOME), the
+/// spec's env, the scheduler's env, then RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES (comma-joined; "" without GPUs), MLSCHED_JOB_ID,
+/// MLSCHED_TASK_ID (= rank), MLSCHED_ATTEMPT, MLSCHED_NODE, MLSCHED_STATUS_FILE.
+std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in);
+
+/// "KEY=VALUE" strings in key order, as execve wants them. Keys with '=' or NUL are skipped.
+std::vector<std::string> ToEnvStrings(const std::map<std::string, std::string>& env);
+
+}  // namespace mlsched::agent

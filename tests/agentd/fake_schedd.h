@@ -1,0 +1,120 @@
+// An in-process fake schedd: a real gRPC server on a Unix socket implementing AgentService.Connect.
+// It answers each registration with `registered` (heartbeat 1 s, the configured keep list), records
+// every agent message, and lets the test send scheduler messages on the current stream.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "mlsched/v1/agent.grpc.pb.h"
+
+namespace mlsched::agent::testing {
+
+class FakeSchedd final : public v1::AgentService::Service {
+ public:
+  using Pred = std::function<bool(const v1::AgentMessage&)>;
+
+  /// Serves on unix:`socket_path`; `keep` goes into every `registered`.
+  explicit FakeSchedd(const std::string& socket_path, std::vector<v1::RunningTask> keep = {}) : keep_(std::move(keep)) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+    if (!server_) throw std::runtime_error("FakeSchedd: cannot listen on " + socket_path);
+  }
+  ~FakeSchedd() override { Stop(); }
+
+  /// Ends every stream at once (like a crash) and stops serving.
+  void Stop() {
+    if (!server_) return;
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    server_->Wait();
+    server_.reset();
+  }
+
+  grpc::Status Connect(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) override {
+    {
+      std::lock_guard lk(mu_);
+      stream_ = stream;
+    }
+    v1::AgentMessage m;
+    while (stream->Read(&m)) {
+      if (m.has_register_()) {
+        v1::SchedulerMessage reply;
+        reply.mutable_registered()->set_heartbeat_interval_s(1);
+        for (const auto& k : keep_) *reply.mutable_registered()->add_keep() = k;
+        std::lock_guard wl(write_mu_);
+        stream->Write(reply);
+      }
+      std::lock_guard lk(mu_);
+      received_.push_back(m);
+      cv_.notify_all();
+    }
+    std::lock_guard lk(mu_);
+    stream_ = nullptr;
+    ++ended_;
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  /// Sends `msg` on the current stream; false when no agent is connected.
+  bool Send(const v1::SchedulerMessage& msg) {
+    std::lock_guard lk(mu_);
+    if (!stream_) return false;
+    std::lock_guard wl(write_mu_);
+    return stream_->Write(msg);
+  }
+
+  /// The first received message matching `pred`, waiting up to `timeout`.
+  std::optional<v1::AgentMessage> WaitFor(const Pred& pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    std::unique_lock lk(mu_);
+    std::optional<v1::AgentMessage> found;
+    cv_.wait_for(lk, timeout, [&] {
+      for (const auto& m : received_)
+        if (pred(m)) {
+          found = m;
+          return true;
+        }
+      return false;
+    });
+    return found;
+  }
+
+  /// Number of received messages matching `pred`.
+  size_t Count(const Pred& pred) {
+    std::lock_guard lk(mu_);
+    size_t n = 0;
+    for (const auto& m : received_) n += pred(m) ? 1 : 0;
+    return n;
+  }
+
+  /// All received messages, in order.
+  std::vector<v1::AgentMessage> Received() {
+    std::lock_guard lk(mu_);
+    return received_;
+  }
+
+  /// Waits until a stream ended (the agent closed it).
+  bool WaitEnded(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, timeout, [&] { return ended_ > 0; });
+  }
+
+ private:
+  std::vector<v1::RunningTask> keep_;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_, write_mu_;
+  std::condition_variable cv_;
+  grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream_ = nullptr;
+  std::vector<v1::AgentMessage> received_;
+  int ended_ = 0;
+};
+
+}  // namespace mlsched::agent::testing

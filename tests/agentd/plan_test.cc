@@ -1,0 +1,161 @@
+// Prepare-time validation (PlanAttempt) and device reservations (AttemptTable).
+#include <catch2/catch.hpp>
+
+#include "agentd/attempts.h"
+#include "agentd/launch_plan.h"
+#include "support.h"
+
+using namespace mlsched;
+using namespace mlsched::agent;
+using namespace mlsched::agent::testing;
+
+namespace {
+
+v1::Prepare MakePrepare(const TempDir& dir, int64_t job, std::vector<std::vector<int32_t>> gpus) {
+  v1::Prepare p;
+  p.set_job_id(job);
+  p.set_attempt(1);
+  p.set_user("root");
+  p.set_uid(getuid());
+  p.set_gid(getgid());
+  p.set_world_size(static_cast<int32_t>(gpus.size()));
+  p.set_local_world_size(static_cast<int32_t>(gpus.size()));
+  p.set_master_addr("127.0.0.1");
+  p.set_master_port(29500);
+  auto* spec = p.mutable_spec();
+  spec->set_name("train");
+  spec->add_argv("sh");
+  spec->add_argv("-c");
+  spec->add_argv("true");
+  spec->set_workdir(dir.Str());
+  spec->set_stdout_pattern("%x-%j-%t.out");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    auto* t = p.add_tasks();
+    t->set_rank(static_cast<int32_t>(i));
+    t->set_local_rank(static_cast<int32_t>(i));
+    for (int32_t g : gpus[i]) t->add_gpu_indices(g);
+  }
+  return p;
+}
+
+PlanContext Ctx(const TempDir& dir) { return PlanContext{"n1", dir.Str("work"), false, 4}; }
+
+std::string EnvOf(const PlannedRank& r, const std::string& key) {
+  for (const auto& kv : r.request.env)
+    if (kv.rfind(key + "=", 0) == 0) return kv.substr(key.size() + 1);
+  return "<unset>";
+}
+
+}  // namespace
+
+TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
+  TempDir dir;
+  auto plan = PlanAttempt(MakePrepare(dir, 12, {{0, 1}, {2}}), Ctx(dir));
+  REQUIRE(plan);
+  REQUIRE(plan.value->ranks.size() == 2);
+  const auto& r1 = plan.value->ranks[1];
+  CHECK(r1.request.executable == FindOnPath("sh", "/usr/local/bin:/usr/bin:/bin"));
+  CHECK(r1.request.argv == std::vector<std::string>{"sh", "-c", "true"});
+  CHECK(r1.request.stdout_path == dir.Str("train-12-1.out"));
+  CHECK(r1.request.stderr_path == r1.request.stdout_path);
+  CHECK(r1.request.workdir == dir.Str());
+  CHECK(EnvOf(r1, "CUDA_VISIBLE_DEVICES") == "2");
+  CHECK(EnvOf(plan.value->ranks[0], "CUDA_VISIBLE_DEVICES") == "0,1");
+  CHECK(EnvOf(r1, "RANK") == "1");
+  CHECK(EnvOf(r1, "MLSCHED_STATUS_FILE") == dir.Str("work/jobs/12.1/status-1.json"));
+  CHECK(plan.value->dir == dir.Str("work/jobs/12.1"));
+  CHECK(plan.value->script.empty());
+}
+
+TEST_CASE("a batch script is written to the attempt directory", "[plan]") {
+  TempDir dir;
+  auto p = MakePrepare(dir, 13, {{}});
+  p.mutable_spec()->clear_argv();
+  p.mutable_spec()->set_script("echo no shebang\n");
+  auto plan = PlanAttempt(p, Ctx(dir));
+  REQUIRE(plan);
+  CHECK(plan.value->ranks[0].request.executable == "/bin/sh");
+  CHECK(plan.value->ranks[0].request.argv[1] == dir.Str("work/jobs/13.1/script"));
+  REQUIRE(WriteAttemptFiles(*plan.value).empty());
+  CHECK(ReadFile(dir.Str("work/jobs/13.1/script")) == "echo no shebang\n");
+
+  p.mutable_spec()->set_script("#!/bin/bash\necho hi\n");
+  plan = PlanAttempt(p, Ctx(dir));
+  REQUIRE(plan);
+  CHECK(plan.value->ranks[0].request.executable == dir.Str("work/jobs/13.1/script"));
+  RemoveAttemptFiles(plan.value->dir);
+  CHECK_FALSE(std::filesystem::exists(dir.Str("work/jobs/13.1")));
+}
+
+TEST_CASE("prepare validation names what is wrong", "[plan]") {
+  TempDir dir;
+  auto expect_error = [&](const v1::Prepare& p, const std::string& fragment) {
+    auto plan = PlanAttempt(p, Ctx(dir));
+    REQUIRE_FALSE(plan);
+    INFO(plan.error);
+    CHECK(plan.error.find(fragment) != std::string::npos);
+  };
+  auto p = MakePrepare(dir, 1, {{4}});
+  expect_error(p, "GPU index 4 does not exist (node has 4 GPUs)");
+  p = MakePrepare(dir, 1, {{1}, {1}});
+  expect_error(p, "GPU index 1 assigned to two ranks");
+  p = MakePrepare(dir, 1, {{}});
+  p.mutable_spec()->set_workdir(dir.Str("missing"));
+  expect_error(p, "working directory '" + dir.Str("missing") + "' does not exist");
+  p = MakePrepare(dir, 1, {{}});
+  p.mutable_spec()->set_argv(0, "no-such-command-xyz");
+  expect_error(p, "command 'no-such-command-xyz' not found on PATH");
+  p = MakePrepare(dir, 1, {{}});
+  p.mutable_spec()->clear_argv();
+  expect_error(p, "neither a command (argv) nor a batch script");
+  p = MakePrepare(dir, 1, {{}});
+  p.mutable_spec()->set_stdout_pattern("logs/%j.out");
+  expect_error(p, "directory '" + dir.Str("logs") + "' does not exist");
+  p = MakePrepare(dir, 1, {{}});
+  p.mutable_spec()->set_stderr_pattern("%z");
+  expect_error(p, "unknown specifier %z");
+  p = MakePrepare(dir, 1, {});
+  expect_error(p, "lists no tasks");
+  p = MakePrepare(dir, 1, {{}});
+  p.set_user("no-such-user-xyz");
+  p.set_uid(54321);
+  auto root_ctx = Ctx(dir);
+  root_ctx.agent_is_root = true;
+  auto plan = PlanAttempt(p, root_ctx);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error == "user 'no-such-user-xyz' (uid 54321) does not exist on this node");
+}
+
+TEST_CASE("devices stay reserved from prepare until the rank exits", "[plan]") {
+  TempDir dir;
+  AttemptTable table;
+  auto a = PlanAttempt(MakePrepare(dir, 20, {{0}, {1}}), Ctx(dir));
+  auto b = PlanAttempt(MakePrepare(dir, 21, {{1}}), Ctx(dir));
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(table.Reserve(*a.value).empty());
+  CHECK(table.Reserve(*a.value).empty());  // idempotent
+  CHECK(table.Reserve(*b.value) == "GPU 1 is held by job 20 attempt 1 rank 1");
+
+  auto commit = table.Commit({20, 1});
+  CHECK(commit.known);
+  CHECK(commit.launch.size() == 2);
+  CHECK(table.Commit({20, 1}).launch.empty());  // repeated commit starts nothing
+  CHECK_FALSE(table.Commit({99, 1}).known);
+  CHECK(table.LiveTasks({20, 1}).size() == 2);
+
+  CHECK_FALSE(table.RankExited({20, 1, 1}));  // rank 0 still alive
+  CHECK(table.Reserve(*b.value).empty());     // GPU 1 is free again
+  auto dir20 = table.RankExited({20, 1, 0});
+  REQUIRE(dir20);
+  CHECK(*dir20 == dir.Str("work/jobs/20.1"));
+  CHECK(table.Known({20, 1}));  // remembered as finished: a late commit is not an error
+  CHECK(table.Commit({20, 1}).known);
+  CHECK(table.Commit({20, 1}).launch.empty());
+
+  // Fencing: prepared attempts without a kept rank are dropped.
+  CHECK(table.PreparedNotIn({}) == std::vector<AttemptKey>{{21, 1}});
+  CHECK(table.PreparedNotIn({{21, 1, 0}}).empty());
+  REQUIRE(table.DropPrepared({21, 1}));
+  CHECK(table.HeldGpus().empty());
+}

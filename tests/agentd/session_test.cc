@@ -1,0 +1,311 @@
+// The agent against an in-process fake schedd: register, prepare, commit, task exits, abort,
+// signals, fencing on re-registration, reconnection with buffered exits, eviction, shutdown.
+#include <catch2/catch.hpp>
+
+#include "agentd/agent.h"
+#include "fake_schedd.h"
+#include "http_stub.h"
+#include "support.h"
+
+using namespace mlsched;
+using namespace mlsched::agent;
+using namespace mlsched::agent::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+AgentConfig Config(const TempDir& dir) {
+  AgentConfig cfg;
+  cfg.server = "unix:" + dir.Str("schedd.sock");
+  cfg.node.name = "n1";
+  cfg.node.pool = "spot";
+  cfg.node.cpu_millis = 4000;
+  cfg.node.memory_bytes = 8LL << 30;
+  cfg.node.gpus = {{"h100", 2}};
+  cfg.node.address = "127.0.0.1";
+  cfg.work_dir = dir.Str("work");
+  cfg.kill_grace = 2s;
+  cfg.fence_grace = 500ms;
+  cfg.backoff_initial = 50ms;
+  cfg.backoff_max = 400ms;
+  return cfg;
+}
+
+v1::SchedulerMessage Prepare(const TempDir& dir, int64_t job, int32_t attempt, const std::string& cmd,
+                             std::vector<std::vector<int32_t>> gpus) {
+  v1::SchedulerMessage m;
+  auto* p = m.mutable_prepare();
+  p->set_job_id(job);
+  p->set_attempt(attempt);
+  p->set_user("root");
+  p->set_uid(getuid());
+  p->set_gid(getgid());
+  p->set_world_size(static_cast<int32_t>(gpus.size()));
+  p->set_local_world_size(static_cast<int32_t>(gpus.size()));
+  p->set_master_addr("127.0.0.1");
+  p->set_master_port(29500);
+  (*p->mutable_env())["MLSCHED_JOB_NAME"] = "test";
+  auto* spec = p->mutable_spec();
+  spec->set_name("test");
+  for (const char* a : {"/bin/sh", "-c"}) spec->add_argv(a);
+  spec->add_argv(cmd);
+  spec->set_workdir(dir.Str());
+  spec->set_stdout_pattern("job-%j-%t.out");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    auto* t = p->add_tasks();
+    t->set_rank(static_cast<int32_t>(i));
+    t->set_local_rank(static_cast<int32_t>(i));
+    for (int32_t g : gpus[i]) t->add_gpu_indices(g);
+  }
+  return m;
+}
+
+v1::SchedulerMessage Commit(int64_t job, int32_t attempt) {
+  v1::SchedulerMessage m;
+  m.mutable_commit()->set_job_id(job);
+  m.mutable_commit()->set_attempt(attempt);
+  return m;
+}
+
+v1::SchedulerMessage Abort(int64_t job, int32_t attempt) {
+  v1::SchedulerMessage m;
+  m.mutable_abort()->set_job_id(job);
+  m.mutable_abort()->set_attempt(attempt);
+  m.mutable_abort()->set_reason("test");
+  return m;
+}
+
+FakeSchedd::Pred PrepareResult(int64_t job) {
+  return [=](const v1::AgentMessage& m) { return m.has_prepare_result() && m.prepare_result().job_id() == job; };
+}
+FakeSchedd::Pred Started(int64_t job, int32_t rank) {
+  return [=](const v1::AgentMessage& m) {
+    return m.has_task_started() && m.task_started().job_id() == job && m.task_started().rank() == rank;
+  };
+}
+FakeSchedd::Pred Exited(int64_t job, int32_t rank) {
+  return [=](const v1::AgentMessage& m) {
+    return m.has_task_exited() && m.task_exited().job_id() == job && m.task_exited().rank() == rank;
+  };
+}
+FakeSchedd::Pred Registers() {
+  return [](const v1::AgentMessage& m) { return m.has_register_(); };
+}
+
+// Prepares and commits a one-rank job; returns the task's pid.
+int32_t Launch(FakeSchedd& schedd, const TempDir& dir, int64_t job, const std::string& cmd, int32_t attempt = 1) {
+  REQUIRE(schedd.Send(Prepare(dir, job, attempt, cmd, {{}})));
+  auto r = schedd.WaitFor(PrepareResult(job));
+  REQUIRE(r);
+  REQUIRE(r->prepare_result().ok());
+  REQUIRE(schedd.Send(Commit(job, attempt)));
+  auto s = schedd.WaitFor(Started(job, 0));
+  REQUIRE(s);
+  return s->task_started().pid();
+}
+
+}  // namespace
+
+TEST_CASE("register, prepare, commit and task exits", "[session]") {
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  Agent agent(Config(dir));
+  agent.Start();
+  auto reg = schedd.WaitFor(Registers());
+  REQUIRE(reg);
+  const auto& r = reg->register_();
+  CHECK(r.name() == "n1");
+  CHECK(r.pool() == v1::POOL_SPOT);
+  CHECK(r.capacity().cpu_millis() == 4000);
+  CHECK(r.capacity().gpus(0).type() == "h100");
+  CHECK(r.capacity().gpus(0).count() == 2);
+  CHECK(r.address() == "127.0.0.1");
+  CHECK(r.running_size() == 0);
+  REQUIRE(WaitUntil([&] { return agent.Connected(); }));
+
+  const std::string cmd = "echo $RANK $WORLD_SIZE $LOCAL_RANK $CUDA_VISIBLE_DEVICES $MASTER_ADDR:$MASTER_PORT "
+                          "$MLSCHED_JOB_NAME > env-$RANK.txt; exit $((RANK + 3))";
+  REQUIRE(schedd.Send(Prepare(dir, 7, 1, cmd, {{0}, {1}})));
+  auto pr = schedd.WaitFor(PrepareResult(7));
+  REQUIRE(pr);
+  CHECK(pr->prepare_result().ok());
+  CHECK(pr->prepare_result().error().empty());
+  std::this_thread::sleep_for(200ms);
+  CHECK(schedd.Count(Started(7, 0)) == 0);  // prepare starts nothing
+  CHECK_FALSE(std::filesystem::exists(dir.Str("env-0.txt")));
+
+  // A second gang asking for a reserved GPU is refused.
+  REQUIRE(schedd.Send(Prepare(dir, 8, 1, "true", {{1}})));
+  auto refused = schedd.WaitFor(PrepareResult(8));
+  REQUIRE(refused);
+  CHECK_FALSE(refused->prepare_result().ok());
+  CHECK(refused->prepare_result().error() == "GPU 1 is held by job 7 attempt 1 rank 1");
+
+  REQUIRE(schedd.Send(Commit(7, 1)));
+  for (int rank : {0, 1}) {
+    REQUIRE(schedd.WaitFor(Started(7, rank)));
+    auto ex = schedd.WaitFor(Exited(7, rank));
+    REQUIRE(ex);
+    CHECK(ex->task_exited().exit_code() == rank + 3);
+    CHECK_FALSE(ex->task_exited().signaled());
+  }
+  CHECK(ReadFile(dir.Str("env-0.txt")) == "0 2 0 0 127.0.0.1:29500 test\n");
+  CHECK(ReadFile(dir.Str("env-1.txt")) == "1 2 1 1 127.0.0.1:29500 test\n");
+  CHECK(std::filesystem::exists(dir.Str("job-7-0.out")));
+
+  // Repeats are idempotent: prepare answers ok again, commit starts nothing.
+  REQUIRE(schedd.Send(Prepare(dir, 7, 1, cmd, {{0}, {1}})));
+  REQUIRE(schedd.Send(Commit(7, 1)));
+  REQUIRE(WaitUntil([&] { return schedd.Count(PrepareResult(7)) == 2; }));
+  std::this_thread::sleep_for(200ms);
+  CHECK(schedd.Count(Started(7, 0)) == 1);
+
+  // A commit for an attempt never prepared here is answered with an error.
+  REQUIRE(schedd.Send(Commit(9, 1)));
+  auto unknown = schedd.WaitFor(Exited(9, -1));
+  REQUIRE(unknown);
+  CHECK(unknown->task_exited().error().find("never prepared") != std::string::npos);
+
+  // Heartbeats arrive every second.
+  REQUIRE(schedd.WaitFor([](const v1::AgentMessage& m) { return m.has_heartbeat(); }, 3s));
+}
+
+TEST_CASE("abort drops a reservation or terminates running tasks", "[session]") {
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  Agent agent(Config(dir));
+  agent.Start();
+  REQUIRE(schedd.WaitFor(Registers()));
+
+  REQUIRE(schedd.Send(Prepare(dir, 10, 1, "true", {{0}})));
+  REQUIRE(schedd.WaitFor(PrepareResult(10)));
+  REQUIRE(schedd.Send(Abort(10, 1)));
+  REQUIRE(schedd.Send(Prepare(dir, 11, 1, "true", {{0}})));  // GPU 0 is free again
+  auto ok = schedd.WaitFor(PrepareResult(11));
+  REQUIRE(ok);
+  CHECK(ok->prepare_result().ok());
+
+  int32_t pid = Launch(schedd, dir, 12, "sleep 60 & exec sleep 60");
+  REQUIRE(schedd.Send(Abort(12, 1)));
+  auto ex = schedd.WaitFor(Exited(12, 0));
+  REQUIRE(ex);
+  CHECK(ex->task_exited().signaled());
+  CHECK(ex->task_exited().exit_code() == 128 + SIGTERM);
+  CHECK(WaitUntil([&] { return GroupGone(pid); }, 2s));
+}
+
+TEST_CASE("signal: plain signals and kill with a grace period", "[session]") {
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  Agent agent(Config(dir));
+  agent.Start();
+  REQUIRE(schedd.WaitFor(Registers()));
+  int32_t pid = Launch(schedd, dir, 13,
+                       "trap 'echo usr1 >> sig.txt' USR1; trap '' TERM; echo ready > ready.txt; "
+                       "while :; do sleep 0.05; done");
+  REQUIRE(WaitUntil([&] { return !ReadFile(dir.Str("ready.txt")).empty(); }));
+  v1::SchedulerMessage sig;
+  sig.mutable_signal()->set_job_id(13);
+  sig.mutable_signal()->set_attempt(1);
+  sig.mutable_signal()->set_signal(SIGUSR1);
+  REQUIRE(schedd.Send(sig));
+  REQUIRE(WaitUntil([&] { return ReadFile(dir.Str("sig.txt")) == "usr1\n"; }));
+  sig.mutable_signal()->set_kill(true);
+  sig.mutable_signal()->set_grace_s(1);
+  REQUIRE(schedd.Send(sig));
+  auto ex = schedd.WaitFor(Exited(13, 0), 4s);
+  REQUIRE(ex);
+  CHECK(ex->task_exited().exit_code() == 128 + SIGKILL);  // SIGTERM was ignored; SIGKILL after 1 s
+  CHECK(WaitUntil([&] { return GroupGone(pid); }, 2s));
+}
+
+TEST_CASE("schedd restart: tasks keep running, exits are buffered, stale attempts are fenced", "[session]") {
+  TempDir dir;
+  const std::string sock = dir.Str("schedd.sock");
+  auto schedd = std::make_unique<FakeSchedd>(sock);
+  Agent agent(Config(dir));
+  agent.Start();
+  REQUIRE(schedd->WaitFor(Registers()));
+  int32_t kept = Launch(*schedd, dir, 20, "exec sleep 60");
+  int32_t stale = Launch(*schedd, dir, 21, "exec sleep 60");
+  int32_t quick = Launch(*schedd, dir, 22, "sleep 0.3");
+
+  schedd->Stop();  // schedd crashes
+  REQUIRE(WaitUntil([&] { return !agent.Connected(); }));
+  std::this_thread::sleep_for(600ms);  // job 22 exits while nobody listens
+  CHECK(kill(kept, 0) == 0);
+  CHECK(kill(stale, 0) == 0);
+  CHECK(GroupGone(quick));
+
+  v1::RunningTask keep;
+  keep.set_job_id(20);
+  keep.set_attempt(1);
+  keep.set_rank(0);
+  schedd = std::make_unique<FakeSchedd>(sock, std::vector<v1::RunningTask>{keep});
+  auto reg = schedd->WaitFor(Registers());
+  REQUIRE(reg);
+  std::set<int64_t> reported;
+  for (const auto& t : reg->register_().running()) reported.insert(t.job_id());
+  CHECK(reported == std::set<int64_t>{20, 21});
+
+  auto buffered = schedd->WaitFor(Exited(22, 0));
+  REQUIRE(buffered);
+  CHECK(buffered->task_exited().exit_code() == 0);
+  auto fenced = schedd->WaitFor(Exited(21, 0));
+  REQUIRE(fenced);
+  CHECK(fenced->task_exited().signaled());
+  CHECK(WaitUntil([&] { return GroupGone(stale); }, 2s));
+  CHECK(kill(kept, 0) == 0);
+  // The register came first, then the buffered exit.
+  auto all = schedd->Received();
+  REQUIRE_FALSE(all.empty());
+  CHECK(all.front().has_register_());
+
+  // The kept task is still controlled through the new stream.
+  REQUIRE(schedd->Send(Abort(20, 1)));
+  REQUIRE(schedd->WaitFor(Exited(20, 0)));
+  CHECK(WaitUntil([&] { return GroupGone(kept); }, 2s));
+}
+
+TEST_CASE("shutdown terminates tasks and reports their exits", "[session]") {
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  auto agent = std::make_unique<Agent>(Config(dir));
+  agent->Start();
+  REQUIRE(schedd.WaitFor(Registers()));
+  int32_t pid = Launch(schedd, dir, 30, "exec sleep 60");
+  agent->Shutdown();
+  CHECK(WaitUntil([&] { return GroupGone(pid); }, 2s));
+  auto ex = schedd.WaitFor(Exited(30, 0), 1s);
+  REQUIRE(ex);
+  CHECK(ex->task_exited().exit_code() == 128 + SIGTERM);
+  CHECK(schedd.WaitEnded(2s));
+  CHECK(std::filesystem::is_empty(dir.Str("work/jobs")));  // attempt directories cleaned up
+}
+
+TEST_CASE("a second agent cannot share a work directory", "[session]") {
+  TempDir dir;
+  Agent first(Config(dir));
+  first.Start();
+  Agent second(Config(dir));
+  CHECK_THROWS_WITH(second.Start(), Catch::Contains("in use by another agentd"));
+}
+
+TEST_CASE("an eviction notice is relayed to schedd once", "[session][eviction]") {
+  TempDir dir;
+  HttpStub http;
+  http.Set(200, "TRUE");
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  auto cfg = Config(dir);
+  cfg.eviction_url = http.Url("/computeMetadata/v1/instance/preempted");
+  cfg.eviction_interval = 20ms;
+  Agent agent(cfg);
+  agent.Start();
+  auto is_eviction = [](const v1::AgentMessage& m) { return m.has_eviction(); };
+  auto notice = schedd.WaitFor(is_eviction);
+  REQUIRE(notice);
+  CHECK(notice->eviction().source() == "gcp-preempted");
+  CHECK(notice->eviction().deadline() >= std::time(nullptr) + kGcpNoticeSeconds - 5);
+  std::this_thread::sleep_for(200ms);
+  CHECK(schedd.Count(is_eviction) == 1);
+}
