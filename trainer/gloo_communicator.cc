@@ -77,7 +77,7 @@ std::string LocalAddressToward(const std::string& master_addr) {
 GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options)
     : env_(env), options_(options) {
   if (env_.rank == 0) server_ = std::make_unique<KvServer>(env_.master_port);
-  KvClient client(env_.master_addr, env_.master_port, options_.rendezvous_timeout);
+  KvClient client(env_.master_addr, server_ ? server_->port() : env_.master_port, options_.rendezvous_timeout);
   ScopedKvStore store(client, env_.KeyScope() + "gloo/");
   gloo::transport::tcp::attr attr;
   attr.hostname = LocalAddressToward(env_.master_addr);

@@ -1,0 +1,55 @@
+// NCCL: the GPU backend of the Communicator interface (built only when CUDA and NCCL are found
+// and MLSCHED_WITH_CUDA is on).
+#pragma once
+
+#include <memory>
+
+#include "trainer/communicator.h"
+#include "trainer/kv_store.h"
+
+struct ncclComm;
+struct CUstream_st;
+
+namespace mltrain {
+
+/// NCCL communicator on one GPU per rank. Unlike the CPU backends, every span passed to a
+/// collective must be DEVICE memory on `device` (AllGatherWord takes and returns host values).
+/// Rendezvous: rank 0 serves the key-value store (KvServer on MASTER_PORT) and publishes the NCCL
+/// unique id under the job's key scope; the others read it within the rendezvous deadline.
+/// The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective are
+/// polled (ncclCommGetAsyncError, cudaStreamQuery) against a deadline, and on an error or timeout
+/// the communicator is aborted (ncclCommAbort) and PeerLostError thrown, because NCCL can otherwise
+/// hang forever when a peer dies.
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options, int device);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return env_.rank; }
+  int world_size() const override { return env_.world_size; }
+  std::string backend() const override { return "nccl"; }
+  void AllReduceSum(std::span<float> data) override;
+  /// Grouped ncclReduce of each rank's block to that rank (blocks may differ in size).
+  void ReduceScatterSum(std::span<float> data) override;
+  /// Grouped ncclBroadcast of each rank's block from that rank.
+  void AllGather(std::span<float> data) override;
+  std::vector<uint64_t> AllGatherWord(uint64_t word) override;
+  void Broadcast(std::span<uint8_t> bytes, int root) override;
+  void Barrier() override;
+  void Abort() noexcept override;
+
+ private:
+  /// Waits until the enqueued work finished, failing on NCCL async errors or the deadline.
+  void Wait(const char* what, int result);
+
+  RendezvousEnv env_;
+  CommunicatorOptions options_;
+  int device_ = 0;
+  std::unique_ptr<KvServer> server_;  // rank 0 only
+  ncclComm* comm_ = nullptr;
+  CUstream_st* stream_ = nullptr;
+  float* scratch_ = nullptr;  // device scratch: barrier value and gathered words
+  bool aborted_ = false;
+};
+
+}  // namespace mltrain
