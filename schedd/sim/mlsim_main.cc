@@ -20,6 +20,10 @@ int main(int argc, char** argv) {
   app.add_option("--policy", c.policy_path, "policy file (TOML)")->check(CLI::ExistingFile);
   app.add_option("--backfill", c.backfill, "backfill mode, overriding the policy")
       ->check(CLI::IsMember({"none", "easy", "conservative"}));
+  app.add_option("--backfill-order", c.backfill_order, "order of backfill candidates")
+      ->check(CLI::IsMember({"queue", "shortest-first"}));
+  app.add_option("--queue-order", c.queue_order, "queue order: FCFS or multifactor priority")
+      ->check(CLI::IsMember({"fifo", "multifactor"}));
   app.add_flag("--exact-runtimes", c.exact_runtimes, "time limit = actual run time");
   app.add_flag("--predict-runtimes", c.predict_runtimes,
                "plan with run times predicted from each user's last two jobs (Tsafrir 2007)");

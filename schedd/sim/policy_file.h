@@ -9,13 +9,17 @@
 
 namespace mlsched::sim {
 
-/// Reads a policy file. `shares` (optional) receives the [shares] table (account -> share).
-/// Throws std::runtime_error "FILE: key: message" on a syntax error, an unknown key or a bad value.
+/// Reads a policy file (keys in README.md). `shares` (optional) receives each [[accounts]] entry's
+/// shares (account -> shares). Throws std::runtime_error "FILE: key: message" on a syntax error,
+/// an unknown key or a bad value.
 core::PolicySet ReadPolicyFile(const std::string& path, std::map<std::string, double>* shares);
 
-/// Applies --backfill none|easy|conservative to the policy. Throws std::invalid_argument on an
-/// unknown mode or one the core does not offer.
+/// Applies --backfill none|easy|conservative. Throws std::invalid_argument on an unknown mode.
 void SetBackfillMode(core::PolicySet& policy, const std::string& mode);
+/// Applies --backfill-order queue|shortest-first. Throws std::invalid_argument otherwise.
+void SetBackfillOrder(core::PolicySet& policy, const std::string& order);
+/// Applies --queue-order fifo|multifactor. Throws std::invalid_argument otherwise.
+void SetQueueOrder(core::PolicySet& policy, const std::string& order);
 
 /// "fifo", "fifo+easy", ... from the policy's settings.
 std::string DescribeSchedulingPolicy(const core::PolicySet& policy);

@@ -22,6 +22,8 @@ struct SimConfig {
   std::string format;             // swf | philly | pollux | alibaba; "" = detect from the file
   std::string policy_path;        // TOML policy file; "" = the core's defaults (FIFO)
   std::string backfill;           // none | easy | conservative; "" = as the policy says
+  std::string backfill_order;     // queue | shortest-first; "" = as the policy says
+  std::string queue_order;        // fifo | multifactor; "" = as the policy says
   bool exact_runtimes = false;    // time limit = run time
   bool predict_runtimes = false;  // time limits the core plans with from users' history
   uint64_t seed = 1;

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "schedd/core/fairshare.h"
+
 namespace mlsched::sim {
 namespace {
 
@@ -44,6 +46,8 @@ class Simulation {
       : trace_(trace), fleet_(fleet), options_(options), live_(trace.jobs.size()),
         rng_(options.seed) {
     state_.nodes = fleet.nodes;
+    accrue_usage_ = options.policy.queue_order == core::QueueOrder::kMultifactor &&
+                    options.policy.weights.fairshare > 0;
     result_.jobs.resize(trace.jobs.size());
     result_.resource = TotalGpus(fleet) > 0 ? "gpu" : "cpu";
     result_.capacity =
@@ -84,6 +88,8 @@ class Simulation {
   int64_t seq_ = 0;
   Timestamp now_ = 0;
   bool dirty_ = false, need_compact_ = false;
+  bool accrue_usage_ = false;   // the policy's priorities read fairshare usage
+  Timestamp accrued_until_ = 0;
   int64_t pending_ = 0, running_ = 0, busy_ = 0;
 };
 
@@ -312,6 +318,12 @@ SimResult Simulation::Run() {
     if (periodic) t = std::min(t, last_cycle + period);
     if (t == kNever) break;  // pending jobs that nothing will ever unblock
     now_ = t;
+    if (accrue_usage_ && now_ > accrued_until_) {
+      // Charge the interval to the jobs that ran in it, before any of them ends at now_.
+      core::AccrueUsage(state_.usage, state_.jobs, options_.policy.fairshare, accrued_until_,
+                        now_);
+      accrued_until_ = now_;
+    }
     while (next < jobs.size() && jobs[next].submit_time == now_) Submit(next++);
     while (!events_.empty() && events_.top().time == now_) {
       Event e = events_.top();

@@ -1,0 +1,62 @@
+// mlsim_bench [BACKFILL...]: replays KTH-SP2, SDSC-SP2 (one 100/128-processor pool) and the
+// Philly GPU trace (multi-GPU gangs on 16 nodes x 4 GPUs) with each backfill mode given
+// (default: every mode the core supports) and prints jobs simulated per second and the wall
+// time of scheduling cycles (p50/p99/max). A benchmark, not a test: it asserts nothing.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "schedd/sim/sim_config.h"
+
+namespace {
+
+struct Case {
+  const char* label;
+  const char* file;
+  int nodes, gpus_per_node;
+};
+
+void RunCase(const Case& c, const std::string& backfill) {
+  mlsched::sim::SimConfig config;
+  config.trace_path = std::string(MLSCHED_TRACE_DIR) + "/" + c.file;
+  config.backfill = backfill;
+  config.nodes = c.nodes;
+  config.gpus_per_node = c.gpus_per_node;
+  const auto t0 = std::chrono::steady_clock::now();
+  mlsched::sim::Replay r = mlsched::sim::RunReplay(config);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> cycles = r.result.cycle_wall_s;
+  const double p50 = mlsched::sim::Percentile(cycles, 50) * 1e6;
+  const double p99 = mlsched::sim::Percentile(cycles, 99) * 1e6;
+  const double max = cycles.empty() ? 0 : cycles.back() * 1e6;
+  std::printf("%-10s %-13s %7lld jobs %8.2f s %9.0f jobs/s %8lld cycles  cycle p50 %7.1f us "
+              "p99 %8.1f us max %9.1f us  bsld %9.2f util %.4f\n",
+              c.label, backfill.c_str(), static_cast<long long>(r.metrics.jobs), wall,
+              static_cast<double>(r.metrics.jobs) / wall, static_cast<long long>(r.metrics.cycles),
+              p50, p99, max, r.metrics.mean_bounded_slowdown, r.metrics.utilization);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> modes;
+  for (int i = 1; i < argc; ++i) modes.emplace_back(argv[i]);
+  if (modes.empty()) modes = {"none", "easy", "conservative"};
+  const Case cases[] = {
+      {"KTH-SP2", "KTH-SP2.input.swf.gz", 0, 0},
+      {"SDSC-SP2", "SDSC-SP2.input.swf.gz", 0, 0},
+      {"Philly", "philly-2017-09-10.csv.gz", 16, 4},
+  };
+  for (const auto& mode : modes) {
+    for (const Case& c : cases) {
+      try {
+        RunCase(c, mode);
+      } catch (const std::exception& e) {
+        std::printf("%-10s %-13s skipped: %s\n", c.label, mode.c_str(), e.what());
+      }
+    }
+  }
+  return 0;
+}
