@@ -1,0 +1,164 @@
+#include "cli/admin_format.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "cli/job_format.h"
+#include "cli/job_states.h"
+#include "common/units.h"
+
+namespace mlsched::cli {
+
+namespace {
+
+// Left-aligned columns separated by two spaces; trailing blanks trimmed.
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], r[c].size());
+    }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t c = 0; c < r.size(); ++c) {
+      line += r[c];
+      if (c + 1 < r.size()) line += std::string(width[c] - r[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string Join(const google::protobuf::RepeatedPtrField<std::string>& items, const char* sep) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+}  // namespace
+
+std::string PoolName(v1::Pool pool) {
+  switch (pool) {
+    case v1::POOL_ON_DEMAND: return "on-demand";
+    case v1::POOL_SPOT: return "spot";
+    case v1::POOL_RESERVED: return "reserved";
+    default: return "unknown";
+  }
+}
+
+std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capacity) {
+  std::map<std::string, std::pair<int64_t, int64_t>> by_type;  // type -> (allocated, total)
+  for (const auto& g : capacity.gpus()) by_type[g.type()].second += g.count();
+  for (const auto& g : allocated.gpus()) by_type[g.type()].first += g.count();
+  if (by_type.empty()) return "0/0";
+  std::string out;
+  for (const auto& [type, n] : by_type)
+    out += (out.empty() ? "" : ",") + type + ":" + std::to_string(n.first) + "/" + std::to_string(n.second);
+  return out;
+}
+
+std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
+  std::vector<const v1::NodeInfo*> sorted;
+  for (const auto& n : nodes) sorted.push_back(&n);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name() < b->name(); });
+  std::vector<std::vector<std::string>> rows{
+      {"NODE", "POOL", "STATE", "CPUS(A/T)", "MEM", "GPUS(A/T)", "DOMAIN", "ZONE", "REGION", "REASON"}};
+  for (const auto* n : sorted) {
+    rows.push_back({n->name(), PoolName(n->pool()), n->state(),
+                    FormatCores(n->allocated().cpu_millis()) + "/" + FormatCores(n->capacity().cpu_millis()),
+                    FormatBytes(n->allocated().memory_bytes()) + "/" + FormatBytes(n->capacity().memory_bytes()),
+                    GpuUsage(n->allocated(), n->capacity()), n->domain(), n->zone(), n->region(), n->reason()});
+  }
+  return RenderTable(rows);
+}
+
+nlohmann::json NodeJson(const v1::NodeInfo& n) {
+  std::map<std::string, std::pair<int64_t, int64_t>> by_type;
+  for (const auto& g : n.capacity().gpus()) by_type[g.type()].second += g.count();
+  for (const auto& g : n.allocated().gpus()) by_type[g.type()].first += g.count();
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& [type, c] : by_type) gpus.push_back({{"type", type}, {"count", c.second}, {"allocated", c.first}});
+  return nlohmann::json{
+      {"name", n.name()},
+      {"pool", PoolName(n.pool())},
+      {"state", n.state()},
+      {"reason", n.reason()},
+      {"region", n.region()},
+      {"zone", n.zone()},
+      {"domain", n.domain()},
+      {"address", n.address()},
+      {"cpu_millis", n.capacity().cpu_millis()},
+      {"cpu_millis_allocated", n.allocated().cpu_millis()},
+      {"memory_bytes", n.capacity().memory_bytes()},
+      {"memory_bytes_allocated", n.allocated().memory_bytes()},
+      {"gpus", gpus},
+      {"last_heartbeat", n.last_heartbeat()},
+      {"running_jobs", std::vector<int64_t>(n.running_jobs().begin(), n.running_jobs().end())},
+  };
+}
+
+std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
+  const v1::JobSpec& s = job.spec();
+  std::string env;
+  for (const auto& [k, v] : std::map<std::string, std::string>(s.env().begin(), s.env().end()))
+    env += (env.empty() ? "" : ",") + k + "=" + v;
+  auto f = [&](char code) { return JobField(code, job, now); };
+  std::vector<std::vector<std::pair<std::string, std::string>>> lines{
+      {{"JobId", f('i')}, {"JobName", s.name()}},
+      {{"UserId", job.user() + "(" + std::to_string(job.uid()) + ")"}, {"GroupId", std::to_string(job.gid())},
+       {"Account", s.account()}, {"QOS", s.qos()}},
+      {{"JobState", f('T')}, {"Reason", f('r')}, {"ExitCode", std::to_string(job.exit_code())}},
+      {{"Priority", f('Q')}, {"Nice", f('y')}, {"Attempt", std::to_string(job.attempt())},
+       {"Requeues", std::to_string(job.requeue_count())}, {"Hold", s.hold() ? "yes" : "no"}},
+      {{"RunTime", f('M')}, {"TimeLimit", f('l')}},
+      {{"SubmitTime", f('V')}, {"StartTime", FormatTimestamp(job.start_time())}, {"EndTime", f('e')},
+       {"ExpectedStart", FormatTimestamp(job.expected_start())}},
+      {{"Partition", s.partition()}, {"NodeList", f('N')}, {"NumNodes", f('D')}},
+      {{"NumTasks", f('A')}, {"CPUsPerTask", FormatCores(s.cpu_millis_per_task())},
+       {"MemPerTask", s.memory_bytes_per_task() > 0 ? FormatBytes(s.memory_bytes_per_task()) : "0"},
+       {"GPUsPerTask", std::to_string(s.gpus_per_task())}, {"GPUTypes", Join(s.gpu_types(), ",")},
+       {"Topology", s.topology().empty() ? "none" : s.topology()}},
+      {{"WorkDir", s.workdir()}},
+      {{"StdOut", s.stdout_pattern()}, {"StdErr", s.stderr_pattern()}},
+      {{"Command", f('o')}},
+      {{"Environment", env}},
+  };
+  std::string placement;
+  for (const auto& t : job.tasks()) {
+    std::string gpus;
+    for (int g : t.gpu_indices()) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+    placement += (placement.empty() ? "" : " ") + std::to_string(t.rank()) + ":" + t.node() + (gpus.empty() ? "" : "[" + gpus + "]");
+  }
+  lines.push_back({{"Tasks", placement}});
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string line = i == 0 ? "" : "   ";
+    for (size_t k = 0; k < lines[i].size(); ++k) line += (k ? " " : "") + lines[i][k].first + "=" + lines[i][k].second;
+    out += line + "\n";
+  }
+  if (!s.script().empty()) out += "   Script=\n" + s.script() + (s.script().back() == '\n' ? "" : "\n");
+  return out;
+}
+
+nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now) {
+  const v1::JobSpec& s = job.spec();
+  nlohmann::json j = JobJson(job, now);
+  j["gid"] = job.gid();
+  j["argv"] = std::vector<std::string>(s.argv().begin(), s.argv().end());
+  j["script"] = s.script();
+  j["env"] = std::map<std::string, std::string>(s.env().begin(), s.env().end());
+  j["stdout"] = s.stdout_pattern();
+  j["stderr"] = s.stderr_pattern();
+  nlohmann::json placement = nlohmann::json::array();
+  for (const auto& t : job.tasks())
+    placement.push_back({{"rank", t.rank()}, {"node", t.node()}, {"local_rank", t.local_rank()},
+                         {"gpu_indices", std::vector<int>(t.gpu_indices().begin(), t.gpu_indices().end())}});
+  j["placement"] = placement;
+  return j;
+}
+
+}  // namespace mlsched::cli

@@ -1,0 +1,38 @@
+// How mladmin shows nodes (table and JSON) and a single job in full (scontrol show job style).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mlsched/v1/types.pb.h"
+
+namespace mlsched::cli {
+
+/// "on-demand", "spot", "reserved" or "unknown".
+std::string PoolName(v1::Pool pool);
+
+/// Allocated/total per GPU type: "h100:2/8", several types joined by ','; "0/0" without GPUs.
+std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capacity);
+
+/// The node table: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION REASON, one line per
+/// node sorted by name, columns left-aligned and separated by two spaces. CPUs in cores
+/// (fractions shown: "1.5/8"), MEM as allocated/total ("4G/64G").
+std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes);
+
+/// A node as JSON: name, pool, state, reason, region, zone, domain, address, cpu_millis,
+/// cpu_millis_allocated, memory_bytes, memory_bytes_allocated, gpus ([{type, count, allocated}]),
+/// last_heartbeat (Unix seconds), running_jobs.
+nlohmann::json NodeJson(const v1::NodeInfo& node);
+
+/// Every field of a job as scontrol show job prints it: "Key=Value" pairs, a few per line,
+/// continuation lines indented by three spaces; the script (if any) at the end.
+std::string FormatJobDetail(const v1::JobInfo& job, int64_t now);
+
+/// Every field of a job as JSON: JobJson's keys plus gid, argv, script, env, stdout, stderr and
+/// placement ([{rank, node, local_rank, gpu_indices}]).
+nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now);
+
+}  // namespace mlsched::cli

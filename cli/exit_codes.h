@@ -1,0 +1,20 @@
+// The command-line tools' exit codes (stable; documented in cli/README.md and each --help).
+#pragma once
+
+#include <string>
+
+namespace mlsched::cli {
+
+inline constexpr int kExitOk = 0;           // success
+inline constexpr int kExitRefused = 1;      // schedd refused or the request failed (bad spec, unknown job, permission)
+inline constexpr int kExitUsage = 2;        // usage error: bad flags, bad #MLSUB directive, local validation
+inline constexpr int kExitUnreachable = 3;  // schedd unreachable or timed out (gRPC UNAVAILABLE / DEADLINE_EXCEEDED)
+
+/// The exit code for a finished RPC with gRPC status code `grpc_code` (grpc::StatusCode's numeric
+/// values: 0 OK, 4 DEADLINE_EXCEEDED, 14 UNAVAILABLE): 0, 3 for unreachable/timed out, else 1.
+int ExitCodeForRpc(int grpc_code);
+
+/// The "Exit codes:" paragraph shown at the end of every tool's --help.
+std::string ExitCodesHelp();
+
+}  // namespace mlsched::cli

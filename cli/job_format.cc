@@ -1,0 +1,229 @@
+#include "cli/job_format.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+
+#include "cli/hostlist.h"
+#include "cli/job_states.h"
+
+namespace mlsched::cli {
+
+namespace {
+
+struct FieldDef {
+  char code;
+  const char* title;
+};
+
+constexpr std::array<FieldDef, 26> kFields{{
+    {'i', "JOBID"},     {'j', "NAME"},        {'u', "USER"},        {'a', "ACCOUNT"},     {'P', "PARTITION"},
+    {'q', "QOS"},       {'T', "STATE"},       {'t', "ST"},          {'M', "TIME"},        {'l', "TIME_LIMIT"},
+    {'L', "TIME_LEFT"}, {'D', "NODES"},       {'A', "TASKS"},       {'C', "CPUS"},        {'m', "MIN_MEMORY"},
+    {'b', "GPUS"},      {'R', "NODELIST(REASON)"}, {'N', "NODELIST"}, {'r', "REASON"},    {'S', "START_TIME"},
+    {'V', "SUBMIT_TIME"}, {'e', "END_TIME"},  {'Q', "PRIORITY"},    {'Z', "WORK_DIR"},    {'y', "NICE"},
+    {'o', "COMMAND"},
+}};
+
+const FieldDef* FindField(char code) {
+  for (const auto& f : kFields)
+    if (f.code == code) return &f;
+  return nullptr;
+}
+
+std::string Limit(int64_t seconds) { return seconds <= 0 ? "UNLIMITED" : FormatDuration(seconds); }
+
+std::string Gpus(const v1::JobSpec& s) {
+  if (s.gpus_per_task() == 0) return "N/A";
+  std::string types;
+  for (const auto& t : s.gpu_types()) types += (types.empty() ? "" : "|") + t;
+  return "gpu:" + (types.empty() ? "" : types + ":") + std::to_string(s.gpus_per_task());
+}
+
+std::string Command(const v1::JobSpec& s) {
+  if (s.argv().empty()) return "(batch script)";
+  std::string cmd;
+  for (const auto& a : s.argv()) cmd += (cmd.empty() ? "" : " ") + a;
+  return cmd;
+}
+
+std::string Fit(std::string v, const FormatItem& it) {
+  if (it.width <= 0) return v;
+  size_t w = static_cast<size_t>(it.width);
+  if (v.size() > w) v.resize(w);
+  if (v.size() < w) v.insert(it.right ? v.begin() : v.end(), w - v.size(), ' ');
+  return v;
+}
+
+std::string RightTrim(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Parsed<std::vector<FormatItem>> ParseJobFormat(const std::string& format) {
+  Parsed<std::vector<FormatItem>> out;
+  std::vector<FormatItem> items;
+  std::string literal;
+  auto flush = [&] {
+    if (!literal.empty()) items.push_back(FormatItem{literal, 0, 0, false});
+    literal.clear();
+  };
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      literal += format[i];
+      continue;
+    }
+    if (i + 1 < format.size() && format[i + 1] == '%') {
+      literal += '%';
+      ++i;
+      continue;
+    }
+    size_t start = i++;
+    FormatItem it;
+    if (i < format.size() && format[i] == '.') {
+      it.right = true;
+      ++i;
+    }
+    while (i < format.size() && format[i] >= '0' && format[i] <= '9' && it.width < 10000)
+      it.width = it.width * 10 + (format[i++] - '0');
+    if (i >= format.size()) {
+      out.error = "incomplete field '" + format.substr(start) + "' at the end of format '" + format + "'";
+      return out;
+    }
+    if (!FindField(format[i])) {
+      std::string known;
+      for (const auto& f : kFields) known += std::string("%") + f.code;
+      out.error = "unknown field code '%" + std::string(1, format[i]) + "' in format '" + format + "' (known: " + known + ")";
+      return out;
+    }
+    it.code = format[i];
+    flush();
+    items.push_back(it);
+  }
+  flush();
+  out.value = std::move(items);
+  return out;
+}
+
+std::string FormatJobHeader(const std::vector<FormatItem>& items) {
+  std::string line;
+  for (const auto& it : items) line += it.code ? Fit(FindField(it.code)->title, it) : it.literal;
+  return RightTrim(line);
+}
+
+std::string FormatJobLine(const std::vector<FormatItem>& items, const v1::JobInfo& job, int64_t now) {
+  std::string line;
+  for (const auto& it : items) line += it.code ? Fit(JobField(it.code, job, now), it) : it.literal;
+  return RightTrim(line);
+}
+
+std::string FormatCores(int64_t millis) {
+  std::string sign = millis < 0 ? "-" : "";
+  uint64_t m = millis < 0 ? 0 - static_cast<uint64_t>(millis) : static_cast<uint64_t>(millis);
+  std::string out = sign + std::to_string(m / 1000);
+  if (m % 1000 == 0) return out;
+  std::string frac = std::to_string(1000 + m % 1000).substr(1);
+  while (frac.back() == '0') frac.pop_back();
+  return out + "." + frac;
+}
+
+int64_t ElapsedSeconds(const v1::JobInfo& job, int64_t now) {
+  if (job.start_time() <= 0 || job.state() == v1::PENDING) return 0;
+  if (job.state() == v1::RUNNING || job.state() == v1::COMPLETING || job.end_time() <= 0)
+    return std::max<int64_t>(0, now - job.start_time());
+  return std::max<int64_t>(0, job.end_time() - job.start_time());
+}
+
+std::vector<std::string> JobNodes(const v1::JobInfo& job) {
+  std::vector<std::string> nodes;
+  std::vector<const v1::TaskPlacement*> tasks;
+  for (const auto& t : job.tasks()) tasks.push_back(&t);
+  std::sort(tasks.begin(), tasks.end(), [](auto* a, auto* b) { return a->rank() < b->rank(); });
+  for (const auto* t : tasks)
+    if (std::find(nodes.begin(), nodes.end(), t->node()) == nodes.end()) nodes.push_back(t->node());
+  return nodes;
+}
+
+std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
+  const v1::JobSpec& s = job.spec();
+  switch (code) {
+    case 'i': return std::to_string(job.job_id());
+    case 'j': return s.name();
+    case 'u': return job.user();
+    case 'a': return s.account();
+    case 'P': return s.partition();
+    case 'q': return s.qos();
+    case 'T': return StateName(job.state());
+    case 't': return StateCode(job.state());
+    case 'M': return FormatDuration(ElapsedSeconds(job, now));
+    case 'l': return Limit(s.time_limit_s());
+    case 'L':
+      return s.time_limit_s() <= 0 ? "UNLIMITED" : FormatDuration(std::max<int64_t>(0, s.time_limit_s() - ElapsedSeconds(job, now)));
+    case 'D': return std::to_string(JobNodes(job).size());
+    case 'A': return std::to_string(s.ntasks());
+    case 'C': return FormatCores(s.cpu_millis_per_task() * s.ntasks());
+    case 'm': return s.memory_bytes_per_task() > 0 ? FormatBytes(s.memory_bytes_per_task()) : "0";
+    case 'b': return Gpus(s);
+    case 'R': {
+      auto nodes = JobNodes(job);
+      if (job.state() == v1::PENDING || nodes.empty()) return "(" + (job.reason().empty() ? std::string("None") : job.reason()) + ")";
+      return CompressHostlist(nodes);
+    }
+    case 'N': return CompressHostlist(JobNodes(job));
+    case 'r': return job.reason().empty() ? "None" : job.reason();
+    case 'S': return FormatTimestamp(job.start_time() > 0 ? job.start_time() : job.expected_start());
+    case 'V': return FormatTimestamp(job.submit_time());
+    case 'e': return FormatTimestamp(job.end_time());
+    case 'Q': {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.0f", job.priority());
+      return buf;
+    }
+    case 'Z': return s.workdir();
+    case 'y': return std::to_string(s.nice());
+    case 'o': return Command(s);
+    default: return "";
+  }
+}
+
+nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
+  const v1::JobSpec& s = job.spec();
+  auto nodes = JobNodes(job);
+  return nlohmann::json{
+      {"job_id", job.job_id()},
+      {"name", s.name()},
+      {"user", job.user()},
+      {"uid", job.uid()},
+      {"account", s.account()},
+      {"partition", s.partition()},
+      {"qos", s.qos()},
+      {"state", StateName(job.state())},
+      {"state_code", StateCode(job.state())},
+      {"reason", job.reason()},
+      {"tasks", s.ntasks()},
+      {"nodes", nodes},
+      {"nodelist", CompressHostlist(nodes)},
+      {"submit_time", job.submit_time()},
+      {"start_time", job.start_time()},
+      {"end_time", job.end_time()},
+      {"elapsed", ElapsedSeconds(job, now)},
+      {"time_limit", s.time_limit_s()},
+      {"exit_code", job.exit_code()},
+      {"attempt", job.attempt()},
+      {"requeue_count", job.requeue_count()},
+      {"priority", job.priority()},
+      {"expected_start", job.expected_start()},
+      {"cpu_millis_per_task", s.cpu_millis_per_task()},
+      {"memory_bytes_per_task", s.memory_bytes_per_task()},
+      {"gpus_per_task", s.gpus_per_task()},
+      {"gpu_types", std::vector<std::string>(s.gpu_types().begin(), s.gpu_types().end())},
+      {"workdir", s.workdir()},
+      {"hold", s.hold()},
+      {"nice", s.nice()},
+      {"topology", s.topology()},
+  };
+}
+
+}  // namespace mlsched::cli

@@ -1,0 +1,149 @@
+// mladmin: node inventory and operator actions (like scontrol).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <ctime>
+#include <functional>
+#include <iostream>
+
+#include "cli/admin_format.h"
+#include "cli/exit_codes.h"
+#include "cli/rpc.h"
+#include "common/units.h"
+
+namespace {
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+constexpr int kTimeoutS = 30;
+
+struct AdminArgs {
+  std::string server, node, reason, in, job_text;
+  int64_t job_id = 0;
+  bool json = false;
+};
+
+// Prints a failed call and returns its exit code.
+int Fail(const SchedClient& client, const RpcStatus& st) {
+  std::cerr << DescribeRpcError("mladmin", st, client.Address(), kTimeoutS) << "\n";
+  return ExitCodeForRpc(st.code);
+}
+
+int Nodes(SchedClient& client, const AdminArgs& a) {
+  v1::ListNodesResponse resp;
+  if (RpcStatus st = client.ListNodes(&resp); !st.ok()) return Fail(client, st);
+  std::vector<v1::NodeInfo> nodes(resp.nodes().begin(), resp.nodes().end());
+  if (!a.json) {
+    std::cout << FormatNodeTable(nodes);
+    return kExitOk;
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const auto& x, const auto& y) { return x.name() < y.name(); });
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& n : nodes) arr.push_back(NodeJson(n));
+  std::cout << arr.dump(2) << "\n";
+  return kExitOk;
+}
+
+int ShowJob(SchedClient& client, const AdminArgs& a) {
+  v1::JobInfo job;
+  if (RpcStatus st = client.GetJob(a.job_id, &job); !st.ok()) return Fail(client, st);
+  const int64_t now = std::time(nullptr);
+  if (a.json) std::cout << JobDetailJson(job, now).dump(2) << "\n";
+  else std::cout << FormatJobDetail(job, now);
+  return kExitOk;
+}
+
+int Evict(SchedClient& client, const AdminArgs& a) {
+  auto in = ParseDuration(a.in);
+  if (!in) {
+    std::cerr << "mladmin: --in: " << in.error << "\n";
+    return kExitUsage;
+  }
+  if (RpcStatus st = client.EvictNode(a.node, *in.value); !st.ok()) return Fail(client, st);
+  return kExitOk;
+}
+
+// Declares the subcommands; `action` is set to the chosen one's handler.
+void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& action) {
+  app.set_help_flag("--help", "print this help");
+  app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.footer("Draining, resuming and evicting need root or an operator named in the policy.\n\n" + ExitCodesHelp());
+
+  auto* nodes = app.add_subcommand("nodes", "list nodes: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION REASON");
+  nodes->add_flag("--json", a.json, "print a JSON array of node objects");
+  nodes->callback([&] { action = [&](SchedClient& c) { return Nodes(c, a); }; });
+
+  auto* drain = app.add_subcommand("drain", "stop placing jobs on a node (running jobs finish)");
+  drain->add_option("node", a.node, "node name")->required();
+  drain->add_option("--reason", a.reason, "why (shown in mladmin nodes)")->required();
+  drain->callback([&] {
+    action = [&](SchedClient& c) {
+      RpcStatus st = c.DrainNode(a.node, a.reason, false);
+      return st.ok() ? kExitOk : Fail(c, st);
+    };
+  });
+
+  auto* resume = app.add_subcommand("resume", "return a drained node to service");
+  resume->add_option("node", a.node, "node name")->required();
+  resume->callback([&] {
+    action = [&](SchedClient& c) {
+      RpcStatus st = c.DrainNode(a.node, "", true);
+      return st.ok() ? kExitOk : Fail(c, st);
+    };
+  });
+
+  auto* node = app.add_subcommand("node", "node actions");
+  node->require_subcommand(1);
+  auto* evict = node->add_subcommand("evict", "announce that a node goes away (spot eviction): drain it and requeue its jobs");
+  evict->add_option("node", a.node, "node name")->required();
+  evict->add_option("--in", a.in, "time until the node goes away: 30s, 2m, M:S")->required();
+  evict->callback([&] { action = [&](SchedClient& c) { return Evict(c, a); }; });
+
+  for (bool release : {false, true}) {
+    auto* hold = app.add_subcommand(release ? "release" : "hold", release ? "release a held job" : "hold a pending job");
+    hold->add_option("job", a.job_id, "job id")->required()->check(CLI::PositiveNumber);
+    hold->callback([&a, &action, release] {
+      action = [&a, release](SchedClient& c) {
+        RpcStatus st = c.HoldJob(a.job_id, release);
+        return st.ok() ? kExitOk : Fail(c, st);
+      };
+    });
+  }
+
+  auto* show = app.add_subcommand("show", "show an object in full");
+  show->require_subcommand(1);
+  auto* job = show->add_subcommand("job", "every field of a job");
+  job->add_option("id", a.job_id, "job id")->required()->check(CLI::PositiveNumber);
+  job->add_flag("--json", a.json, "print a JSON object");
+  job->callback([&] { action = [&](SchedClient& c) { return ShowJob(c, a); }; });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mladmin: nodes and operator actions (like scontrol)", "mladmin"};
+  AdminArgs a;
+  std::function<int(SchedClient&)> action;
+  AddCommands(app, a, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "mladmin: " << e.what() << "\nTry 'mladmin --help'.\n";
+    return kExitUsage;
+  }
+  if (!action) {
+    std::cerr << "mladmin: no command given\nTry 'mladmin --help'.\n";
+    return kExitUsage;
+  }
+  SchedClient client(a.server, kTimeoutS);
+  return action(client);
+}

@@ -1,0 +1,105 @@
+// mlq: list jobs (like squeue).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <ctime>
+#include <iostream>
+
+#include "cli/exit_codes.h"
+#include "cli/job_format.h"
+#include "cli/job_states.h"
+#include "cli/rpc.h"
+
+namespace {
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+struct MlqArgs {
+  std::vector<std::string> users, jobs, partitions;
+  std::string states, format = kDefaultJobFormat, server;
+  bool noheader = false, json = false, all = false;
+};
+
+void AddOptions(CLI::App& app, MlqArgs& a) {
+  app.set_help_flag("--help", "print this help");
+  app.add_option("-u,--user", a.users, "only jobs of these users (comma list)")->delimiter(',');
+  app.add_option("-j,--jobs", a.jobs, "only these job ids (comma list); finds finished jobs too")->delimiter(',');
+  app.add_option("-t,--states", a.states, "only jobs in these states: names or codes PD R CG CD F CA TO PR NF, or all");
+  app.add_option("-p,--partition", a.partitions, "only jobs of these partitions (comma list)")->delimiter(',');
+  app.add_option("-o,--format", a.format, "columns as % codes, e.g. '%.10i %20j %T %R' (see cli/README.md)");
+  app.add_flag("-h,--noheader", a.noheader, "do not print the header line");
+  app.add_flag("--json", a.json, "print a JSON array of job objects");
+  app.add_flag("--all", a.all, "also jobs that finished long ago");
+  app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
+  app.footer("Shows pending, running and recently finished jobs by default.\n\n" + ExitCodesHelp());
+}
+
+// Fills the request from the filters; returns "" or a usage error.
+std::string BuildRequest(const MlqArgs& a, v1::ListJobsRequest* req) {
+  for (const auto& j : a.jobs) {
+    int64_t id = 0;
+    auto [p, ec] = std::from_chars(j.data(), j.data() + j.size(), id);
+    if (j.empty() || ec != std::errc() || p != j.data() + j.size() || id <= 0) return "--jobs: '" + j + "' is not a job id";
+    req->add_job_ids(id);
+  }
+  for (const auto& u : a.users) req->add_users(u);
+  for (const auto& p : a.partitions) req->add_partitions(p);
+  if (!a.states.empty()) {
+    auto states = ParseStates(a.states);
+    if (!states) return "--states: " + states.error;
+    for (auto s : *states.value) req->add_states(s);
+  }
+  req->set_include_all_finished(a.all);
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlq: list jobs (like squeue)", "mlq"};
+  MlqArgs a;
+  AddOptions(app, a);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "mlq: " << e.what() << "\nTry 'mlq --help'.\n";
+    return kExitUsage;
+  }
+  v1::ListJobsRequest req;
+  if (std::string err = BuildRequest(a, &req); !err.empty()) {
+    std::cerr << "mlq: " << err << "\n";
+    return kExitUsage;
+  }
+  auto format = ParseJobFormat(a.format);
+  if (!format) {
+    std::cerr << "mlq: --format: " << format.error << "\n";
+    return kExitUsage;
+  }
+  const int timeout_s = 30;
+  SchedClient client(a.server, timeout_s);
+  v1::ListJobsResponse resp;
+  if (RpcStatus st = client.ListJobs(req, &resp); !st.ok()) {
+    std::cerr << DescribeRpcError("mlq", st, client.Address(), timeout_s) << "\n";
+    return ExitCodeForRpc(st.code);
+  }
+  std::vector<const v1::JobInfo*> jobs;
+  for (const auto& j : resp.jobs()) jobs.push_back(&j);
+  std::sort(jobs.begin(), jobs.end(), [](auto* x, auto* y) { return x->job_id() < y->job_id(); });
+  const int64_t now = std::time(nullptr);
+  if (a.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto* j : jobs) arr.push_back(JobJson(*j, now));
+    std::cout << arr.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::string out;
+  if (!a.noheader) out += FormatJobHeader(*format.value) + "\n";
+  for (const auto* j : jobs) out += FormatJobLine(*format.value, *j, now) + "\n";
+  std::cout << out;
+  return kExitOk;
+}

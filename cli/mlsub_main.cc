@@ -1,0 +1,94 @@
+// mlsub: submit a gang job to schedd (like sbatch). The grammar lives in submit_options.h (shared
+// with #MLSUB directives); this file only does I/O and the RPC.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/exit_codes.h"
+#include "cli/rpc.h"
+#include "cli/submission.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+constexpr const char* kUsage =
+    "Usage: mlsub [OPTIONS] SCRIPT\n"
+    "       mlsub [OPTIONS] --wrap 'CMD'\n"
+    "       mlsub [OPTIONS] -- CMD [ARGS...]\n"
+    "       mlsub [OPTIONS] < SCRIPT\n"
+    "Submits a job: a gang of --ntasks identical tasks started all-or-nothing. A script starts with\n"
+    "'#!' and may carry options on '#MLSUB' lines in its leading comment block; options given on the\n"
+    "command line override them. Prints \"Submitted job N\" (or just N with --parsable).\n\n"
+    "Options:\n";
+
+Parsed<std::string> ReadScriptFile(const std::string& path) {
+  Parsed<std::string> out;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    out.error = "cannot read script '" + path + "': is a directory";
+    return out;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    out.error = "cannot read script '" + path + "': " + std::strerror(errno);
+    return out;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out.value = ss.str();
+  return out;
+}
+
+std::string ReadStdin() {
+  std::stringstream ss;
+  ss << std::cin.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = ParseSubmitArgs(std::vector<std::string>(argv + 1, argv + argc));
+  if (!args) {
+    std::cerr << "mlsub: " << args.error << "\nTry 'mlsub --help'.\n";
+    return kExitUsage;
+  }
+  if (args.value->options.help) {
+    std::cout << kUsage << SubmitOptionsHelp() << "\n" << ExitCodesHelp();
+    return kExitOk;
+  }
+  SubmitContext ctx;
+  std::error_code ec;
+  ctx.cwd = std::filesystem::current_path(ec).string();
+  if (ec && !args.value->options.chdir) {
+    std::cerr << "mlsub: cannot determine the current directory (" << ec.message() << "); give -D/--chdir\n";
+    return kExitUsage;
+  }
+  ctx.env = EnvironmentFrom(environ);
+  auto sub = PrepareSubmission(*args.value, ctx, ReadScriptFile, ReadStdin);
+  if (!sub) {
+    std::cerr << "mlsub: " << sub.error << "\n";
+    return kExitUsage;
+  }
+  for (const auto& w : sub.value->warnings) std::cerr << "mlsub: warning: " << w << "\n";
+  const int timeout_s = 30;
+  SchedClient client(sub.value->options.server.value_or(""), timeout_s);
+  int64_t job_id = 0;
+  RpcStatus st = client.SubmitJob(sub.value->spec, &job_id);
+  if (!st.ok()) {
+    std::cerr << DescribeRpcError("mlsub", st, client.Address(), timeout_s) << "\n";
+    return ExitCodeForRpc(st.code);
+  }
+  if (sub.value->options.parsable) std::cout << job_id << "\n";
+  else std::cout << "Submitted job " << job_id << "\n";
+  return kExitOk;
+}

@@ -1,0 +1,106 @@
+#include "cli/rpc.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "cli/exit_codes.h"
+#include "common/client.h"
+#include "mlsched/v1/admin.grpc.pb.h"
+#include "mlsched/v1/jobs.grpc.pb.h"
+
+namespace mlsched::cli {
+
+struct SchedClient::Impl {
+  std::string address;
+  int timeout_s = 30;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::JobService::Stub> jobs;
+  std::unique_ptr<v1::AdminService::Stub> admin;
+
+  // Runs one unary call with fresh credentials and deadline.
+  template <typename F>
+  RpcStatus Call(F&& f) {
+    grpc::ClientContext ctx;
+    PrepareContext(ctx, address, timeout_s);
+    grpc::Status st = f(&ctx);
+    return RpcStatus{static_cast<int>(st.error_code()), st.error_message()};
+  }
+};
+
+SchedClient::SchedClient(const std::string& server_flag, int timeout_s) : impl_(std::make_unique<Impl>()) {
+  impl_->address = ResolveServerAddress(server_flag);
+  impl_->timeout_s = timeout_s;
+  impl_->channel = MakeChannel(impl_->address);
+  impl_->jobs = v1::JobService::NewStub(impl_->channel);
+  impl_->admin = v1::AdminService::NewStub(impl_->channel);
+}
+
+SchedClient::~SchedClient() = default;
+
+const std::string& SchedClient::Address() const { return impl_->address; }
+
+RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); });
+  *job_id = resp.job_id();
+  return st;
+}
+
+RpcStatus SchedClient::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, resp); });
+}
+
+RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp) {
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->CancelJobs(c, req, resp); });
+}
+
+RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->GetJob(c, req, job); });
+}
+
+RpcStatus SchedClient::HoldJob(int64_t job_id, bool release) {
+  v1::HoldJobRequest req;
+  req.set_job_id(job_id);
+  req.set_release(release);
+  v1::HoldJobResponse resp;
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->HoldJob(c, req, &resp); });
+}
+
+RpcStatus SchedClient::ListNodes(v1::ListNodesResponse* resp) {
+  v1::ListNodesRequest req;
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->ListNodes(c, req, resp); });
+}
+
+RpcStatus SchedClient::DrainNode(const std::string& node, const std::string& reason, bool resume) {
+  v1::DrainNodeRequest req;
+  req.set_node(node);
+  req.set_reason(reason);
+  req.set_resume(resume);
+  v1::DrainNodeResponse resp;
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->DrainNode(c, req, &resp); });
+}
+
+RpcStatus SchedClient::EvictNode(const std::string& node, int64_t deadline_s) {
+  v1::EvictNodeRequest req;
+  req.set_node(node);
+  req.set_deadline_s(deadline_s);
+  v1::EvictNodeResponse resp;
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->EvictNode(c, req, &resp); });
+}
+
+std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,
+                             int timeout_s) {
+  if (status.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE))
+    return tool + ": cannot reach schedd at " + address + ": " + status.message +
+           " (is schedd running? set --server or MLSCHED_SERVER)";
+  if (status.code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED))
+    return tool + ": schedd at " + address + " did not answer within " + std::to_string(timeout_s) + " s";
+  if (status.code == static_cast<int>(grpc::StatusCode::UNAUTHENTICATED))
+    return tool + ": schedd at " + address + " refused the credentials: " + status.message;
+  return tool + ": " + status.message;
+}
+
+}  // namespace mlsched::cli

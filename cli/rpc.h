@@ -1,0 +1,55 @@
+// The tools' calls to schedd (JobService, AdminService), behind a header free of gRPC includes so
+// only rpc.cc compiles gRPC's headers. Every call carries the credentials and deadline of
+// PrepareContext (common/client.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mlsched/v1/admin.pb.h"
+#include "mlsched/v1/jobs.pb.h"
+
+namespace mlsched::cli {
+
+/// The outcome of one call: gRPC's numeric status code (0 = OK) and schedd's message.
+struct RpcStatus {
+  int code = 0;
+  std::string message;
+  bool ok() const { return code == 0; }
+};
+
+/// A connection to schedd for one tool invocation.
+class SchedClient {
+ public:
+  /// `server_flag`: the --server value ("" = $MLSCHED_SERVER or the default socket).
+  /// `timeout_s`: deadline of each call.
+  explicit SchedClient(const std::string& server_flag, int timeout_s = 30);
+  ~SchedClient();
+  SchedClient(const SchedClient&) = delete;
+  SchedClient& operator=(const SchedClient&) = delete;
+
+  /// The resolved address ("unix:/path" or "host:port").
+  const std::string& Address() const;
+
+  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id);
+  RpcStatus ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
+  RpcStatus CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp);
+  RpcStatus GetJob(int64_t job_id, v1::JobInfo* job);
+  RpcStatus HoldJob(int64_t job_id, bool release);
+  RpcStatus ListNodes(v1::ListNodesResponse* resp);
+  RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
+  RpcStatus EvictNode(const std::string& node, int64_t deadline_s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The error line for a failed call, prefixed with the tool's name. schedd's message is printed as
+/// is; unreachable and timed-out calls name the address:
+/// "mlq: cannot reach schedd at unix:/run/mlsched/schedd.sock: <why> (is schedd running? ...)".
+std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,
+                             int timeout_s);
+
+}  // namespace mlsched::cli

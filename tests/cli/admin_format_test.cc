@@ -1,0 +1,96 @@
+// mladmin's node table/JSON and show job.
+#include <catch2/catch.hpp>
+
+#include "cli/admin_format.h"
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+namespace {
+
+v1::NodeInfo Node(const std::string& name, v1::Pool pool, const std::string& state) {
+  v1::NodeInfo n;
+  n.set_name(name);
+  n.set_pool(pool);
+  n.set_state(state);
+  n.set_region("eu");
+  n.set_zone("eu-1a");
+  n.set_domain("nvl0");
+  n.mutable_capacity()->set_cpu_millis(64000);
+  n.mutable_capacity()->set_memory_bytes(int64_t{512} << 30);
+  n.mutable_allocated()->set_cpu_millis(1500);
+  n.mutable_allocated()->set_memory_bytes(int64_t{8} << 30);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the node table shows allocated/total resources per node", "[cli][admin]") {
+  auto a = Node("gpu-02", v1::POOL_SPOT, "MIXED");
+  auto* g = a.mutable_capacity()->add_gpus();
+  g->set_type("h100");
+  g->set_count(8);
+  g = a.mutable_allocated()->add_gpus();
+  g->set_type("h100");
+  g->set_count(2);
+  auto b = Node("gpu-01", v1::POOL_ON_DEMAND, "DRAIN");
+  b.set_reason("bad fan");
+  std::string table = FormatNodeTable({a, b});
+  CHECK(table ==
+        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  REASON\n"
+        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      bad fan\n"
+        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu\n");
+}
+
+TEST_CASE("node JSON", "[cli][admin]") {
+  auto n = Node("a1", v1::POOL_RESERVED, "IDLE");
+  n.add_running_jobs(7);
+  auto* g = n.mutable_capacity()->add_gpus();
+  g->set_type("l4");
+  g->set_count(4);
+  auto j = NodeJson(n);
+  CHECK(j["name"] == "a1");
+  CHECK(j["pool"] == "reserved");
+  CHECK(j["state"] == "IDLE");
+  CHECK(j["cpu_millis"] == 64000);
+  CHECK(j["cpu_millis_allocated"] == 1500);
+  CHECK(j["memory_bytes"] == int64_t{512} << 30);
+  CHECK(j["gpus"] == nlohmann::json::parse(R"([{"type":"l4","count":4,"allocated":0}])"));
+  CHECK(j["running_jobs"] == nlohmann::json::array({7}));
+  CHECK(GpuUsage(v1::Resources(), v1::Resources()) == "0/0");
+}
+
+TEST_CASE("show job prints every field", "[cli][admin]") {
+  v1::JobInfo job;
+  job.set_job_id(42);
+  job.set_user("bob");
+  job.set_uid(1001);
+  job.set_gid(100);
+  job.set_state(v1::RUNNING);
+  job.set_attempt(2);
+  auto* s = job.mutable_spec();
+  s->set_name("ddp");
+  s->set_ntasks(2);
+  s->set_cpu_millis_per_task(2000);
+  s->set_workdir("/work");
+  s->set_script("#!/bin/sh\necho hi\n");
+  s->mutable_env()->insert(google::protobuf::MapPair<std::string, std::string>("EPOCHS", "3"));
+  for (int r = 0; r < 2; ++r) {
+    auto* t = job.add_tasks();
+    t->set_rank(r);
+    t->set_node(r ? "n2" : "n1");
+    t->add_gpu_indices(r);
+  }
+  std::string text = FormatJobDetail(job, 0);
+  for (const char* part : {"JobId=42 JobName=ddp", "UserId=bob(1001) GroupId=100", "JobState=RUNNING",
+                           "Attempt=2", "NumTasks=2 CPUsPerTask=2", "WorkDir=/work", "Environment=EPOCHS=3",
+                           "Tasks=0:n1[0] 1:n2[1]", "NodeList=n[1-2]", "Script=\n#!/bin/sh\necho hi\n"})
+    CHECK_THAT(text, Catch::Contains(part));
+  auto j = JobDetailJson(job, 0);
+  CHECK(j["gid"] == 100);
+  CHECK(j["script"] == "#!/bin/sh\necho hi\n");
+  CHECK(j["env"]["EPOCHS"] == "3");
+  CHECK(j["placement"][1]["node"] == "n2");
+  CHECK(j["placement"][1]["gpu_indices"] == nlohmann::json::array({1}));
+  CHECK(j["job_id"] == 42);
+}

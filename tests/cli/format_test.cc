@@ -1,0 +1,174 @@
+// mlq's table, --format codes and widths, and --json shape.
+#include <catch2/catch.hpp>
+
+#include "cli/job_format.h"
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+namespace {
+
+constexpr int64_t kNow = 1'700'000'000;
+
+v1::JobInfo PendingJob() {
+  v1::JobInfo j;
+  j.set_job_id(12);
+  j.set_user("alice");
+  j.set_uid(1000);
+  j.set_state(v1::PENDING);
+  j.set_reason("Resources");
+  j.set_submit_time(kNow - 100);
+  auto* s = j.mutable_spec();
+  s->set_name("train-resnet50");
+  s->set_ntasks(4);
+  s->set_cpu_millis_per_task(1500);
+  s->set_account("research");
+  s->set_partition("gpu");
+  s->set_time_limit_s(3600);
+  s->set_gpus_per_task(2);
+  s->add_gpu_types("h100");
+  return j;
+}
+
+v1::JobInfo RunningJob() {
+  v1::JobInfo j = PendingJob();
+  j.set_state(v1::RUNNING);
+  j.set_reason("None");
+  j.set_start_time(kNow - 3725);
+  j.set_attempt(1);
+  const char* nodes[] = {"gpu-02", "gpu-01", "gpu-02", "gpu-03"};
+  for (int r = 0; r < 4; ++r) {
+    auto* t = j.add_tasks();
+    t->set_rank(r);
+    t->set_node(nodes[r]);
+  }
+  return j;
+}
+
+std::vector<FormatItem> Format(const std::string& f) {
+  auto r = ParseJobFormat(f);
+  INFO(r.error);
+  REQUIRE(r);
+  return *r.value;
+}
+
+}  // namespace
+
+TEST_CASE("the default table has squeue's columns", "[cli][format]") {
+  auto f = Format(kDefaultJobFormat);
+  CHECK(FormatJobHeader(f) == "     JOBID         NAME     USER    ACCOUNT      STATE       TIME  TASKS NODELIST(REASON)");
+  CHECK(FormatJobLine(f, PendingJob(), kNow) ==
+        "        12 train-resnet    alice   research    PENDING       0:00      4 (Resources)");
+  CHECK(FormatJobLine(f, RunningJob(), kNow) ==
+        "        12 train-resnet    alice   research    RUNNING    1:02:05      4 gpu-[01-03]");
+}
+
+TEST_CASE("widths: '.' right-justifies, a bare width left-justifies, both truncate", "[cli][format]") {
+  v1::JobInfo j = PendingJob();
+  CHECK(FormatJobLine(Format("%.8j|"), j, kNow) == "train-re|");
+  CHECK(FormatJobLine(Format("%8u|"), j, kNow) == "alice   |");
+  CHECK(FormatJobLine(Format("%.8u|"), j, kNow) == "   alice|");
+  CHECK(FormatJobLine(Format("%j"), j, kNow) == "train-resnet50");
+  CHECK(FormatJobHeader(Format("%.2t %5i %%")) == "ST JOBID %");
+  CHECK(FormatJobLine(Format("%.2t %5i %%"), j, kNow) == "PD 12    %");
+  CHECK(FormatJobLine(Format("id=%i,state=%T"), j, kNow) == "id=12,state=PENDING");
+}
+
+TEST_CASE("every field code", "[cli][format]") {
+  v1::JobInfo r = RunningJob();
+  r.mutable_spec()->set_qos("high");
+  r.mutable_spec()->set_memory_bytes_per_task(int64_t{8} << 30);
+  r.mutable_spec()->set_workdir("/w");
+  r.mutable_spec()->set_nice(5);
+  r.set_priority(1234.4);
+  auto f = [&](char c) { return JobField(c, r, kNow); };
+  CHECK(f('i') == "12");
+  CHECK(f('j') == "train-resnet50");
+  CHECK(f('u') == "alice");
+  CHECK(f('a') == "research");
+  CHECK(f('P') == "gpu");
+  CHECK(f('q') == "high");
+  CHECK(f('T') == "RUNNING");
+  CHECK(f('t') == "R");
+  CHECK(f('M') == "1:02:05");
+  CHECK(f('l') == "1:00:00");
+  CHECK(f('L') == "0:00");  // over its limit: nothing left
+  CHECK(f('D') == "3");
+  CHECK(f('A') == "4");
+  CHECK(f('C') == "6");
+  CHECK(f('m') == "8G");
+  CHECK(f('b') == "gpu:h100:2");
+  CHECK(f('R') == "gpu-[01-03]");
+  CHECK(f('N') == "gpu-[01-03]");
+  CHECK(f('r') == "None");
+  CHECK(f('S') == FormatTimestamp(kNow - 3725));
+  CHECK(f('V') == FormatTimestamp(kNow - 100));
+  CHECK(f('e') == "N/A");
+  CHECK(f('Q') == "1234");
+  CHECK(f('Z') == "/w");
+  CHECK(f('y') == "5");
+  CHECK(f('o') == "(batch script)");
+  v1::JobInfo p = PendingJob();
+  p.mutable_spec()->set_time_limit_s(0);
+  p.set_expected_start(kNow + 60);
+  CHECK(JobField('l', p, kNow) == "UNLIMITED");
+  CHECK(JobField('S', p, kNow) == FormatTimestamp(kNow + 60));  // expected start while pending
+  CHECK(JobField('D', p, kNow) == "0");
+  CHECK(JobField('N', p, kNow).empty());
+}
+
+TEST_CASE("time used: 0:00 pending, elapsed running, run time once finished", "[cli][format]") {
+  v1::JobInfo j = RunningJob();
+  CHECK(ElapsedSeconds(PendingJob(), kNow) == 0);
+  CHECK(ElapsedSeconds(j, kNow) == 3725);
+  j.set_state(v1::COMPLETED);
+  j.set_end_time(kNow - 3600);
+  CHECK(ElapsedSeconds(j, kNow) == 125);
+  CHECK(JobField('R', j, kNow) == "gpu-[01-03]");  // finished jobs show where they ran
+  j.clear_tasks();
+  j.set_reason("Cancelled");
+  CHECK(JobField('R', j, kNow) == "(Cancelled)");  // never placed
+}
+
+TEST_CASE("bad format strings are refused with the code", "[cli][format]") {
+  auto r = ParseJobFormat("%i %Y");
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error, Catch::StartsWith("unknown field code '%Y' in format '%i %Y'"));
+  CHECK_FALSE(ParseJobFormat("%.10"));
+  CHECK_FALSE(ParseJobFormat("%"));
+}
+
+TEST_CASE("--json objects carry snake_case keys with Unix-second times", "[cli][format]") {
+  auto j = JobJson(RunningJob(), kNow);
+  for (const char* key : {"job_id", "name", "user", "account", "partition", "state", "reason", "tasks", "nodes",
+                          "submit_time", "start_time", "end_time", "exit_code", "attempt", "time_limit"})
+    CHECK(j.contains(key));
+  CHECK(j["job_id"] == 12);
+  CHECK(j["name"] == "train-resnet50");
+  CHECK(j["state"] == "RUNNING");
+  CHECK(j["state_code"] == "R");
+  CHECK(j["tasks"] == 4);
+  CHECK(j["nodes"] == nlohmann::json::array({"gpu-02", "gpu-01", "gpu-03"}));  // rank order
+  CHECK(j["nodelist"] == "gpu-[01-03]");
+  CHECK(j["submit_time"] == kNow - 100);
+  CHECK(j["start_time"] == kNow - 3725);
+  CHECK(j["end_time"] == 0);
+  CHECK(j["elapsed"] == 3725);
+  CHECK(j["exit_code"] == 0);
+  CHECK(j["attempt"] == 1);
+  CHECK(j["cpu_millis_per_task"] == 1500);
+  CHECK(j["gpu_types"] == nlohmann::json::array({"h100"}));
+  CHECK(j["submit_time"].is_number_integer());
+  auto p = JobJson(PendingJob(), kNow);
+  CHECK(p["nodes"].is_array());
+  CHECK(p["nodes"].empty());
+  CHECK(p["reason"] == "Resources");
+}
+
+TEST_CASE("cores print exactly", "[cli][format]") {
+  CHECK(FormatCores(2000) == "2");
+  CHECK(FormatCores(1500) == "1.5");
+  CHECK(FormatCores(250) == "0.25");
+  CHECK(FormatCores(1) == "0.001");
+  CHECK(FormatCores(4096500) == "4096.5");
+}

@@ -1,0 +1,81 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "cli/hostlist.h"
+#include "common/units.h"
+
+using mlsched::ExpandHostlist;
+using mlsched::cli::CompressHostlist;
+
+namespace {
+
+// Expands a compressed list (comma-separated groups, at most one bracket per group) to a set.
+std::set<std::string> ExpandAll(const std::string& list) {
+  std::set<std::string> out;
+  std::string group;
+  int depth = 0;
+  auto flush = [&] {
+    auto names = ExpandHostlist(group);
+    REQUIRE(names);
+    out.insert(names.value->begin(), names.value->end());
+    group.clear();
+  };
+  for (char c : list) {
+    if (c == ',' && depth == 0) {
+      flush();
+      continue;
+    }
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    group += c;
+  }
+  if (!group.empty()) flush();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("consecutive zero-padded nodes compress into one range", "[cli][hostlist]") {
+  CHECK(CompressHostlist({"gpu-01", "gpu-02", "gpu-03"}) == "gpu-[01-03]");
+  CHECK(CompressHostlist({"gpu-07", "gpu-01", "gpu-03", "gpu-02"}) == "gpu-[01-03,07]");
+  CHECK(CompressHostlist({"gpu-01", "gpu-03", "gpu-05"}) == "gpu-[01,03,05]");
+}
+
+TEST_CASE("a single node, duplicates and empty input", "[cli][hostlist]") {
+  CHECK(CompressHostlist({"gpu-01"}) == "gpu-01");
+  CHECK(CompressHostlist({"a1", "a1", "a1"}) == "a1");
+  CHECK(CompressHostlist({}).empty());
+}
+
+TEST_CASE("numbers are ordered numerically and padding is kept apart", "[cli][hostlist]") {
+  CHECK(CompressHostlist({"n10", "n9", "n8"}) == "n[8-10]");
+  CHECK(CompressHostlist({"n099", "n100", "n101"}) == "n[099-101]");
+  // "n1" and "n01" are different hosts: never merged into one range.
+  CHECK(CompressHostlist({"n1", "n01", "n2"}) == "n[01,1-2]");
+  CHECK(ExpandAll("n[01,1-2]") == std::set<std::string>{"n01", "n1", "n2"});
+}
+
+TEST_CASE("different prefixes and names without numbers become separate groups", "[cli][hostlist]") {
+  CHECK(CompressHostlist({"b2", "a1", "b1", "head"}) == "a1,b[1-2],head");
+  CHECK(CompressHostlist({"head", "login", "head"}) == "head,login");
+  CHECK(CompressHostlist({"rack1-gpu1", "rack1-gpu2", "rack2-gpu1"}) == "rack1-gpu[1-2],rack2-gpu1");
+}
+
+TEST_CASE("compression is the inverse of ExpandHostlist", "[cli][hostlist]") {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::set<std::string> names;
+    int n = 1 + static_cast<int>(rng() % 20);
+    for (int i = 0; i < n; ++i) {
+      int num = static_cast<int>(rng() % 40);
+      std::string digits = std::to_string(num);
+      if (rng() % 2 && digits.size() < 3) digits = std::string(3 - digits.size(), '0') + digits;
+      names.insert((rng() % 3 ? "gpu-" : "cpu") + digits);
+    }
+    std::string compressed = CompressHostlist({names.begin(), names.end()});
+    INFO(compressed);
+    CHECK(ExpandAll(compressed) == names);
+  }
+}

@@ -1,0 +1,187 @@
+// mlsub's command line, payload selection, defaults and local validation.
+#include <catch2/catch.hpp>
+
+#include "cli/submission.h"
+#include "cli/submit_options.h"
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+namespace {
+
+const SubmitContext kCtx{"/home/alice/proj", {{"PATH", "/usr/bin"}, {"HOME", "/home/alice"}}};
+
+SubmitArgs Args(const std::vector<std::string>& args) {
+  auto r = ParseSubmitArgs(args);
+  INFO(r.error);
+  REQUIRE(r);
+  return *r.value;
+}
+
+Parsed<Submission> Prepare(const std::vector<std::string>& args, const std::string& script = "#!/bin/sh\ntrue\n") {
+  auto read = [script](const std::string& path) {
+    Parsed<std::string> p;
+    if (path == "missing.sh") p.error = "cannot read script 'missing.sh': No such file or directory";
+    else p.value = script;
+    return p;
+  };
+  return PrepareSubmission(Args(args), kCtx, read, [script] { return script; });
+}
+
+v1::JobSpec Spec(const std::vector<std::string>& args, const std::string& script = "#!/bin/sh\ntrue\n") {
+  auto r = Prepare(args, script);
+  INFO(r.error);
+  REQUIRE(r);
+  return r.value->spec;
+}
+
+std::string Error(const std::vector<std::string>& args, const std::string& script = "#!/bin/sh\ntrue\n") {
+  auto r = Prepare(args, script);
+  REQUIRE_FALSE(r);
+  return r.error;
+}
+
+}  // namespace
+
+TEST_CASE("options take values in every spelling", "[cli][submit]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"-J", "x", "-n", "4"}, {"-Jx", "-n4"}, {"--job-name=x", "--ntasks=4"}, {"--job-name", "x", "--ntasks", "4"}}) {
+    auto a = Args(args);
+    CHECK(*a.options.job_name == "x");
+    CHECK(*a.options.ntasks == 4);
+  }
+  CHECK(*Args({"--gpu-type", "L4"}).options.gpu_types == std::vector<std::string>{"l4"});
+  CHECK(*Args({"--gpu-types=h100,a100,h100"}).options.gpu_types == std::vector<std::string>{"h100", "a100"});
+}
+
+TEST_CASE("option parsing stops at the script; '--' starts the command", "[cli][submit]") {
+  auto a = Args({"-n", "2", "job.sh", "-n", "3"});
+  CHECK(*a.options.ntasks == 2);
+  CHECK(a.positionals == std::vector<std::string>{"job.sh", "-n", "3"});
+  CHECK_FALSE(a.has_command);
+  a = Args({"-n", "2", "--", "python", "-u", "train.py"});
+  CHECK(a.has_command);
+  CHECK(a.command == std::vector<std::string>{"python", "-u", "train.py"});
+  CHECK(a.positionals.empty());
+}
+
+TEST_CASE("command-line errors name the option", "[cli][submit]") {
+  CHECK(ParseSubmitArgs({"--gpus-per-tsk", "1"}).error == "unknown option '--gpus-per-tsk'");
+  CHECK(ParseSubmitArgs({"-Z"}).error == "unknown option '-Z'");
+  CHECK(ParseSubmitArgs({"-n"}).error == "option -n needs a value (N)");
+  CHECK(ParseSubmitArgs({"--ntasks", "x"}).error == "--ntasks: 'x' is not an integer");
+  CHECK(ParseSubmitArgs({"--parsable=1"}).error == "option --parsable takes no value");
+  CHECK_THAT(ParseSubmitArgs({"-c", "lots"}).error, Catch::StartsWith("--cpus-per-task: "));
+}
+
+TEST_CASE("defaults: one task, one CPU, the current directory, named after the script", "[cli][submit]") {
+  auto s = Spec({"/path/to/train.sh"});
+  CHECK(s.ntasks() == 1);
+  CHECK(s.cpu_millis_per_task() == 1000);
+  CHECK(s.memory_bytes_per_task() == 0);
+  CHECK(s.gpus_per_task() == 0);
+  CHECK(s.time_limit_s() == 0);
+  CHECK(s.workdir() == "/home/alice/proj");
+  CHECK(s.name() == "train.sh");
+  CHECK(s.script() == "#!/bin/sh\ntrue\n");
+  CHECK(s.argv().empty());
+  CHECK_FALSE(s.hold());
+  CHECK(s.env().at("PATH") == "/usr/bin");  // --export=ALL
+  CHECK(s.partition().empty());             // schedd picks the default partition
+}
+
+TEST_CASE("units: fractional CPUs, Slurm memory and time formats", "[cli][submit]") {
+  auto s = Spec({"-c", "0.5", "--mem-per-task", "512", "-t", "2-00:00:00", "--gpus-per-task", "1", "--gpu-types",
+                 "H100", "x.sh"});
+  CHECK(s.cpu_millis_per_task() == 500);
+  CHECK(s.memory_bytes_per_task() == int64_t{512} << 20);  // a bare number is MB
+  CHECK(s.time_limit_s() == 2 * 86400);
+  CHECK(s.gpus_per_task() == 1);
+  REQUIRE(s.gpu_types_size() == 1);
+  CHECK(s.gpu_types(0) == "h100");
+  CHECK(Spec({"-c", "1500m", "x.sh"}).cpu_millis_per_task() == 1500);
+  CHECK(Spec({"-t", "30", "x.sh"}).time_limit_s() == 1800);  // minutes, like sbatch
+}
+
+TEST_CASE("--wrap and -- CMD become a script or argv", "[cli][submit]") {
+  auto w = Spec({"--wrap", "echo $RANK"});
+  CHECK(w.script() == "#!/bin/sh\necho $RANK\n");
+  CHECK(w.name() == "wrap");
+  auto c = Spec({"-J", "t", "--", "/usr/bin/python3", "train.py", "--lr", "0.1"});
+  CHECK(c.script().empty());
+  CHECK(std::vector<std::string>(c.argv().begin(), c.argv().end()) ==
+        std::vector<std::string>{"/usr/bin/python3", "train.py", "--lr", "0.1"});
+  CHECK(c.name() == "t");
+  CHECK(Spec({"--", "python3", "x.py"}).name() == "python3");
+}
+
+TEST_CASE("a script from stdin when neither a script nor a command is given", "[cli][submit]") {
+  auto s = Spec({"-n", "2"}, "#!/bin/bash\n#MLSUB -J piped\necho hi\n");
+  CHECK(s.script() == "#!/bin/bash\n#MLSUB -J piped\necho hi\n");
+  CHECK(s.name() == "piped");
+  CHECK(s.ntasks() == 2);
+  CHECK(Spec({}, "#!/bin/sh\ntrue\n").name() == "mlsub");
+}
+
+TEST_CASE("-D is made absolute against the current directory", "[cli][submit]") {
+  CHECK(Spec({"-D", "out/../runs/", "x.sh"}).workdir() == "/home/alice/proj/runs");
+  CHECK(Spec({"-D", "/scratch/x/", "x.sh"}).workdir() == "/scratch/x");
+  CHECK(Spec({"-D", "/", "x.sh"}).workdir() == "/");
+}
+
+TEST_CASE("payload errors", "[cli][submit]") {
+  CHECK(Error({"--wrap", "true", "x.sh"}) == "give only one of: a script file, --wrap CMD, or -- CMD ARGS");
+  CHECK(Error({"--wrap", "true", "--", "ls"}) == "give only one of: a script file, --wrap CMD, or -- CMD ARGS");
+  CHECK_THAT(Error({"x.sh", "arg1"}), Catch::StartsWith("arguments after the script 'x.sh' are not supported (got 'arg1')"));
+  CHECK(Error({"--"}) == "nothing to run after '--'");
+  CHECK(Error({"--wrap", "  "}) == "--wrap needs a command");
+  CHECK(Error({"missing.sh"}) == "cannot read script 'missing.sh': No such file or directory");
+  CHECK(Error({"x.sh"}, "echo no shebang\n") ==
+        "x.sh:1: a batch script must start with '#!' and an interpreter (e.g. #!/bin/sh)");
+  CHECK(Error({"x.sh"}, "") == "x.sh: the batch script is empty");
+  CHECK(Error({}, "") == "stdin: the batch script is empty");
+}
+
+TEST_CASE("local validation names the option and the bad value", "[cli][submit]") {
+  CHECK(Error({"-n", "0", "--wrap", "true"}) == "--ntasks must be >= 1 (got 0)");
+  CHECK(Error({"-n", "-3", "--wrap", "true"}) == "--ntasks must be >= 1 (got -3)");
+  CHECK(Error({"-n", "100001", "--wrap", "true"}) == "--ntasks must be <= 100000 (got 100001)");
+  CHECK(Error({"-c", "0", "--wrap", "true"}) == "--cpus-per-task must be > 0 (got 0)");
+  CHECK(Error({"-c", "5000", "--wrap", "true"}) == "--cpus-per-task must be <= 4096 (got 5000)");
+  CHECK(Error({"--mem-per-task", "100T", "--wrap", "true"}) == "--mem-per-task must be <= 64T (got 100T)");
+  CHECK(Error({"--mem-per-task", "0", "--wrap", "true"}) == "--mem-per-task must be > 0 (got 0 bytes)");
+  CHECK(Error({"--gpus-per-task", "2000", "--wrap", "true"}) == "--gpus-per-task must be in [0, 1024] (got 2000)");
+  CHECK(Error({"--gpus-per-task", "-1", "--wrap", "true"}) == "--gpus-per-task must be in [0, 1024] (got -1)");
+  CHECK(Error({"--gpu-types", "h100", "--wrap", "true"}) == "--gpu-types needs --gpus-per-task >= 1");
+  CHECK(Error({"-t", "400-00:00:00", "--wrap", "true"}) == "--time must be at most 365-00:00:00 (got 400-00:00:00)");
+  CHECK(Error({"--topology", "rack", "--wrap", "true"}) ==
+        "--topology must be none, domain, zone, region or spread (got 'rack')");
+  CHECK_THAT(Error({"--nice", "3000000000", "--wrap", "true"}), Catch::StartsWith("--nice must be in ["));
+  CHECK(Error({"-J", "", "--wrap", "true"}) == "--job-name must not be empty");
+  CHECK(Error({"-J", "a\nb", "--wrap", "true"}) == "--job-name must not contain tabs or line breaks");
+  // Sizes that might fit a real cluster are left to schedd, which knows the nodes.
+  CHECK(Spec({"-c", "64", "--gpus-per-task", "9", "--wrap", "true"}).gpus_per_task() == 9);
+}
+
+TEST_CASE("the remaining options reach the spec", "[cli][submit]") {
+  auto s = Spec({"-p", "gpu", "-A", "lab", "--qos", "low", "-o", "o-%j.txt", "-e", "e-%t.txt", "-H", "--topology",
+                 "spread", "--nice", "50", "x.sh"});
+  CHECK(s.partition() == "gpu");
+  CHECK(s.account() == "lab");
+  CHECK(s.qos() == "low");
+  CHECK(s.stdout_pattern() == "o-%j.txt");
+  CHECK(s.stderr_pattern() == "e-%t.txt");
+  CHECK(s.hold());
+  CHECK(s.topology() == "spread");
+  CHECK(s.nice() == 50);
+  auto sub = Prepare({"--parsable", "--server", "unix:/tmp/s.sock", "x.sh"});
+  REQUIRE(sub);
+  CHECK(sub.value->options.parsable);
+  CHECK(*sub.value->options.server == "unix:/tmp/s.sock");
+}
+
+TEST_CASE("the help lists every option", "[cli][submit]") {
+  std::string help = SubmitOptionsHelp();
+  for (const auto& d : SubmitOptionTable()) CHECK_THAT(help, Catch::Contains("--" + d.long_names[0]));
+  CHECK_THAT(help, Catch::Contains("-n, --ntasks N"));
+}
