@@ -51,7 +51,8 @@ v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report)
 Agent::Agent(AgentConfig config)
     : cfg_(std::move(config)),
       supervisor_([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
-                  [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); }) {
+                  [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); },
+                  /*adopt_orphans=*/true) {
   plan_ctx_.node = cfg_.node.name;
   plan_ctx_.work_dir = cfg_.work_dir;
   plan_ctx_.agent_is_root = geteuid() == 0;

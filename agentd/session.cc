@@ -18,13 +18,15 @@ struct Agent::Connection {
 
 namespace {
 
+constexpr std::chrono::seconds kRegistrationTimeout{30};
+
 // A channel that retries connecting on the agent's schedule rather than gRPC's default backoff
-// (which grows to 120 s), and notices a vanished host through keepalive pings. The ping interval
+// (which grows to 120 s), and notices a vanished host through keepalive pings. The minimum
+// reconnect backoff stays at gRPC's default: it doubles as the connection (SETTINGS) timeout. The ping interval
 // stays above gRPC servers' default minimum (5 minutes) so schedd never answers "too many pings".
 std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, const AgentConfig& cfg) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_max.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 330 * 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
@@ -71,9 +73,28 @@ bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel) {
     if (!stopping_) spdlog::warn("stream to schedd {} {}: {} ({})", cfg_.server, when, st.error_message(),
                                  static_cast<int>(st.error_code()));
   };
+  // A schedd that accepts the stream but never answers the registration must not hold us forever.
+  bool answered = false;
+  std::thread watchdog([&] {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, kRegistrationTimeout, [&] { return answered || stopping_; })) {
+      spdlog::warn("no answer to the registration in {} s; reconnecting", kRegistrationTimeout.count());
+      conn->ctx.TryCancel();
+    }
+  });
+  auto stop_watchdog = [&] {
+    {
+      std::lock_guard lk(mu_);
+      answered = true;
+    }
+    cv_.notify_all();
+    watchdog.join();
+  };
   conn->stream = stub->Connect(&conn->ctx);
   v1::SchedulerMessage msg;
-  if (!conn->stream->Write(MakeRegister()) || !conn->stream->Read(&msg)) {
+  bool ok = conn->stream->Write(MakeRegister()) && conn->stream->Read(&msg);
+  stop_watchdog();
+  if (!ok) {
     finish("failed before registration");
     return false;
   }

@@ -1,21 +1,26 @@
 #include "agentd/supervisor.h"
 
+#include "agentd/orphans.h"
+
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <system_error>
 
 namespace mlsched::agent {
 
-ProcessSupervisor::ProcessSupervisor(StartedFn on_started, ExitedFn on_exited)
-    : on_started_(std::move(on_started)), on_exited_(std::move(on_exited)) {}
+ProcessSupervisor::ProcessSupervisor(StartedFn on_started, ExitedFn on_exited, bool adopt_orphans)
+    : on_started_(std::move(on_started)), on_exited_(std::move(on_exited)), adopt_orphans_(adopt_orphans) {}
 
 ProcessSupervisor::~ProcessSupervisor() {
   Stop();
@@ -26,6 +31,8 @@ void ProcessSupervisor::Start() {
   if (thread_.joinable()) return;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  if (adopt_orphans_ && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    throw std::system_error(errno, std::generic_category(), "prctl(PR_SET_CHILD_SUBREAPER)");
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -113,15 +120,21 @@ void ProcessSupervisor::Stop() {
   }
   Wake();
   thread_.join();
+  if (adopt_orphans_) {
+    ReapOrphans();
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
 }
 
 int ProcessSupervisor::PollTimeoutMs() const {
   std::optional<Clock::time_point> next;
   for (const auto& [k, c] : children_)
     if (c.kill_at && (!next || *c.kill_at < *next)) next = c.kill_at;
-  if (!next) return -1;
+  int cap = adopt_orphans_ ? 500 : -1;  // orphans are found by polling
+  if (!next) return cap;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
-  return ms < 0 ? 0 : static_cast<int>(ms) + 1;
+  int timeout = ms < 0 ? 0 : static_cast<int>(ms) + 1;
+  return cap < 0 ? timeout : std::min(timeout, cap);
 }
 
 void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
@@ -195,6 +208,28 @@ void ProcessSupervisor::EscalateDue() {
   }
 }
 
+void ProcessSupervisor::ReapOrphans() {
+  std::set<pid_t> tasks;
+  std::set<TaskKey> running;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [k, c] : children_) {
+      tasks.insert(c.pid);
+      running.insert(k);
+    }
+  }
+  for (pid_t pid : ListChildren()) {
+    if (tasks.count(pid)) continue;  // a task leader: reaped through its pidfd
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) continue;  // an orphan that already ended
+    auto owner = TaskOfProcess(pid);
+    if (owner && running.count(*owner)) continue;  // its task still runs: it may keep helpers
+    spdlog::info("killing pid {} left behind by {}", pid, owner ? "task " + owner->ToString() : "an unknown task");
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+}
+
 void ProcessSupervisor::Loop() {
   for (;;) {
     std::deque<Queued> batch;
@@ -229,6 +264,7 @@ void ProcessSupervisor::Loop() {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) ready.push_back(keys[i - 1]);
     ReapReady(ready);
     EscalateDue();
+    if (adopt_orphans_) ReapOrphans();
   }
 }
 

@@ -35,7 +35,11 @@ class ProcessSupervisor {
   /// the task never started.
   using ExitedFn = std::function<void(const TaskKey&, pid_t, const ExitReport&)>;
 
-  ProcessSupervisor(StartedFn on_started, ExitedFn on_exited);
+  /// With `adopt_orphans`, Start() makes this process a child subreaper (PR_SET_CHILD_SUBREAPER):
+  /// descendants of tasks that lose their parent are re-parented here, and the supervisor kills
+  /// and reaps each one whose task is no longer running (checked at least every 500 ms). Only for
+  /// processes whose sole children are the supervisor's tasks (agentd).
+  ProcessSupervisor(StartedFn on_started, ExitedFn on_exited, bool adopt_orphans = false);
   /// Stops: kills every task with SIGKILL and joins the thread.
   ~ProcessSupervisor();
   ProcessSupervisor(const ProcessSupervisor&) = delete;
@@ -79,6 +83,7 @@ class ProcessSupervisor {
   void ReapReady(const std::vector<TaskKey>& ready);
   void EscalateDue();
   int PollTimeoutMs() const;  // requires mu_
+  void ReapOrphans();
 
   StartedFn on_started_;
   ExitedFn on_exited_;
@@ -89,6 +94,7 @@ class ProcessSupervisor {
   size_t launching_ = 0;  // taken off the queue, not yet in children_ or reported
   size_t reporting_ = 0;  // reaped, exit callback still running
   bool stopping_ = false;
+  bool adopt_orphans_ = false;
   int wake_fd_ = -1;
   std::thread thread_;
 };

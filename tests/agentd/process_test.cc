@@ -208,3 +208,26 @@ TEST_CASE("as root, tasks run as the submitting user", "[process]") {
   REQUIRE(stat(dir.Str("out.txt").c_str(), &st) == 0);
   CHECK(st.st_uid == pw->pw_uid);  // output files are created as the user
 }
+
+TEST_CASE("descendants that escape the process group die when their task ends", "[process]") {
+  TempDir dir;
+  std::mutex mu;
+  std::map<TaskKey, ExitReport> exited;
+  ProcessSupervisor sup([](const TaskKey&, pid_t) {},
+                        [&](const TaskKey& k, pid_t, const ExitReport& r) { std::lock_guard lk(mu); exited[k] = r; },
+                        /*adopt_orphans=*/true);
+  sup.Start();
+  // A double fork into a new session: the daemon leaves the task's process group and its parent.
+  auto req = Shell(dir, "(setsid sleep 60 & echo $! > daemon.pid); sleep 1");
+  req.env.push_back("MLSCHED_JOB_ID=9");
+  req.env.push_back("MLSCHED_ATTEMPT=1");
+  req.env.push_back("MLSCHED_TASK_ID=0");
+  sup.Spawn({9, 1, 0}, req);
+  REQUIRE(WaitUntil([&] { return !ReadFile(dir.Str("daemon.pid")).empty(); }));
+  pid_t daemon = std::stoi(ReadFile(dir.Str("daemon.pid")));
+  std::this_thread::sleep_for(600ms);  // at least one orphan scan while the task still runs
+  CHECK(kill(daemon, 0) == 0);         // kept: its task is alive
+  CHECK(getsid(daemon) == daemon);     // it really left the task's session
+  REQUIRE(WaitUntil([&] { std::lock_guard lk(mu); return exited.count({9, 1, 0}) > 0; }));
+  CHECK(WaitUntil([&] { return kill(daemon, 0) != 0 && errno == ESRCH; }, 2s));  // killed and reaped
+}

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "agentd/node_info.h"
+#include "agentd/orphans.h"
 #include "agentd/patterns.h"
 #include "agentd/task_env.h"
 
@@ -88,7 +89,7 @@ TEST_CASE("GPU model names from nvidia-smi", "[node]") {
   CHECK(groups[1].type == "l4");
 }
 
-TEST_CASE("--gpus flag", "[node]") {
+TEST_CASE("GPU flag: TYPE:N entries", "[node]") {
   auto g = ParseGpuFlag({"h100:8", "A100:2,l4:1"});
   REQUIRE(g);
   REQUIRE(g.value->size() == 3);
@@ -114,4 +115,14 @@ TEST_CASE("loopback servers get 127.0.0.1 as MASTER_ADDR default", "[node]") {
   CHECK_FALSE(IsLoopbackServer("10.1.2.3:7000"));
   CHECK(IsValidPool("spot"));
   CHECK_FALSE(IsValidPool("preemptible"));
+}
+
+TEST_CASE("orphans are attributed to tasks by their inherited environment", "[node]") {
+  using namespace std::string_literals;
+  auto key = TaskFromEnviron("PATH=/bin\0MLSCHED_JOB_ID=12\0MLSCHED_ATTEMPT=3\0MLSCHED_TASK_ID=5\0"s);
+  REQUIRE(key);
+  CHECK(*key == TaskKey{12, 3, 5});
+  CHECK_FALSE(TaskFromEnviron("MLSCHED_JOB_ID=12\0MLSCHED_ATTEMPT=3\0"s));
+  CHECK_FALSE(TaskFromEnviron("MLSCHED_JOB_ID=x\0MLSCHED_ATTEMPT=3\0MLSCHED_TASK_ID=5"s));
+  CHECK_FALSE(TaskFromEnviron(""));
 }
