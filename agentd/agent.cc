@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -68,6 +69,12 @@ void Agent::PrepareWorkDir() {
   std::error_code ec;
   fs::create_directories(fs::path(cfg_.work_dir) / "jobs", ec);
   if (ec) throw std::runtime_error("cannot create work directory " + cfg_.work_dir + "/jobs: " + ec.message());
+  // Task users must reach their attempt directory (script, status files) but not list others'.
+  fs::permissions(fs::path(cfg_.work_dir) / "jobs", fs::perms(0711), ec);
+  struct stat st{};
+  if (geteuid() == 0 && stat(cfg_.work_dir.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH))
+    spdlog::warn("work directory {} is not searchable by other users: tasks of non-root users cannot run "
+                 "batch scripts or write status files (chmod o+x)", cfg_.work_dir);
   std::string lock = cfg_.work_dir + "/agentd.lock";
   lock_fd_ = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd_ < 0) throw std::runtime_error("cannot open " + lock + ": " + std::strerror(errno));

@@ -1,5 +1,7 @@
 // The agent against an in-process fake schedd: register, prepare, commit, task exits, abort,
 // signals, fencing on re-registration, reconnection with buffered exits, eviction, shutdown.
+#include <pwd.h>
+
 #include <catch2/catch.hpp>
 
 #include "agentd/agent.h"
@@ -308,4 +310,43 @@ TEST_CASE("an eviction notice is relayed to schedd once", "[session][eviction]")
   CHECK(notice->eviction().deadline() >= std::time(nullptr) + kGcpNoticeSeconds - 5);
   std::this_thread::sleep_for(200ms);
   CHECK(schedd.Count(is_eviction) == 1);
+}
+
+TEST_CASE("as root, a batch script runs as the submitting user", "[session]") {
+  if (geteuid() != 0) {
+    WARN("not root: user switching is not exercised");
+    return;
+  }
+  struct passwd* pw = getpwnam("nobody");
+  REQUIRE(pw != nullptr);
+  TempDir dir;
+  std::filesystem::permissions(dir.path, std::filesystem::perms::all);  // outputs are created as nobody
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  Agent agent(Config(dir));
+  agent.Start();
+  REQUIRE(schedd.WaitFor(Registers()));
+  auto m = Prepare(dir, 40, 1, "", {{}});
+  auto* p = m.mutable_prepare();
+  p->set_user("nobody");
+  p->set_uid(pw->pw_uid);
+  p->set_gid(pw->pw_gid);
+  p->mutable_spec()->clear_argv();
+  p->mutable_spec()->set_script("id -u\necho '{\"step\": 1}' > \"$MLSCHED_STATUS_FILE\" && echo status-written\n");
+  REQUIRE(schedd.Send(m));
+  auto r = schedd.WaitFor(PrepareResult(40));
+  REQUIRE(r);
+  REQUIRE(r->prepare_result().ok());
+  REQUIRE(schedd.Send(Commit(40, 1)));
+  auto ex = schedd.WaitFor(Exited(40, 0));
+  REQUIRE(ex);
+  CHECK(ex->task_exited().exit_code() == 0);
+  CHECK(ReadFile(dir.Str("job-40-0.out")) == std::to_string(pw->pw_uid) + "\nstatus-written\n");
+
+  p->set_job_id(41);
+  p->set_user("no-such-user-xyz");
+  REQUIRE(schedd.Send(m));
+  auto refused = schedd.WaitFor(PrepareResult(41));
+  REQUIRE(refused);
+  CHECK_FALSE(refused->prepare_result().ok());
+  CHECK(refused->prepare_result().error().find("'no-such-user-xyz'") != std::string::npos);
 }
