@@ -111,13 +111,15 @@ CheckpointManager::ShardWrite CheckpointManager::WriteShard(const TrainingState&
   ShardWrite out;
   try {
     std::vector<ShardTensor> tensors;
-    auto slice = [&](const char* name, const std::vector<float>& buf) {
+    auto slice = [&](const char* name, const std::vector<float>& buf, int64_t offset) {
       if (buf.empty()) return;
-      tensors.push_back({name, block.begin, total, std::vector<float>(buf.begin() + block.begin, buf.begin() + block.end)});
+      if (block.begin < offset || block.end - offset > static_cast<int64_t>(buf.size()))
+        throw std::invalid_argument(std::string(name) + " does not cover this rank's shard");
+      tensors.push_back({name, block.begin, total, std::vector<float>(buf.begin() + (block.begin - offset), buf.begin() + (block.end - offset))});
     };
-    slice("params", state.params);
-    slice("first_moment", state.first_moment);
-    slice("second_moment", state.second_moment);
+    slice("params", state.params, 0);
+    slice("first_moment", state.first_moment, state.moment_offset);
+    slice("second_moment", state.second_moment, state.moment_offset);
     std::vector<uint8_t> blob = EncodeShard(tensors, {{"format", kFormat}, {"step", std::to_string(state.step)}, {"rank", std::to_string(rank)}});
     store_.Put(ShardKey(state.step, rank), blob);
     out = {true, Crc32(blob), blob.size()};

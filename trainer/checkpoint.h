@@ -25,6 +25,9 @@ struct TrainingState {
   int64_t sample_cursor = 0;  ///< global samples consumed = step * global batch
   uint64_t seed = 0;
   std::vector<float> params, first_moment, second_moment;
+  /// The moments hold elements [moment_offset, moment_offset + size) of the parameter buffer:
+  /// 0 and the full size, or (ZeRO-1) this rank's block when saving.
+  int64_t moment_offset = 0;
   nlohmann::json config;      ///< model, optimizer and batch settings (see TrainerConfig::ToJson)
 };
 

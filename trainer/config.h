@@ -36,6 +36,7 @@ struct TrainerConfig {
   int64_t batch_size = 128;   ///< global batch (all ranks, all micro-batches) per optimizer step
   int64_t grad_accum = 1;     ///< micro-batches per rank per step
   int64_t max_steps = 0;      ///< stop (with a checkpoint) after this global step; 0: run all epochs
+  bool zero1 = false;         ///< shard the optimizer state over ranks (ZeRO-1)
   OptimizerConfig optimizer;  ///< total_steps is filled in from epochs
   uint64_t seed = 1234;
   // Checkpoints

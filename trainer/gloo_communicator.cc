@@ -8,7 +8,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce_halving_doubling.h>
-#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast_one_to_all.h>
 #include <gloo/rendezvous/context.h>
@@ -124,7 +124,7 @@ void GlooCommunicator::AllReduceSum(std::span<float> data) {
       std::vector<float*> ptrs{data.data()};
       std::unique_ptr<gloo::Algorithm> algo;
       if (options_.allreduce_algorithm == "ring") {
-        algo = std::make_unique<gloo::AllreduceRing<float>>(context_, ptrs, static_cast<int>(data.size()));
+        algo = std::make_unique<gloo::AllreduceRingChunked<float>>(context_, ptrs, static_cast<int>(data.size()));
       } else {
         algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context_, ptrs, static_cast<int>(data.size()));
       }

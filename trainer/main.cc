@@ -27,6 +27,7 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, s
   app.add_option("--batch-size", c.batch_size, "Global batch size (all ranks) per step")->capture_default_str();
   app.add_option("--grad-accum", c.grad_accum, "Micro-batches per rank per step")->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "Stop (with a checkpoint) after this global step; 0: all epochs");
+  app.add_flag("--zero1", c.zero1, "Shard the optimizer state over ranks (ZeRO-1): update own block, then all-gather");
   app.add_option("--optimizer", optimizer, "adamw or sgd")->capture_default_str();
   app.add_option("--lr", c.optimizer.lr, "Peak learning rate")->capture_default_str();
   app.add_option("--weight-decay", c.optimizer.weight_decay, "Weight decay")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "trainer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -25,12 +26,18 @@ double LearningRateAt(const OptimizerConfig& c, int64_t step) {
   return c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine);
 }
 
-Optimizer::Optimizer(OptimizerConfig config, size_t parameter_count)
-    : config_(config), m_(parameter_count, 0.0f), v_(config.kind == OptimizerKind::kAdamW ? parameter_count : 0, 0.0f) {}
+Optimizer::Optimizer(OptimizerConfig config, size_t parameter_count, size_t state_begin, size_t state_end)
+    : config_(config), state_begin_(state_begin), state_end_(std::min(state_end, parameter_count)) {
+  if (state_begin_ > state_end_) throw std::invalid_argument("Optimizer: state range begins after it ends");
+  const size_t n = state_end_ - state_begin_;
+  m_.assign(n, 0.0f);
+  v_.assign(config.kind == OptimizerKind::kAdamW ? n : 0, 0.0f);
+}
 
 void Optimizer::Step(std::span<float> params, std::span<const float> grads, int64_t step, size_t begin, size_t end) {
-  if (end > params.size() || end > grads.size() || end > m_.size() || begin > end)
+  if (end > params.size() || end > grads.size() || begin < state_begin_ || end > state_end_ || begin > end)
     throw std::invalid_argument("Optimizer::Step: range out of bounds");
+  const size_t off = state_begin_;  // moments are indexed by parameter index - state_begin
   const float lr = static_cast<float>(LearningRateAt(config_, step));
   const float wd = static_cast<float>(config_.weight_decay);
   if (config_.kind == OptimizerKind::kAdamW) {
@@ -41,17 +48,20 @@ void Optimizer::Step(std::span<float> params, std::span<const float> grads, int6
     const float eps = static_cast<float>(config_.eps);
     for (size_t i = begin; i < end; ++i) {
       float g = grads[i];
-      m_[i] = b1 * m_[i] + (1.0f - b1) * g;
-      v_[i] = b2 * v_[i] + (1.0f - b2) * g * g;
-      float mhat = m_[i] / bc1, vhat = v_[i] / bc2;
+      float& m = m_[i - off];
+      float& v = v_[i - off];
+      m = b1 * m + (1.0f - b1) * g;
+      v = b2 * v + (1.0f - b2) * g * g;
+      float mhat = m / bc1, vhat = v / bc2;
       params[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * params[i]);
     }
   } else {
     const float mu = static_cast<float>(config_.momentum);
     for (size_t i = begin; i < end; ++i) {
       float g = grads[i] + wd * params[i];
-      m_[i] = mu * m_[i] + g;
-      params[i] -= lr * m_[i];
+      float& m = m_[i - off];
+      m = mu * m + g;
+      params[i] -= lr * m;
     }
   }
 }

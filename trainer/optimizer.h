@@ -1,6 +1,7 @@
 // Optimizers (AdamW, SGD with momentum) and the warm-up + cosine learning-rate schedule.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -29,15 +30,21 @@ struct OptimizerConfig {
 /// half-cosine decay to lr*min_lr_ratio at total_steps (SGDR, Loshchilov & Hutter 2017, one cycle).
 double LearningRateAt(const OptimizerConfig& config, int64_t step);
 
-/// Optimizer state for a flat parameter buffer: first moment (or SGD momentum) and second moment.
-/// Step() updates a contiguous element range so a rank can own one shard of the state (ZeRO-1).
+/// Optimizer state for the elements [state_begin, state_end) of a flat parameter buffer: first
+/// moment (or SGD momentum) and second moment (AdamW only). With the full range every rank holds
+/// all the state; with a block per rank (ZeRO-1, Rajbhandari et al. 2020) each rank updates and
+/// stores only its shard.
 class Optimizer {
  public:
-  Optimizer(OptimizerConfig config, size_t parameter_count);
+  /// state_end defaults to parameter_count. Throws std::invalid_argument on a bad range.
+  Optimizer(OptimizerConfig config, size_t parameter_count, size_t state_begin = 0, size_t state_end = SIZE_MAX);
+  size_t state_begin() const { return state_begin_; }
+  size_t state_end() const { return state_end_; }
 
   const OptimizerConfig& config() const { return config_; }
   /// Applies update number `step` (0-based; the bias correction uses step+1) to
-  /// params[begin,end) from grads[begin,end). Buffers hold the full parameter_count elements.
+  /// params[begin,end) from grads[begin,end), a range inside [state_begin, state_end). Parameter
+  /// and gradient buffers hold the full parameter_count elements; the moments hold the state range.
   void Step(std::span<float> params, std::span<const float> grads, int64_t step, size_t begin, size_t end);
 
   std::vector<float>& first_moment() { return m_; }
@@ -47,6 +54,7 @@ class Optimizer {
 
  private:
   OptimizerConfig config_;
+  size_t state_begin_ = 0, state_end_ = 0;
   std::vector<float> m_, v_;
 };
 

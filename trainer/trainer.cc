@@ -82,7 +82,9 @@ void Trainer::LoadData() {
 void Trainer::InitializeOrResume() {
   const auto model_json = config_.ToJson(train_.features, train_.num_classes);
   model_ = std::make_unique<Mlp>(config_.Layers(train_.features, train_.num_classes));
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->parameter_count());
+  const size_t P = model_->parameter_count();
+  state_block_ = config_.zero1 ? BlockRange(static_cast<int64_t>(P), comm_.rank(), comm_.world_size()) : SampleRange{0, static_cast<int64_t>(P)};
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, P, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
   params_.assign(model_->parameter_count(), 0.0f);
   grad_.assign(model_->parameter_count() + kExtras, 0.0f);
   if (!config_.checkpoint_url.empty()) {
@@ -97,17 +99,24 @@ void Trainer::InitializeOrResume() {
     model_->Initialize(params_, config_.seed);
     return;
   }
+  // Full moments travel from rank 0; each rank keeps its state range (all of it without ZeRO-1).
+  std::vector<float> m(P, 0.0f), v(optimizer_->second_moment().empty() ? 0 : P, 0.0f);
   if (resumed) {
     params_ = resumed->params;
-    optimizer_->first_moment() = resumed->first_moment;
-    if (!resumed->second_moment.empty()) optimizer_->second_moment() = resumed->second_moment;
+    m = resumed->first_moment;
+    if (!v.empty()) v = resumed->second_moment;
     if (resumed->config.value("batch_size", int64_t{0}) != config_.batch_size || resumed->seed != config_.seed)
       LogWarn("resuming with a different batch size or seed than the checkpoint: the trajectory will differ");
   }
-  auto bytes = [](std::vector<float>& v) { return std::span<uint8_t>(reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(float)); };
+  auto bytes = [](std::vector<float>& x) { return std::span<uint8_t>(reinterpret_cast<uint8_t*>(x.data()), x.size() * sizeof(float)); };
   comm_.Broadcast(bytes(params_), 0);
-  comm_.Broadcast(bytes(optimizer_->first_moment()), 0);
-  comm_.Broadcast(bytes(optimizer_->second_moment()), 0);
+  comm_.Broadcast(bytes(m), 0);
+  comm_.Broadcast(bytes(v), 0);
+  auto keep = [&](const std::vector<float>& full, std::vector<float>& shard) {
+    if (!full.empty()) shard.assign(full.begin() + state_block_.begin, full.begin() + state_block_.end);
+  };
+  keep(m, optimizer_->first_moment());
+  keep(v, optimizer_->second_moment());
   step_ = header[1];
   last_checkpoint_step_ = step_;
   last_checkpoint_unix_ = UnixSeconds();
@@ -149,7 +158,8 @@ Trainer::StepStats Trainer::TrainStep() {
   const bool my_upload_done = pending_ && pending_->write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   grad_[P + kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
   comm_.AllReduceSum(grad_);
-  optimizer_->Step(params_, {grad_.data(), P}, step_, 0, P);
+  optimizer_->Step(params_, {grad_.data(), P}, step_, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
+  if (config_.zero1) comm_.AllGather(params_);  // every rank's updated block to every rank
   ++step_;
   StepStats out{grad_[P + kLossSum], grad_[P + kCorrect], grad_[P + kStopFlag] > 0, grad_[P + kCheckpointFlag] > 0,
                 pending_.has_value() && grad_[P + kUploadsDone] > static_cast<float>(comm_.world_size()) - 0.5f};
@@ -166,6 +176,7 @@ std::shared_ptr<TrainingState> Trainer::Snapshot() const {
   state->params = params_;
   state->first_moment = optimizer_->first_moment();
   state->second_moment = optimizer_->second_moment();
+  state->moment_offset = state_block_.begin;
   state->config = config_.ToJson(train_.features, train_.num_classes);
   return state;
 }
@@ -277,6 +288,13 @@ RunResult Trainer::Run() {
 }
 
 RunResult Trainer::Finish(int exit_code, double train_seconds, int64_t samples_done) {
+  // Last collective: no rank exits (closing its connections) while a peer is still inside the
+  // checkpoint commit. Its own failure is harmless now, since everything is committed.
+  try {
+    comm_.Barrier();
+  } catch (const PeerLostError& e) {
+    LogWarn(std::string("final barrier: ") + e.what());
+  }
   RunResult r;
   r.exit_code = exit_code;
   r.steps = step_;

@@ -12,6 +12,7 @@
 #include "trainer/dataset.h"
 #include "trainer/mlp.h"
 #include "trainer/optimizer.h"
+#include "trainer/sampler.h"
 
 namespace mltrain {
 
@@ -75,6 +76,7 @@ class Trainer {
   };
   std::optional<PendingCheckpoint> pending_;
   std::vector<float> params_, grad_;  // grad_ carries kExtras trailing slots
+  SampleRange state_block_;            // optimizer state elements this rank owns
   std::vector<float> batch_x_;
   std::vector<uint8_t> batch_y_;
   std::vector<uint32_t> order_;

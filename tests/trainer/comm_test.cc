@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <latch>
 #include <thread>
 
 #include "tests/trainer/test_util.h"
@@ -39,13 +40,20 @@ CommunicatorOptions Options(std::chrono::milliseconds timeout) {
 void OnRanks(int world, const std::function<void(Communicator&)>& body, const std::string& algorithm = "ring") {
   int port = testing::FreePort();
   std::vector<std::future<void>> ranks;
+  std::latch done(world);  // nobody closes its connections while a peer is still in a collective
   for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::async(std::launch::async, [=] {
+    ranks.push_back(std::async(std::launch::async, [=, &done] {
       auto options = Options(10s);
       options.allreduce_algorithm = algorithm;
       auto comm = CreateCommunicator(Env(r, world, port), options);
-      body(*comm);
-      comm->Barrier();
+      try {
+        body(*comm);
+        comm->Barrier();
+      } catch (...) {
+        done.count_down();
+        throw;
+      }
+      done.arrive_and_wait();
     }));
   }
   for (auto& f : ranks) f.get();

@@ -120,6 +120,22 @@ TEST_CASE("SGD with momentum follows the heavy-ball recurrence", "[trainer][opti
   CHECK_THROWS_WITH(ParseOptimizerKind("lion"), Catch::Contains("lion"));
 }
 
+TEST_CASE("An optimizer shard (ZeRO-1) updates only its state range", "[trainer][optimizer]") {
+  OptimizerConfig c;
+  c.total_steps = 10;
+  Optimizer full(c, 10), shard(c, 10, 4, 7);
+  CHECK(shard.first_moment().size() == 3);
+  CHECK(shard.second_moment().size() == 3);
+  std::vector<float> p1(10, 1.0f), p2(10, 1.0f), g(10);
+  for (int i = 0; i < 10; ++i) g[i] = 0.1f * static_cast<float>(i - 5);
+  full.Step(p1, g, 0, 0, 10);
+  shard.Step(p2, g, 0, 4, 7);
+  for (int i = 0; i < 10; ++i) CHECK(p2[i] == (i >= 4 && i < 7 ? p1[i] : 1.0f));
+  CHECK(shard.first_moment()[0] == full.first_moment()[4]);
+  CHECK_THROWS_AS(shard.Step(p2, g, 1, 0, 7), std::invalid_argument);
+  CHECK_THROWS_AS(Optimizer(c, 10, 8, 5), std::invalid_argument);
+}
+
 TEST_CASE("Epoch order is a permutation fixed by seed and epoch", "[trainer][sampler]") {
   auto a = EpochPermutation(5, 0, 1000), b = EpochPermutation(5, 0, 1000), c = EpochPermutation(5, 1, 1000);
   CHECK(a == b);
