@@ -77,7 +77,9 @@ bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
   auto failed = failed_now_.find(s.key);
   if (failed != failed_now_.end() && failed->second <= spec.time_limit) return false;
   bool started = false;
+  // Cheap rejection first: the sum of free resources now, then over the job's whole window.
   if (!s.eligible->empty() &&
+      Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
       Covers(timeline_.AggregateMinFree(now_, now_ + spec.time_limit), s.demand, spec.ntasks)) {
     for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
       auto choice = ChooseNodes(Candidates(q, s, type, now_, false), spec.ntasks, spec.topology);
@@ -104,19 +106,24 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
   const JobSpec& spec = q.job->spec;
   if (s.eligible->empty()) return std::nullopt;
   const Duration res = std::max<Duration>(policy_.backfill.resolution, 1);
-  Timestamp last = std::numeric_limits<Timestamp>::min();
-  for (Timestamp t : timeline_.CandidateTimes(now_, until)) {
+  Timestamp from = now_;
+  while (true) {
+    auto fit = timeline_.NextAggregateFit(from, spec.time_limit, s.demand, spec.ntasks);
+    if (!fit) return std::nullopt;
+    Timestamp t = *fit;
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
-    if (t > until) break;
-    if (t == last) continue;
-    last = t;
-    if (!Covers(timeline_.AggregateMinFree(t, t + spec.time_limit), s.demand, spec.ntasks)) continue;
-    for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
-      auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
-      if (choice) return PlannedStart{t, std::move(*choice)};
+    if (t > until) return std::nullopt;
+    if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + spec.time_limit), s.demand, spec.ntasks)) {
+      for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+        auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
+        if (choice) return PlannedStart{t, std::move(*choice)};
+      }
     }
+    // Per-node fit only changes where some node's free resources change.
+    auto next = timeline_.NextChange(t);
+    if (!next) return std::nullopt;
+    from = *next;
   }
-  return std::nullopt;
 }
 
 void Planner::Reserve(const QueuedJob& q, const PlannedStart& start) {

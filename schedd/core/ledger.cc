@@ -94,8 +94,11 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
     slot.zone_id = id_of(zones, node.region + '\x1f' + node.zone);
     slot.domain_id = id_of(domains, node.region + '\x1f' + node.zone + '\x1f' + node.domain);
     index_.emplace(node.name, slots_.size());
+    if (!type.empty() && std::find(gpu_types_.begin(), gpu_types_.end(), type) == gpu_types_.end())
+      gpu_types_.push_back(type);
     slots_.push_back(std::move(slot));
   }
+  std::sort(gpu_types_.begin(), gpu_types_.end());
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
     for (const TaskPlacement& task : job.allocation->tasks) {

@@ -77,10 +77,13 @@ class NodeLedger {
   int64_t Find(const std::string& name) const;
   /// Free GPUs usable now: the resource count, bounded by the free device indices.
   int64_t FreeGpus(size_t i) const;
+  /// The distinct GPU types of the nodes, in name order.
+  const std::vector<std::string>& gpu_types() const { return gpu_types_; }
 
  private:
   std::vector<NodeSlot> slots_;
   std::unordered_map<std::string, size_t> index_;
+  std::vector<std::string> gpu_types_;
 };
 
 /// A transaction over a NodeLedger: Take() subtracts a task's resources and picks its device

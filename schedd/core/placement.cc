@@ -136,12 +136,7 @@ std::vector<std::string> GpuTypeChoices(const NodeLedger& ledger, const JobSpec&
   if (!spec.gpu_types.empty()) return spec.gpu_types;
   for (const auto& [type, count] : spec.per_task.gpus)
     if (count > 0 && !type.empty()) return {type};
-  std::vector<std::string> types;
-  for (size_t i = 0; i < ledger.size(); ++i)
-    if (!ledger.slot(i).gpu_type.empty()) types.push_back(ledger.slot(i).gpu_type);
-  std::sort(types.begin(), types.end());
-  types.erase(std::unique(types.begin(), types.end()), types.end());
-  return types;
+  return ledger.gpu_types();
 }
 
 bool PlaceGangNow(AllocationTxn& txn, const NodeLedger& ledger, const std::vector<size_t>& eligible,

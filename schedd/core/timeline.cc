@@ -110,11 +110,38 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
   Subtract(aggregate_, amount, from, to);
 }
 
-std::vector<Timestamp> AvailabilityTimeline::CandidateTimes(Timestamp from, Timestamp until) const {
-  std::vector<Timestamp> out{from};
-  for (const Step& s : aggregate_)
-    if (s.time > from && s.time <= until) out.push_back(s.time);
-  return out;
+std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, Duration duration,
+                                                                const TaskDemand& per_task,
+                                                                int64_t count) const {
+  const TaskDemand need{per_task.cpu_millis * count, per_task.memory_bytes * count,
+                        per_task.gpus * count};
+  auto covers = [&need](const TaskDemand& f) {
+    return f.cpu_millis >= need.cpu_millis && f.memory_bytes >= need.memory_bytes && f.gpus >= need.gpus;
+  };
+  const Profile& p = aggregate_;
+  auto it = std::upper_bound(p.begin(), p.end(), from,
+                             [](Timestamp t, const Step& s) { return t < s.time; });
+  size_t i = it == p.begin() ? 0 : static_cast<size_t>(it - p.begin()) - 1;
+  Timestamp t = std::max(from, p[i].time);
+  while (i < p.size()) {
+    if (!covers(p[i].free)) {  // no window containing step i fits: restart after it
+      if (++i == p.size()) return std::nullopt;
+      t = p[i].time;
+      continue;
+    }
+    size_t j = i;
+    while (j + 1 < p.size() && p[j + 1].time < t + duration && covers(p[j + 1].free)) ++j;
+    if (j + 1 == p.size() || p[j + 1].time >= t + duration) return t;
+    i = j + 1;  // p[i] does not cover: the loop restarts after it
+  }
+  return std::nullopt;
+}
+
+std::optional<Timestamp> AvailabilityTimeline::NextChange(Timestamp t) const {
+  auto it = std::upper_bound(aggregate_.begin(), aggregate_.end(), t,
+                             [](Timestamp x, const Step& s) { return x < s.time; });
+  if (it == aggregate_.end()) return std::nullopt;
+  return it->time;
 }
 
 }  // namespace mlsched::core

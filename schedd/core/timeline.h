@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "schedd/core/ledger.h"
@@ -26,9 +27,13 @@ class AvailabilityTimeline {
   Timestamp LastChange(size_t node, Timestamp t) const;
   /// Takes `count` tasks of `per_task` from node `node` over [from, to).
   void Reserve(size_t node, const TaskDemand& per_task, int64_t count, Timestamp from, Timestamp to);
-  /// Times in [from, until] at which some node's free resources change, ascending, preceded by
-  /// `from` itself.
-  std::vector<Timestamp> CandidateTimes(Timestamp from, Timestamp until) const;
+  /// The earliest t >= from, either `from` or a time at which free resources change, such that the
+  /// sum over all nodes covers `count` x `per_task` throughout [t, t + duration); nullopt if none.
+  /// One pass over the aggregate profile (a necessary condition for a gang to fit at t).
+  std::optional<Timestamp> NextAggregateFit(Timestamp from, Duration duration,
+                                            const TaskDemand& per_task, int64_t count) const;
+  /// The first time after `t` at which some node's free resources change, or nullopt.
+  std::optional<Timestamp> NextChange(Timestamp t) const;
 
  private:
   struct Step {
