@@ -94,7 +94,7 @@ Parsed<std::vector<FormatItem>> ParseJobFormat(const std::string& format) {
     }
     if (!FindField(format[i])) {
       std::string known;
-      for (const auto& f : kFields) known += std::string("%") + f.code;
+      for (const auto& f : kFields) known += std::string(known.empty() ? "%" : " %") + f.code;
       out.error = "unknown field code '%" + std::string(1, format[i]) + "' in format '" + format + "' (known: " + known + ")";
       return out;
     }

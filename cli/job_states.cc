@@ -116,4 +116,13 @@ Parsed<int> ParseSignal(const std::string& text) {
   return out;
 }
 
+Parsed<int64_t> ParseJobId(const std::string& text) {
+  Parsed<int64_t> out;
+  int64_t id = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || id <= 0) out.error = "'" + text + "' is not a job id";
+  else out.value = id;
+  return out;
+}
+
 }  // namespace mlsched::cli

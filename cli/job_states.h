@@ -2,6 +2,7 @@
 // and signal names for mlcancel -s.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,8 @@ Parsed<std::vector<v1::JobState>> ParseStates(const std::string& text);
 /// Parses a signal given as a name with or without "SIG" ("TERM", "SIGUSR1", "kill") or a number
 /// in [1, 64]. Error: "unknown signal 'FOO'".
 Parsed<int> ParseSignal(const std::string& text);
+
+/// Parses a job id: a positive decimal integer. Error: "'x' is not a job id".
+Parsed<int64_t> ParseJobId(const std::string& text);
 
 }  // namespace mlsched::cli

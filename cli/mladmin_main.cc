@@ -8,6 +8,7 @@
 
 #include "cli/admin_format.h"
 #include "cli/exit_codes.h"
+#include "cli/job_states.h"
 #include "cli/rpc.h"
 #include "common/units.h"
 
@@ -19,8 +20,7 @@ using namespace mlsched::cli;
 constexpr int kTimeoutS = 30;
 
 struct AdminArgs {
-  std::string server, node, reason, in, job_text;
-  int64_t job_id = 0;
+  std::string server, node, reason, in, job;
   bool json = false;
 };
 
@@ -29,6 +29,9 @@ int Fail(const SchedClient& client, const RpcStatus& st) {
   std::cerr << DescribeRpcError("mladmin", st, client.Address(), kTimeoutS) << "\n";
   return ExitCodeForRpc(st.code);
 }
+
+// The job id argument, checked before the action runs (see main).
+int64_t JobId(const AdminArgs& a) { return *ParseJobId(a.job).value; }
 
 int Nodes(SchedClient& client, const AdminArgs& a) {
   v1::ListNodesResponse resp;
@@ -47,7 +50,7 @@ int Nodes(SchedClient& client, const AdminArgs& a) {
 
 int ShowJob(SchedClient& client, const AdminArgs& a) {
   v1::JobInfo job;
-  if (RpcStatus st = client.GetJob(a.job_id, &job); !st.ok()) return Fail(client, st);
+  if (RpcStatus st = client.GetJob(JobId(a), &job); !st.ok()) return Fail(client, st);
   const int64_t now = std::time(nullptr);
   if (a.json) std::cout << JobDetailJson(job, now).dump(2) << "\n";
   else std::cout << FormatJobDetail(job, now);
@@ -104,10 +107,10 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
 
   for (bool release : {false, true}) {
     auto* hold = app.add_subcommand(release ? "release" : "hold", release ? "release a held job" : "hold a pending job");
-    hold->add_option("job", a.job_id, "job id")->required()->check(CLI::PositiveNumber);
+    hold->add_option("job", a.job, "job id")->required();
     hold->callback([&a, &action, release] {
       action = [&a, release](SchedClient& c) {
-        RpcStatus st = c.HoldJob(a.job_id, release);
+        RpcStatus st = c.HoldJob(JobId(a), release);
         return st.ok() ? kExitOk : Fail(c, st);
       };
     });
@@ -116,7 +119,7 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
   auto* show = app.add_subcommand("show", "show an object in full");
   show->require_subcommand(1);
   auto* job = show->add_subcommand("job", "every field of a job");
-  job->add_option("id", a.job_id, "job id")->required()->check(CLI::PositiveNumber);
+  job->add_option("id", a.job, "job id")->required();
   job->add_flag("--json", a.json, "print a JSON object");
   job->callback([&] { action = [&](SchedClient& c) { return ShowJob(c, a); }; });
 }
@@ -138,6 +141,10 @@ int main(int argc, char** argv) {
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     std::cerr << "mladmin: " << e.what() << "\nTry 'mladmin --help'.\n";
+    return kExitUsage;
+  }
+  if (auto id = ParseJobId(a.job); !a.job.empty() && !id) {
+    std::cerr << "mladmin: " << id.error << "\n";
     return kExitUsage;
   }
   if (!action) {

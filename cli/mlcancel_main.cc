@@ -4,7 +4,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <charconv>
 #include <iostream>
 
 #include "cli/exit_codes.h"
@@ -44,10 +43,9 @@ std::string CurrentUser() {
 // Builds the cancel request; returns "" or a usage error.
 std::string BuildRequest(const CancelArgs& a, v1::CancelJobsRequest* req) {
   for (const auto& s : a.ids) {
-    int64_t id = 0;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
-    if (s.empty() || ec != std::errc() || p != s.data() + s.size() || id <= 0) return "'" + s + "' is not a job id";
-    req->add_job_ids(id);
+    auto id = ParseJobId(s);
+    if (!id) return id.error;
+    req->add_job_ids(*id.value);
   }
   if (!a.states.empty()) {
     auto states = ParseStates(a.states);

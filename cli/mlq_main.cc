@@ -2,7 +2,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <ctime>
 #include <iostream>
 
@@ -39,10 +38,9 @@ void AddOptions(CLI::App& app, MlqArgs& a) {
 // Fills the request from the filters; returns "" or a usage error.
 std::string BuildRequest(const MlqArgs& a, v1::ListJobsRequest* req) {
   for (const auto& j : a.jobs) {
-    int64_t id = 0;
-    auto [p, ec] = std::from_chars(j.data(), j.data() + j.size(), id);
-    if (j.empty() || ec != std::errc() || p != j.data() + j.size() || id <= 0) return "--jobs: '" + j + "' is not a job id";
-    req->add_job_ids(id);
+    auto id = ParseJobId(j);
+    if (!id) return "--jobs: " + id.error;
+    req->add_job_ids(*id.value);
   }
   for (const auto& u : a.users) req->add_users(u);
   for (const auto& p : a.partitions) req->add_partitions(p);

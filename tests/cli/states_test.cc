@@ -78,3 +78,12 @@ TEST_CASE("signals by name, with or without SIG, or by number", "[cli][states]")
   CHECK_FALSE(ParseSignal("9x"));
   CHECK_FALSE(ParseSignal(""));
 }
+
+TEST_CASE("job ids are positive integers", "[cli][states]") {
+  CHECK(*ParseJobId("12").value == 12);
+  CHECK(ParseJobId("x").error == "'x' is not a job id");
+  CHECK_FALSE(ParseJobId("0"));
+  CHECK_FALSE(ParseJobId("-4"));
+  CHECK_FALSE(ParseJobId("12abc"));
+  CHECK_FALSE(ParseJobId(""));
+}
