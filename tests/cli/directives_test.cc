@@ -78,7 +78,7 @@ TEST_CASE("lookalike lines are not directives", "[cli][directives]") {
   CHECK_FALSE(r.options.ntasks);
 }
 
-TEST_CASE("no shebang line: line 1 may carry a directive; CRLF endings are accepted", "[cli][directives]") {
+TEST_CASE("without a shebang line 1 may carry a directive, and CRLF endings are accepted", "[cli][directives]") {
   auto r = Parse("#MLSUB -n 3\r\n#MLSUB -J x\r\n");
   CHECK(*r.options.ntasks == 3);
   CHECK(*r.options.job_name == "x");
@@ -112,7 +112,7 @@ TEST_CASE("directive errors name the file, the line and the option", "[cli][dire
         "job.sh:2: --gpu-types in #MLSUB directive: empty GPU type in 'a,,b'");
 }
 
-TEST_CASE("the command line overrides directives; directive values keep their line in errors", "[cli][directives]") {
+TEST_CASE("the command line overrides directives, and directive values keep their line in errors", "[cli][directives]") {
   auto read = [](const std::string& script) {
     return [script](const std::string&) {
       mlsched::Parsed<std::string> p;

@@ -138,7 +138,7 @@ TEST_CASE("bad format strings are refused with the code", "[cli][format]") {
   CHECK_FALSE(ParseJobFormat("%"));
 }
 
-TEST_CASE("--json objects carry snake_case keys with Unix-second times", "[cli][format]") {
+TEST_CASE("JSON objects carry snake_case keys with Unix-second times", "[cli][format]") {
   auto j = JobJson(RunningJob(), kNow);
   for (const char* key : {"job_id", "name", "user", "account", "partition", "state", "reason", "tasks", "nodes",
                           "submit_time", "start_time", "end_time", "exit_code", "attempt", "time_limit"})

@@ -54,7 +54,7 @@ TEST_CASE("options take values in every spelling", "[cli][submit]") {
   CHECK(*Args({"--gpu-types=h100,a100,h100"}).options.gpu_types == std::vector<std::string>{"h100", "a100"});
 }
 
-TEST_CASE("option parsing stops at the script; '--' starts the command", "[cli][submit]") {
+TEST_CASE("option parsing stops at the script, and a double dash starts the command", "[cli][submit]") {
   auto a = Args({"-n", "2", "job.sh", "-n", "3"});
   CHECK(*a.options.ntasks == 2);
   CHECK(a.positionals == std::vector<std::string>{"job.sh", "-n", "3"});
@@ -103,7 +103,7 @@ TEST_CASE("units: fractional CPUs, Slurm memory and time formats", "[cli][submit
   CHECK(Spec({"-t", "30", "x.sh"}).time_limit_s() == 1800);  // minutes, like sbatch
 }
 
-TEST_CASE("--wrap and -- CMD become a script or argv", "[cli][submit]") {
+TEST_CASE("wrap and command payloads become a script or argv", "[cli][submit]") {
   auto w = Spec({"--wrap", "echo $RANK"});
   CHECK(w.script() == "#!/bin/sh\necho $RANK\n");
   CHECK(w.name() == "wrap");
@@ -123,7 +123,7 @@ TEST_CASE("a script from stdin when neither a script nor a command is given", "[
   CHECK(Spec({}, "#!/bin/sh\ntrue\n").name() == "mlsub");
 }
 
-TEST_CASE("-D is made absolute against the current directory", "[cli][submit]") {
+TEST_CASE("the working directory is made absolute against the current directory", "[cli][submit]") {
   CHECK(Spec({"-D", "out/../runs/", "x.sh"}).workdir() == "/home/alice/proj/runs");
   CHECK(Spec({"-D", "/scratch/x/", "x.sh"}).workdir() == "/scratch/x");
   CHECK(Spec({"-D", "/", "x.sh"}).workdir() == "/");
