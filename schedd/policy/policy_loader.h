@@ -1,0 +1,44 @@
+// Loads a scheduler policy (TOML, format in policies/README.md) into core::PolicySet.
+// All or nothing: a file with any error yields no policy, only the list of errors, each
+// "FILE:LINE:COL: message". Unknown keys are errors.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schedd/core/types.h"
+
+namespace mlsched::policy {
+
+/// One problem in a policy file. line/column are 1-based (0 when unknown, e.g. unreadable file).
+struct PolicyError {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string message;
+  /// "FILE:LINE:COL: message".
+  std::string ToString() const;
+};
+
+/// Either a complete policy or every error found (never both, never a partial policy).
+struct PolicyLoadResult {
+  std::optional<core::PolicySet> policy;
+  std::vector<PolicyError> errors;
+  bool ok() const { return policy.has_value(); }
+  /// Every error's ToString(), one per line.
+  std::string ErrorText() const;
+};
+
+/// Parses policy TOML `text`; `source_name` names it in errors (usually the file path).
+PolicyLoadResult ParsePolicy(std::string_view text, const std::string& source_name);
+
+/// Reads and parses the file at `path` (an unreadable file is one error at 0:0).
+PolicyLoadResult LoadPolicyFile(const std::string& path);
+
+/// Parses a duration: an integer number of seconds, or a string of number+unit groups with units
+/// s, m, h, d, w ("90", "45m", "1d12h"), or Slurm's "[D-]HH:MM:SS" / "MM:SS". nullopt if invalid.
+std::optional<core::Duration> ParseDuration(std::string_view text);
+
+}  // namespace mlsched::policy

@@ -1,0 +1,327 @@
+#include "schedd/policy/policy_reader.h"
+
+#include <map>
+#include <set>
+
+namespace mlsched::policy {
+namespace {
+
+const char* TypeName(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+}  // namespace
+
+void PolicyReader::Error(const toml::source_region& where, std::string message) {
+  errors_.push_back({file_, static_cast<int>(where.begin.line), static_cast<int>(where.begin.column),
+                     std::move(message)});
+}
+
+void PolicyReader::CheckKeys(const toml::table& table, std::initializer_list<const char*> allowed,
+                             const std::string& context) {
+  for (auto&& [key, value] : table) {
+    bool known = false;
+    for (const char* a : allowed) known = known || key.str() == a;
+    if (known) continue;
+    std::string expected;
+    for (const char* a : allowed) expected += std::string(expected.empty() ? "" : ", ") + a;
+    Error(key.source(), "unknown key '" + std::string(key.str()) + "' in " + context +
+                            "; expected one of: " + expected);
+  }
+}
+
+void PolicyReader::Int(const toml::table& t, const char* key, int64_t& out, int64_t min,
+                       const std::string& ctx) {
+  const toml::node* n = t.get(key);
+  if (!n) return;
+  auto v = n->value_exact<int64_t>();
+  if (!v) return Error(n->source(), std::string("'") + key + "' in " + ctx + ": expected an integer, got " + TypeName(*n));
+  if (*v < min)
+    return Error(n->source(), std::string("'") + key + "' in " + ctx + ": must be >= " + std::to_string(min) +
+                                  ", got " + std::to_string(*v));
+  out = *v;
+}
+
+void PolicyReader::Int32(const toml::table& t, const char* key, int32_t& out, int64_t min,
+                         const std::string& ctx) {
+  int64_t v = out;
+  Int(t, key, v, min, ctx);
+  if (v > INT32_MAX) {
+    Error(t.get(key)->source(), std::string("'") + key + "' in " + ctx + ": too large");
+    return;
+  }
+  out = static_cast<int32_t>(v);
+}
+
+void PolicyReader::Dur(const toml::table& t, const char* key, core::Duration& out, const std::string& ctx) {
+  const toml::node* n = t.get(key);
+  if (!n) return;
+  if (auto i = n->value_exact<int64_t>()) {
+    if (*i < 0) return Error(n->source(), std::string("'") + key + "' in " + ctx + ": must be >= 0 seconds");
+    out = *i;
+    return;
+  }
+  if (auto s = n->value_exact<std::string>()) {
+    if (auto d = ParseDuration(*s)) {
+      out = *d;
+      return;
+    }
+    return Error(n->source(), std::string("'") + key + "' in " + ctx + ": invalid duration '" + *s +
+                                  "'; expected seconds or e.g. \"90s\", \"45m\", \"4h\", \"7d\", \"1-12:00:00\"");
+  }
+  Error(n->source(), std::string("'") + key + "' in " + ctx + ": expected a duration (integer seconds or string), got " +
+                         TypeName(*n));
+}
+
+void PolicyReader::Str(const toml::table& t, const char* key, std::string& out, const std::string& ctx) {
+  const toml::node* n = t.get(key);
+  if (!n) return;
+  if (auto s = n->value_exact<std::string>()) {
+    out = *s;
+    return;
+  }
+  Error(n->source(), std::string("'") + key + "' in " + ctx + ": expected a string, got " + TypeName(*n));
+}
+
+void PolicyReader::Bool(const toml::table& t, const char* key, bool& out, const std::string& ctx) {
+  const toml::node* n = t.get(key);
+  if (!n) return;
+  if (auto b = n->value_exact<bool>()) {
+    out = *b;
+    return;
+  }
+  Error(n->source(), std::string("'") + key + "' in " + ctx + ": expected true or false, got " + TypeName(*n));
+}
+
+void PolicyReader::StrList(const toml::table& t, const char* key, std::vector<std::string>& out,
+                           const std::string& ctx) {
+  const toml::node* n = t.get(key);
+  if (!n) return;
+  const toml::array* a = n->as_array();
+  if (!a) return Error(n->source(), std::string("'") + key + "' in " + ctx + ": expected an array of strings, got " + TypeName(*n));
+  out.clear();
+  for (const toml::node& e : *a) {
+    if (auto s = e.value_exact<std::string>()) out.push_back(*s);
+    else Error(e.source(), std::string("'") + key + "' in " + ctx + ": expected strings, got " + TypeName(e));
+  }
+}
+
+void PolicyReader::EachTable(const toml::table& root, const char* key,
+                             const std::function<void(const toml::table&, const std::string&)>& fn) {
+  const toml::node* n = root.get(key);
+  if (!n) return;
+  const toml::array* a = n->as_array();
+  if (!a || !a->is_array_of_tables())
+    return Error(n->source(), std::string("'") + key + "': expected an array of tables ([[" + key + "]])");
+  size_t i = 0;
+  for (const toml::node& e : *a) fn(*e.as_table(), std::string("[[") + key + "]] #" + std::to_string(++i));
+}
+
+core::PolicySet PolicyReader::Read(const toml::table& root) {
+  core::PolicySet p;
+  CheckKeys(root, {"default_partition", "default_qos", "operators", "scheduler", "backfill", "priority",
+                   "fairshare", "partitions", "qos", "accounts"},
+            "the top level");
+  Str(root, "default_partition", p.default_partition, "the top level");
+  Str(root, "default_qos", p.default_qos, "the top level");
+  StrList(root, "operators", p.operators, "the top level");
+  auto section = [&](const char* key, auto&& read) {
+    const toml::node* n = root.get(key);
+    if (!n) return;
+    if (const toml::table* t = n->as_table()) read(*t);
+    else Error(n->source(), std::string("'") + key + "': expected a table ([" + key + "])");
+  };
+  section("scheduler", [&](const toml::table& t) { ReadScheduler(t, p); });
+  section("backfill", [&](const toml::table& t) { ReadBackfill(t, p.backfill); });
+  section("priority", [&](const toml::table& t) { ReadPriority(t, p.weights); });
+  section("fairshare", [&](const toml::table& t) { ReadFairshare(t, p.fairshare); });
+  if (root.get("partitions")) p.partitions.clear();
+  EachTable(root, "partitions", [&](const toml::table& t, const std::string& ctx) {
+    p.partitions.push_back(ReadPartition(t, ctx));
+  });
+  EachTable(root, "qos", [&](const toml::table& t, const std::string& ctx) { p.qos.push_back(ReadQos(t, ctx)); });
+  EachTable(root, "accounts", [&](const toml::table& t, const std::string& ctx) {
+    p.accounts.push_back(ReadAccount(t, ctx));
+  });
+  CheckReferences(root, p);
+  return p;
+}
+
+void PolicyReader::ReadScheduler(const toml::table& t, core::PolicySet& p) {
+  CheckKeys(t, {"queue_order"}, "[scheduler]");
+  std::string order;
+  Str(t, "queue_order", order, "[scheduler]");
+  if (order == "fifo") p.queue_order = core::QueueOrder::kFifo;
+  else if (order == "multifactor") p.queue_order = core::QueueOrder::kMultifactor;
+  else if (!order.empty())
+    Error(t.get("queue_order")->source(), "'queue_order' in [scheduler]: expected \"fifo\" or \"multifactor\", got \"" + order + "\"");
+}
+
+void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
+  const std::string ctx = "[backfill]";
+  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution"}, ctx);
+  std::string mode, order;
+  Str(t, "mode", mode, ctx);
+  if (!mode.empty()) {
+    if (auto m = core::ParseBackfillMode(mode)) b.mode = *m;
+    else Error(t.get("mode")->source(), "'mode' in [backfill]: expected \"none\", \"easy\" or \"conservative\", got \"" + mode + "\"");
+  }
+  Str(t, "order", order, ctx);
+  if (order == "queue") b.order = core::BackfillOrder::kQueue;
+  else if (order == "shortest-first") b.order = core::BackfillOrder::kShortestFirst;
+  else if (!order.empty())
+    Error(t.get("order")->source(), "'order' in [backfill]: expected \"queue\" or \"shortest-first\", got \"" + order + "\"");
+  Int32(t, "depth", b.depth, 0, ctx);
+  Int32(t, "max_job_test", b.max_job_test, 0, ctx);
+  Dur(t, "window", b.window, ctx);
+  Dur(t, "resolution", b.resolution, ctx);
+  if (b.resolution < 1) Error(t.get("resolution")->source(), "'resolution' in [backfill]: must be at least 1 second");
+}
+
+void PolicyReader::ReadPriority(const toml::table& t, core::PriorityWeights& w) {
+  const std::string ctx = "[priority]";
+  CheckKeys(t, {"weight_age", "weight_fairshare", "weight_job_size", "weight_partition", "weight_qos",
+                "max_age", "favor_small"},
+            ctx);
+  Int(t, "weight_age", w.age, 0, ctx);
+  Int(t, "weight_fairshare", w.fairshare, 0, ctx);
+  Int(t, "weight_job_size", w.job_size, 0, ctx);
+  Int(t, "weight_partition", w.partition, 0, ctx);
+  Int(t, "weight_qos", w.qos, 0, ctx);
+  Dur(t, "max_age", w.max_age, ctx);
+  Bool(t, "favor_small", w.favor_small, ctx);
+}
+
+void PolicyReader::ReadFairshare(const toml::table& t, core::FairsharePolicy& f) {
+  const std::string ctx = "[fairshare]";
+  CheckKeys(t, {"algorithm", "half_life", "billing_weights"}, ctx);
+  std::string alg;
+  Str(t, "algorithm", alg, ctx);
+  if (!alg.empty()) {
+    if (auto a = core::ParseFairshareAlgorithm(alg)) f.algorithm = *a;
+    else Error(t.get("algorithm")->source(), "'algorithm' in [fairshare]: expected \"classic\" or \"fair-tree\", got \"" + alg + "\"");
+  }
+  Dur(t, "half_life", f.half_life, ctx);
+  const toml::node* bw = t.get("billing_weights");
+  if (!bw) return;
+  const toml::table* weights = bw->as_table();
+  if (!weights) return Error(bw->source(), "'billing_weights' in [fairshare]: expected a table");
+  for (auto&& [key, value] : *weights) {
+    const std::string k(key.str());
+    if (k != "cpu" && k != "mem" && k != "gpu" && k.rfind("gpu:", 0) != 0) {
+      Error(key.source(), "unknown billing resource '" + k + "'; expected cpu, mem, gpu or gpu:TYPE");
+      continue;
+    }
+    auto v = value.value<double>();  // integers are accepted too
+    if (!v || *v < 0) {
+      Error(value.source(), "billing weight '" + k + "': expected a number >= 0");
+      continue;
+    }
+    f.billing_weights[k] = *v;
+  }
+}
+
+core::PartitionPolicy PolicyReader::ReadPartition(const toml::table& t, const std::string& ctx) {
+  CheckKeys(t, {"name", "pools", "default_time_limit", "max_time_limit", "priority_tier",
+                "max_tasks_per_job", "up"},
+            ctx);
+  core::PartitionPolicy p;
+  Str(t, "name", p.name, ctx);
+  if (p.name.empty()) Error(t.source(), ctx + ": 'name' is required");
+  StrList(t, "pools", p.pools, ctx);
+  if (const toml::node* n = t.get("pools"))
+    for (const std::string& pool : p.pools)
+      if (!core::ParsePool(pool))
+        Error(n->source(), ctx + ": unknown pool '" + pool + "'; expected on-demand, spot or reserved");
+  Dur(t, "default_time_limit", p.default_time_limit, ctx);
+  Dur(t, "max_time_limit", p.max_time_limit, ctx);
+  if (p.default_time_limit > p.max_time_limit)
+    Error(t.source(), ctx + ": default_time_limit exceeds max_time_limit");
+  Int(t, "priority_tier", p.priority_tier, 0, ctx);
+  Int32(t, "max_tasks_per_job", p.max_tasks_per_job, 0, ctx);
+  Bool(t, "up", p.up, ctx);
+  return p;
+}
+
+core::QosPolicy PolicyReader::ReadQos(const toml::table& t, const std::string& ctx) {
+  CheckKeys(t, {"name", "priority", "max_wall", "max_gpus_per_job", "max_gpus_per_user",
+                "max_running_jobs_per_user"},
+            ctx);
+  core::QosPolicy q;
+  Str(t, "name", q.name, ctx);
+  if (q.name.empty()) Error(t.source(), ctx + ": 'name' is required");
+  Int(t, "priority", q.priority, 0, ctx);
+  Dur(t, "max_wall", q.max_wall, ctx);
+  Int(t, "max_gpus_per_job", q.max_gpus_per_job, 0, ctx);
+  Int(t, "max_gpus_per_user", q.max_gpus_per_user, 0, ctx);
+  Int32(t, "max_running_jobs_per_user", q.max_running_jobs_per_user, 0, ctx);
+  return q;
+}
+
+core::AccountPolicy PolicyReader::ReadAccount(const toml::table& t, const std::string& ctx) {
+  CheckKeys(t, {"name", "parent", "shares", "users", "max_gpus", "max_cpus", "max_running_jobs"}, ctx);
+  core::AccountPolicy a;
+  Str(t, "name", a.name, ctx);
+  if (a.name.empty()) Error(t.source(), ctx + ": 'name' is required");
+  if (a.name.find('/') != std::string::npos) Error(t.get("name")->source(), ctx + ": account names may not contain '/'");
+  Str(t, "parent", a.parent, ctx);
+  Int(t, "shares", a.shares, 0, ctx);
+  int64_t cpus = 0;
+  Int(t, "max_cpus", cpus, 0, ctx);
+  a.max_cpu_millis = cpus * 1000;
+  Int(t, "max_gpus", a.max_gpus, 0, ctx);
+  Int32(t, "max_running_jobs", a.max_running_jobs, 0, ctx);
+  if (const toml::node* u = t.get("users")) {
+    const toml::table* users = u->as_table();
+    if (!users) {
+      Error(u->source(), ctx + ": 'users' must be a table of user = shares");
+    } else {
+      for (auto&& [user, shares] : *users) {
+        auto v = shares.value_exact<int64_t>();
+        if (!v || *v < 0) Error(shares.source(), ctx + ": shares of user '" + std::string(user.str()) + "' must be an integer >= 0");
+        else a.user_shares[std::string(user.str())] = *v;
+      }
+    }
+  }
+  return a;
+}
+
+void PolicyReader::CheckReferences(const toml::table& root, const core::PolicySet& p) {
+  const toml::source_region top = root.source();
+  auto where = [&](const char* key) { const toml::node* n = root.get(key); return n ? n->source() : top; };
+  std::set<std::string> names;
+  for (const auto& part : p.partitions)
+    if (!part.name.empty() && !names.insert(part.name).second)
+      Error(where("partitions"), "duplicate partition '" + part.name + "'");
+  if (!core::FindPartition(p, p.default_partition))
+    Error(where("default_partition"), "default_partition '" + p.default_partition + "' is not a defined partition");
+  names.clear();
+  for (const auto& q : p.qos)
+    if (!q.name.empty() && !names.insert(q.name).second) Error(where("qos"), "duplicate QoS '" + q.name + "'");
+  if (!p.qos.empty() && !names.count(p.default_qos))
+    Error(where(root.get("default_qos") ? "default_qos" : "qos"), "default_qos '" + p.default_qos + "' is not a defined QoS");
+  std::map<std::string, std::string> parent;
+  for (const auto& a : p.accounts)
+    if (!a.name.empty() && !parent.emplace(a.name, a.parent).second)
+      Error(where("accounts"), "duplicate account '" + a.name + "'");
+  for (const auto& a : p.accounts) {
+    if (!a.parent.empty() && !parent.count(a.parent))
+      Error(where("accounts"), "account '" + a.name + "': parent '" + a.parent + "' is not a defined account");
+    std::set<std::string> seen{a.name};
+    for (std::string up = a.parent; !up.empty() && parent.count(up); up = parent[up])
+      if (!seen.insert(up).second) {
+        Error(where("accounts"), "account '" + a.name + "': the parent chain loops back through '" + up + "'");
+        break;
+      }
+  }
+}
+
+}  // namespace mlsched::policy

@@ -1,0 +1,54 @@
+// Internal: walks a parsed TOML table into core::PolicySet, collecting every error with its
+// position. Used by policy_loader.cc.
+#pragma once
+
+#include <toml++/toml.h>
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "schedd/core/types.h"
+#include "schedd/policy/policy_loader.h"
+
+namespace mlsched::policy {
+
+class PolicyReader {
+ public:
+  explicit PolicyReader(std::string file) : file_(std::move(file)) {}
+  /// Reads the whole policy; errors() lists every problem (then the result must be discarded).
+  core::PolicySet Read(const toml::table& root);
+  const std::vector<PolicyError>& errors() const { return errors_; }
+
+ private:
+  void Error(const toml::source_region& where, std::string message);
+  /// Reports keys of `table` not in `allowed` (`context` names the table, e.g. "[backfill]").
+  void CheckKeys(const toml::table& table, std::initializer_list<const char*> allowed,
+                 const std::string& context);
+  // Typed getters: leave `out` unchanged when the key is absent; report a wrong type or range.
+  void Int(const toml::table& t, const char* key, int64_t& out, int64_t min, const std::string& ctx);
+  void Int32(const toml::table& t, const char* key, int32_t& out, int64_t min, const std::string& ctx);
+  void Dur(const toml::table& t, const char* key, core::Duration& out, const std::string& ctx);
+  void Str(const toml::table& t, const char* key, std::string& out, const std::string& ctx);
+  void Bool(const toml::table& t, const char* key, bool& out, const std::string& ctx);
+  void StrList(const toml::table& t, const char* key, std::vector<std::string>& out,
+               const std::string& ctx);
+  /// Calls `fn(table, context)` for every table of the array of tables `key` ([[key]]).
+  void EachTable(const toml::table& root, const char* key,
+                 const std::function<void(const toml::table&, const std::string&)>& fn);
+
+  void ReadScheduler(const toml::table& t, core::PolicySet& p);
+  void ReadBackfill(const toml::table& t, core::BackfillPolicy& b);
+  void ReadPriority(const toml::table& t, core::PriorityWeights& w);
+  void ReadFairshare(const toml::table& t, core::FairsharePolicy& f);
+  core::PartitionPolicy ReadPartition(const toml::table& t, const std::string& ctx);
+  core::QosPolicy ReadQos(const toml::table& t, const std::string& ctx);
+  core::AccountPolicy ReadAccount(const toml::table& t, const std::string& ctx);
+  void CheckReferences(const toml::table& root, const core::PolicySet& p);
+
+  std::string file_;
+  std::vector<PolicyError> errors_;
+};
+
+}  // namespace mlsched::policy

@@ -1,0 +1,125 @@
+#include <catch2/catch.hpp>
+
+#include "schedd/core/types.h"
+#include "schedd/policy/policy_loader.h"
+
+using namespace mlsched;
+using policy::ParsePolicy;
+
+namespace {
+const std::string kPolicies = MLSCHED_POLICIES_DIR;
+}
+
+TEST_CASE("the shipped policies load", "[policy]") {
+  SECTION("default.toml") {
+    auto r = policy::LoadPolicyFile(kPolicies + "/default.toml");
+    INFO(r.ErrorText());
+    REQUIRE(r.ok());
+    const core::PolicySet& p = *r.policy;
+    CHECK(p.queue_order == core::QueueOrder::kMultifactor);
+    CHECK(p.backfill.mode == core::BackfillMode::kEasy);
+    CHECK(p.backfill.window == 7 * 86400);
+    CHECK(p.weights.fairshare == 10000);
+    CHECK(p.fairshare.billing_weights.at("gpu") == 10.0);
+    REQUIRE(p.partitions.size() == 1);
+    CHECK(p.partitions[0].pools.empty());
+    CHECK(p.partitions[0].default_time_limit == 3600);
+    CHECK(p.operators == std::vector<std::string>{"root"});
+  }
+  SECTION("examples/gpu-cluster.toml") {
+    auto r = policy::LoadPolicyFile(kPolicies + "/examples/gpu-cluster.toml");
+    INFO(r.ErrorText());
+    REQUIRE(r.ok());
+    const core::PolicySet& p = *r.policy;
+    CHECK(p.backfill.mode == core::BackfillMode::kConservative);
+    CHECK(p.backfill.depth == 50);
+    CHECK(p.backfill.resolution == 60);
+    CHECK(p.fairshare.algorithm == core::FairshareAlgorithm::kFairTree);
+    CHECK(p.fairshare.billing_weights.at("gpu:h100") == 40.0);
+    REQUIRE(p.partitions.size() == 2);
+    CHECK(p.partitions[1].pools == std::vector<std::string>{"spot"});
+    CHECK(p.partitions[1].max_tasks_per_job == 64);
+    REQUIRE(p.qos.size() == 3);
+    CHECK(p.qos[1].max_wall == 8 * 3600);
+    REQUIRE(p.accounts.size() == 4);
+    CHECK(p.accounts[1].parent == "research");
+    CHECK(p.accounts[1].user_shares.at("alice") == 2);
+    CHECK(p.accounts[3].max_cpu_millis == 4096 * 1000);
+  }
+}
+
+TEST_CASE("an empty file is the built-in default policy", "[policy]") {
+  auto r = ParsePolicy("", "empty.toml");
+  REQUIRE(r.ok());
+  CHECK(r.policy->partitions.size() == 1);
+  CHECK(r.policy->backfill.mode == core::BackfillMode::kNone);
+}
+
+TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "[policy]") {
+  struct Row { const char* what; const char* text; std::vector<std::string> errors; };
+  std::vector<Row> table{
+      {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
+       {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
+        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts"}},
+      {"unknown key in a table", "[backfill]\nmode = \"easy\"\nwindw = 5\n",
+       {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, resolution"}},
+      {"wrong type", "[backfill]\ndepth = \"ten\"\n",
+       {"p.toml:2:9: 'depth' in [backfill]: expected an integer, got a string"}},
+      {"bad enum", "[backfill]\nmode = \"lazy\"\n",
+       {"p.toml:2:8: 'mode' in [backfill]: expected \"none\", \"easy\" or \"conservative\", got \"lazy\""}},
+      {"bad duration", "[priority]\nmax_age = \"7 days\"\n",
+       {"p.toml:2:11: 'max_age' in [priority]: invalid duration '7 days'; expected seconds or e.g. \"90s\", "
+        "\"45m\", \"4h\", \"7d\", \"1-12:00:00\""}},
+      {"negative weight", "[priority]\nweight_age = -1\n",
+       {"p.toml:2:14: 'weight_age' in [priority]: must be >= 0, got -1"}},
+      {"syntax error", "[backfill\nmode = 1\n", {}},
+      {"unknown pool and missing default partition",
+       "default_partition = \"gpu\"\n[[partitions]]\nname = \"cpu\"\npools = [\"cheap\"]\n",
+       {"p.toml:4:9: [[partitions]] #1: unknown pool 'cheap'; expected on-demand, spot or reserved",
+        "p.toml:1:21: default_partition 'gpu' is not a defined partition"}},
+      {"unknown parent account",
+       "[[accounts]]\nname = \"a\"\nparent = \"nobody\"\n",
+       {"p.toml:1:1: account 'a': parent 'nobody' is not a defined account"}},
+      {"account cycle",
+       "[[accounts]]\nname = \"a\"\nparent = \"b\"\n[[accounts]]\nname = \"b\"\nparent = \"a\"\n",
+       {"p.toml:1:1: account 'a': the parent chain loops back through 'a'",
+        "p.toml:1:1: account 'b': the parent chain loops back through 'b'"}},
+      {"default QoS missing", "[[qos]]\nname = \"high\"\n",
+       {"p.toml:1:1: default_qos 'normal' is not a defined QoS"}},
+      {"billing resource", "[fairshare.billing_weights]\ndisk = 1.0\n",
+       {"p.toml:2:1: unknown billing resource 'disk'; expected cpu, mem, gpu or gpu:TYPE"}},
+  };
+  for (const Row& row : table) {
+    SECTION(row.what) {
+      auto r = ParsePolicy(row.text, "p.toml");
+      CHECK_FALSE(r.ok());
+      CHECK_FALSE(r.policy.has_value());
+      REQUIRE_FALSE(r.errors.empty());
+      if (row.errors.empty()) {
+        CHECK(r.errors[0].ToString().rfind("p.toml:1:", 0) == 0);  // the parser's own message
+      } else {
+        std::vector<std::string> got;
+        for (const auto& e : r.errors) got.push_back(e.ToString());
+        CHECK(got == row.errors);
+      }
+    }
+  }
+}
+
+TEST_CASE("an unreadable file is one error", "[policy]") {
+  auto r = policy::LoadPolicyFile("/nonexistent/policy.toml");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].ToString() == "/nonexistent/policy.toml:0:0: cannot read the policy file");
+}
+
+TEST_CASE("durations: seconds, unit groups and Slurm clock forms", "[policy]") {
+  struct Row { const char* text; std::optional<core::Duration> seconds; };
+  std::vector<Row> table{{"90", 90},          {"45m", 2700},      {"4h", 14400},   {"1d12h", 129600},
+                         {"2w", 1209600},     {"1-12:00:00", 129600}, {"01:30:00", 5400}, {"10:05", 605},
+                         {"", std::nullopt},  {"4x", std::nullopt}, {"1h30", std::nullopt},
+                         {"-5", std::nullopt}, {"1:2:3:4", std::nullopt}};
+  for (const Row& row : table) {
+    INFO(row.text);
+    CHECK(policy::ParseDuration(row.text) == row.seconds);
+  }
+}
