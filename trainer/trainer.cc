@@ -228,7 +228,7 @@ void Trainer::WriteStatus(const std::string& phase, double loss) {
   if (config_.status_file.empty()) return;
   nlohmann::json status = {{"phase", phase}, {"rank", comm_.rank()}, {"world_size", comm_.world_size()},
                            {"step", step_}, {"total_steps", total_steps_}, {"epoch", steps_per_epoch_ ? step_ / steps_per_epoch_ : 0},
-                           {"loss", loss}, {"last_checkpoint_step", last_checkpoint_step_},
+                           {"loss", loss}, {"samples_per_s", last_samples_per_s_}, {"last_checkpoint_step", last_checkpoint_step_},
                            {"last_checkpoint_unix_s", last_checkpoint_unix_}, {"updated_unix_s", UnixSeconds()}};
   try {
     WriteFileAtomically(config_.status_file, status.dump() + "\n");
@@ -238,6 +238,7 @@ void Trainer::WriteStatus(const std::string& phase, double loss) {
 }
 
 void Trainer::ReportProgress(double loss, double acc, double samples_per_s) {
+  last_samples_per_s_ = samples_per_s;
   WriteStatus("running", loss);
   if (comm_.rank() != 0) return;
   char line[256];

@@ -83,7 +83,7 @@ class Trainer {
   int64_t order_epoch_ = -1;
   int64_t step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t last_checkpoint_step_ = -1;
-  double last_checkpoint_unix_ = 0, last_checkpoint_mono_ = 0, last_loss_ = 0;
+  double last_checkpoint_unix_ = 0, last_checkpoint_mono_ = 0, last_loss_ = 0, last_samples_per_s_ = 0;
   double start_mono_ = 0;
 };
 

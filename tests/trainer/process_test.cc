@@ -117,6 +117,8 @@ TEST_CASE("SIGTERM to one rank stops all ranks at the same step with a committed
     CHECK(status["phase"] == "preempted");
     CHECK(status["step"] == saved.step);
     CHECK(status["last_checkpoint_step"] == saved.step);
+    CHECK(status["samples_per_s"].get<double>() > 0);
+    CHECK(status["last_checkpoint_unix_s"].get<double>() > 1.6e9);
   }
   const int64_t target = saved.step + 7;
   auto restart = RunRanks(3, args, {"--epochs", "100000", "--max-steps", std::to_string(target)}, dir / "again");
@@ -157,4 +159,16 @@ TEST_CASE("A rank that never arrives makes the others exit 76 after the rendezvo
   CHECK(r1.Wait(20) == kExitPeerLost);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
   CHECK(ReadFile(dir / "r1.log").find("rendezvous") != std::string::npos);
+}
+
+TEST_CASE("Default settings reach 88.5% test accuracy within 20 epochs", "[trainer][process][quality]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto codes = RunRanks(1, {MLTRAIN_BINARY, "--metrics-out", dir / "metrics.json", "--log-every", "1000"}, {}, dir / "q", 600);
+  INFO(DescribeLogs(dir / "q", 1));
+  REQUIRE(codes == std::vector<int>{0});
+  auto metrics = nlohmann::json::parse(ReadFile(dir / "metrics.json"));
+  CHECK(metrics["steps"] == 20 * (60000 / 128));
+  CHECK(metrics["test_accuracy"].get<double>() >= 0.885);
+  for (const char* key : {"test_loss", "samples_per_s", "wall_s"}) CHECK(metrics[key].get<double>() > 0);
 }
