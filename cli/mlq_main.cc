@@ -7,7 +7,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/job_format.h"
-#include "cli/job_states.h"
+#include "cli/requests.h"
 #include "cli/rpc.h"
 
 namespace {
@@ -16,41 +16,24 @@ using namespace mlsched;
 using namespace mlsched::cli;
 
 struct MlqArgs {
-  std::vector<std::string> users, jobs, partitions;
-  std::string states, format = kDefaultJobFormat, server;
-  bool noheader = false, json = false, all = false;
+  JobFilters filters;
+  std::string format = kDefaultJobFormat, server;
+  bool noheader = false, json = false;
 };
 
 void AddOptions(CLI::App& app, MlqArgs& a) {
   app.set_help_flag("--help", "print this help");
-  app.add_option("-u,--user", a.users, "only jobs of these users (comma list)")->delimiter(',');
-  app.add_option("-j,--jobs", a.jobs, "only these job ids (comma list); finds finished jobs too")->delimiter(',');
-  app.add_option("-t,--states", a.states, "only jobs in these states: names or codes PD R CG CD F CA TO PR NF, or all");
-  app.add_option("-p,--partition", a.partitions, "only jobs of these partitions (comma list)")->delimiter(',');
+  app.add_option("-u,--user", a.filters.users, "only jobs of these users (comma list)")->delimiter(',');
+  app.add_option("-j,--jobs", a.filters.job_ids, "only these job ids (comma list); finds finished jobs too")->delimiter(',');
+  app.add_option("-t,--states", a.filters.states,
+                 "only jobs in these states: names or codes PD R CG CD F CA TO PR NF, or all");
+  app.add_option("-p,--partition", a.filters.partitions, "only jobs of these partitions (comma list)")->delimiter(',');
   app.add_option("-o,--format", a.format, "columns as % codes, e.g. '%.10i %20j %T %R' (see cli/README.md)");
   app.add_flag("-h,--noheader", a.noheader, "do not print the header line");
   app.add_flag("--json", a.json, "print a JSON array of job objects");
-  app.add_flag("--all", a.all, "also jobs that finished long ago");
+  app.add_flag("--all", a.filters.all, "also jobs that finished long ago");
   app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
   app.footer("Shows pending, running and recently finished jobs by default.\n\n" + ExitCodesHelp());
-}
-
-// Fills the request from the filters; returns "" or a usage error.
-std::string BuildRequest(const MlqArgs& a, v1::ListJobsRequest* req) {
-  for (const auto& j : a.jobs) {
-    auto id = ParseJobId(j);
-    if (!id) return "--jobs: " + id.error;
-    req->add_job_ids(*id.value);
-  }
-  for (const auto& u : a.users) req->add_users(u);
-  for (const auto& p : a.partitions) req->add_partitions(p);
-  if (!a.states.empty()) {
-    auto states = ParseStates(a.states);
-    if (!states) return "--states: " + states.error;
-    for (auto s : *states.value) req->add_states(s);
-  }
-  req->set_include_all_finished(a.all);
-  return "";
 }
 
 }  // namespace
@@ -68,9 +51,9 @@ int main(int argc, char** argv) {
     std::cerr << "mlq: " << e.what() << "\nTry 'mlq --help'.\n";
     return kExitUsage;
   }
-  v1::ListJobsRequest req;
-  if (std::string err = BuildRequest(a, &req); !err.empty()) {
-    std::cerr << "mlq: " << err << "\n";
+  auto req = BuildListRequest(a.filters);
+  if (!req) {
+    std::cerr << "mlq: " << req.error << "\n";
     return kExitUsage;
   }
   auto format = ParseJobFormat(a.format);
@@ -81,7 +64,7 @@ int main(int argc, char** argv) {
   const int timeout_s = 30;
   SchedClient client(a.server, timeout_s);
   v1::ListJobsResponse resp;
-  if (RpcStatus st = client.ListJobs(req, &resp); !st.ok()) {
+  if (RpcStatus st = client.ListJobs(*req.value, &resp); !st.ok()) {
     std::cerr << DescribeRpcError("mlq", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);
   }

@@ -1,0 +1,83 @@
+#include "cli/requests.h"
+
+#include "cli/job_states.h"
+
+namespace mlsched::cli {
+
+namespace {
+
+template <typename T>
+Parsed<T> Fail(std::string error) {
+  Parsed<T> p;
+  p.error = std::move(error);
+  return p;
+}
+
+}  // namespace
+
+Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f) {
+  v1::ListJobsRequest req;
+  for (const auto& j : f.job_ids) {
+    auto id = ParseJobId(j);
+    if (!id) return Fail<v1::ListJobsRequest>("--jobs: " + id.error);
+    req.add_job_ids(*id.value);
+  }
+  for (const auto& u : f.users) req.add_users(u);
+  for (const auto& p : f.partitions) req.add_partitions(p);
+  if (!f.states.empty()) {
+    auto states = ParseStates(f.states);
+    if (!states) return Fail<v1::ListJobsRequest>("--states: " + states.error);
+    for (auto s : *states.value) req.add_states(s);
+  }
+  req.set_include_all_finished(f.all);
+  Parsed<v1::ListJobsRequest> out;
+  out.value = std::move(req);
+  return out;
+}
+
+Parsed<v1::CancelJobsRequest> BuildCancelRequest(const CancelSelection& sel, const std::string& current_user) {
+  v1::CancelJobsRequest req;
+  for (const auto& s : sel.job_ids) {
+    auto id = ParseJobId(s);
+    if (!id) return Fail<v1::CancelJobsRequest>(id.error);
+    req.add_job_ids(*id.value);
+  }
+  if (!sel.states.empty()) {
+    auto states = ParseStates(sel.states);
+    if (!states) return Fail<v1::CancelJobsRequest>("--state: " + states.error);
+    for (auto s : *states.value) req.add_states(s);
+  }
+  if (!sel.signal.empty()) {
+    auto sig = ParseSignal(sel.signal);
+    if (!sig) return Fail<v1::CancelJobsRequest>("--signal: " + sig.error);
+    req.set_signal(*sig.value);
+  }
+  if (req.job_ids().empty() && sel.user.empty() && sel.states.empty() && sel.name.empty() && sel.partition.empty())
+    return Fail<v1::CancelJobsRequest>("nothing to cancel: give job ids or a filter (-u, -t, -n, -p)");
+  req.set_user(!sel.user.empty() || !req.job_ids().empty() ? sel.user : current_user);
+  Parsed<v1::CancelJobsRequest> out;
+  out.value = std::move(req);
+  return out;
+}
+
+bool NeedsListing(const CancelSelection& sel) { return !sel.name.empty() || !sel.partition.empty(); }
+
+v1::ListJobsRequest NarrowingListRequest(const v1::CancelJobsRequest& cancel, const CancelSelection& sel) {
+  v1::ListJobsRequest list;
+  *list.mutable_job_ids() = cancel.job_ids();
+  if (!cancel.user().empty()) list.add_users(cancel.user());
+  *list.mutable_states() = cancel.states();
+  if (!sel.partition.empty()) list.add_partitions(sel.partition);
+  return list;
+}
+
+int SelectListedJobs(const v1::ListJobsResponse& listed, const CancelSelection& sel, v1::CancelJobsRequest* cancel) {
+  cancel->clear_job_ids();
+  cancel->clear_user();
+  cancel->clear_states();
+  for (const auto& j : listed.jobs())
+    if (!IsFinished(j.state()) && (sel.name.empty() || j.spec().name() == sel.name)) cancel->add_job_ids(j.job_id());
+  return cancel->job_ids_size();
+}
+
+}  // namespace mlsched::cli

@@ -1,0 +1,124 @@
+// mlq's and mlcancel's filters turned into JobService requests.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "cli/requests.h"
+
+using namespace mlsched;
+using namespace mlsched::cli;
+
+TEST_CASE("mlq filters become a ListJobs request", "[cli][requests]") {
+  JobFilters f;
+  f.job_ids = {"12", "15"};
+  f.users = {"alice", "bob"};
+  f.partitions = {"gpu"};
+  f.states = "PD,r";
+  f.all = true;
+  auto r = BuildListRequest(f);
+  REQUIRE(r);
+  const auto& q = *r.value;
+  CHECK(std::vector<int64_t>(q.job_ids().begin(), q.job_ids().end()) == std::vector<int64_t>{12, 15});
+  CHECK(q.users_size() == 2);
+  CHECK(q.partitions(0) == "gpu");
+  REQUIRE(q.states_size() == 2);
+  CHECK(q.states(0) == v1::PENDING);
+  CHECK(q.states(1) == v1::RUNNING);
+  CHECK(q.include_all_finished());
+}
+
+TEST_CASE("mlq without filters asks for schedd's default view", "[cli][requests]") {
+  auto r = BuildListRequest(JobFilters{});
+  REQUIRE(r);
+  CHECK(r.value->job_ids().empty());
+  CHECK(r.value->states().empty());
+  CHECK_FALSE(r.value->include_all_finished());
+  JobFilters all;
+  all.states = "all";
+  CHECK(BuildListRequest(all).value->states().empty());
+}
+
+TEST_CASE("mlq filter errors name the option", "[cli][requests]") {
+  JobFilters f;
+  f.job_ids = {"12", "abc"};
+  CHECK(BuildListRequest(f).error == "--jobs: 'abc' is not a job id");
+  JobFilters s;
+  s.states = "RUN";
+  CHECK_THAT(BuildListRequest(s).error, Catch::StartsWith("--states: unknown job state 'RUN'"));
+}
+
+TEST_CASE("mlcancel by ids cancels them whoever owns them (schedd checks permission)", "[cli][requests]") {
+  CancelSelection sel;
+  sel.job_ids = {"7", "8"};
+  auto r = BuildCancelRequest(sel, "carol");
+  REQUIRE(r);
+  CHECK(r.value->job_ids_size() == 2);
+  CHECK(r.value->user().empty());
+  CHECK(r.value->signal() == 0);
+}
+
+TEST_CASE("mlcancel filters alone apply to the caller's own jobs", "[cli][requests]") {
+  CancelSelection sel;
+  sel.states = "PD";
+  auto r = BuildCancelRequest(sel, "carol");
+  REQUIRE(r);
+  CHECK(r.value->user() == "carol");
+  CHECK(r.value->states(0) == v1::PENDING);
+  sel.user = "dave";
+  CHECK(BuildCancelRequest(sel, "carol").value->user() == "dave");
+}
+
+TEST_CASE("mlcancel needs something to select", "[cli][requests]") {
+  CancelSelection sel;
+  sel.signal = "TERM";
+  CHECK(BuildCancelRequest(sel, "carol").error == "nothing to cancel: give job ids or a filter (-u, -t, -n, -p)");
+}
+
+TEST_CASE("mlcancel signals and bad values", "[cli][requests]") {
+  CancelSelection sel;
+  sel.job_ids = {"3"};
+  sel.signal = "USR1";
+  CHECK(BuildCancelRequest(sel, "u").value->signal() == SIGUSR1);
+  sel.signal = "BOGUS";
+  CHECK_THAT(BuildCancelRequest(sel, "u").error, Catch::StartsWith("--signal: unknown signal 'BOGUS'"));
+  sel.signal = "";
+  sel.states = "XX";
+  CHECK_THAT(BuildCancelRequest(sel, "u").error, Catch::StartsWith("--state: unknown job state 'XX'"));
+  CancelSelection ids;
+  ids.job_ids = {"0"};
+  CHECK(BuildCancelRequest(ids, "u").error == "'0' is not a job id");
+}
+
+TEST_CASE("mlcancel -n/-p lists candidates and cancels the unfinished matches by id", "[cli][requests]") {
+  CancelSelection sel;
+  sel.name = "train";
+  sel.partition = "gpu";
+  sel.signal = "KILL";
+  sel.states = "R";
+  REQUIRE(NeedsListing(sel));
+  CHECK_FALSE(NeedsListing(CancelSelection{{"1"}, "u", "", "", "", ""}));
+  auto cancel = BuildCancelRequest(sel, "carol");
+  REQUIRE(cancel);
+  auto list = NarrowingListRequest(*cancel.value, sel);
+  CHECK(list.users(0) == "carol");
+  CHECK(list.partitions(0) == "gpu");
+  CHECK(list.states(0) == v1::RUNNING);
+
+  v1::ListJobsResponse listed;
+  auto add = [&](int64_t id, const char* name, v1::JobState st) {
+    auto* j = listed.add_jobs();
+    j->set_job_id(id);
+    j->mutable_spec()->set_name(name);
+    j->set_state(st);
+  };
+  add(1, "train", v1::RUNNING);
+  add(2, "eval", v1::RUNNING);
+  add(3, "train", v1::COMPLETED);
+  add(4, "train", v1::PENDING);
+  CHECK(SelectListedJobs(listed, sel, &*cancel.value) == 2);
+  CHECK(std::vector<int64_t>(cancel.value->job_ids().begin(), cancel.value->job_ids().end()) ==
+        std::vector<int64_t>{1, 4});
+  CHECK(cancel.value->user().empty());    // the ids say it all now
+  CHECK(cancel.value->states().empty());
+  CHECK(cancel.value->signal() == SIGKILL);
+}
