@@ -45,11 +45,12 @@ class KvClient {
  public:
   KvClient(std::string host, int port, std::chrono::milliseconds timeout);
 
+  /// Stores `value` (any bytes) under `key`, replacing an earlier value.
   void Set(const std::string& key, const std::string& value);
   /// The value of `key`, or nullopt when it is not set yet.
   std::optional<std::string> TryGet(const std::string& key);
   /// Polls until every key is set or `timeout` passes; then throws PeerLostError listing the
-  /// missing keys (`what` says what was awaited, e.g. "rank 3's Gloo address").
+  /// missing keys.
   void WaitAll(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const { return timeout_; }
 

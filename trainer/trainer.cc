@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -92,9 +93,19 @@ void Trainer::InitializeOrResume() {
     checkpoints_ = std::make_unique<CheckpointManager>(*store_, comm_, config_.keep_checkpoints);
   }
   std::optional<TrainingState> resumed;
-  if (checkpoints_ && comm_.rank() == 0) resumed = checkpoints_->Load(model_json);
-  int64_t header[2] = {resumed ? 1 : 0, resumed ? resumed->step : 0};
+  std::exception_ptr load_error;
+  if (checkpoints_ && comm_.rank() == 0) {
+    try {
+      resumed = checkpoints_->Load(model_json);
+    } catch (const std::exception&) {
+      load_error = std::current_exception();
+    }
+  }
+  // header: {-1 rank 0 failed | 0 fresh start | 1 resume, step}; so peers fail fast, not by timeout.
+  int64_t header[2] = {load_error ? -1 : (resumed ? 1 : 0), resumed ? resumed->step : 0};
   comm_.Broadcast({reinterpret_cast<uint8_t*>(header), sizeof(header)}, 0);
+  if (load_error) std::rethrow_exception(load_error);
+  if (header[0] < 0) throw std::runtime_error("rank 0 could not load the checkpoint from " + store_->Describe() + " (see its log)");
   if (header[0] == 0) {
     model_->Initialize(params_, config_.seed);
     return;

@@ -172,3 +172,16 @@ TEST_CASE("Default settings reach 88.5% test accuracy within 20 epochs", "[train
   CHECK(metrics["test_accuracy"].get<double>() >= 0.885);
   for (const char* key : {"test_loss", "samples_per_s", "wall_s"}) CHECK(metrics[key].get<double>() > 0);
 }
+
+TEST_CASE("A checkpoint of another model stops every rank with a clear error", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  REQUIRE(RunRanks(2, SmallRunArgs(dir / "ckpt"), {"--max-steps", "2"}, dir / "a") == std::vector<int>{0, 0});
+  auto start = std::chrono::steady_clock::now();
+  auto codes = RunRanks(2, SmallRunArgs(dir / "ckpt"), {"--max-steps", "4", "--hidden", "16"}, dir / "b", 30);
+  INFO(DescribeLogs(dir / "b", 2));
+  CHECK(codes == std::vector<int>{1, 1});
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+  CHECK(ReadFile(dir / "b.0.log").find("was written for layers [784,32,10]") != std::string::npos);
+  CHECK(ReadFile(dir / "b.1.log").find("rank 0 could not load the checkpoint") != std::string::npos);
+}
