@@ -76,11 +76,13 @@ int main(int argc, char** argv) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto* j : jobs) arr.push_back(JobJson(*j, now));
     std::cout << arr.dump(2) << "\n";
-    return kExitOk;
+  } else {
+    std::string out;
+    if (!a.noheader) out += FormatJobHeader(*format.value) + "\n";
+    for (const auto* j : jobs) out += FormatJobLine(*format.value, *j, now) + "\n";
+    std::cout << out;
   }
-  std::string out;
-  if (!a.noheader) out += FormatJobHeader(*format.value) + "\n";
-  for (const auto* j : jobs) out += FormatJobLine(*format.value, *j, now) + "\n";
-  std::cout << out;
-  return kExitOk;
+  auto unknown = UnknownJobIds(*req.value, resp);
+  for (int64_t id : unknown) std::cerr << "mlq: job " << id << ": no such job\n";
+  return unknown.empty() ? kExitOk : kExitRefused;
 }

@@ -1,5 +1,7 @@
 #include "cli/requests.h"
 
+#include <algorithm>
+
 #include "cli/job_states.h"
 
 namespace mlsched::cli {
@@ -33,6 +35,17 @@ Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f) {
   Parsed<v1::ListJobsRequest> out;
   out.value = std::move(req);
   return out;
+}
+
+std::vector<int64_t> UnknownJobIds(const v1::ListJobsRequest& req, const v1::ListJobsResponse& resp) {
+  std::vector<int64_t> unknown;
+  if (!req.users().empty() || !req.states().empty() || !req.partitions().empty()) return unknown;
+  for (int64_t id : req.job_ids()) {
+    bool found = false;
+    for (const auto& j : resp.jobs()) found = found || j.job_id() == id;
+    if (!found && std::find(unknown.begin(), unknown.end(), id) == unknown.end()) unknown.push_back(id);
+  }
+  return unknown;
 }
 
 Parsed<v1::CancelJobsRequest> BuildCancelRequest(const CancelSelection& sel, const std::string& current_user) {

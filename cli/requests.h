@@ -23,6 +23,11 @@ struct JobFilters {
 /// "--states: unknown job state 'X' (...)".
 Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f);
 
+/// The ids asked for with -j that schedd does not know at all (it returns every job still in its
+/// database when ids are given). Only when -j is the sole filter: with -u/-t/-p a missing job may
+/// just be filtered out. mlq reports each as "job N: no such job" and exits 1, like squeue.
+std::vector<int64_t> UnknownJobIds(const v1::ListJobsRequest& req, const v1::ListJobsResponse& resp);
+
 /// mlcancel's selection as typed on the command line.
 struct CancelSelection {
   std::vector<std::string> job_ids;  // positional ids

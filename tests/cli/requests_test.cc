@@ -122,3 +122,17 @@ TEST_CASE("mlcancel -n/-p lists candidates and cancels the unfinished matches by
   CHECK(cancel.value->states().empty());
   CHECK(cancel.value->signal() == SIGKILL);
 }
+
+TEST_CASE("mlq -j reports ids schedd does not know, unless other filters may hide them", "[cli][requests]") {
+  JobFilters f;
+  f.job_ids = {"5", "6", "6"};
+  auto req = BuildListRequest(f);
+  REQUIRE(req);
+  v1::ListJobsResponse resp;
+  resp.add_jobs()->set_job_id(5);
+  CHECK(UnknownJobIds(*req.value, resp) == std::vector<int64_t>{6});
+  resp.add_jobs()->set_job_id(6);
+  CHECK(UnknownJobIds(*req.value, resp).empty());
+  f.states = "R";
+  CHECK(UnknownJobIds(*BuildListRequest(f).value, v1::ListJobsResponse()).empty());
+}
