@@ -185,3 +185,20 @@ TEST_CASE("A checkpoint of another model stops every rank with a clear error", "
   CHECK(ReadFile(dir / "b.0.log").find("was written for layers [784,32,10]") != std::string::npos);
   CHECK(ReadFile(dir / "b.1.log").find("rank 0 could not load the checkpoint") != std::string::npos);
 }
+
+TEST_CASE("Time-based checkpoints: rank 0's clock decides, all ranks commit the same steps", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  // Full-width model so that 600 steps take well over a second even on an idle machine.
+  auto args = SmallRunArgs(dir / "ckpt");
+  std::vector<std::string> extra{"--hidden", "256,128", "--epochs", "1000", "--max-steps", "600", "--checkpoint-every", "0.2s",
+                                 "--keep-checkpoints", "100", "--log-every", "50"};
+  REQUIRE(RunRanks(2, args, extra, dir / "run", 120) == std::vector<int>{0, 0});
+  LocalDirStore store(dir / "ckpt");
+  SingleRankCommunicator comm;
+  std::vector<int64_t> steps = CheckpointManager(store, comm, 100).CommittedSteps();
+  INFO(DescribeLogs(dir / "run", 2));
+  REQUIRE(steps.size() >= 2);  // at least one timed checkpoint besides the final one
+  CHECK(steps.back() == 600);
+  for (int64_t step : steps) CHECK(nlohmann::json::parse(ReadFile(dir / ("ckpt/step-" + std::to_string(step) + "/manifest.json")))["shards"].size() == 2);
+}
