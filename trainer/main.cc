@@ -18,7 +18,8 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return (v != nullptr && *v != '\0') ? v : fallback;
 }
 
-void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, std::string& optimizer, std::string& every) {
+void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, std::string& optimizer, std::string& every,
+                bool& sync_checkpoints) {
   app.add_option("--data-dir", c.data_dir, "Directory with the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
   app.add_option("--train-limit", c.train_limit, "Use only the first N training samples (0: all)");
   app.add_option("--test-limit", c.test_limit, "Evaluate on the first N test samples (0: all)");
@@ -37,7 +38,7 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, s
   app.add_option("--seed", c.seed, "Seed of the initialization and the data order")->capture_default_str();
   app.add_option("--checkpoint-url", c.checkpoint_url, "file:///dir or s3://bucket/prefix (default: $MLSCHED_CHECKPOINT_URL)");
   app.add_option("--checkpoint-every", every, "Checkpoint every N steps, or every Ns / Nm of wall time");
-  app.add_flag("--sync-checkpoints{false}", c.async_checkpoints, "Write checkpoints synchronously instead of in the background");
+  app.add_flag("--sync-checkpoints", sync_checkpoints, "Write checkpoints synchronously instead of in the background");
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Committed checkpoints to keep")->capture_default_str();
   app.add_option("--multipart-threshold", c.multipart_threshold, "S3 shards above this many bytes use multipart upload")->capture_default_str();
   app.add_option("--multipart-part-size", c.multipart_part_size, "Bytes per S3 multipart part (S3 needs >= 5 MiB)")->capture_default_str();
@@ -56,15 +57,17 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, s
 int main(int argc, char** argv) {
   mltrain::TrainerConfig config;
   std::string hidden = "256,128", optimizer = "adamw", every;
+  bool sync_checkpoints = false;
   config.optimizer.warmup_steps = 200;
   CLI::App app{"mltrain: data-parallel MLP training on Fashion-MNIST (Gloo on CPU)"};
   // A later repetition of an option wins, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  AddOptions(app, config, hidden, optimizer, every);
+  AddOptions(app, config, hidden, optimizer, every, sync_checkpoints);
   CLI11_PARSE(app, argc, argv);
   std::unique_ptr<mltrain::Communicator> comm;
   try {
     config.hidden = mltrain::ParseHiddenSizes(hidden);
+    config.async_checkpoints = !sync_checkpoints;
     config.optimizer.kind = mltrain::ParseOptimizerKind(optimizer);
     config.checkpoint_every = mltrain::ParseCheckpointInterval(every);
     if (config.checkpoint_url.empty()) config.checkpoint_url = EnvOr("MLSCHED_CHECKPOINT_URL", "");
