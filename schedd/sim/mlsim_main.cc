@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
   app.add_flag("--exact-runtimes", c.exact_runtimes, "time limit = actual run time");
   app.add_flag("--predict-runtimes", c.predict_runtimes,
                "plan with run times predicted from each user's last two jobs (Tsafrir 2007)");
+  app.add_option("--predict-history", c.predict_history, "run times averaged per user")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--predict-scale", c.predict_scale, "prediction = scale x mean of the history")
+      ->check(CLI::PositiveNumber);
   app.add_option("--seed", c.seed, "seed of spot evictions");
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--jobs-csv", jobs_csv, "write one CSV line per job to this file");

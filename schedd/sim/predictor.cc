@@ -1,6 +1,7 @@
 #include "schedd/sim/predictor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 namespace mlsched::sim {
@@ -11,8 +12,9 @@ core::Duration UserHistoryPredictor::Predict(const TraceJob& job) {
   if (it == recent_.end() || it->second.empty()) return request;
   core::Duration sum = 0;
   for (core::Duration d : it->second) sum += d;
-  const core::Duration mean = sum / static_cast<core::Duration>(it->second.size());
-  return std::clamp<core::Duration>(mean, 1, request);
+  const double mean = static_cast<double>(sum) / static_cast<double>(it->second.size());
+  return std::clamp<core::Duration>(static_cast<core::Duration>(std::ceil(mean * scale_)), 1,
+                                    request);
 }
 
 void UserHistoryPredictor::Observe(const TraceJob& job, core::Duration actual) {

@@ -32,14 +32,17 @@ class RuntimePredictor {
 /// request (the paper's incremental correction).
 class UserHistoryPredictor : public RuntimePredictor {
  public:
-  /// history: number of the user's most recent run times averaged (>= 1).
-  explicit UserHistoryPredictor(int history = 2) : history_(history < 1 ? 1 : history) {}
+  /// history: number of the user's most recent run times averaged (>= 1); scale: the mean is
+  /// multiplied by this (> 0) before capping, trading early reservations for fewer corrections.
+  explicit UserHistoryPredictor(int history = 2, double scale = 1.0)
+      : history_(history < 1 ? 1 : history), scale_(scale > 0 ? scale : 1.0) {}
   core::Duration Predict(const TraceJob& job) override;
   void Observe(const TraceJob& job, core::Duration actual) override;
   core::Duration Extend(const TraceJob& job, core::Duration elapsed, int extensions) override;
 
  private:
   int history_;
+  double scale_;
   std::map<std::string, std::deque<core::Duration>> recent_;  // user -> last run times
 };
 

@@ -110,7 +110,7 @@ Replay RunReplay(const SimConfig& config) {
   r.trace = LoadTrace(config);
   r.fleet = BuildFleet(config, r.trace);
   r.policy = LoadPolicy(config, r.trace, &r.shares);
-  if (config.predict_runtimes) r.predictor = std::make_unique<UserHistoryPredictor>();
+  if (config.predict_runtimes) r.predictor = std::make_unique<UserHistoryPredictor>(config.predict_history, config.predict_scale);
   SimOptions options;
   options.policy = r.policy;
   options.cycle_period_s = config.cycle_period_s;

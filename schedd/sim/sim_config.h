@@ -26,6 +26,8 @@ struct SimConfig {
   std::string queue_order;        // fifo | multifactor; "" = as the policy says
   bool exact_runtimes = false;    // time limit = run time
   bool predict_runtimes = false;  // time limits the core plans with from users' history
+  int predict_history = 2;        // run times averaged per user
+  double predict_scale = 1.0;     // prediction = scale x mean
   uint64_t seed = 1;
   core::Duration cycle_period_s = 0;
   core::Duration checkpoint_interval_s = 0;

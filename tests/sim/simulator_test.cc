@@ -142,4 +142,14 @@ TEST_CASE("the user-history predictor averages the last two runs and extends in 
   CHECK(p.Extend(j, 400, 0) == 460);
   CHECK(p.Extend(j, 460, 1) == 760);
   CHECK(p.Extend(j, 9990, 5) == 10000);  // capped at the request
+  UserHistoryPredictor scaled(3, 1.5);
+  scaled.Observe(j, 100);
+  scaled.Observe(j, 200);
+  scaled.Observe(j, 300);
+  CHECK(scaled.Predict(j) == 300);  // 1.5 x mean(100, 200, 300)
+  scaled.Observe(j, 9000);
+  CHECK(scaled.Predict(j) == 4750);  // 1.5 x mean(200, 300, 9000)
+  scaled.Observe(j, 20000);
+  scaled.Observe(j, 20000);
+  CHECK(scaled.Predict(j) == 10000);  // capped at the request
 }

@@ -91,3 +91,20 @@ TEST_CASE("KTH-SP2 conservative, user estimates", "[.known-gap][sim][validation]
 TEST_CASE("SDSC-SP2 conservative, user estimates", "[.known-gap][sim][validation]") {
   CheckWithin(ReplayTrace(kSdsc, "conservative", false), 89.66, 0.03);
 }
+
+// Beyond the classics: fairshare-nudged multifactor order (schedd/sim/policies/fairshare-age.toml)
+// gives at least 20% lower mean bounded slowdown than FCFS + EASY on KTH-SP2 without raising the
+// maximum wait by more than 10%.
+TEST_CASE("KTH-SP2 fairshare-nudged order beats FCFS + EASY", "[sim][validation]") {
+  const Metrics easy = ReplayTrace(kKth, "easy", false);
+  SimConfig c;
+  c.trace_path = testing::DataDir() + "/traces/" + kKth;
+  c.policy_path = std::string(MLSCHED_SIM_POLICY_DIR) + "/fairshare-age.toml";
+  const Metrics better = RunReplay(c).metrics;
+  INFO("EASY " << easy.mean_bounded_slowdown << " / max wait " << easy.max_wait_s
+               << "; fairshare-age " << better.mean_bounded_slowdown << " / "
+               << better.max_wait_s);
+  CHECK(better.finished == better.jobs);
+  CHECK(better.mean_bounded_slowdown <= 0.8 * easy.mean_bounded_slowdown);
+  CHECK(better.max_wait_s <= 1.1 * easy.max_wait_s);
+}
