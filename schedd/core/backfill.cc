@@ -56,12 +56,14 @@ std::vector<NodeCandidate> Planner::Candidates(const QueuedJob& q, const Shape& 
   for (size_t i : *s.eligible) {
     const NodeSlot& slot = ledger_.slot(i);
     if (s.demand.gpus > 0 && slot.gpu_type != type) continue;
-    int64_t k = TasksThatFit(timeline_.MinFree(i, from, to), s.demand, spec.ntasks);
-    if (from == now_) {  // now: device indices count too
+    int64_t k = spec.ntasks;
+    if (from == now_) {  // now: device indices count too; O(1), so it goes first
       TaskDemand free = slot.free;
       free.gpus = ledger_.FreeGpus(i);
-      k = std::min(k, TasksThatFit(free, s.demand, spec.ntasks));
+      k = TasksThatFit(free, s.demand, k);
+      if (k <= 0) continue;
     }
+    k = TasksThatFit(timeline_.MinFree(i, from, to), s.demand, k);
     if (k <= 0) continue;
     // For a reservation prefer nodes that become free last, keeping the ones free sooner (and now)
     // for backfill: this makes a reservation on interchangeable nodes behave like one pool.
@@ -75,7 +77,8 @@ bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
   const Shape& s = ShapeOf(q);
   const JobSpec& spec = q.job->spec;
   auto failed = failed_now_.find(s.key);
-  if (failed != failed_now_.end() && failed->second <= spec.time_limit) return false;
+  // The memo is void once a kept plan is released (resources then grow within the cycle).
+  if (kept_.empty() && failed != failed_now_.end() && failed->second <= spec.time_limit) return false;
   bool started = false;
   // Cheap rejection first: the sum of free resources now, then over the job's whole window.
   if (!s.eligible->empty() &&
@@ -126,10 +129,28 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
   }
 }
 
-void Planner::Reserve(const QueuedJob& q, const PlannedStart& start) {
+void Planner::Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign) {
   const Shape& s = ShapeOf(q);
   for (auto [node, count] : start.nodes)
-    timeline_.Reserve(node, s.demand, count, start.time, start.time + q.job->spec.time_limit);
+    timeline_.Reserve(node, s.demand, sign * count, start.time, start.time + q.job->spec.time_limit);
+}
+
+void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
+  for (const QueuedJob& q : queue) {
+    const std::optional<Timestamp>& t = q.job->expected_start;
+    if (!t || *t < now_) continue;
+    const Shape& s = ShapeOf(q);
+    if (s.eligible->empty()) continue;
+    for (const std::string& type : GpuTypeChoices(ledger_, q.job->spec, s.demand)) {
+      auto choice = ChooseNodes(Candidates(q, s, type, *t, *t > now_), q.job->spec.ntasks,
+                                q.job->spec.topology);
+      if (!choice) continue;
+      PlannedStart start{*t, std::move(*choice)};
+      Reserve(q, start);
+      kept_.emplace(q.job, std::move(start));
+      break;
+    }
+  }
 }
 
 void Planner::Pend(const QueuedJob& q, PendingReason reason, std::optional<Timestamp> start,
@@ -145,6 +166,8 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
                         : bf.depth > 0                   ? bf.depth
                                                          : std::numeric_limits<int64_t>::max();
   const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
+  const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
+  if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
   bool blocked = false;
   int64_t reserved = 0;
@@ -152,10 +175,13 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
   // Main pass: queue order, until the reservations are used up (or the first block without backfill).
   for (; i < queue.size(); ++i) {
     const QueuedJob& q = queue[i];
-    if (bf.mode != BackfillMode::kNone && reserved >= depth) break;
+    if (bf.mode != BackfillMode::kNone && reserved >= depth && !keep) break;
     if (examined++ >= max_test) { Pend(q, blocked ? PendingReason::kPriority : PendingReason::kResources, std::nullopt, "not examined (max_job_test)", plan); continue; }
     if (auto hit = limits_.Check(*q.job)) { Pend(q, hit->reason, std::nullopt, hit->detail, plan); continue; }
     if (bf.mode == BackfillMode::kNone && blocked) { Pend(q, PendingReason::kPriority, std::nullopt, "", plan); continue; }
+    // keep_plans: free the job's own previous slot; everything else keeps its plan, so the job
+    // can only move earlier.
+    if (auto kept = kept_.find(q.job); kept != kept_.end()) Reserve(q, kept->second, -1);
     if (TryStartNow(q, plan)) continue;
     const PendingReason reason = blocked ? PendingReason::kPriority : PendingReason::kResources;
     blocked = true;

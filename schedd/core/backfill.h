@@ -52,7 +52,10 @@ class Planner {
   /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`.
   std::vector<NodeCandidate> Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
                                         Timestamp from, bool prefer_late_free) const;
-  void Reserve(const QueuedJob& q, const PlannedStart& start);
+  /// Adds (sign 1) or removes (sign -1) a planned start on the timeline.
+  void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
+  /// keep_plans: re-reserves every queued job's previous planned start that still fits.
+  void KeepPreviousPlans(const std::vector<QueuedJob>& queue);
   void Pend(const QueuedJob& q, PendingReason reason, std::optional<Timestamp> start,
             std::string detail, CyclePlan& plan) const;
 
@@ -65,6 +68,8 @@ class Planner {
   std::unordered_map<const Job*, Shape> shapes_;
   /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
   std::unordered_map<std::string, Duration> failed_now_;
+  /// keep_plans: previous planned starts re-reserved at the start of the cycle.
+  std::unordered_map<const Job*, PlannedStart> kept_;
 };
 
 }  // namespace mlsched::core

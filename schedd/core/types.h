@@ -109,6 +109,9 @@ struct Job {
   Timestamp start_time = 0;           // of the current attempt (running jobs)
   int32_t attempt = 0;
   std::optional<Allocation> allocation;
+  /// Pending jobs: the planned start the previous cycle gave (PendingUpdate::expected_start).
+  /// Only conservative backfill with BackfillPolicy::keep_plans reads it.
+  std::optional<Timestamp> expected_start;
 };
 
 /// The snapshot one cycle works on.
@@ -158,6 +161,11 @@ struct BackfillPolicy {
   Duration window = 0;
   /// bf_resolution, seconds: planned starts are rounded up to a multiple of this (>= 1).
   Duration resolution = 1;
+  /// Conservative only. true: start from the previous cycle's plans (Job::expected_start, which
+  /// the caller copies from the last PendingUpdate) and move each job, in queue order, only to an
+  /// earlier start, like pyss's conservative scheduler: a plan never moves later. false: re-plan
+  /// every cycle from scratch, like Slurm.
+  bool keep_plans = false;
 };
 
 /// Slurm multifactor priority weights (PriorityWeight*): priority = sum of weight x factor, each

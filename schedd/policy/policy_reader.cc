@@ -167,7 +167,7 @@ void PolicyReader::ReadScheduler(const toml::table& t, core::PolicySet& p) {
 
 void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   const std::string ctx = "[backfill]";
-  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution"}, ctx);
+  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution", "keep_plans"}, ctx);
   std::string mode, order;
   Str(t, "mode", mode, ctx);
   if (!mode.empty()) {
@@ -183,6 +183,7 @@ void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   Int32(t, "max_job_test", b.max_job_test, 0, ctx);
   Dur(t, "window", b.window, ctx);
   Dur(t, "resolution", b.resolution, ctx);
+  Bool(t, "keep_plans", b.keep_plans, ctx);
   if (b.resolution < 1) Error(t.get("resolution")->source(), "'resolution' in [backfill]: must be at least 1 second");
 }
 

@@ -212,7 +212,10 @@ void ApplyPlan(ClusterState& state, const CyclePlan& plan, Timestamp now) {
     j.reason = PendingReason::kNone;
     j.allocation = s.allocation;
   }
-  for (const PendingUpdate& p : plan.pending) jobs.at(p.job)->reason = p.reason;
+  for (const PendingUpdate& p : plan.pending) {
+    jobs.at(p.job)->reason = p.reason;
+    jobs.at(p.job)->expected_start = p.expected_start;
+  }
 }
 
 CyclePlan RunChecked(const ClusterState& state, const PolicySet& policy, Timestamp now) {

@@ -87,7 +87,7 @@ std::vector<std::string> CheckInvariants(const ClusterState& state, const Policy
                                          const CyclePlan& plan);
 
 /// Applies a plan: started jobs become running at `now` with their allocation; pending updates
-/// set reasons.
+/// set reasons and expected starts.
 void ApplyPlan(ClusterState& state, const CyclePlan& plan, Timestamp now);
 
 /// Runs one cycle, REQUIREs the invariants, and returns the plan.

@@ -62,7 +62,8 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts"}},
       {"unknown key in a table", "[backfill]\nmode = \"easy\"\nwindw = 5\n",
-       {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, resolution"}},
+       {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, "
+        "resolution, keep_plans"}},
       {"wrong type", "[backfill]\ndepth = \"ten\"\n",
        {"p.toml:2:9: 'depth' in [backfill]: expected an integer, got a string"}},
       {"bad enum", "[backfill]\nmode = \"lazy\"\n",
