@@ -218,7 +218,7 @@ TEST_CASE("descendants that escape the process group die when their task ends", 
                         /*adopt_orphans=*/true);
   sup.Start();
   // A double fork into a new session: the daemon leaves the task's process group and its parent.
-  auto req = Shell(dir, "(setsid sleep 60 & echo $! > daemon.pid); sleep 1");
+  auto req = Shell(dir, "(setsid sleep 60 & echo $! > daemon.pid); sleep 2");
   req.env.push_back("MLSCHED_JOB_ID=9");
   req.env.push_back("MLSCHED_ATTEMPT=1");
   req.env.push_back("MLSCHED_TASK_ID=0");

@@ -237,7 +237,7 @@ TEST_CASE("schedd restart: tasks keep running, exits are buffered, stale attempt
   std::this_thread::sleep_for(600ms);  // job 22 exits while nobody listens
   CHECK(kill(kept, 0) == 0);
   CHECK(kill(stale, 0) == 0);
-  CHECK(GroupGone(quick));
+  CHECK(WaitUntil([&] { return GroupGone(quick); }, 3s));
 
   v1::RunningTask keep;
   keep.set_job_id(20);
