@@ -30,14 +30,19 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   std::string named;
   for (const auto& [type, count] : spec.per_task.gpus)
     if (count > 0) named += type + ',';
+  const char needs = !named.empty() ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
   const std::string klass = q.partition->name + '|' + Join(spec.features) + '|' +
-                            Join(spec.gpu_types) + '|' + named;
+                            Join(spec.gpu_types) + '|' + named + '|' + needs;
   auto [it, inserted] = eligible_by_class_.try_emplace(klass);
   if (inserted)
     for (size_t i = 0; i < ledger_.size(); ++i)
       if (NodeEligible(ledger_.slot(i), spec, q.partition)) it->second.push_back(i);
   Shape s;
   s.eligible = &it->second;
+  s.needs = needs;
+  auto [open, fresh] = open_by_class_.try_emplace(klass);
+  if (fresh) open->second = it->second;
+  s.open_now = &open->second;
   s.demand = it->second.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
                                              spec.per_task.GpuCount()}
                                 : *ResolveTaskDemand(spec, *ledger_.slot(it->second.front()).node);
@@ -49,11 +54,17 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
 
 std::vector<NodeCandidate> Planner::Candidates(const QueuedJob& q, const Shape& s,
                                                const std::string& type, Timestamp from,
-                                               bool prefer_late_free) const {
+                                               bool prefer_late_free) {
   const JobSpec& spec = q.job->spec;
   const Timestamp to = from + spec.time_limit;
+  if (from == now_) {  // drop nodes that are full for the whole class
+    std::erase_if(*s.open_now, [&](size_t i) {
+      return (s.needs == 'G' && ledger_.FreeGpus(i) <= 0) ||
+             (s.needs == 'C' && ledger_.slot(i).free.cpu_millis <= 0);
+    });
+  }
   std::vector<NodeCandidate> out;
-  for (size_t i : *s.eligible) {
+  for (size_t i : from == now_ ? *s.open_now : *s.eligible) {
     const NodeSlot& slot = ledger_.slot(i);
     if (s.demand.gpus > 0 && slot.gpu_type != type) continue;
     int64_t k = spec.ntasks;

@@ -41,6 +41,11 @@ class Planner {
  private:
   struct Shape {
     const std::vector<size_t>* eligible = nullptr;
+    /// The eligible nodes that may still have room now: nodes whose free GPUs (GPU classes) or
+    /// free CPUs (CPU classes) reach 0 are dropped for the rest of the cycle (the ledger only
+    /// shrinks within a cycle). Shared by the class; compacted as it is scanned.
+    std::vector<size_t>* open_now = nullptr;
+    char needs = 'N';  // 'G': GPUs, 'C': CPUs only, 'N': neither
     TaskDemand demand;
     std::string key;  // identical keys: identical fit behaviour within the cycle
   };
@@ -51,7 +56,7 @@ class Planner {
   std::optional<PlannedStart> FindEarliest(const QueuedJob& q, Timestamp until);
   /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`.
   std::vector<NodeCandidate> Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
-                                        Timestamp from, bool prefer_late_free) const;
+                                        Timestamp from, bool prefer_late_free);
   /// Adds (sign 1) or removes (sign -1) a planned start on the timeline.
   void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
   /// keep_plans: re-reserves every queued job's previous planned start that still fits.
@@ -65,6 +70,7 @@ class Planner {
   const PolicySet& policy_;
   Timestamp now_;
   std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
+  std::unordered_map<std::string, std::vector<size_t>> open_by_class_;
   std::unordered_map<const Job*, Shape> shapes_;
   /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
   std::unordered_map<std::string, Duration> failed_now_;
