@@ -164,6 +164,18 @@ void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
   }
 }
 
+std::string Planner::NeedDetail(const QueuedJob& q) {
+  const Shape& s = ShapeOf(q);
+  const int64_t n = q.job->spec.ntasks;
+  if (s.eligible->empty()) return "no eligible node is up";
+  const TaskDemand free = timeline_.AggregateMinFree(now_, now_ + 1);
+  if (s.demand.gpus > 0)
+    return "needs " + std::to_string(n) + "x" + std::to_string(s.demand.gpus) + " GPUs, " +
+           std::to_string(free.gpus) + " free now";
+  return "needs " + std::to_string(n) + "x" + std::to_string(s.demand.cpu_millis) +
+         " CPU millicores, " + std::to_string(free.cpu_millis) + " free now";
+}
+
 void Planner::Pend(const QueuedJob& q, PendingReason reason, std::optional<Timestamp> start,
                    std::string detail, CyclePlan& plan) const {
   plan.pending.push_back({q.job->id, reason, start, std::move(detail), q.priority});
@@ -195,13 +207,14 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
     if (auto kept = kept_.find(q.job); kept != kept_.end()) Reserve(q, kept->second, -1);
     if (TryStartNow(q, plan)) continue;
     const PendingReason reason = blocked ? PendingReason::kPriority : PendingReason::kResources;
+    const std::string detail = blocked ? "" : NeedDetail(q);
     blocked = true;
-    if (bf.mode == BackfillMode::kNone) { Pend(q, reason, std::nullopt, "", plan); continue; }
+    if (bf.mode == BackfillMode::kNone) { Pend(q, reason, std::nullopt, detail, plan); continue; }
     auto start = FindEarliest(q, until);
     if (start) {
       Reserve(q, *start);
       ++reserved;
-      Pend(q, reason, start->time, "", plan);
+      Pend(q, reason, start->time, detail, plan);
     } else {
       Pend(q, reason, std::nullopt, "no start within the backfill window", plan);
     }

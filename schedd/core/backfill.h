@@ -61,6 +61,8 @@ class Planner {
   void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
   /// keep_plans: re-reserves every queued job's previous planned start that still fits.
   void KeepPreviousPlans(const std::vector<QueuedJob>& queue);
+  /// Short explanation for the first blocked job, e.g. "needs 4x8 GPUs, 12 free now".
+  std::string NeedDetail(const QueuedJob& q);
   void Pend(const QueuedJob& q, PendingReason reason, std::optional<Timestamp> start,
             std::string detail, CyclePlan& plan) const;
 
