@@ -52,6 +52,7 @@ class FairshareTree {
   const std::vector<FairshareRow>& rows() const { return rows_; }
 
  private:
+  class Walker;
   std::vector<FairshareRow> rows_;
   std::map<std::string, double> factor_;
 };
