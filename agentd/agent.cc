@@ -233,6 +233,10 @@ void Agent::DropPrepared(const AttemptKey& key, const std::string& why) {
 void Agent::Terminate(const AttemptKey& key, std::chrono::milliseconds grace, const std::string& why) {
   if (attempts_.PhaseOf(key) == AttemptTable::Phase::kPrepared) return DropPrepared(key, why);
   auto live = attempts_.LiveTasks(key);
+  if (live.empty()) {
+    spdlog::debug("job {}: nothing to terminate ({})", key.ToString(), why);
+    return;
+  }
   spdlog::info("job {}: terminating {} task(s), grace {} ms ({})", key.ToString(), live.size(), grace.count(), why);
   for (const auto& t : live) supervisor_.Terminate(t, grace);
 }

@@ -80,7 +80,7 @@ class Agent {
   void PrepareWorkDir();
   // The stream (session.cc).
   void SessionLoop();
-  bool RunConnection(const std::shared_ptr<grpc::Channel>& channel);
+  bool RunConnection(const std::shared_ptr<grpc::Channel>& channel, int failures);
   void WriterLoop(Connection& conn, const std::atomic<bool>& closed);
   void CancelCurrent();  // requires mu_
 

@@ -43,10 +43,13 @@ void Agent::CancelCurrent() {
 
 void Agent::SessionLoop() {
   auto backoff = cfg_.backoff_initial;
-  auto channel = MakeAgentChannel(cfg_.server, cfg_);
+  int failures = 0;
   while (!stopping_) {
-    bool registered = RunConnection(channel);
+    // A fresh channel per attempt (its subchannel is private): it connects at once instead of
+    // failing fast with a stale TRANSIENT_FAILURE until gRPC's own backoff expires.
+    bool registered = RunConnection(MakeAgentChannel(cfg_.server, cfg_), failures);
     if (stopping_) break;
+    failures = registered ? 0 : failures + 1;
     if (registered) backoff = cfg_.backoff_initial;
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, backoff, [&] { return stopping_.load(); });
@@ -57,7 +60,7 @@ void Agent::SessionLoop() {
   cv_.notify_all();
 }
 
-bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel) {
+bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel, int failures) {
   auto conn = std::make_shared<Connection>();
   PrepareContext(conn->ctx, cfg_.server, /*timeout_s=*/0);
   auto stub = v1::AgentService::NewStub(channel);
@@ -70,8 +73,12 @@ bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel) {
     grpc::Status st = conn->stream->Finish();
     std::lock_guard lk(mu_);
     current_.reset();
-    if (!stopping_) spdlog::warn("stream to schedd {} {}: {} ({})", cfg_.server, when, st.error_message(),
-                                 static_cast<int>(st.error_code()));
+    if (stopping_) return;
+    // Every failed attempt while schedd is away would repeat the same line: warn on the first
+    // and every 20th, the rest at debug level.
+    auto level = failures % 20 == 0 ? spdlog::level::warn : spdlog::level::debug;
+    spdlog::log(level, "stream to schedd {} {}: {} (code {}, {} failed attempt(s) before)", cfg_.server, when,
+                st.error_message(), static_cast<int>(st.error_code()), failures);
   };
   // A schedd that accepts the stream but never answers the registration must not hold us forever.
   bool answered = false;
