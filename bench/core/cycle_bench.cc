@@ -1,11 +1,13 @@
 // Benchmarks of one full scheduling cycle (priority + gang placement + backfill) on synthetic
 // GPU clusters, memory per pending job, and a pool replay like the simulator's SWF runs.
 // Usage: core_cycle_bench [--quick]   (--quick: the small sizes only)
+//        core_cycle_bench --cycle NODES PENDING none|easy|conservative [DEPTH]   (one size)
 #include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -175,6 +177,12 @@ void BenchPoolReplay(int njobs, BackfillMode mode) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc >= 5 && std::strcmp(argv[1], "--cycle") == 0) {
+    auto mode = ParseBackfillMode(argv[4]);
+    if (!mode) return 2;
+    BenchCycle(std::atoi(argv[2]), std::atoi(argv[3]), *mode, argc > 5 ? std::atoi(argv[5]) : 0, 3);
+    return 0;
+  }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   BenchMemory(10000);
   BenchCycle(1000, 10000, BackfillMode::kNone, 0, 5);

@@ -74,8 +74,10 @@ std::vector<NodeCandidate> Planner::Candidates(const QueuedJob& q, const Shape& 
       k = TasksThatFit(free, s.demand, k);
       if (k <= 0) continue;
     }
-    k = TasksThatFit(timeline_.MinFree(i, from, to), s.demand, k);
-    if (k <= 0) continue;
+    if (from != now_ || !timeline_.NonDecreasing(i)) {
+      k = TasksThatFit(timeline_.MinFree(i, from, to), s.demand, k);
+      if (k <= 0) continue;
+    }
     // For a reservation prefer nodes that become free last, keeping the ones free sooner (and now)
     // for backfill: this makes a reservation on interchangeable nodes behave like one pool.
     int64_t tiebreak = prefer_late_free ? -timeline_.LastChange(i, from) : 0;

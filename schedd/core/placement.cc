@@ -56,21 +56,26 @@ NodeChoice SpreadOverDomains(std::vector<NodeCandidate> nodes, int64_t ntasks) {
   return out;
 }
 
-// Fewest domains, then fewest nodes inside them.
-NodeChoice ChooseInGroup(std::vector<NodeCandidate> nodes, int64_t ntasks) {
-  std::map<int32_t, int64_t> domain_sum;
+// Fewest domains, then fewest nodes inside them. Only the chosen domains' nodes are sorted.
+NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks) {
+  int32_t max_domain = 0;
+  for (const auto& c : nodes) max_domain = std::max(max_domain, c.domain);
+  std::vector<int64_t> domain_sum(static_cast<size_t>(max_domain) + 1, 0);
   for (const auto& c : nodes) domain_sum[c.domain] += c.tasks;
   std::vector<std::pair<int64_t, int32_t>> domains;  // (sum, domain), sum desc then id asc
-  for (auto [d, s] : domain_sum) domains.emplace_back(s, d);
+  for (int32_t d = 0; d <= max_domain; ++d)
+    if (domain_sum[d] > 0) domains.emplace_back(domain_sum[d], d);
   std::sort(domains.begin(), domains.end(), [](auto a, auto b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
-  std::vector<std::pair<int32_t, int64_t>> quotas;  // (domain, tasks)
+  std::vector<int64_t> quota(domain_sum.size(), 0);
+  std::vector<int32_t> order;  // chosen domains in pick order
   int64_t remaining = ntasks;
   size_t front = 0;
   while (remaining > 0 && front < domains.size()) {
     if (domains[front].first < remaining) {
-      quotas.emplace_back(domains[front].second, domains[front].first);
+      quota[domains[front].second] = domains[front].first;
+      order.push_back(domains[front].second);
       remaining -= domains[front].first;
       ++front;
       continue;
@@ -79,19 +84,20 @@ NodeChoice ChooseInGroup(std::vector<NodeCandidate> nodes, int64_t ntasks) {
     for (size_t k = front; k < domains.size() && domains[k].first >= remaining; ++k) pick = k;
     // Among equal sums prefer the lowest domain id (first in the sorted run).
     while (pick > front && domains[pick - 1].first == domains[pick].first) --pick;
-    quotas.emplace_back(domains[pick].second, remaining);
+    quota[domains[pick].second] = remaining;
+    order.push_back(domains[pick].second);
     remaining = 0;
   }
-  std::sort(nodes.begin(), nodes.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
-    if (a.tasks != b.tasks) return a.tasks > b.tasks;
-    return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
-  });
+  std::vector<std::vector<NodeCandidate>> in_domain(domain_sum.size());
+  for (const auto& c : nodes)
+    if (quota[c.domain] > 0) in_domain[c.domain].push_back(c);
   NodeChoice out;
-  for (auto [domain, quota] : quotas) {
-    std::vector<NodeCandidate> in_domain;
-    for (const auto& c : nodes)
-      if (c.domain == domain) in_domain.push_back(c);
-    FillFromNodes(in_domain, quota, out);
+  for (int32_t d : order) {
+    std::sort(in_domain[d].begin(), in_domain[d].end(), [](const NodeCandidate& a, const NodeCandidate& b) {
+      if (a.tasks != b.tasks) return a.tasks > b.tasks;
+      return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
+    });
+    FillFromNodes(in_domain[d], quota[d], out);
   }
   return out;
 }
@@ -104,17 +110,18 @@ std::optional<NodeChoice> ChooseNodes(std::vector<NodeCandidate> candidates, int
   for (auto& c : candidates)
     if (topology == Topology::kSpread) c.tasks = std::min<int64_t>(c.tasks, 1);
   std::erase_if(candidates, [](const NodeCandidate& c) { return c.tasks <= 0; });
-  std::map<int32_t, int64_t> group_sum;
+  int32_t max_key = 0;
+  for (const auto& c : candidates) max_key = std::max(max_key, GroupKey(c, topology));
+  std::vector<int64_t> group_sum(static_cast<size_t>(max_key) + 1, 0);
   for (const auto& c : candidates) group_sum[GroupKey(c, topology)] += c.tasks;
   std::optional<std::pair<int64_t, int32_t>> best;  // (sum, key): least spare capacity wins
-  for (auto [key, sum] : group_sum)
-    if (sum >= ntasks && (!best || sum < best->first)) best = {sum, key};
+  for (int32_t key = 0; key <= max_key; ++key)
+    if (group_sum[key] >= ntasks && (!best || group_sum[key] < best->first)) best = {group_sum[key], key};
   if (!best) return std::nullopt;
-  std::erase_if(candidates, [&](const NodeCandidate& c) {
-    return GroupKey(c, topology) != best->second;
-  });
+  if (max_key > 0)
+    std::erase_if(candidates, [&](const NodeCandidate& c) { return GroupKey(c, topology) != best->second; });
   if (topology == Topology::kSpread) return SpreadOverDomains(std::move(candidates), ntasks);
-  return ChooseInGroup(std::move(candidates), ntasks);
+  return ChooseInGroup(candidates, ntasks);
 }
 
 bool NodeEligible(const NodeSlot& slot, const JobSpec& spec, const PartitionPolicy* partition) {

@@ -22,7 +22,7 @@ TaskDemand Min(const TaskDemand& a, const TaskDemand& b) {
 
 AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs,
                                            Timestamp now)
-    : now_(now), nodes_(ledger.size()) {
+    : now_(now), nodes_(ledger.size()), future_reserved_(ledger.size(), false) {
   // releases[node][time] = resources coming back then.
   std::vector<std::map<Timestamp, TaskDemand>> releases(ledger.size());
   std::map<Timestamp, TaskDemand> total_releases;
@@ -106,6 +106,7 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
                     per_task.gpus * count};
   from = std::max(from, now_);
   if (to <= from) return;
+  if (from > now_ && count > 0) future_reserved_[node] = true;
   Subtract(nodes_[node], amount, from, to);
   Subtract(aggregate_, amount, from, to);
 }

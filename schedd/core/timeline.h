@@ -23,6 +23,9 @@ class AvailabilityTimeline {
   TaskDemand MinFree(size_t node, Timestamp from, Timestamp to) const;
   /// The same over the sum of all nodes (a necessary condition for any placement).
   TaskDemand AggregateMinFree(Timestamp from, Timestamp to) const;
+  /// True while nothing was reserved on the node for a future start: its free resources then
+  /// never decrease after now, so MinFree(node, now, t) is its free resources now.
+  bool NonDecreasing(size_t node) const { return !future_reserved_[node]; }
   /// The time the node's free resources last changed at or before `t` (its "free since").
   Timestamp LastChange(size_t node, Timestamp t) const;
   /// Takes `count` tasks of `per_task` from node `node` over [from, to).
@@ -47,6 +50,7 @@ class AvailabilityTimeline {
 
   Timestamp now_;
   std::vector<Profile> nodes_;
+  std::vector<bool> future_reserved_;
   Profile aggregate_;
 };
 
