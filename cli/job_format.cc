@@ -47,17 +47,27 @@ std::string Command(const v1::JobSpec& s) {
   return cmd;
 }
 
-std::string Fit(std::string v, const FormatItem& it) {
-  if (it.width <= 0) return v;
-  size_t w = static_cast<size_t>(it.width);
-  if (v.size() > w) v.resize(w);
-  if (v.size() < w) v.insert(it.right ? v.begin() : v.end(), w - v.size(), ' ');
-  return v;
+// Appends `v` padded/truncated to the item's width.
+void AppendFitted(std::string& out, const std::string& v, const FormatItem& it) {
+  if (it.width <= 0) {
+    out += v;
+    return;
+  }
+  size_t w = static_cast<size_t>(it.width), n = std::min(v.size(), w);
+  if (it.right) out.append(w - n, ' ');
+  out.append(v, 0, n);
+  if (!it.right) out.append(w - n, ' ');
 }
 
-std::string RightTrim(std::string s) {
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
+// Appends a line built by `field(code)` for each item, without trailing blanks.
+template <typename F>
+void AppendLine(std::string& out, const std::vector<FormatItem>& items, F&& field) {
+  size_t start = out.size();
+  for (const auto& it : items) {
+    if (it.code) AppendFitted(out, field(it.code), it);
+    else out += it.literal;
+  }
+  while (out.size() > start && out.back() == ' ') out.pop_back();
 }
 
 }  // namespace
@@ -109,14 +119,19 @@ Parsed<std::vector<FormatItem>> ParseJobFormat(const std::string& format) {
 
 std::string FormatJobHeader(const std::vector<FormatItem>& items) {
   std::string line;
-  for (const auto& it : items) line += it.code ? Fit(FindField(it.code)->title, it) : it.literal;
-  return RightTrim(line);
+  AppendLine(line, items, [](char code) { return std::string(FindField(code)->title); });
+  return line;
 }
 
 std::string FormatJobLine(const std::vector<FormatItem>& items, const v1::JobInfo& job, int64_t now) {
   std::string line;
-  for (const auto& it : items) line += it.code ? Fit(JobField(it.code, job, now), it) : it.literal;
-  return RightTrim(line);
+  AppendLine(line, items, [&](char code) { return JobField(code, job, now); });
+  return line;
+}
+
+void AppendJobLine(std::string& out, const std::vector<FormatItem>& items, const v1::JobInfo& job, int64_t now) {
+  AppendLine(out, items, [&](char code) { return JobField(code, job, now); });
+  out += '\n';
 }
 
 std::string FormatCores(int64_t millis) {
@@ -166,11 +181,10 @@ std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
     case 'C': return FormatCores(s.cpu_millis_per_task() * s.ntasks());
     case 'm': return s.memory_bytes_per_task() > 0 ? FormatBytes(s.memory_bytes_per_task()) : "0";
     case 'b': return Gpus(s);
-    case 'R': {
-      auto nodes = JobNodes(job);
-      if (job.state() == v1::PENDING || nodes.empty()) return "(" + (job.reason().empty() ? std::string("None") : job.reason()) + ")";
-      return CompressHostlist(nodes);
-    }
+    case 'R':
+      if (job.state() == v1::PENDING || job.tasks().empty())
+        return "(" + (job.reason().empty() ? std::string("None") : job.reason()) + ")";
+      return CompressHostlist(JobNodes(job));
     case 'N': return CompressHostlist(JobNodes(job));
     case 'r': return job.reason().empty() ? "None" : job.reason();
     case 'S': return FormatTimestamp(job.start_time() > 0 ? job.start_time() : job.expected_start());

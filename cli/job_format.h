@@ -36,8 +36,11 @@ Parsed<std::vector<FormatItem>> ParseJobFormat(const std::string& format);
 /// The header line for `items` (field titles like JOBID, NAME, with the same widths).
 std::string FormatJobHeader(const std::vector<FormatItem>& items);
 
-/// One job's line. `now` (Unix seconds) gives the elapsed time of running jobs.
+/// One job's line (no newline). `now` (Unix seconds) gives the elapsed time of running jobs.
 std::string FormatJobLine(const std::vector<FormatItem>& items, const v1::JobInfo& job, int64_t now);
+
+/// Appends one job's line and a newline to `out` (mlq's loop: no per-line allocation).
+void AppendJobLine(std::string& out, const std::vector<FormatItem>& items, const v1::JobInfo& job, int64_t now);
 
 /// The value of one field code for a job, unpadded ("" for an unknown code).
 std::string JobField(char code, const v1::JobInfo& job, int64_t now);

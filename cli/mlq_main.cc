@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <iostream>
 
@@ -73,14 +74,17 @@ int main(int argc, char** argv) {
   std::sort(jobs.begin(), jobs.end(), [](auto* x, auto* y) { return x->job_id() < y->job_id(); });
   const int64_t now = std::time(nullptr);
   if (a.json) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const auto* j : jobs) arr.push_back(JobJson(*j, now));
-    std::cout << arr.dump(2) << "\n";
+    // One object at a time: a 10,000-job array is never held as one JSON tree.
+    std::string out = "[";
+    for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ",\n" : "\n") + JobJson(*jobs[i], now).dump();
+    out += jobs.empty() ? "]\n" : "\n]\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
   } else {
     std::string out;
+    out.reserve(jobs.size() * 96 + 128);
     if (!a.noheader) out += FormatJobHeader(*format.value) + "\n";
-    for (const auto* j : jobs) out += FormatJobLine(*format.value, *j, now) + "\n";
-    std::cout << out;
+    for (const auto* j : jobs) AppendJobLine(out, *format.value, *j, now);
+    std::fwrite(out.data(), 1, out.size(), stdout);
   }
   auto unknown = UnknownJobIds(*req.value, resp);
   for (int64_t id : unknown) std::cerr << "mlq: job " << id << ": no such job\n";
