@@ -56,18 +56,6 @@ std::optional<TaskDemand> ResolveTaskDemand(const JobSpec& spec, const Node& nod
   return d;
 }
 
-int64_t TasksThatFit(const TaskDemand& free, const TaskDemand& demand, int64_t cap) {
-  int64_t n = cap;
-  auto bound = [&n](int64_t have, int64_t need) {
-    if (need <= 0) return;
-    n = std::min(n, have <= 0 ? 0 : have / need);
-  };
-  bound(free.cpu_millis, demand.cpu_millis);
-  bound(free.memory_bytes, demand.memory_bytes);
-  bound(free.gpus, demand.gpus);
-  return std::max<int64_t>(n, 0);
-}
-
 Fit CheckFit(const NodeSlot& slot, const TaskDemand& demand) {
   if (TasksThatFit(slot.capacity, demand, 1) == 0) return Fit::kNever;
   TaskDemand free = slot.free;
@@ -116,11 +104,6 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
 int64_t NodeLedger::Find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
-}
-
-int64_t NodeLedger::FreeGpus(size_t i) const {
-  const NodeSlot& s = slots_[i];
-  return std::min<int64_t>(s.free.gpus, s.used_devices.Size() - s.used_devices.Count());
 }
 
 AllocationTxn::~AllocationTxn() { Discard(); }

@@ -3,6 +3,7 @@
 // which takes resources with an undo log so a gang is committed whole or not at all.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -61,7 +62,14 @@ enum class Fit { kFits, kNotNow, kNever };
 /// The one fit test: how one task of `demand` relates to `slot`.
 Fit CheckFit(const NodeSlot& slot, const TaskDemand& demand);
 /// How many tasks of `demand` fit in `free` (at most `cap`), counting only requested dimensions.
-int64_t TasksThatFit(const TaskDemand& free, const TaskDemand& demand, int64_t cap);
+inline int64_t TasksThatFit(const TaskDemand& free, const TaskDemand& demand, int64_t cap) {
+  int64_t n = cap;
+  if (demand.cpu_millis > 0) n = std::min(n, free.cpu_millis <= 0 ? 0 : free.cpu_millis / demand.cpu_millis);
+  if (demand.memory_bytes > 0)
+    n = std::min(n, free.memory_bytes <= 0 ? 0 : free.memory_bytes / demand.memory_bytes);
+  if (demand.gpus > 0) n = std::min(n, free.gpus <= 0 ? 0 : free.gpus / demand.gpus);
+  return std::max<int64_t>(n, 0);
+}
 
 /// Free resources of every node, built from a snapshot's nodes and running allocations.
 class NodeLedger {
@@ -76,7 +84,10 @@ class NodeLedger {
   /// Index of the node called `name`, or -1.
   int64_t Find(const std::string& name) const;
   /// Free GPUs usable now: the resource count, bounded by the free device indices.
-  int64_t FreeGpus(size_t i) const;
+  int64_t FreeGpus(size_t i) const {
+    const NodeSlot& s = slots_[i];
+    return std::min<int64_t>(s.free.gpus, s.used_devices.Size() - s.used_devices.Count());
+  }
   /// The distinct GPU types of the nodes, in name order.
   const std::vector<std::string>& gpu_types() const { return gpu_types_; }
 

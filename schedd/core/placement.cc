@@ -88,16 +88,24 @@ NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks
     order.push_back(domains[pick].second);
     remaining = 0;
   }
-  std::vector<std::vector<NodeCandidate>> in_domain(domain_sum.size());
+  // Nodes of the chosen domains, grouped in pick order, largest first inside each domain.
+  std::vector<int32_t> rank(domain_sum.size(), -1);
+  for (size_t k = 0; k < order.size(); ++k) rank[order[k]] = static_cast<int32_t>(k);
+  std::vector<NodeCandidate> chosen;
   for (const auto& c : nodes)
-    if (quota[c.domain] > 0) in_domain[c.domain].push_back(c);
+    if (rank[c.domain] >= 0) chosen.push_back(c);
+  std::sort(chosen.begin(), chosen.end(), [&rank](const NodeCandidate& a, const NodeCandidate& b) {
+    if (rank[a.domain] != rank[b.domain]) return rank[a.domain] < rank[b.domain];
+    if (a.tasks != b.tasks) return a.tasks > b.tasks;
+    return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
+  });
   NodeChoice out;
-  for (int32_t d : order) {
-    std::sort(in_domain[d].begin(), in_domain[d].end(), [](const NodeCandidate& a, const NodeCandidate& b) {
-      if (a.tasks != b.tasks) return a.tasks > b.tasks;
-      return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
-    });
-    FillFromNodes(in_domain[d], quota[d], out);
+  for (size_t begin = 0; begin < chosen.size();) {
+    size_t end = begin;
+    while (end < chosen.size() && chosen[end].domain == chosen[begin].domain) ++end;
+    std::vector<NodeCandidate> segment(chosen.begin() + begin, chosen.begin() + end);
+    FillFromNodes(segment, quota[chosen[begin].domain], out);
+    begin = end;
   }
   return out;
 }
