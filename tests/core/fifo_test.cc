@@ -1,6 +1,7 @@
 // Scenario tables for the FIFO gang scheduler (no backfill): world in -> starts and reasons.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "tests/core/support.h"
@@ -94,4 +95,30 @@ TEST_CASE("partition limits give their own reason and do not block the queue", "
   CHECK(PendingOf(plan, 2).reason == PendingReason::kPartitionDown);
   CHECK(PendingOf(plan, 3).reason == PendingReason::kPartitionLimit);
   CHECK(StartedIds(plan) == std::vector<JobId>{4});
+}
+
+TEST_CASE("the invariant checker catches broken plans", "[core][invariants]") {
+  ClusterState s;
+  s.nodes = ClusterBuilder().Nodes("n1").Gpus("h100", 2).Build();
+  s.jobs = {JobBuilder(1).Running(0, Allocation{{Task(0, "n1", {0}, "h100", 1000)}}).GpusPerTask(1).Build(),
+            JobBuilder(2).Tasks(2).GpusPerTask(1).Build()};
+  PolicySet p;
+  CyclePlan bad;
+  bad.starts.push_back({2, Allocation{{Task(0, "n1", {0}, "h100", 1000)}}});  // device 0 twice, 1 of 2 ranks
+  auto v = CheckInvariants(s, p, bad);
+  auto has = [&v](const std::string& text) {
+    return std::any_of(v.begin(), v.end(), [&](const std::string& x) { return x.find(text) != std::string::npos; });
+  };
+  CHECK(has("device 0 on n1 held twice"));
+  CHECK(has("1 tasks placed of 2"));
+  CHECK(has("rank 1 missing"));
+  AccountPolicy a;
+  a.name = "research";
+  a.max_gpus = 1;
+  p.accounts = {a};
+  bad.starts = {{2, Allocation{{Task(0, "n1", {1}, "h100", 1000), Task(1, "n1", {1}, "h100", 1000)}}}};
+  v = CheckInvariants(s, p, bad);
+  CHECK(has("over-allocated"));
+  CHECK(has("account research over max_gpus"));
+  CHECK(CheckInvariants(s, p, CyclePlan{{}, {{2, PendingReason::kResources, std::nullopt, "", 0}}}).empty());
 }

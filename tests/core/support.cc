@@ -1,5 +1,7 @@
 #include "tests/core/support.h"
 
+#include "schedd/core/limits.h"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -153,6 +155,46 @@ void CheckGang(const Job& job, const PolicySet& policy, const Allocation& alloc,
   if (gpu_types.size() > 1) out.push_back(who + ": gang spans GPU types");
 }
 
+// Every start keeps the account (inherited), QoS and partition limits: recomputed independently
+// of LimitTracker from the running jobs plus the starts before it.
+void CheckLimits(const ClusterState& state, const PolicySet& policy, const CyclePlan& plan,
+                 const std::map<JobId, const Job*>& jobs, std::vector<std::string>& out) {
+  std::map<std::string, std::pair<int64_t, int64_t>> account;        // gpus, jobs
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> qos_user;
+  auto add = [&](const Job& j) {
+    const int64_t gpus = j.spec.per_task.GpuCount() * j.spec.ntasks;
+    for (const AccountPolicy* a : AccountChain(policy, j.spec.account)) {
+      account[a->name].first += gpus;
+      account[a->name].second += 1;
+    }
+    if (const QosPolicy* q = FindQos(policy, j.spec.qos)) {
+      qos_user[{q->name, j.spec.user}].first += gpus;
+      qos_user[{q->name, j.spec.user}].second += 1;
+    }
+  };
+  for (const Job& j : state.jobs)
+    if (j.state == JobState::kRunning || j.state == JobState::kCompleting) add(j);
+  for (const StartDecision& s : plan.starts) {
+    auto it = jobs.find(s.job);
+    if (it == jobs.end()) continue;
+    const Job& j = *it->second;
+    add(j);
+    const std::string who = "job " + std::to_string(j.id) + ": ";
+    for (const AccountPolicy* a : AccountChain(policy, j.spec.account)) {
+      if (a->max_gpus > 0 && account[a->name].first > a->max_gpus) out.push_back(who + "account " + a->name + " over max_gpus");
+      if (a->max_running_jobs > 0 && account[a->name].second > a->max_running_jobs)
+        out.push_back(who + "account " + a->name + " over max_running_jobs");
+    }
+    if (const QosPolicy* q = FindQos(policy, j.spec.qos)) {
+      auto t = qos_user[{q->name, j.spec.user}];
+      if (q->max_gpus_per_user > 0 && t.first > q->max_gpus_per_user) out.push_back(who + "QoS max_gpus_per_user");
+      if (q->max_running_jobs_per_user > 0 && t.second > q->max_running_jobs_per_user)
+        out.push_back(who + "QoS max_running_jobs_per_user");
+      if (q->max_wall > 0 && j.spec.time_limit > q->max_wall) out.push_back(who + "QoS max_wall");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> CheckInvariants(const ClusterState& state, const PolicySet& policy,
@@ -194,6 +236,7 @@ std::vector<std::string> CheckInvariants(const ClusterState& state, const Policy
     auto it = nodes.find(name);
     if (it != nodes.end() && !u.FitsIn(it->second->capacity)) out.push_back("node " + name + " over-allocated");
   }
+  CheckLimits(state, policy, plan, jobs, out);
   for (const PendingUpdate& p : plan.pending)
     if (!decided.insert(p.job).second) out.push_back("job " + std::to_string(p.job) + " decided twice");
   for (const Job& j : state.jobs)

@@ -82,7 +82,8 @@ TaskPlacement Task(int32_t rank, const std::string& node, std::vector<int32_t> g
 /// Violations of the cycle invariants for `plan` applied to `state` (empty = all hold): every
 /// started job was pending, gang all-or-nothing (ranks 0..ntasks-1, each with the per-task
 /// demand), only up and eligible-pool nodes get new work, no node over-allocated, GPU device
-/// indices in range and disjoint, every pending job has exactly one update.
+/// indices in range and disjoint, account/QoS limits respected by every start, every pending job
+/// has exactly one update.
 std::vector<std::string> CheckInvariants(const ClusterState& state, const PolicySet& policy,
                                          const CyclePlan& plan);
 
