@@ -52,7 +52,7 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   return shapes_.emplace(q.job, std::move(s)).first->second;
 }
 
-std::vector<NodeCandidate> Planner::Candidates(const QueuedJob& q, const Shape& s,
+const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const Shape& s,
                                                const std::string& type, Timestamp from,
                                                bool prefer_late_free) {
   const JobSpec& spec = q.job->spec;
@@ -63,10 +63,13 @@ std::vector<NodeCandidate> Planner::Candidates(const QueuedJob& q, const Shape& 
              (s.needs == 'C' && ledger_.slot(i).free.cpu_millis <= 0);
     });
   }
-  std::vector<NodeCandidate> out;
-  for (size_t i : from == now_ ? *s.open_now : *s.eligible) {
+  const std::vector<size_t>& nodes = from == now_ ? *s.open_now : *s.eligible;
+  const int32_t type_id = ledger_.GpuTypeId(type);
+  std::vector<NodeCandidate>& out = scratch_;
+  out.clear();
+  for (size_t i : nodes) {
     const NodeSlot& slot = ledger_.slot(i);
-    if (s.demand.gpus > 0 && slot.gpu_type != type) continue;
+    if (s.demand.gpus > 0 && slot.gpu_type_id != type_id) continue;
     int64_t k = spec.ntasks;
     if (from == now_) {  // now: device indices count too; O(1), so it goes first
       TaskDemand free = slot.free;

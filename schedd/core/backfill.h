@@ -54,8 +54,9 @@ class Planner {
   bool TryStartNow(const QueuedJob& q, CyclePlan& plan);
   /// Earliest start in [now, until] on the timeline, without reserving.
   std::optional<PlannedStart> FindEarliest(const QueuedJob& q, Timestamp until);
-  /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`.
-  std::vector<NodeCandidate> Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
+  /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`
+  /// (a reference to a buffer reused by the next call).
+  const std::vector<NodeCandidate>& Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
                                         Timestamp from, bool prefer_late_free);
   /// Adds (sign 1) or removes (sign -1) a planned start on the timeline.
   void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
@@ -78,6 +79,7 @@ class Planner {
   std::unordered_map<std::string, Duration> failed_now_;
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
+  std::vector<NodeCandidate> scratch_;
 };
 
 }  // namespace mlsched::core

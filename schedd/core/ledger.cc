@@ -87,6 +87,7 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
     slots_.push_back(std::move(slot));
   }
   std::sort(gpu_types_.begin(), gpu_types_.end());
+  for (NodeSlot& s : slots_) s.gpu_type_id = s.gpu_type.empty() ? -1 : GpuTypeId(s.gpu_type);
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
     for (const TaskPlacement& task : job.allocation->tasks) {
@@ -104,6 +105,11 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
 int64_t NodeLedger::Find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+int32_t NodeLedger::GpuTypeId(const std::string& type) const {
+  auto it = std::lower_bound(gpu_types_.begin(), gpu_types_.end(), type);
+  return it != gpu_types_.end() && *it == type ? static_cast<int32_t>(it - gpu_types_.begin()) : -1;
 }
 
 AllocationTxn::~AllocationTxn() { Discard(); }

@@ -53,6 +53,7 @@ struct NodeSlot {
   int32_t domain_id = 0;    // dense ids of the node's domain, zone (region+zone) and region
   int32_t zone_id = 0;
   int32_t region_id = 0;
+  int32_t gpu_type_id = -1;  // index into NodeLedger::gpu_types(), -1 without GPUs
 };
 
 /// Result of CheckFit: kFits (available now), kNotNow (feasible on the empty node, but busy),
@@ -90,6 +91,8 @@ class NodeLedger {
   }
   /// The distinct GPU types of the nodes, in name order.
   const std::vector<std::string>& gpu_types() const { return gpu_types_; }
+  /// Index of `type` in gpu_types(), or -1.
+  int32_t GpuTypeId(const std::string& type) const;
 
  private:
   std::vector<NodeSlot> slots_;

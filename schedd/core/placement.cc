@@ -61,10 +61,19 @@ NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks
   int32_t max_domain = 0;
   for (const auto& c : nodes) max_domain = std::max(max_domain, c.domain);
   std::vector<int64_t> domain_sum(static_cast<size_t>(max_domain) + 1, 0);
-  for (const auto& c : nodes) domain_sum[c.domain] += c.tasks;
-  std::vector<std::pair<int64_t, int32_t>> domains;  // (sum, domain), sum desc then id asc
+  for (const auto& c : nodes)
+    if (c.tasks > 0) domain_sum[c.domain] += c.tasks;
+  // Most gangs fit in one domain: take the tightest such domain without sorting them all.
+  int32_t single = -1;
   for (int32_t d = 0; d <= max_domain; ++d)
-    if (domain_sum[d] > 0) domains.emplace_back(domain_sum[d], d);
+    if (domain_sum[d] >= ntasks && (single < 0 || domain_sum[d] < domain_sum[single])) single = d;
+  std::vector<std::pair<int64_t, int32_t>> domains;  // (sum, domain), sum desc then id asc
+  if (single >= 0) {
+    domains.emplace_back(domain_sum[single], single);
+  } else {
+    for (int32_t d = 0; d <= max_domain; ++d)
+      if (domain_sum[d] > 0) domains.emplace_back(domain_sum[d], d);
+  }
   std::sort(domains.begin(), domains.end(), [](auto a, auto b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
@@ -93,7 +102,7 @@ NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks
   for (size_t k = 0; k < order.size(); ++k) rank[order[k]] = static_cast<int32_t>(k);
   std::vector<NodeCandidate> chosen;
   for (const auto& c : nodes)
-    if (rank[c.domain] >= 0) chosen.push_back(c);
+    if (c.tasks > 0 && rank[c.domain] >= 0) chosen.push_back(c);
   std::sort(chosen.begin(), chosen.end(), [&rank](const NodeCandidate& a, const NodeCandidate& b) {
     if (rank[a.domain] != rank[b.domain]) return rank[a.domain] < rank[b.domain];
     if (a.tasks != b.tasks) return a.tasks > b.tasks;
@@ -112,24 +121,33 @@ NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks
 
 }  // namespace
 
-std::optional<NodeChoice> ChooseNodes(std::vector<NodeCandidate> candidates, int64_t ntasks,
+std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidates, int64_t ntasks,
                                       Topology topology) {
   if (ntasks <= 0) return NodeChoice{};
-  for (auto& c : candidates)
-    if (topology == Topology::kSpread) c.tasks = std::min<int64_t>(c.tasks, 1);
-  std::erase_if(candidates, [](const NodeCandidate& c) { return c.tasks <= 0; });
+  if (topology == Topology::kSpread) {
+    std::vector<NodeCandidate> capped;
+    for (NodeCandidate c : candidates)
+      if (c.tasks > 0) {
+        c.tasks = 1;
+        capped.push_back(c);
+      }
+    if (static_cast<int64_t>(capped.size()) < ntasks) return std::nullopt;
+    return SpreadOverDomains(std::move(capped), ntasks);
+  }
   int32_t max_key = 0;
   for (const auto& c : candidates) max_key = std::max(max_key, GroupKey(c, topology));
   std::vector<int64_t> group_sum(static_cast<size_t>(max_key) + 1, 0);
-  for (const auto& c : candidates) group_sum[GroupKey(c, topology)] += c.tasks;
+  for (const auto& c : candidates)
+    if (c.tasks > 0) group_sum[GroupKey(c, topology)] += c.tasks;
   std::optional<std::pair<int64_t, int32_t>> best;  // (sum, key): least spare capacity wins
   for (int32_t key = 0; key <= max_key; ++key)
     if (group_sum[key] >= ntasks && (!best || group_sum[key] < best->first)) best = {group_sum[key], key};
   if (!best) return std::nullopt;
-  if (max_key > 0)
-    std::erase_if(candidates, [&](const NodeCandidate& c) { return GroupKey(c, topology) != best->second; });
-  if (topology == Topology::kSpread) return SpreadOverDomains(std::move(candidates), ntasks);
-  return ChooseInGroup(candidates, ntasks);
+  if (max_key == 0) return ChooseInGroup(candidates, ntasks);
+  std::vector<NodeCandidate> group;
+  for (const auto& c : candidates)
+    if (c.tasks > 0 && GroupKey(c, topology) == best->second) group.push_back(c);
+  return ChooseInGroup(group, ntasks);
 }
 
 bool NodeEligible(const NodeSlot& slot, const JobSpec& spec, const PartitionPolicy* partition) {
@@ -158,6 +176,7 @@ bool PlaceGangNow(AllocationTxn& txn, const NodeLedger& ledger, const std::vecto
                   const JobSpec& spec, const TaskDemand& demand) {
   for (const std::string& type : GpuTypeChoices(ledger, spec, demand)) {
     std::vector<NodeCandidate> candidates;
+    candidates.reserve(eligible.size());
     for (size_t i : eligible) {
       const NodeSlot& s = ledger.slot(i);
       if (demand.gpus > 0 && s.gpu_type != type) continue;
@@ -166,7 +185,7 @@ bool PlaceGangNow(AllocationTxn& txn, const NodeLedger& ledger, const std::vecto
       int64_t k = TasksThatFit(free, demand, spec.ntasks);
       if (k > 0) candidates.push_back({i, k, s.domain_id, s.zone_id, s.region_id, 0});
     }
-    auto choice = ChooseNodes(std::move(candidates), spec.ntasks, spec.topology);
+    auto choice = ChooseNodes(candidates, spec.ntasks, spec.topology);
     if (!choice) continue;
     return TakeChoice(txn, *choice, demand);
   }

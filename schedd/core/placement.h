@@ -30,7 +30,7 @@ using NodeChoice = std::vector<std::pair<size_t, int64_t>>;
 /// spare capacity wins (best fit); within it the fewest domains, then the fewest nodes, finishing
 /// on the tightest node that holds the remainder. Returns nullopt when the candidates cannot hold
 /// the gang. O(c log c) for c candidates.
-std::optional<NodeChoice> ChooseNodes(std::vector<NodeCandidate> candidates, int64_t ntasks,
+std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidates, int64_t ntasks,
                                       Topology topology);
 
 /// True when node `slot` may run tasks of `spec` in partition `partition` (null = no pool limit):
