@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-interval", c.checkpoint_interval_s,
                  "evicted jobs resume from a checkpoint taken every S seconds (0: restart)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-jobs", c.max_jobs, "replay only the first N jobs by submit time")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--strict", c.strict, "stop at the first malformed trace record");
   app.add_flag("--show-issues", show_issues, "print every skipped record to stderr");
   CLI11_PARSE(app, argc, argv);

@@ -71,6 +71,9 @@ Trace LoadTrace(const SimConfig& config) {
   } else {
     throw TraceError("unknown trace format '" + format + "' (want swf, philly, pollux or alibaba)");
   }
+  if (config.max_jobs > 0 && static_cast<int64_t>(trace.jobs.size()) > config.max_jobs) {
+    trace.jobs.resize(static_cast<size_t>(config.max_jobs));
+  }
   if (config.exact_runtimes) UseExactRuntimes(trace);
   return trace;
 }

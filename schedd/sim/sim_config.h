@@ -42,6 +42,7 @@ struct SimConfig {
   std::string app_runtimes_path;  // Pollux: TOML table application = seconds
   int64_t processors = 0;         // SWF machine size override
   bool record_series = false;
+  int64_t max_jobs = 0;           // replay only the first N jobs by submit time (0 = all)
 };
 
 /// Everything one replay produced.
