@@ -153,3 +153,16 @@ TEST_CASE("the user-history predictor averages the last two runs and extends in 
   scaled.Observe(j, 20000);
   CHECK(scaled.Predict(j) == 10000);  // capped at the request
 }
+
+TEST_CASE("periodic cycles run while jobs pend and do not change FIFO decisions", "[sim]") {
+  Trace t = MakeTrace({CpuJob(1, 0, 1000, 4), CpuJob(2, 1, 10, 4)});
+  Fleet fleet = UniformFleet(1, 4, 16, 0, "gpu");
+  SimResult events_only = Simulate(t, fleet, {});
+  SimOptions periodic;
+  periodic.cycle_period_s = 100;
+  SimResult r = Simulate(t, fleet, periodic);
+  CHECK(events_only.cycles == 3);  // t=0 (A starts), t=1 (B blocked), t=1000 (B starts)
+  CHECK(r.cycles == 12);           // the same plus t=101, 201, ..., 901 while B pends
+  CHECK(r.jobs[1].first_start == events_only.jobs[1].first_start);
+  CHECK(r.jobs[1].first_start == 1000);
+}
