@@ -58,7 +58,7 @@ void PeerCredListener::AcceptLoop(grpc::Server* server) {
   while (!stop_) {
     struct pollfd p {fd_, POLLIN, 0};
     if (::poll(&p, 1, 200) <= 0) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) continue;
     struct ucred cred {};
     socklen_t len = sizeof cred;

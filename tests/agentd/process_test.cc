@@ -139,7 +139,7 @@ TEST_CASE("a task that honours SIGTERM ends before the grace period", "[process]
   CHECK_FALSE(rec.sup.Terminate(k, 1s));  // already gone
 }
 
-TEST_CASE("signals reach the task's process group; leftovers die with the leader", "[process]") {
+TEST_CASE("signals reach the task's process group - leftovers die with the leader", "[process]") {
   TempDir dir;
   Recorder rec;
   TaskKey k{6, 1, 0};

@@ -121,7 +121,7 @@ TEST_CASE("backfill parameters: order, window, resolution, max_job_test", "[core
   }
 }
 
-TEST_CASE("a gang's reservation pins nodes; backfill uses the others", "[core][backfill]") {
+TEST_CASE("a gang's reservation pins nodes - backfill uses the others", "[core][backfill]") {
   ClusterState s;
   s.nodes = ClusterBuilder().Nodes("gpu-[1-4]").Gpus("h100", 8).Build();
   auto busy = [](JobId id, const std::string& node, Duration limit) {

@@ -62,7 +62,7 @@ TEST_CASE("SWF malformed records are reported as FILE:LINE and skipped, or fatal
   CHECK_THROWS_WITH(ReadSwf(path, strict), path + ":8: expected 18 fields, found 16");
 }
 
-TEST_CASE("SWF without a machine size is an error; an override supplies it", "[sim][reader]") {
+TEST_CASE("SWF without a machine size is an error - an override supplies it", "[sim][reader]") {
   const std::string path = WriteTemp("nohdr.swf", "1 0 -1 5 2 -1 -1 2 10 -1 1 1 1 -1 -1 -1 -1 -1\n");
   CHECK_THROWS_AS(ReadSwf(path, {}), TraceError);
   SwfOptions swf;
