@@ -1,0 +1,223 @@
+#include "schedd/report/report.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "common/units.h"
+#include "mlsched/v1/types.pb.h"
+
+namespace mlsched::report {
+
+std::optional<Pricing> LoadPricing(const std::string& path, std::string* error) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    *error = path + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " + std::string(e.description());
+    return std::nullopt;
+  }
+  Pricing p;
+  const toml::table* pricing = tbl["pricing"].as_table();
+  if (!pricing) return p;
+  for (const auto& [pool, node] : *pricing) {
+    const toml::table* t = node.as_table();
+    auto where = [&](const toml::node& n) {
+      return path + ":" + std::to_string(n.source().begin.line) + ":" + std::to_string(n.source().begin.column) + ": ";
+    };
+    if (!t) {
+      *error = where(node) + "[pricing." + std::string(pool.str()) + "] must be a table";
+      return std::nullopt;
+    }
+    Pricing::PoolPrices pp;
+    for (const auto& [key, v] : *t) {
+      if (key == "cpu_hour") {
+        auto d = v.value<double>();
+        if (!d || *d < 0) {
+          *error = where(v) + "cpu_hour must be a number >= 0";
+          return std::nullopt;
+        }
+        pp.cpu_hour = *d;
+      } else if (key == "gpu_hour") {
+        const toml::table* g = v.as_table();
+        if (!g) {
+          *error = where(v) + "gpu_hour must be a table of GPU type = price";
+          return std::nullopt;
+        }
+        for (const auto& [type, price] : *g) {
+          auto d = price.value<double>();
+          if (!d || *d < 0) {
+            *error = where(price) + "gpu_hour." + std::string(type.str()) + " must be a number >= 0";
+            return std::nullopt;
+          }
+          pp.gpu_hour[std::string(type.str())] = *d;
+        }
+      } else {
+        *error = where(v) + "unknown key '" + std::string(key.str()) + "' in [pricing." + std::string(pool.str()) +
+                 "] (cpu_hour, gpu_hour)";
+        return std::nullopt;
+      }
+    }
+    p.pools[std::string(pool.str())] = pp;
+  }
+  return p;
+}
+
+namespace {
+
+double P95(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t idx = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(v.size()))) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+}  // namespace
+
+Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::AttemptRow>& attempts,
+             const Pricing& pricing, int64_t start, int64_t end, int64_t now) {
+  struct JobMeta {
+    std::string account, user, partition;
+    int64_t submit = 0;
+  };
+  std::map<int64_t, JobMeta> meta;
+  for (const auto& j : jobs) {
+    v1::JobSpec spec;
+    spec.ParseFromString(j.spec);
+    meta[j.id] = JobMeta{spec.account(), j.user, spec.partition(), j.submit_time};
+  }
+  std::map<std::pair<std::string, std::string>, UsageRow> usage;
+  std::map<std::pair<std::string, std::string>, std::set<int64_t>> job_sets;
+  std::map<std::pair<std::string, std::string>, std::vector<double>> waits;
+  for (const auto& a : attempts) {
+    auto m = meta.find(a.job_id);
+    if (m == meta.end()) continue;
+    auto key = std::make_pair(m->second.account, m->second.user);
+    UsageRow& u = usage[key];
+    u.account = key.first;
+    u.user = key.second;
+    int64_t a_end = a.end_time > 0 ? a.end_time : now;
+    double hours = static_cast<double>(std::max<int64_t>(0, std::min(a_end, end) - std::max(a.start_time, start))) / 3600.0;
+    if (a.start_time < end && a_end >= start) job_sets[key].insert(a.job_id);
+    double cpu_h = hours * static_cast<double>(a.cpu_millis) / 1000.0;
+    double gpu_h = hours * static_cast<double>(a.gpus);
+    u.cpu_hours += cpu_h;
+    if (a.gpus > 0) u.gpu_hours[a.gpu_type] += gpu_h;
+    if (auto pp = pricing.pools.find(a.pool); pp != pricing.pools.end()) {
+      u.cost += cpu_h * pp->second.cpu_hour;
+      if (auto g = pp->second.gpu_hour.find(a.gpu_type); a.gpus > 0 && g != pp->second.gpu_hour.end())
+        u.cost += gpu_h * g->second;
+    }
+    if (a_end >= start && a_end < end) {
+      if (a.outcome == "Preempted") u.preemptions++;
+      if (a.outcome == "Evicted") u.evictions++;
+      if (a.outcome == "NodeFail") u.node_failures++;
+      double lost_h = static_cast<double>(a.lost_work_s) / 3600.0;
+      u.lost_cpu_hours += lost_h * static_cast<double>(a.cpu_millis) / 1000.0;
+      u.lost_gpu_hours += lost_h * static_cast<double>(a.gpus);
+    }
+    if (a.attempt == 1 && a.start_time >= start && a.start_time < end)
+      waits[{m->second.partition, a.gpus > 0 ? a.gpu_type : "cpu"}].push_back(
+          static_cast<double>(a.start_time - m->second.submit));
+  }
+  Report r;
+  r.start = start;
+  r.end = end;
+  for (auto& [key, u] : usage) {
+    u.jobs = static_cast<int64_t>(job_sets[key].size());
+    if (u.jobs > 0) r.usage.push_back(u);
+  }
+  for (auto& [key, v] : waits) {
+    WaitRow w{key.first, key.second, static_cast<int64_t>(v.size()), 0, P95(v)};
+    for (double x : v) w.mean_wait_s += x / static_cast<double>(v.size());
+    r.waits.push_back(w);
+  }
+  return r;
+}
+
+namespace {
+
+std::string GpuHours(const std::map<std::string, double>& g, const char* sep) {
+  std::string s;
+  char buf[64];
+  for (const auto& [type, h] : g) {
+    std::snprintf(buf, sizeof buf, "%s%s=%.3f", s.empty() ? "" : sep, type.c_str(), h);
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string FormatTable(const Report& r) {
+  std::ostringstream o;
+  char buf[512];
+  o << "Usage " << FormatTimestamp(r.start) << " - " << FormatTimestamp(r.end) << "\n";
+  std::snprintf(buf, sizeof buf, "%-14s %-10s %5s %10s %-22s %9s %6s %6s %6s %9s %9s %6s\n", "ACCOUNT", "USER", "JOBS",
+                "CPU_HOURS", "GPU_HOURS", "COST", "PREEMPT", "EVICT", "NODEF", "LOST_CPUH", "LOST_GPUH", "FALLBK");
+  o << buf;
+  for (const auto& u : r.usage) {
+    std::string g = GpuHours(u.gpu_hours, ",");
+    std::snprintf(buf, sizeof buf, "%-14s %-10s %5lld %10.3f %-22s %9.2f %6lld %6lld %6lld %9.3f %9.3f %6lld\n",
+                  u.account.c_str(), u.user.c_str(), (long long)u.jobs, u.cpu_hours, g.empty() ? "-" : g.c_str(), u.cost,
+                  (long long)u.preemptions, (long long)u.evictions, (long long)u.node_failures, u.lost_cpu_hours,
+                  u.lost_gpu_hours, (long long)u.fallbacks);
+    o << buf;
+  }
+  o << "\nQueue wait (jobs first started in the period)\n";
+  std::snprintf(buf, sizeof buf, "%-14s %-12s %6s %12s %12s\n", "PARTITION", "ACCELERATOR", "JOBS", "MEAN_WAIT", "P95_WAIT");
+  o << buf;
+  for (const auto& w : r.waits) {
+    std::snprintf(buf, sizeof buf, "%-14s %-12s %6lld %12s %12s\n", w.partition.c_str(), w.accelerator.c_str(),
+                  (long long)w.jobs, FormatDuration(std::llround(w.mean_wait_s)).c_str(),
+                  FormatDuration(std::llround(w.p95_wait_s)).c_str());
+    o << buf;
+  }
+  return o.str();
+}
+
+std::string FormatCsv(const Report& r) {
+  std::ostringstream o;
+  o << "section,account,user,jobs,cpu_hours,gpu_hours,cost,preemptions,evictions,node_failures,lost_cpu_hours,"
+       "lost_gpu_hours,fallbacks,partition,accelerator,mean_wait_s,p95_wait_s\n";
+  char buf[512];
+  for (const auto& u : r.usage) {
+    std::snprintf(buf, sizeof buf, "usage,%s,%s,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,%.6f,%.6f,%lld,,,,\n", u.account.c_str(),
+                  u.user.c_str(), (long long)u.jobs, u.cpu_hours, GpuHours(u.gpu_hours, ";").c_str(), u.cost,
+                  (long long)u.preemptions, (long long)u.evictions, (long long)u.node_failures, u.lost_cpu_hours,
+                  u.lost_gpu_hours, (long long)u.fallbacks);
+    o << buf;
+  }
+  for (const auto& w : r.waits) {
+    std::snprintf(buf, sizeof buf, "wait,,,%lld,,,,,,,,,,%s,%s,%.1f,%.1f\n", (long long)w.jobs, w.partition.c_str(),
+                  w.accelerator.c_str(), w.mean_wait_s, w.p95_wait_s);
+    o << buf;
+  }
+  return o.str();
+}
+
+std::string FormatJson(const Report& r) {
+  nlohmann::json j;
+  j["start"] = r.start;
+  j["end"] = r.end;
+  j["usage"] = nlohmann::json::array();
+  for (const auto& u : r.usage)
+    j["usage"].push_back({{"account", u.account}, {"user", u.user}, {"jobs", u.jobs}, {"cpu_hours", u.cpu_hours},
+                          {"gpu_hours", u.gpu_hours}, {"cost", u.cost}, {"preemptions", u.preemptions},
+                          {"evictions", u.evictions}, {"node_failures", u.node_failures},
+                          {"lost_cpu_hours", u.lost_cpu_hours}, {"lost_gpu_hours", u.lost_gpu_hours},
+                          {"fallbacks", u.fallbacks}});
+  j["waits"] = nlohmann::json::array();
+  for (const auto& w : r.waits)
+    j["waits"].push_back({{"partition", w.partition}, {"accelerator", w.accelerator}, {"jobs", w.jobs},
+                          {"mean_wait_s", w.mean_wait_s}, {"p95_wait_s", w.p95_wait_s}});
+  return j.dump(2) + "\n";
+}
+
+}  // namespace mlsched::report

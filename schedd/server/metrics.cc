@@ -1,0 +1,55 @@
+#include "schedd/server/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+namespace mlsched::server {
+
+namespace {
+const prometheus::Histogram::BucketBoundaries kWaitBuckets{1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400};
+const prometheus::Histogram::BucketBoundaries kCycleBuckets{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5};
+}  // namespace
+
+SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  wait_ = &prometheus::BuildHistogram().Name("mlsched_queue_wait_seconds")
+               .Help("Time from submission to the first start of a job, by partition and accelerator")
+               .Register(*registry_);
+  requeues_ = &prometheus::BuildCounter().Name("mlsched_requeues_total")
+                   .Help("Jobs sent back to PENDING, by reason (NodeFail, Preempted, Evicted, LaunchFailedRequeue)")
+                   .Register(*registry_);
+  job_ends_ = &prometheus::BuildCounter().Name("mlsched_jobs_ended_total").Help("Jobs that ended, by final state")
+                   .Register(*registry_);
+  evictions_ = &prometheus::BuildCounter().Name("mlsched_evictions_total").Help("Spot eviction notices handled")
+                    .Register(*registry_).Add({});
+  cycle_ = &prometheus::BuildHistogram().Name("mlsched_cycle_seconds").Help("Duration of one scheduling cycle")
+                .Register(*registry_).Add({}, kCycleBuckets);
+  jobs_ = &prometheus::BuildGauge().Name("mlsched_jobs").Help("Jobs in memory by state and partition").Register(*registry_);
+  gpus_ = &prometheus::BuildGauge().Name("mlsched_running_gpus").Help("GPUs held by running tasks, by pool").Register(*registry_);
+  nodes_ = &prometheus::BuildGauge().Name("mlsched_nodes").Help("Nodes by state").Register(*registry_);
+}
+
+void SchedMetrics::ObserveQueueWait(const std::string& partition, const std::string& accelerator, double seconds) {
+  wait_->Add({{"partition", partition}, {"accelerator", accelerator}}, kWaitBuckets).Observe(seconds);
+}
+
+void SchedMetrics::CountRequeue(const std::string& reason) { requeues_->Add({{"reason", reason}}).Increment(); }
+void SchedMetrics::CountEviction() { evictions_->Increment(); }
+void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"state", state}}).Increment(); }
+void SchedMetrics::ObserveCycle(double seconds) { cycle_->Observe(seconds); }
+
+std::string SchedMetrics::Render(const Gauges& g) {
+  std::lock_guard lk(mu_);
+  // Label sets that disappeared must read 0, not their last value: reset everything, then refill.
+  for (auto* fam : {jobs_, gpus_, nodes_})
+    for (auto& mf : fam->Collect())
+      for (auto& m : mf.metric) {
+        std::map<std::string, std::string> labels;
+        for (auto& l : m.label) labels[l.name] = l.value;
+        fam->Add(labels).Set(0);
+      }
+  for (const auto& [key, v] : g.jobs) jobs_->Add({{"state", key.first}, {"partition", key.second}}).Set(v);
+  for (const auto& [pool, v] : g.running_gpus) gpus_->Add({{"pool", pool}}).Set(v);
+  for (const auto& [state, v] : g.nodes) nodes_->Add({{"state", state}}).Set(v);
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace mlsched::server

@@ -1,0 +1,50 @@
+// schedd's Prometheus metrics (prometheus-cpp model, text exposition). Counters and histograms are
+// updated as events happen; gauges (jobs by state, GPUs by pool, nodes by state) are refreshed from
+// the controller at each scrape. Thread-safe (prometheus-cpp metrics are atomic).
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace mlsched::server {
+
+class SchedMetrics {
+ public:
+  SchedMetrics();
+  /// Queue wait of a job at its start, seconds; accelerator = GPU type or "cpu".
+  void ObserveQueueWait(const std::string& partition, const std::string& accelerator, double seconds);
+  /// A job went back to PENDING; reason = NodeFail, Preempted, Evicted, LaunchFailedRequeue.
+  void CountRequeue(const std::string& reason);
+  void CountEviction();
+  void CountJobEnd(const std::string& state);
+  void ObserveCycle(double seconds);
+  /// Gauges: replaced wholesale at each scrape.
+  struct Gauges {
+    std::map<std::pair<std::string, std::string>, double> jobs;  // (state, partition) -> count
+    std::map<std::string, double> running_gpus;                 // pool -> GPUs held by running tasks
+    std::map<std::string, double> nodes;                        // node state -> count
+  };
+  /// Sets the gauges and returns the text exposition of every metric.
+  std::string Render(const Gauges& g);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Histogram>* wait_;
+  prometheus::Family<prometheus::Counter>* requeues_;
+  prometheus::Family<prometheus::Counter>* job_ends_;
+  prometheus::Counter* evictions_;
+  prometheus::Histogram* cycle_;
+  prometheus::Family<prometheus::Gauge>* jobs_;
+  prometheus::Family<prometheus::Gauge>* gpus_;
+  prometheus::Family<prometheus::Gauge>* nodes_;
+  std::mutex mu_;  // Render: the gauge reset + refill is one step
+};
+
+}  // namespace mlsched::server
