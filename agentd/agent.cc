@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
@@ -24,7 +26,19 @@ v1::Pool PoolOf(const std::string& pool) {
   return v1::POOL_UNSPECIFIED;
 }
 
-void FillRunning(const std::vector<RunningTaskInfo>& running,
+// Reads a task's progress from the status file it keeps (MLSCHED_STATUS_FILE; mltrain's JSON with
+// last_checkpoint_unix_s and step). Missing or unparsable files leave the fields at 0.
+void ReadTaskStatus(const std::string& path, v1::RunningTask* t) {
+  std::ifstream in(path);
+  if (!in) return;
+  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  if (auto it = j.find("last_checkpoint_unix_s"); it != j.end() && it->is_number())
+    t->set_last_checkpoint_time(it->get<int64_t>());
+  if (auto it = j.find("step"); it != j.end() && it->is_number()) t->set_step(it->get<int64_t>());
+}
+
+void FillRunning(const std::vector<RunningTaskInfo>& running, const std::string& work_dir,
                  google::protobuf::RepeatedPtrField<v1::RunningTask>* out) {
   for (const auto& r : running) {
     auto* t = out->Add();
@@ -32,6 +46,7 @@ void FillRunning(const std::vector<RunningTaskInfo>& running,
     t->set_attempt(r.key.attempt);
     t->set_rank(r.key.rank);
     t->set_pid(r.pid);
+    if (!work_dir.empty()) ReadTaskStatus(StatusFilePath(work_dir, r.key), t);
   }
 }
 
@@ -143,14 +158,14 @@ v1::AgentMessage Agent::MakeRegister() const {
   }
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
-  FillRunning(supervisor_.Running(), r->mutable_running());
+  FillRunning(supervisor_.Running(), "", r->mutable_running());
   return m;
 }
 
 v1::AgentMessage Agent::MakeHeartbeat() const {
   v1::AgentMessage m;
   m.mutable_heartbeat()->set_time(static_cast<int64_t>(std::time(nullptr)));
-  FillRunning(supervisor_.Running(), m.mutable_heartbeat()->mutable_running());
+  FillRunning(supervisor_.Running(), cfg_.work_dir, m.mutable_heartbeat()->mutable_running());
   return m;
 }
 
@@ -268,15 +283,21 @@ void Agent::OnTaskStarted(const TaskKey& key, pid_t pid) {
   t->set_attempt(key.attempt);
   t->set_rank(key.rank);
   t->set_pid(pid);
+  if (metrics_) metrics_->CountTaskStarted();
   outbox_.Push(std::move(m));
 }
 
 void Agent::OnTaskExited(const TaskKey& key, const ExitReport& report) {
+  if (metrics_)
+    metrics_->CountTaskExit(report.signaled ? "signaled" : report.exit_code == 0 ? "completed"
+                            : report.exit_code == 75                       ? "preempted"
+                                                                           : "failed");
   if (auto dir = attempts_.RankExited(key)) RemoveAttemptFiles(*dir);
   outbox_.Push(TaskExitedMessage(key, report));
 }
 
 void Agent::OnEviction(const EvictionNoticeInfo& notice) {
+  if (metrics_) metrics_->CountEvictionNotice();
   v1::AgentMessage m;
   m.mutable_eviction()->set_deadline(notice.deadline);
   m.mutable_eviction()->set_source(notice.source);

@@ -17,6 +17,7 @@
 #include "agentd/attempts.h"
 #include "agentd/eviction.h"
 #include "agentd/node_info.h"
+#include "agentd/metrics.h"
 #include "agentd/outbox.h"
 #include "agentd/supervisor.h"
 
@@ -59,6 +60,9 @@ class Agent {
   bool Connected() const { return connected_; }
   /// Tasks running now.
   std::vector<RunningTaskInfo> Running() const { return supervisor_.Running(); }
+  /// Counts task starts, exits and eviction notices here from now on (optional; not owned; set
+  /// before Start()).
+  void SetMetrics(AgentMetrics* m) { metrics_ = m; }
 
  private:
   struct Connection;
@@ -90,6 +94,7 @@ class Agent {
   Outbox outbox_;
   ProcessSupervisor supervisor_;
   std::unique_ptr<EvictionPoller> eviction_;
+  AgentMetrics* metrics_ = nullptr;
   std::atomic<bool> connected_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};     // shutdown: send what is queued, then close the stream

@@ -110,6 +110,8 @@ std::string ResolveUser(const v1::Prepare& p, const PlanContext& ctx, UserInfo* 
   return "";
 }
 
+std::string StatusFileName(int32_t rank) { return "status-" + std::to_string(rank) + ".json"; }
+
 // Builds one rank's launch request from the template (user, workdir already set).
 std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanContext& ctx, const std::string& dir,
                      const std::string& home, const LaunchRequest& tmpl, PlannedRank* r) {
@@ -127,7 +129,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   in.master_port = p.master_port();
   in.gpu_indices.assign(t.gpu_indices().begin(), t.gpu_indices().end());
   in.node = ctx.node;
-  in.status_file = dir + "/status-" + std::to_string(t.rank()) + ".json";
+  in.status_file = dir + "/" + StatusFileName(t.rank());
   in.user = p.user();
   in.home = home;
   auto env = BuildTaskEnvironment(in);
@@ -154,6 +156,10 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
 
 }  // namespace
 
+
+std::string StatusFilePath(const std::string& work_dir, const TaskKey& key) {
+  return (fs::path(work_dir) / "jobs" / key.Attempt().ToString() / StatusFileName(key.rank)).string();
+}
 
 Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx) {
   Parsed<PlannedAttempt> out;

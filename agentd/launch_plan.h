@@ -41,6 +41,10 @@ struct PlannedAttempt {
   std::vector<PlannedRank> ranks;
 };
 
+/// The status file a task of `key` keeps (MLSCHED_STATUS_FILE):
+/// <work_dir>/jobs/<job>.<attempt>/status-<rank>.json.
+std::string StatusFilePath(const std::string& work_dir, const TaskKey& key);
+
 /// Validates `prepare` and builds its launch requests; errors name the field and value, e.g.
 /// "working directory '/nope' does not exist". Reads the user database and the file system only.
 Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& prepare, const PlanContext& ctx);

@@ -7,9 +7,11 @@
 
 #include <csignal>
 #include <iostream>
+#include <memory>
 
 #include "agentd/agent.h"
 #include "common/client.h"
+#include "common/metrics_http.h"
 #include "common/units.h"
 
 #ifndef MLSCHED_VERSION
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   std::string server, name = agent::Hostname(), pool = "on-demand", cpus, mem, work_dir = "/var/spool/mlsched/agentd";
   std::string region, zone, domain, address, eviction_url, log_level = "info";
   std::vector<std::string> gpus;
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   double kill_grace_s = 10, eviction_interval_s = 5;
   app.add_option("--server", server, "schedd address: unix:PATH or HOST:PORT (default $MLSCHED_SERVER, else unix:" +
                                           std::string(kDefaultSocket) + ")");
@@ -55,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--eviction-url", eviction_url, "Cloud metadata URL polled for spot eviction notices");
   app.add_option("--eviction-interval", eviction_interval_s, "Seconds between eviction polls");
   app.add_option("--kill-grace", kill_grace_s, "Seconds between SIGTERM and SIGKILL on abort and shutdown");
+  app.add_option("--metrics-port", metrics_port, "Serve Prometheus node metrics on this port (0 = any free port)");
+  app.add_option("--metrics-host", metrics_host, "Address the metrics endpoint binds to");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
@@ -106,7 +112,15 @@ int main(int argc, char** argv) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
 
   agent::Agent agent(cfg);
+  agent::AgentMetrics metrics(cfg.node);
+  agent.SetMetrics(&metrics);
+  std::unique_ptr<MetricsHttpServer> metrics_http;
   try {
+    if (metrics_port >= 0) {
+      metrics_http = std::make_unique<MetricsHttpServer>(
+          metrics_host, metrics_port, [&] { return metrics.Render(agent.Connected(), agent.Running().size()); });
+      spdlog::info("metrics on http://{}:{}/metrics", metrics_host, metrics_http->Port());
+    }
     agent.Start();
   } catch (const std::exception& e) {
     return Fail(e.what());

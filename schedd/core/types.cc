@@ -109,7 +109,10 @@ bool IsFinal(JobState s) {
 
 const char* PendingReasonName(PendingReason r) { return NameOf(kReasons, r); }
 
-std::optional<Topology> ParseTopology(const std::string& s) { return ParseName(kTopologies, s); }
+std::optional<Topology> ParseTopology(const std::string& s) {
+  if (auto t = ParseName(kTopologies, s)) return t;
+  return ParseName(kTopologies, "same-" + s);  // "domain", "zone", "region" as mlsub spells them
+}
 const char* TopologyName(Topology t) { return NameOf(kTopologies, t); }
 
 const char* BackfillModeName(BackfillMode m) { return NameOf(kBackfillModes, m); }

@@ -70,7 +70,8 @@ const char* PendingReasonName(PendingReason r);
 /// Topology constraint of a gang.
 enum class Topology { kNone, kSameDomain, kSameZone, kSameRegion, kSpread };
 std::optional<Topology> ParseTopology(const std::string& s);
-/// "none" | "same-domain" | "same-zone" | "same-region" | "spread" (what ParseTopology accepts).
+/// "none" | "same-domain" | "same-zone" | "same-region" | "spread"; ParseTopology also accepts
+/// "domain", "zone" and "region" (mlsub's spelling).
 const char* TopologyName(Topology t);
 
 /// What a job asks for: `ntasks` identical tasks, each needing `per_task`, started all-or-nothing.

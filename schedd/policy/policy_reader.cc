@@ -128,8 +128,8 @@ void PolicyReader::EachTable(const toml::table& root, const char* key,
 core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "scheduler", "backfill", "priority",
-                   "fairshare", "partitions", "qos", "accounts"},
-            "the top level");
+                   "fairshare", "partitions", "qos", "accounts", "pricing"},
+            "the top level");  // [pricing.POOL] is read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
   StrList(root, "operators", p.operators, "the top level");

@@ -96,7 +96,12 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   bool completing = false;
   for (const auto& [key, g] : ghosts_)
     if (key.first == j.id) completing = true;
-  info.set_state(completing && core::IsFinal(j.state) ? v1::COMPLETING : ToProtoState(j.state));
+  // Tasks of the ended attempt still exiting: a final job is COMPLETING; a job requeued by
+  // preemption or eviction shows PREEMPTED until they are gone, then PENDING.
+  bool requeued_by_preemption = j.state == core::JobState::kPending && j.preempted;
+  info.set_state(completing && core::IsFinal(j.state)     ? v1::COMPLETING
+                 : completing && requeued_by_preemption ? v1::PREEMPTED
+                                                        : ToProtoState(j.state));
   info.set_reason(j.reason);
   info.set_submit_time(j.submit_time);
   info.set_start_time(j.start_time);
@@ -105,6 +110,8 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   info.set_attempt(j.attempt);
   info.set_requeue_count(j.requeue_count);
   info.set_expected_start(j.expected_start);
+  info.set_priority(static_cast<double>(j.priority));
+  if (j.state == core::JobState::kPending) info.set_reason_detail(j.reason_detail);
   if (j.state == core::JobState::kRunning || core::IsFinal(j.state)) *info.mutable_tasks() = j.placement.tasks();
   return info;
 }
@@ -380,6 +387,8 @@ Status Controller::Drain(const Caller& caller, const std::string& node, const st
 
 void Controller::Recover(int64_t now) {
   std::lock_guard lk(mu_);
+  usage_until_ = store_.LoadUsage(&usage_);  // the first cycle accrues the downtime of jobs that kept running
+  usage_saved_at_ = now;
   for (const auto& row : store_.LoadNodes()) {
     NodeRec n;
     n.info.ParseFromString(row.info);

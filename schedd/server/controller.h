@@ -16,7 +16,9 @@
 #include "mlsched/v1/agent.pb.h"
 #include "mlsched/v1/admin.pb.h"
 #include "mlsched/v1/jobs.pb.h"
+#include "schedd/core/priority.h"
 #include "schedd/core/types.h"
+#include "schedd/server/metrics.h"
 #include "schedd/server/store.h"
 
 namespace mlsched::server {
@@ -101,6 +103,10 @@ class Controller {
   /// Wakes WaitForWork.
   void Trigger();
 
+  /// Fairshare usage per association key (decayed billing-weighted resource-seconds).
+  std::map<std::string, double> Usage();
+  /// Priority factors of every pending job (like Slurm's sprio).
+  std::vector<core::PriorityBreakdown> ExplainPriorities(int64_t now);
   /// Replaces the policy (live reload); already accepted jobs are kept.
   void SetPolicy(core::PolicySet policy);
   core::PolicySet Policy();
@@ -108,6 +114,10 @@ class Controller {
 
   /// Number of jobs held in memory (for metrics and tests).
   size_t JobsInMemory();
+  /// Counters and histograms are updated here from now on (optional; not owned).
+  void SetMetrics(SchedMetrics* m) { metrics_ = m; }
+  /// The gauges of a scrape: jobs by state and partition, GPUs by pool, nodes by state.
+  SchedMetrics::Gauges CollectGauges();
 
  private:
   enum class Phase { kPreparing, kPrepared, kCommitted, kRunning, kExited };
@@ -130,7 +140,11 @@ class Controller {
     int64_t launch_deadline = 0;
     int64_t eligible_after = 0;  // launch backoff
     int64_t expected_start = 0;
+    int64_t priority = 0;        // multifactor priority from the last cycle
+    std::string reason_detail;   // the last cycle's explanation of `reason`
     bool preempted = false;      // a task asked to be requeued (exit 75)
+    bool clean_stop = false;     // the attempt ends with exit 75: its tasks checkpointed first
+    int64_t last_checkpoint = 0; // latest checkpoint time its tasks reported in this attempt
     bool evicting = false;       // SIGTERM sent because a node of the gang is being evicted
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
@@ -171,18 +185,29 @@ class Controller {
   void SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg);
   void MarkNodeDown(NodeRec& n, const std::string& why, int64_t now);
   void EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now);
+  /// The accounting row of the job's current attempt (end/outcome filled by the caller).
+  AttemptRow AttemptOf(const JobRec& j) const;
   // controller_cycle.cc
   core::ClusterState Snapshot(int64_t now) const;
+  /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.
+  void AccrueUsageLocked(const core::ClusterState& snap, int64_t now);
   JobRec* Find(int64_t id);
 
   Store& store_;
   AgentSink& sink_;
+  SchedMetrics* metrics_ = nullptr;
   ControllerConfig cfg_;
   std::mutex mu_;
   core::PolicySet policy_;
   std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
   std::map<std::string, NodeRec> nodes_;   // by name
   std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
+  // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
+  // to the store every kUsageSaveEvery seconds.
+  std::map<std::string, double> usage_;
+  int64_t usage_until_ = 0;
+  int64_t usage_saved_at_ = 0;
+  static constexpr int64_t kUsageSaveEvery = 60;
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool dirty_ = true;  // guarded by wake_mu_

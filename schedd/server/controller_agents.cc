@@ -10,6 +10,27 @@
 
 namespace mlsched::server {
 
+AttemptRow Controller::AttemptOf(const JobRec& j) const {
+  AttemptRow a;
+  a.job_id = j.id;
+  a.attempt = j.attempt;
+  a.start_time = j.start_time;
+  a.ntasks = j.placement.tasks_size();
+  a.cpu_millis = j.spec.per_task.cpu_millis * a.ntasks;
+  for (const auto& t : j.placement.tasks()) {
+    a.gpus += t.gpu_indices_size();
+    if (a.nodes.find(t.node()) == std::string::npos) a.nodes += (a.nodes.empty() ? "" : ",") + t.node();
+  }
+  if (a.ntasks > 0) {
+    auto it = nodes_.find(j.placement.tasks(0).node());
+    if (it != nodes_.end()) {
+      a.pool = core::PoolName(it->second.node.pool);
+      if (a.gpus > 0 && !it->second.node.capacity.gpus.empty()) a.gpu_type = it->second.node.capacity.gpus.begin()->first;
+    }
+  }
+  return a;
+}
+
 void Controller::SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg) {
   std::set<std::string> sent;
   for (const auto& t : j.placement.tasks())
@@ -43,7 +64,13 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.placement.set_master_port(cfg_.master_port_base +
                               static_cast<int32_t>((j.id * 7919 + j.attempt * 104729) % cfg_.master_port_range));
   j.tasks.assign(tasks.size(), TaskRt{});
+  if (metrics_ && j.attempt == 1) {
+    const auto& cap = nodes_[rank0].node.capacity.gpus;
+    std::string accel = j.spec.per_task.GpuCount() > 0 && !cap.empty() ? cap.begin()->first : "cpu";
+    metrics_->ObserveQueueWait(j.spec.partition, accel, static_cast<double>(now - j.submit_time));
+  }
   Persist(j, "start", "attempt " + std::to_string(j.attempt));  // RUNNING is durable before any task starts
+  store_.SaveAttempt(AttemptOf(j)).get();
 
   v1::JobSpec spec;
   if (auto blob = store_.LoadSpec(j.id)) spec.ParseFromString(*blob);
@@ -116,6 +143,16 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     SendToNodes(j, m);
   }
   j.tasks.clear();
+  AttemptRow acct = AttemptOf(j);
+  acct.end_time = now;
+  acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
+  // Work lost to a requeue: the time since the last checkpoint its tasks reported (or since the
+  // attempt started); none when the tasks stopped with exit 75, which means "checkpointed".
+  if (final_state == core::JobState::kPending && any_committed && !j.clean_stop)
+    acct.lost_work_s = now - std::max(j.start_time, j.last_checkpoint);
+  j.clean_stop = false;
+  j.last_checkpoint = 0;
+  if (j.attempt > 0) store_.SaveAttempt(acct).get();
   if (final_state == core::JobState::kPending) {
     j.state = core::JobState::kPending;
     j.requeue_count += 1;
@@ -128,6 +165,10 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     j.end_time = now;
   }
   Persist(j, event, reason);
+  if (metrics_) {
+    if (final_state == core::JobState::kPending) metrics_->CountRequeue(reason);
+    else metrics_->CountJobEnd(core::JobStateName(final_state));
+  }
   spdlog::info("job {} attempt {}: {} -> {} ({})", j.id, j.attempt, event, core::JobStateName(j.state), reason);
   Trigger();
 }
@@ -254,6 +295,14 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   }
   JobRec* j = Find(t.job_id());
   if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
+  if (t.rank() < 0) {
+    // The agent could not launch this attempt on `node` at all (e.g. a commit for an attempt it
+    // never prepared): a launch failure, retried after the backoff.
+    spdlog::warn("job {} attempt {}: launch failed on {}: {}", j->id, j->attempt, node, t.error());
+    EndAttempt(*j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");
+    j->eligible_after = now + cfg_.requeue_backoff_s;
+    return;
+  }
   int idx = -1;
   for (int i = 0; i < j->placement.tasks_size(); ++i)
     if (j->placement.tasks(i).rank() == t.rank() && j->placement.tasks(i).node() == node) idx = i;
@@ -265,6 +314,7 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   if (t.exit_code() == kPreemptedExit || (j->evicting && t.signaled())) {
     // PREEMPTED, then back to PENDING with its original submit time.
     j->preempted = true;
+    j->clean_stop = t.exit_code() == kPreemptedExit;
     store_.AppendEvent(j->id, node, "PREEMPTED", j->evicting ? "spot eviction" : "rank exited 75").get();
     EndAttempt(*j, core::JobState::kPending, j->evicting ? "Evicted" : "Preempted", 0, now, "requeue");
     return;
@@ -285,7 +335,12 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
   if (nit == nodes_.end()) return;
   nit->second.last_heartbeat = now;
   std::set<std::tuple<int64_t, int32_t, int32_t>> running;
-  for (const auto& r : hb.running()) running.insert({r.job_id(), r.attempt(), r.rank()});
+  for (const auto& r : hb.running()) {
+    running.insert({r.job_id(), r.attempt(), r.rank()});
+    JobRec* j = Find(r.job_id());
+    if (j && j->state == core::JobState::kRunning && j->attempt == r.attempt())
+      j->last_checkpoint = std::max(j->last_checkpoint, r.last_checkpoint_time());
+  }
   // A started task missing from two consecutive heartbeats of its node is lost.
   std::vector<int64_t> lost;
   for (auto& [id, j] : jobs_) {
@@ -319,6 +374,7 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
   n.info.set_reason("evicted (" + source + ")");
   store_.SaveNode(NodeRow{name, n.info.SerializeAsString(), true, n.info.reason()}).get();
   int grace = static_cast<int>(std::max<int64_t>(1, deadline - now - 2));
+  if (metrics_) metrics_->CountEviction();
   std::string jobs;
   for (auto& [id, j] : jobs_) {
     if (j.state != core::JobState::kRunning) continue;
@@ -326,6 +382,7 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
     for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
     if (!on_node) continue;
     j.evicting = true;
+    j.reason = "Evicting";  // RUNNING while its tasks checkpoint within the grace period
     v1::SchedulerMessage m;
     auto* s = m.mutable_signal();
     s->set_job_id(id);

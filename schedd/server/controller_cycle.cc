@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "schedd/core/fairshare.h"
 #include "schedd/server/controller.h"
 
 namespace mlsched::server {
@@ -36,6 +37,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.state = j.state;
       cj.submit_time = j.submit_time;
       cj.attempt = j.attempt;
+      if (j.expected_start > 0) cj.expected_start = j.expected_start;
       s.jobs.push_back(std::move(cj));
     } else if (j.state == core::JobState::kRunning) {
       core::Job cj;
@@ -71,7 +73,38 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
     cj.allocation = std::move(a);
     s.jobs.push_back(std::move(cj));
   }
+  s.usage = usage_;
   return s;
+}
+
+void Controller::AccrueUsageLocked(const core::ClusterState& snap, int64_t now) {
+  if (usage_until_ <= 0 || usage_until_ > now) usage_until_ = now;
+  if (now == usage_until_) return;
+  std::vector<core::Job> running;
+  for (const auto& j : snap.jobs)
+    if (j.id > 0 && j.state == core::JobState::kRunning) running.push_back(j);  // ghosts have ids < 0
+  core::AccrueUsage(usage_, running, policy_.fairshare, usage_until_, now);
+  usage_until_ = now;
+  if (now - usage_saved_at_ >= kUsageSaveEvery) {
+    usage_saved_at_ = now;
+    store_.SaveUsage(usage_, usage_until_);  // durable within a group commit; not waited for
+  }
+}
+
+std::map<std::string, double> Controller::Usage() {
+  std::lock_guard lk(mu_);
+  return usage_;
+}
+
+std::vector<core::PriorityBreakdown> Controller::ExplainPriorities(int64_t now) {
+  core::ClusterState snap;
+  core::PolicySet policy;
+  {
+    std::lock_guard lk(mu_);
+    snap = Snapshot(now);
+    policy = policy_;
+  }
+  return core::ExplainPriorities(snap, policy, now);
 }
 
 void Controller::RunCycle(int64_t now) {
@@ -80,11 +113,14 @@ void Controller::RunCycle(int64_t now) {
   {
     std::lock_guard lk(mu_);
     snap = Snapshot(now);
+    AccrueUsageLocked(snap, now);
+    snap.usage = usage_;
     policy = policy_;
   }
   auto t0 = std::chrono::steady_clock::now();
   core::CyclePlan plan = core::SchedulingCycle::Run(snap, policy, now);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  if (metrics_) metrics_->ObserveCycle(static_cast<double>(us) / 1e6);
   std::lock_guard lk(mu_);
   for (const auto& s : plan.starts) {
     JobRec* j = Find(s.job);
@@ -102,9 +138,30 @@ void Controller::RunCycle(int64_t now) {
     if (!j || j->state != core::JobState::kPending) continue;
     j->reason = core::PendingReasonName(p.reason);
     j->expected_start = p.expected_start.value_or(0);
+    j->priority = p.priority;
+    j->reason_detail = p.detail;
   }
   if (!plan.starts.empty())
     spdlog::debug("cycle: {} jobs in snapshot, {} starts, {} us", snap.jobs.size(), plan.starts.size(), us);
+}
+
+}  // namespace mlsched::server
+
+namespace mlsched::server {
+
+SchedMetrics::Gauges Controller::CollectGauges() {
+  SchedMetrics::Gauges g;
+  for (const auto& n : Nodes()) g.nodes[n.state()] += 1;
+  std::lock_guard lk(mu_);
+  for (const auto& [id, j] : jobs_) {
+    g.jobs[{core::JobStateName(j.state), j.spec.partition}] += 1;
+    if (j.state != core::JobState::kRunning) continue;
+    for (const auto& t : j.placement.tasks()) {
+      auto it = nodes_.find(t.node());
+      if (it != nodes_.end()) g.running_gpus[core::PoolName(it->second.node.pool)] += t.gpu_indices_size();
+    }
+  }
+  return g;
 }
 
 }  // namespace mlsched::server

@@ -6,10 +6,14 @@
 
 #include <csignal>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "common/client.h"
+#include "common/metrics_http.h"
+#include "schedd/policy/policy_loader.h"
+#include "schedd/report/report.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
 #include "schedd/server/services.h"
@@ -30,19 +34,43 @@ std::string ReadToken(const std::string& path) {
   return t;
 }
 
+/// Loads the policy file (all or nothing; pricing tables included) and adds the --operator users.
+/// nullopt after logging every error as FILE:LINE:COL.
+std::optional<mlsched::core::PolicySet> LoadPolicy(const std::string& path, const std::vector<std::string>& operators) {
+  mlsched::core::PolicySet policy;
+  if (!path.empty()) {
+    auto r = mlsched::policy::LoadPolicyFile(path);
+    std::string pricing_error;
+    if (r.ok() && !mlsched::report::LoadPricing(path, &pricing_error)) {
+      spdlog::error("{}", pricing_error);
+      return std::nullopt;
+    }
+    if (!r.ok()) {
+      for (const auto& e : r.errors) spdlog::error("{}", e.ToString());
+      return std::nullopt;
+    }
+    policy = std::move(*r.policy);
+  }
+  policy.operators.insert(policy.operators.end(), operators.begin(), operators.end());
+  return policy;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"schedd: the mlsched scheduler daemon"};
   std::string listen = std::string("unix:") + mlsched::kDefaultSocket, listen_tcp, token_file;
-  std::string state_dir = "/var/lib/mlsched", log_level = "info";
+  std::string state_dir = "/var/lib/mlsched", log_level = "info", policy_file;
   ControllerConfig cfg;
   int cycle_ms = 1000;
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   std::vector<std::string> operators;
   app.add_option("--listen", listen, "Unix socket to serve on (unix:PATH)");
   app.add_option("--listen-tcp", listen_tcp, "Also serve on TCP HOST:PORT (needs --token-file)");
   app.add_option("--token-file", token_file, "File holding the shared token TCP callers must present");
   app.add_option("--state-dir", state_dir, "Directory of the SQLite state (state.db)");
+  app.add_option("--policy", policy_file, "Policy TOML file (policies/README.md); reloaded on SIGHUP");
   app.add_option("--operator", operators, "User allowed to act on any job (repeatable)");
   app.add_option("--heartbeat-interval", cfg.heartbeat_interval_s, "Seconds between agent heartbeats");
   app.add_option("--heartbeat-timeout", cfg.heartbeat_timeout_s, "Seconds of silence before a node is DOWN");
@@ -52,6 +80,8 @@ int main(int argc, char** argv) {
   app.add_option("--requeue-backoff", cfg.requeue_backoff_s, "Seconds before a failed launch is retried");
   app.add_option("--cycle-interval-ms", cycle_ms, "Longest pause between scheduling cycles (ms)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--metrics-port", metrics_port, "Serve Prometheus metrics on this port (0 = any free port)");
+  app.add_option("--metrics-host", metrics_host, "Address the metrics endpoint binds to");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (listen.rfind("unix:", 0) != 0) {
@@ -75,8 +105,13 @@ int main(int argc, char** argv) {
   try {
     std::string token = token_file.empty() ? "" : ReadToken(token_file);
     Store store(state_dir);
-    mlsched::core::PolicySet policy;
-    policy.operators = operators;
+    auto loaded = LoadPolicy(policy_file, operators);
+    if (!loaded) {
+      spdlog::critical("policy {} is invalid; not starting", policy_file);
+      return 2;
+    }
+    mlsched::core::PolicySet policy = std::move(*loaded);
+    if (!policy_file.empty()) spdlog::info("policy loaded from {}", policy_file);
     PeerCredListener listener(listen.substr(5));
     Controller* ctl_ptr = nullptr;
     Authenticator auth(&listener, token, [&](const std::string& u) { return ctl_ptr && ctl_ptr->IsOperator(u); });
@@ -84,7 +119,15 @@ int main(int argc, char** argv) {
     Controller ctl(store, gateway, policy, cfg);
     ctl_ptr = &ctl;
     gateway.SetController(&ctl);
+    SchedMetrics metrics;
+    ctl.SetMetrics(&metrics);
     ctl.Recover(WallNow());
+    std::unique_ptr<mlsched::MetricsHttpServer> metrics_http;
+    if (metrics_port >= 0) {
+      metrics_http = std::make_unique<mlsched::MetricsHttpServer>(
+          metrics_host, metrics_port, [&] { return metrics.Render(ctl.CollectGauges()); });
+      spdlog::info("metrics on http://{}:{}/metrics", metrics_host, metrics_http->Port());
+    }
     JobServiceImpl jobs(ctl, auth);
     AdminServiceImpl admin(ctl, auth);
 
@@ -118,7 +161,15 @@ int main(int argc, char** argv) {
       int sig = 0;
       sigwait(&sigs, &sig);
       if (sig == SIGHUP) {
-        spdlog::info("SIGHUP: nothing to reload yet");
+        if (policy_file.empty()) {
+          spdlog::info("SIGHUP: no --policy file to reload");
+        } else if (auto p = LoadPolicy(policy_file, operators)) {
+          ctl.SetPolicy(std::move(*p));
+          ctl.Trigger();
+          spdlog::info("SIGHUP: policy reloaded from {}", policy_file);
+        } else {
+          spdlog::error("SIGHUP: {} has errors; keeping the current policy", policy_file);
+        }
         continue;
       }
       spdlog::info("signal {}: shutting down", sig);

@@ -33,12 +33,16 @@ class Stmt {
     Check(db_, sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), "bind");
     return *this;
   }
+  Stmt& BindDouble(int i, double v) { Check(db_, sqlite3_bind_double(st_, i, v), "bind"); return *this; }
+  /// Makes the statement ready to run again (bindings are replaced by the next Bind calls).
+  void Reset() { sqlite3_reset(st_); }
   bool Step() {
     int rc = sqlite3_step(st_);
     Check(db_, rc, sqlite3_sql(st_));
     return rc == SQLITE_ROW;
   }
   int64_t Int(int c) { return sqlite3_column_int64(st_, c); }
+  double Double(int c) { return sqlite3_column_double(st_, c); }
   std::string Blob(int c) {
     const void* p = sqlite3_column_blob(st_, c);
     return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
@@ -88,13 +92,29 @@ const char* const kMigrations[] = {
     "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
     "  job_id INTEGER NOT NULL, node TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);"
     "CREATE INDEX events_by_job ON events(job_id);",
+    // 2: accounting per launch attempt.
+    "CREATE TABLE attempts (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, start_time INTEGER NOT NULL,"
+    "  end_time INTEGER NOT NULL DEFAULT 0, outcome TEXT NOT NULL DEFAULT '', ntasks INTEGER NOT NULL,"
+    "  cpu_millis INTEGER NOT NULL, gpus INTEGER NOT NULL, gpu_type TEXT NOT NULL, pool TEXT NOT NULL,"
+    "  nodes TEXT NOT NULL, lost_work_s INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job_id, attempt));"
+    "CREATE INDEX attempts_by_end ON attempts(end_time);",
+    // 3: decayed fairshare usage per association, and when it was last accrued.
+    "CREATE TABLE usage (key TEXT PRIMARY KEY, value REAL NOT NULL);"
+    "CREATE TABLE usage_clock (accrued_until INTEGER NOT NULL);",
 };
 
 }  // namespace
 
-Store::Store(const std::string& state_dir) {
-  std::filesystem::create_directories(state_dir);
+Store::Store(const std::string& state_dir, bool read_only) {
   path_ = (std::filesystem::path(state_dir) / "state.db").string();
+  if (read_only) {
+    if (!std::filesystem::exists(path_)) throw StoreError(path_ + ": no such file (is --state-dir right?)");
+    if (sqlite3_open_v2(path_.c_str(), &rdb_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK)
+      throw StoreError("sqlite: cannot open " + path_ + " read-only");
+    sqlite3_busy_timeout(rdb_, 5000);
+    return;
+  }
+  std::filesystem::create_directories(state_dir);
   Check(nullptr, sqlite3_open_v2(path_.c_str(), &wdb_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) == SQLITE_OK ? SQLITE_OK : SQLITE_ERROR, "open");
   sqlite3_busy_timeout(wdb_, 5000);
   Exec(wdb_, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
@@ -113,7 +133,7 @@ Store::~Store() {
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();
   sqlite3_close(rdb_);
-  sqlite3_close(wdb_);
+  if (wdb_) sqlite3_close(wdb_);
 }
 
 void Store::Migrate() {
@@ -138,12 +158,16 @@ void Store::Migrate() {
 }
 
 int Store::SchemaVersion() {
-  Stmt s(wdb_, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
+  Stmt s(wdb_ ? wdb_ : rdb_, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
   s.Step();
   return static_cast<int>(s.Int(0));
 }
 
 void Store::Enqueue(Work work, std::function<void(std::exception_ptr)> done) {
+  if (!writer_.joinable()) {
+    done(std::make_exception_ptr(StoreError(path_ + " is open read-only")));
+    return;
+  }
   {
     std::lock_guard lk(mu_);
     queue_.push_back(Item{std::move(work), std::move(done)});
@@ -249,6 +273,75 @@ std::future<void> Store::SaveNode(NodeRow row) {
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
   return p->get_future();
+}
+
+std::future<void> Store::SaveAttempt(AttemptRow a) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [a = std::move(a)](sqlite3* db) {
+        Stmt s(db,
+               "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
+               " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+        s.Bind(1, a.job_id).Bind(2, a.attempt).Bind(3, a.start_time).Bind(4, a.end_time).BindText(5, a.outcome)
+            .Bind(6, a.ntasks).Bind(7, a.cpu_millis).Bind(8, a.gpus).BindText(9, a.gpu_type).BindText(10, a.pool)
+            .BindText(11, a.nodes).Bind(12, a.lost_work_s);
+        s.Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::future<void> Store::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [usage = std::move(usage), accrued_until](sqlite3* db) {
+        Exec(db, "DELETE FROM usage; DELETE FROM usage_clock;");
+        Stmt ins(db, "INSERT INTO usage(key, value) VALUES (?, ?)");
+        for (const auto& [k, v] : usage) {
+          ins.Reset();
+          ins.BindText(1, k).BindDouble(2, v);
+          ins.Step();
+        }
+        Stmt(db, "INSERT INTO usage_clock(accrued_until) VALUES (?)").Bind(1, accrued_until).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+int64_t Store::LoadUsage(std::map<std::string, double>* usage) {
+  std::lock_guard lk(rmu_);
+  usage->clear();
+  Stmt s(rdb_, "SELECT key, value FROM usage");
+  while (s.Step()) (*usage)[s.Blob(0)] = s.Double(1);
+  Stmt c(rdb_, "SELECT COALESCE(MAX(accrued_until), 0) FROM usage_clock");
+  c.Step();
+  return c.Int(0);
+}
+
+std::vector<AttemptRow> Store::LoadAttempts(int64_t start, int64_t end) {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_,
+         "SELECT job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type, pool, nodes,"
+         " lost_work_s FROM attempts WHERE start_time < ? AND (end_time = 0 OR end_time >= ?) ORDER BY job_id, attempt");
+  s.Bind(1, end).Bind(2, start);
+  std::vector<AttemptRow> out;
+  while (s.Step()) {
+    AttemptRow a;
+    a.job_id = s.Int(0);
+    a.attempt = static_cast<int32_t>(s.Int(1));
+    a.start_time = s.Int(2);
+    a.end_time = s.Int(3);
+    a.outcome = s.Blob(4);
+    a.ntasks = static_cast<int32_t>(s.Int(5));
+    a.cpu_millis = s.Int(6);
+    a.gpus = s.Int(7);
+    a.gpu_type = s.Blob(8);
+    a.pool = s.Blob(9);
+    a.nodes = s.Blob(10);
+    a.lost_work_s = s.Int(11);
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 std::vector<JobRow> Store::LoadJobs(int64_t finished_since) {

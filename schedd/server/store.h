@@ -10,6 +10,8 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,6 +36,22 @@ struct JobRow {
   std::string placement;
 };
 
+/// One launch attempt of a job: the accounting record (like a sacct step). Written when the
+/// attempt starts (end_time 0) and completed when it ends.
+struct AttemptRow {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int64_t start_time = 0, end_time = 0;  // seconds since epoch
+  std::string outcome;                   // "" while running; COMPLETED, FAILED, CANCELLED, TIMEOUT, Preempted, Evicted, NodeFail, LaunchFailedRequeue
+  int32_t ntasks = 0;
+  int64_t cpu_millis = 0;                // whole gang
+  int64_t gpus = 0;                      // whole gang
+  std::string gpu_type;                  // "" for CPU-only
+  std::string pool;                      // pool of rank 0's node (on-demand, spot, reserved)
+  std::string nodes;                     // comma-separated
+  int64_t lost_work_s = 0;               // seconds of work lost to a requeue (since the last checkpoint)
+};
+
 /// Operator-set node state that survives restarts (drain).
 struct NodeRow {
   std::string name;
@@ -50,7 +68,12 @@ struct StoreError : std::runtime_error {
 class Store {
  public:
   /// Opens (creating if needed) DIR/state.db and applies schema migrations. Throws StoreError.
-  explicit Store(const std::string& state_dir);
+  explicit Store(const std::string& state_dir) : Store(state_dir, false) {}
+  /// Opens DIR/state.db for reading only (no migrations, no writer; safe beside a running schedd
+  /// thanks to WAL). Every write then throws StoreError. Throws StoreError when the file is missing.
+  static std::unique_ptr<Store> OpenReadOnly(const std::string& state_dir) {
+    return std::unique_ptr<Store>(new Store(state_dir, true));
+  }
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -62,6 +85,15 @@ class Store {
   std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "");
   /// Records an event (job_id 0 for node-only events).
   std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail);
+  /// Inserts or replaces an attempt's accounting row.
+  std::future<void> SaveAttempt(AttemptRow row);
+  /// Attempts that overlap [start, end) (running ones included), by job id then attempt.
+  std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end);
+  /// Replaces the stored fairshare usage (association key -> decayed billing-weighted
+  /// resource-seconds) and the time it was accrued up to (seconds since epoch).
+  std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until);
+  /// Loads the stored usage into `usage`; returns its accrued-until time (0 when never saved).
+  int64_t LoadUsage(std::map<std::string, double>* usage);
   /// Upserts a node row.
   std::future<void> SaveNode(NodeRow row);
 
@@ -84,6 +116,7 @@ class Store {
     Work work;
     std::function<void(std::exception_ptr)> done;
   };
+  Store(const std::string& state_dir, bool read_only);
   void Enqueue(Work work, std::function<void(std::exception_ptr)> done);
   void WriterLoop();
   void Migrate();

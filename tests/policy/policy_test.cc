@@ -60,7 +60,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
   std::vector<Row> table{
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
-        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts"}},
+        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts, pricing"}},
       {"unknown key in a table", "[backfill]\nmode = \"easy\"\nwindw = 5\n",
        {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, "
         "resolution, keep_plans"}},

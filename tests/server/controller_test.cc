@@ -241,7 +241,7 @@ TEST_CASE("bad input is rejected with a clear error and changes nothing", "[cont
   CHECK(w.ctl->List(v1::ListJobsRequest{}).empty());
 }
 
-TEST_CASE("users control only their own jobs; operators any", "[controller]") {
+TEST_CASE("users control only their own jobs - operators any", "[controller]") {
   World w(1, 1);
   int64_t id = w.Submit(Spec(1), w.alice);
   v1::CancelJobsRequest req;
@@ -256,7 +256,7 @@ TEST_CASE("users control only their own jobs; operators any", "[controller]") {
   CHECK(w.Job(id).state() == v1::CANCELLED);
 }
 
-TEST_CASE("time limits end jobs with TIMEOUT; held jobs wait for release", "[controller]") {
+TEST_CASE("time limits end jobs with TIMEOUT - held jobs wait for release", "[controller]") {
   World w(1, 2);
   auto s = Spec(1);
   s.set_time_limit_s(60);
@@ -306,4 +306,91 @@ TEST_CASE("spot eviction: the gang is told to checkpoint, exits 75, and is reque
   for (const auto& t : again.tasks()) CHECK(t.node() != spot);
   for (const auto& n : w.ctl->Nodes())
     if (n.name() == spot) CHECK(n.state() == "DRAIN");
+}
+
+TEST_CASE("lost work: none after exit 75, time since the reported checkpoint after a node failure", "[controller]") {
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  auto info = w.Job(id);
+  // Both nodes report the tasks with a checkpoint taken 40 s into the attempt.
+  for (const auto& t : info.tasks()) {
+    auto hb = Heartbeat({{id, 1, t.rank()}});
+    hb.mutable_heartbeat()->mutable_running(0)->set_last_checkpoint_time(w.now + 40);
+    w.ctl->OnAgentMessage(t.node(), hb, w.now + 50);
+  }
+  // One rank vanishes from its node's heartbeats: lost after two, 100 s into the attempt.
+  const auto& gone = info.tasks(1);
+  w.ctl->OnAgentMessage(gone.node(), Heartbeat({}), w.now + 90);
+  w.ctl->OnAgentMessage(gone.node(), Heartbeat({}), w.now + 100);
+  REQUIRE(w.Job(id).state() == v1::PENDING);
+  auto attempts = w.store->LoadAttempts(0, w.now + 1000);
+  REQUIRE(attempts.size() == 1);
+  CHECK(attempts[0].outcome == "NodeFail");
+  CHECK(attempts[0].lost_work_s == 60);  // 100 - 40, not the whole 100 s
+
+  // Attempt 2 is preempted cleanly (exit 75 = checkpointed): nothing is lost.
+  w.ctl->OnAgentMessage(info.tasks(0).node(), Exited(id, 1, info.tasks(0).rank(), 143), w.now + 101);  // the killed rank
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 200);
+  w.PrepareAndStartAll();
+  info = w.Job(id);
+  REQUIRE(info.attempt() == 2);
+  w.ctl->OnAgentMessage(info.tasks(0).node(), Exited(id, 2, info.tasks(0).rank(), 75), w.now + 300);
+  attempts = w.store->LoadAttempts(0, w.now + 1000);
+  REQUIRE(attempts.size() == 2);
+  CHECK(attempts[1].outcome == "Preempted");
+  CHECK(attempts[1].lost_work_s == 0);
+}
+
+TEST_CASE("an agent's rank -1 exit for an attempt is a launch failure, retried after the backoff", "[controller]") {
+  World w(1, 1);
+  int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.ctl->OnAgentMessage("n1", PrepareOk(id, 1), w.now);
+  w.ctl->OnAgentMessage("n1", Exited(id, 1, -1, 127), w.now + 1);
+  auto info = w.Job(id);
+  CHECK(info.state() == v1::PENDING);
+  CHECK(info.reason() == "LaunchFailedRequeue");
+}
+
+TEST_CASE("fairshare usage accrues while jobs run and survives a restart", "[controller]") {
+  World w(1, 2);
+  v1::JobSpec spec = Spec(1, 2);
+  spec.set_account("physics");
+  int64_t id = w.Submit(spec, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  w.ctl->RunCycle(w.now + 100);  // 100 s x 2 cores x billing weight 1 (default cpu weight)
+  auto usage = w.ctl->Usage();
+  REQUIRE(usage.count("physics/alice") == 1);
+  double before = usage["physics/alice"];
+  CHECK(before > 150);
+  CHECK(before <= 200);
+  w.ctl->OnAgentMessage("n1", Exited(id, 1, 0, 0), w.now + 100);
+  w.ctl.reset();
+  w.store.reset();  // flushes the writer queue
+  w.store = std::make_unique<Store>(w.dir.path.string());
+  Controller again(*w.store, w.sink, core::PolicySet{}, w.cfg);
+  again.Recover(w.now + 101);
+  CHECK(again.Usage()["physics/alice"] == Approx(before));
+}
+
+TEST_CASE("pending jobs carry the cycle's priority, reason detail and expected start", "[controller]") {
+  World w(1, 2);
+  core::PolicySet policy;
+  policy.backfill.mode = core::BackfillMode::kEasy;
+  w.ctl->SetPolicy(policy);
+  v1::JobSpec running = Spec(1, 2);
+  running.set_time_limit_s(600);
+  w.Submit(running, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  int64_t blocked = w.Submit(Spec(1, 2), w.alice);
+  w.ctl->RunCycle(w.now + 1);
+  auto info = w.Job(blocked);
+  CHECK(info.state() == v1::PENDING);
+  CHECK(info.reason() == "Resources");
+  CHECK(info.expected_start() == w.now + 600);  // when the running job's time limit ends
 }

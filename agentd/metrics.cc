@@ -1,0 +1,39 @@
+#include "agentd/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+namespace mlsched::agent {
+
+AgentMetrics::AgentMetrics(const NodeIdentity& node)
+    : registry_(std::make_shared<prometheus::Registry>()), node_(node.name), pool_(node.pool) {
+  const std::map<std::string, std::string> labels{{"node", node_}, {"pool", pool_}};
+  started_ = &prometheus::BuildCounter().Name("mlsched_agent_tasks_started_total").Help("Tasks launched on this node")
+                  .Labels(labels).Register(*registry_).Add({});
+  exits_ = &prometheus::BuildCounter().Name("mlsched_agent_task_exits_total")
+                .Help("Task exits by outcome (completed, preempted = exit 75, failed, signaled)")
+                .Labels(labels).Register(*registry_);
+  notices_ = &prometheus::BuildCounter().Name("mlsched_agent_eviction_notices_total")
+                  .Help("Spot eviction notices relayed to schedd").Labels(labels).Register(*registry_).Add({});
+  connected_ = &prometheus::BuildGauge().Name("mlsched_agent_connected").Help("1 while registered with schedd")
+                    .Labels(labels).Register(*registry_).Add({});
+  running_ = &prometheus::BuildGauge().Name("mlsched_agent_running_tasks").Help("Tasks running now")
+                  .Labels(labels).Register(*registry_).Add({});
+  auto& cap = prometheus::BuildGauge().Name("mlsched_agent_capacity").Help("Resources this node offers, by resource")
+                  .Labels(labels).Register(*registry_);
+  cap.Add({{"resource", "cpu_millicores"}}).Set(static_cast<double>(node.cpu_millis));
+  cap.Add({{"resource", "memory_bytes"}}).Set(static_cast<double>(node.memory_bytes));
+  for (const auto& g : node.gpus) cap.Add({{"resource", "gpu:" + g.type}}).Set(static_cast<double>(g.count));
+}
+
+void AgentMetrics::CountTaskStarted() { started_->Increment(); }
+void AgentMetrics::CountTaskExit(const std::string& outcome) { exits_->Add({{"outcome", outcome}}).Increment(); }
+void AgentMetrics::CountEvictionNotice() { notices_->Increment(); }
+
+std::string AgentMetrics::Render(bool connected, size_t running_tasks) {
+  std::lock_guard lk(mu_);
+  connected_->Set(connected ? 1 : 0);
+  running_->Set(static_cast<double>(running_tasks));
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,41 @@
+// agentd's Prometheus metrics (prometheus-cpp model, text exposition; served by
+// common/metrics_http.h on --metrics-port). Counters are updated by the agent as tasks start and
+// exit and eviction notices arrive; gauges (connection, running tasks, capacity) are set per scrape.
+// Thread-safe.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "agentd/node_info.h"
+
+namespace mlsched::agent {
+
+class AgentMetrics {
+ public:
+  /// Every series carries the labels node and pool of `node`; capacity gauges come from it too.
+  explicit AgentMetrics(const NodeIdentity& node);
+  void CountTaskStarted();
+  /// outcome: "completed" (exit 0), "preempted" (exit 75), "failed" (other code), "signaled".
+  void CountTaskExit(const std::string& outcome);
+  void CountEvictionNotice();
+  /// Sets the per-scrape gauges and returns the text exposition of every metric.
+  std::string Render(bool connected, size_t running_tasks);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter* started_;
+  prometheus::Family<prometheus::Counter>* exits_;
+  prometheus::Counter* notices_;
+  prometheus::Gauge* connected_;
+  prometheus::Gauge* running_;
+  std::string node_, pool_;
+  std::mutex mu_;
+};
+
+}  // namespace mlsched::agent
