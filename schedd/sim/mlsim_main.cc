@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"queue", "shortest-first"}));
   app.add_option("--queue-order", c.queue_order, "queue order: FCFS or multifactor priority")
       ->check(CLI::IsMember({"fifo", "multifactor"}));
+  app.add_flag("--keep-plans", c.keep_plans,
+               "conservative backfill: keep planned starts between cycles, moving them only "
+               "earlier (pyss)");
   app.add_flag("--exact-runtimes", c.exact_runtimes, "time limit = actual run time");
   app.add_flag("--predict-runtimes", c.predict_runtimes,
                "plan with run times predicted from each user's last two jobs (Tsafrir 2007)");

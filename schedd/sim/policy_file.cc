@@ -73,13 +73,19 @@ void ReadBackfill(const toml::node& n, const std::string& where, core::BackfillP
     return;
   }
   const toml::table& t = Table(n, where);
-  CheckKeys(t, where, {"mode", "order", "depth", "max_job_test", "window_s", "resolution_s"});
+  CheckKeys(t, where, {"mode", "order", "depth", "max_job_test", "window_s", "resolution_s",
+                       "keep_plans"});
   SetBackfillMode(policy, Str(t, "mode", "none", where));
   SetBackfillOrder(policy, Str(t, "order", "queue", where));
   b.depth = static_cast<int32_t>(Int(t, "depth", 0, 0, where));
   b.max_job_test = static_cast<int32_t>(Int(t, "max_job_test", 0, 0, where));
   b.window = Int(t, "window_s", 0, 0, where);
   b.resolution = Int(t, "resolution_s", 1, 1, where);
+  if (const toml::node* k = t.get("keep_plans")) {
+    const toml::value<bool>* v = k->as_boolean();
+    if (v == nullptr) Fail(where, "keep_plans: want true or false");
+    b.keep_plans = v->get();
+  }
 }
 
 void ReadWeights(const toml::table& t, const std::string& where, core::PriorityWeights& w) {
@@ -225,6 +231,9 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
   if (policy.backfill.mode != core::BackfillMode::kNone) {
     out += std::string("+") + core::BackfillModeName(policy.backfill.mode);
     if (policy.backfill.order == core::BackfillOrder::kShortestFirst) out += "(shortest-first)";
+    if (policy.backfill.mode == core::BackfillMode::kConservative && policy.backfill.keep_plans) {
+      out += "(keep-plans)";
+    }
   }
   return out;
 }

@@ -197,6 +197,7 @@ void Simulation::Requeue(size_t index) {
   job.reason = core::PendingReason::kNone;
   job.start_time = 0;
   job.allocation.reset();
+  job.expected_start.reset();  // a requeued job is planned afresh
   live.running = false;
   --running_;
   ++pending_;
@@ -249,6 +250,7 @@ void Simulation::Start(const core::StartDecision& decision) {
   job.state = core::JobState::kRunning;
   job.reason = core::PendingReason::kNone;
   job.start_time = now_;
+  job.expected_start.reset();
   job.attempt = out.attempts;
   job.allocation = decision.allocation;
   if (out.first_start < 0) out.first_start = now_;
@@ -292,7 +294,11 @@ void Simulation::Cycle() {
     const int64_t index = update.job - 1;
     if (index >= 0 && index < static_cast<int64_t>(live_.size()) && live_[index].slot >= 0 &&
         !live_[index].running) {
-      JobOf(static_cast<size_t>(index)).reason = update.reason;
+      // Fed back like the daemon does: conservative backfill with keep_plans starts the next
+      // cycle from these planned starts (pyss semantics: a plan only moves earlier).
+      core::Job& job = JobOf(static_cast<size_t>(index));
+      job.reason = update.reason;
+      job.expected_start = update.expected_start;
     }
   }
   if (options_.record_series) {

@@ -43,6 +43,17 @@ TEST_CASE("a policy file fills queue order, backfill, weights, fairshare and acc
   CHECK(p.partitions[0].max_time_limit == 7200);
   CHECK(p.default_partition == "batch");
   CHECK(DescribeSchedulingPolicy(p) == "multifactor+conservative(shortest-first)");
+  CHECK_FALSE(p.backfill.keep_plans);
+}
+
+TEST_CASE("backfill keep_plans is read from the policy file", "[sim][policy]") {
+  const std::string path =
+      WriteTemp("k.toml", "[backfill]\nmode = \"conservative\"\nkeep_plans = true\n");
+  core::PolicySet p = ReadPolicyFile(path, nullptr);
+  CHECK(p.backfill.keep_plans);
+  CHECK(DescribeSchedulingPolicy(p) == "fifo+conservative(keep-plans)");
+  CHECK_THROWS_WITH(ReadPolicyFile(WriteTemp("k2.toml", "[backfill]\nkeep_plans = 1\n"), nullptr),
+                    Catch::Contains("keep_plans"));
 }
 
 TEST_CASE("policy errors name the file and the key", "[sim][policy]") {

@@ -166,3 +166,23 @@ TEST_CASE("periodic cycles run while jobs pend and do not change FIFO decisions"
   CHECK(r.jobs[1].first_start == events_only.jobs[1].first_start);
   CHECK(r.jobs[1].first_start == 1000);
 }
+
+TEST_CASE("conservative with kept plans: a job ending early never moves a reservation later",
+          "[sim]") {
+  // 4 processors. J1 (2, limit 100) and J2 (2, limit 200, ends at 20) run from 0. A (4, 50) at 1
+  // is planned at 200; B (2, 100) at 2 is planned in J1's slot [100, 200). When J2 ends early:
+  // kept plans (pyss): A may not move into B's slot, so B starts now (20) and A at 120 when B
+  // ends. Re-planning from scratch: A takes [100, 150) and B waits until 150.
+  Trace t = MakeTrace({CpuJob(1, 0, 100, 2), CpuJob(2, 0, 20, 2, 200), CpuJob(3, 1, 50, 4),
+                       CpuJob(4, 2, 100, 2)});
+  const Fleet fleet = UniformFleet(1, 4, 16, 0, "gpu");
+  SimOptions options;
+  options.policy.backfill.mode = mlsched::core::BackfillMode::kConservative;
+  SimResult replanned = Simulate(t, fleet, options);
+  CHECK(replanned.jobs[2].first_start == 100);
+  CHECK(replanned.jobs[3].first_start == 150);
+  options.policy.backfill.keep_plans = true;
+  SimResult kept = Simulate(t, fleet, options);
+  CHECK(kept.jobs[3].first_start == 20);
+  CHECK(kept.jobs[2].first_start == 120);
+}

@@ -15,12 +15,13 @@ const char* const kKth = "KTH-SP2.input.swf.gz";
 const char* const kSdsc = "SDSC-SP2.input.swf.gz";
 
 Metrics ReplayTrace(const std::string& trace, const std::string& backfill, bool exact,
-                    const std::string& order = "queue") {
+                    const std::string& order = "queue", bool keep_plans = false) {
   SimConfig c;
   c.trace_path = testing::DataDir() + "/traces/" + trace;
   c.backfill = backfill;
   c.backfill_order = order;
   c.exact_runtimes = exact;
+  c.keep_plans = keep_plans;
   auto r = RunReplay(c);
   REQUIRE(r.metrics.finished == r.metrics.jobs);
   return r.metrics;
@@ -79,17 +80,17 @@ TEST_CASE("SDSC-SP2 EASY with shortest-job-first backfill order", "[sim][validat
   CheckWithin(ReplayTrace(kSdsc, "easy", false, "shortest-first"), 84.89, 0.03);
 }
 
-// Known gap (hidden tag, registered DISABLED in CMakeLists.txt): pyss's conservative scheduler
-// keeps every reservation between events and, when a job ends early, re-places the queued jobs
-// one by one at their earliest slot around all other reservations, never later than before
-// (compression). The core recomputes reservations from scratch each cycle in queue order, which
-// gives 101.8 / 102.0 with user estimates. Run with: sim_validation_tests "[known-gap]".
-TEST_CASE("KTH-SP2 conservative, user estimates", "[.known-gap][sim][validation]") {
-  CheckWithin(ReplayTrace(kKth, "conservative", false), 89.00, 0.03);
+// pyss's conservative scheduler keeps every reservation between events and, when a job ends
+// early, moves the queued jobs one by one to their earliest slot around all other reservations,
+// never later than before (compression). The simulator feeds each PendingUpdate::expected_start
+// back into the next cycle and the core keeps those plans (BackfillPolicy::keep_plans, --keep-plans).
+// Hidden tag: both run as the one ctest sim/validation/conservative_user_estimates_vs_pyss.
+TEST_CASE("KTH-SP2 conservative, user estimates, kept plans", "[.conservative-pyss][sim][validation]") {
+  CheckWithin(ReplayTrace(kKth, "conservative", false, "queue", true), 89.00, 0.03);
 }
 
-TEST_CASE("SDSC-SP2 conservative, user estimates", "[.known-gap][sim][validation]") {
-  CheckWithin(ReplayTrace(kSdsc, "conservative", false), 89.66, 0.03);
+TEST_CASE("SDSC-SP2 conservative, user estimates, kept plans", "[.conservative-pyss][sim][validation]") {
+  CheckWithin(ReplayTrace(kSdsc, "conservative", false, "queue", true), 89.66, 0.03);
 }
 
 // Beyond the classics: fairshare-nudged multifactor order (schedd/sim/policies/fairshare-age.toml)
