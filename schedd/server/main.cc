@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -35,24 +36,53 @@ std::string ReadToken(const std::string& path) {
 }
 
 /// Loads the policy file (all or nothing; pricing tables included) and adds the --operator users.
-/// nullopt after logging every error as FILE:LINE:COL.
-std::optional<mlsched::core::PolicySet> LoadPolicy(const std::string& path, const std::vector<std::string>& operators) {
+/// nullopt after logging every error as FILE:LINE:COL (also appended to `errors` when given).
+std::optional<mlsched::core::PolicySet> LoadPolicy(const std::string& path, const std::vector<std::string>& operators,
+                                                   std::vector<std::string>* errors = nullptr) {
+  auto fail = [&](const std::string& e) {
+    spdlog::error("{}", e);
+    if (errors) errors->push_back(e);
+  };
   mlsched::core::PolicySet policy;
   if (!path.empty()) {
     auto r = mlsched::policy::LoadPolicyFile(path);
     std::string pricing_error;
     if (r.ok() && !mlsched::report::LoadPricing(path, &pricing_error)) {
-      spdlog::error("{}", pricing_error);
+      fail(pricing_error);
       return std::nullopt;
     }
     if (!r.ok()) {
-      for (const auto& e : r.errors) spdlog::error("{}", e.ToString());
+      for (const auto& e : r.errors) fail(e.ToString());
       return std::nullopt;
     }
     policy = std::move(*r.policy);
   }
   policy.operators.insert(policy.operators.end(), operators.begin(), operators.end());
   return policy;
+}
+
+/// Re-reads the --policy file and installs it all or nothing: SIGHUP and AdminService.ReloadPolicy
+/// (mladmin policy reload) both come here. `trigger` names the caller in the log.
+PolicyReloadResult ReloadPolicyFile(Controller& ctl, const std::string& path, const std::vector<std::string>& operators,
+                                    const std::string& trigger) {
+  static std::mutex mu;  // one reload at a time, so the last file read is the one in force
+  std::lock_guard lk(mu);
+  PolicyReloadResult r;
+  r.path = path;
+  r.configured = !path.empty();
+  if (!r.configured) {
+    spdlog::info("{}: no --policy file to reload", trigger);
+    return r;
+  }
+  if (auto p = LoadPolicy(path, operators, &r.errors)) {
+    ctl.SetPolicy(std::move(*p));
+    ctl.Trigger();
+    r.reloaded = true;
+    spdlog::info("{}: policy reloaded from {}", trigger, path);
+  } else {
+    spdlog::error("{}: {} has errors; keeping the current policy", trigger, path);
+  }
+  return r;
 }
 
 }  // namespace
@@ -130,6 +160,7 @@ int main(int argc, char** argv) {
     }
     JobServiceImpl jobs(ctl, auth);
     AdminServiceImpl admin(ctl, auth);
+    admin.SetPolicyReloader([&] { return ReloadPolicyFile(ctl, policy_file, operators, "ReloadPolicy"); });
 
     grpc::ServerBuilder builder;
     if (!listen_tcp.empty()) builder.AddListeningPort(listen_tcp, grpc::InsecureServerCredentials());
@@ -161,15 +192,7 @@ int main(int argc, char** argv) {
       int sig = 0;
       sigwait(&sigs, &sig);
       if (sig == SIGHUP) {
-        if (policy_file.empty()) {
-          spdlog::info("SIGHUP: no --policy file to reload");
-        } else if (auto p = LoadPolicy(policy_file, operators)) {
-          ctl.SetPolicy(std::move(*p));
-          ctl.Trigger();
-          spdlog::info("SIGHUP: policy reloaded from {}", policy_file);
-        } else {
-          spdlog::error("SIGHUP: {} has errors; keeping the current policy", policy_file);
-        }
+        ReloadPolicyFile(ctl, policy_file, operators, "SIGHUP");
         continue;
       }
       spdlog::info("signal {}: shutting down", sig);

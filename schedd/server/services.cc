@@ -87,6 +87,42 @@ grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJob
   });
 }
 
+grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::ExplainJobRequest* req,
+                                        v1::ExplainJobResponse* resp) {
+  return Guard("ExplainJob", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (Status s = ctl_.Get(req->job_id(), resp->mutable_job()); !s.ok()) return ToGrpc(s);
+    const int64_t now = WallNow();
+    resp->set_now(now);
+    const core::PolicySet policy = ctl_.Policy();
+    resp->set_queue_order(policy.queue_order == core::QueueOrder::kMultifactor ? "multifactor" : "fifo");
+    auto* w = resp->mutable_weights();
+    w->set_age(policy.weights.age);
+    w->set_fairshare(policy.weights.fairshare);
+    w->set_job_size(policy.weights.job_size);
+    w->set_partition(policy.weights.partition);
+    w->set_qos(policy.weights.qos);
+    w->set_max_age_s(policy.weights.max_age);
+    w->set_favor_small(policy.weights.favor_small);
+    if (resp->job().state() != v1::PENDING) return grpc::Status::OK;
+    for (const auto& b : ctl_.ExplainPriorities(now)) {
+      if (b.job != req->job_id()) continue;
+      resp->set_pending(true);
+      auto* f = resp->mutable_factors();
+      f->set_age(b.age);
+      f->set_fairshare(b.fairshare);
+      f->set_job_size(b.job_size);
+      f->set_partition(b.partition);
+      f->set_qos(b.qos);
+      f->set_nice(b.nice);
+      f->set_priority(b.priority);
+      break;
+    }
+    return grpc::Status::OK;
+  });
+}
+
 grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) {
   return Guard("ListNodes", [&] {
     Caller c;
@@ -111,6 +147,27 @@ grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::Evi
     if (req->deadline_s() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "deadline must be >= 0 s");
     int64_t now = WallNow();
     return ToGrpc(ctl_.Evict(c, req->node(), now + req->deadline_s(), "admin", now));
+  });
+}
+
+grpc::Status AdminServiceImpl::ReloadPolicy(grpc::ServerContext* ctx, const v1::ReloadPolicyRequest*,
+                                            v1::ReloadPolicyResponse* resp) {
+  return Guard("ReloadPolicy", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (!c.privileged)
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "policy reload needs root or an operator (you are " + c.user + ")");
+    PolicyReloadResult r;
+    if (reloader_) r = reloader_();
+    if (!r.configured)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "schedd runs without --policy: there is no policy file to reload");
+    resp->set_reloaded(r.reloaded);
+    resp->set_path(r.path);
+    for (auto& e : r.errors) resp->add_errors(std::move(e));
+    spdlog::info("ReloadPolicy by {}: {}", c.user, r.reloaded ? "reloaded" : "kept the running policy");
+    return grpc::Status::OK;
   });
 }
 

@@ -3,9 +3,12 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "mlsched/v1/admin.grpc.pb.h"
 #include "mlsched/v1/agent.grpc.pb.h"
@@ -18,6 +21,16 @@ namespace mlsched::server {
 /// Seconds since the Unix epoch (the daemon's clock; the Controller itself never reads a clock).
 int64_t WallNow();
 
+/// Outcome of re-reading the policy file (SIGHUP and AdminService.ReloadPolicy share it).
+struct PolicyReloadResult {
+  bool configured = false;          // schedd runs with --policy
+  bool reloaded = false;            // the new policy is in force
+  std::string path;                 // the --policy file
+  std::vector<std::string> errors;  // "FILE:LINE:COL: message" when not reloaded
+};
+/// Re-reads the policy file and installs it all or nothing (installed by the daemon's main).
+using PolicyReloader = std::function<PolicyReloadResult()>;
+
 class JobServiceImpl final : public mlsched::v1::JobService::Service {
  public:
   JobServiceImpl(Controller& c, const Authenticator& a) : ctl_(c), auth_(a) {}
@@ -26,6 +39,8 @@ class JobServiceImpl final : public mlsched::v1::JobService::Service {
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::JobInfo*) override;
   grpc::Status HoldJob(grpc::ServerContext*, const v1::HoldJobRequest*, v1::HoldJobResponse*) override;
+  /// Priority factors computed now (Controller::ExplainPriorities), weights, reason and expected start.
+  grpc::Status ExplainJob(grpc::ServerContext*, const v1::ExplainJobRequest*, v1::ExplainJobResponse*) override;
 
  private:
   Controller& ctl_;
@@ -38,10 +53,15 @@ class AdminServiceImpl final : public mlsched::v1::AdminService::Service {
   grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*, v1::ListNodesResponse*) override;
   grpc::Status DrainNode(grpc::ServerContext*, const v1::DrainNodeRequest*, v1::DrainNodeResponse*) override;
   grpc::Status EvictNode(grpc::ServerContext*, const v1::EvictNodeRequest*, v1::EvictNodeResponse*) override;
+  /// Privileged callers only; FAILED_PRECONDITION without a reloader (no --policy file).
+  grpc::Status ReloadPolicy(grpc::ServerContext*, const v1::ReloadPolicyRequest*, v1::ReloadPolicyResponse*) override;
+  /// Set before the server starts.
+  void SetPolicyReloader(PolicyReloader r) { reloader_ = std::move(r); }
 
  private:
   Controller& ctl_;
   const Authenticator& auth_;
+  PolicyReloader reloader_;
 };
 
 /// The agents' side: one bidirectional stream per agent, each with an outbox drained by a writer
