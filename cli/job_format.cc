@@ -240,4 +240,11 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
   };
 }
 
+bool StartOrderLess(const v1::JobInfo& a, const v1::JobInfo& b) {
+  const bool ka = a.expected_start() > 0, kb = b.expected_start() > 0;
+  if (ka != kb) return ka;
+  if (ka && a.expected_start() != b.expected_start()) return a.expected_start() < b.expected_start();
+  return a.job_id() < b.job_id();
+}
+
 }  // namespace mlsched::cli

@@ -16,6 +16,13 @@ namespace mlsched::cli {
 /// mlq's default columns: JOBID NAME USER ACCOUNT STATE TIME TASKS NODELIST(REASON).
 inline constexpr const char* kDefaultJobFormat = "%.10i %.12j %.8u %.10a %.10T %.10M %.6A %R";
 
+/// mlq --start's columns (squeue --start): JOBID PARTITION NAME USER ST START_TIME TASKS
+/// NODELIST(REASON); START_TIME is the expected start, N/A when unknown.
+inline constexpr const char* kStartJobFormat = "%.10i %.9P %.12j %.8u %.2t %.19S %.6A %R";
+
+/// mlq --start's order: known expected starts first, earliest first; unknown (0) last; then job id.
+bool StartOrderLess(const v1::JobInfo& a, const v1::JobInfo& b);
+
 /// One piece of a format string: literal text, or a field code with its width.
 struct FormatItem {
   std::string literal;  // text copied as is (when code == 0)

@@ -9,6 +9,7 @@
 #include "cli/admin_format.h"
 #include "cli/exit_codes.h"
 #include "cli/job_states.h"
+#include "cli/policy_check.h"
 #include "cli/rpc.h"
 #include "common/units.h"
 
@@ -20,7 +21,7 @@ using namespace mlsched::cli;
 constexpr int kTimeoutS = 30;
 
 struct AdminArgs {
-  std::string server, node, reason, in, job;
+  std::string server, node, reason, in, job, file;
   bool json = false;
 };
 
@@ -67,13 +68,41 @@ int Evict(SchedClient& client, const AdminArgs& a) {
   return kExitOk;
 }
 
-// Declares the subcommands; `action` is set to the chosen one's handler.
-void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& action) {
+// mladmin policy check FILE: the file loaded here exactly as schedd loads --policy; no schedd needed.
+int CheckPolicy(const AdminArgs& a) {
+  PolicyCheckResult r = CheckPolicyFile(a.file);
+  if (!r.ok) {
+    for (const auto& e : r.errors) std::cerr << e << "\n";
+    std::cerr << "mladmin: " << a.file << " is not a valid policy (" << r.errors.size()
+              << (r.errors.size() == 1 ? " error)" : " errors)") << "\n";
+    return kExitRefused;
+  }
+  std::cout << a.file << ": OK: " << r.summary << "\n";
+  return kExitOk;
+}
+
+// mladmin policy reload: schedd re-reads its --policy file (like SIGHUP); errors keep the old one.
+int ReloadPolicy(SchedClient& client) {
+  v1::ReloadPolicyResponse resp;
+  if (RpcStatus st = client.ReloadPolicy(&resp); !st.ok()) return Fail(client, st);
+  if (!resp.reloaded()) {
+    for (const auto& e : resp.errors()) std::cerr << e << "\n";
+    std::cerr << "mladmin: " << resp.path() << " has errors; schedd keeps the running policy\n";
+    return kExitRefused;
+  }
+  std::cout << "Policy reloaded from " << resp.path() << "\n";
+  return kExitOk;
+}
+
+// Declares the subcommands; `action` is set to the chosen one's handler (`local` for those that
+// need no schedd).
+void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& action, std::function<int()>& local) {
   app.set_help_flag("--help", "print this help");
   app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
   app.require_subcommand(1);
   app.fallthrough();
-  app.footer("Draining, resuming and evicting need root or an operator named in the policy.\n\n" + ExitCodesHelp());
+  app.footer("Draining, resuming, evicting and reloading the policy need root or an operator named in the policy.\n\n" +
+             ExitCodesHelp());
 
   auto* nodes = app.add_subcommand("nodes", "list nodes: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION REASON");
   nodes->add_flag("--json", a.json, "print a JSON array of node objects");
@@ -122,6 +151,16 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
   job->add_option("id", a.job, "job id")->required();
   job->add_flag("--json", a.json, "print a JSON object");
   job->callback([&] { action = [&](SchedClient& c) { return ShowJob(c, a); }; });
+
+  auto* policy = app.add_subcommand("policy", "policy file actions");
+  policy->require_subcommand(1);
+  auto* check = policy->add_subcommand(
+      "check", "check a policy TOML file here, as schedd would load it: every error as FILE:LINE:COL (exit 1)");
+  check->add_option("file", a.file, "policy file")->required();
+  check->callback([&] { local = [&] { return CheckPolicy(a); }; });
+  auto* reload = policy->add_subcommand(
+      "reload", "make schedd re-read its --policy file like SIGHUP: all or nothing; errors keep the running policy");
+  reload->callback([&] { action = [](SchedClient& c) { return ReloadPolicy(c); }; });
 }
 
 }  // namespace
@@ -130,7 +169,8 @@ int main(int argc, char** argv) {
   CLI::App app{"mladmin: nodes and operator actions (like scontrol)", "mladmin"};
   AdminArgs a;
   std::function<int(SchedClient&)> action;
-  AddCommands(app, a, action);
+  std::function<int()> local;
+  AddCommands(app, a, action, local);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -147,6 +187,7 @@ int main(int argc, char** argv) {
     std::cerr << "mladmin: " << id.error << "\n";
     return kExitUsage;
   }
+  if (local) return local();
   if (!action) {
     std::cerr << "mladmin: no command given\nTry 'mladmin --help'.\n";
     return kExitUsage;

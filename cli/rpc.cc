@@ -69,6 +69,12 @@ RpcStatus SchedClient::HoldJob(int64_t job_id, bool release) {
   return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->HoldJob(c, req, &resp); });
 }
 
+RpcStatus SchedClient::ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp) {
+  v1::ExplainJobRequest req;
+  req.set_job_id(job_id);
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->ExplainJob(c, req, resp); });
+}
+
 RpcStatus SchedClient::ListNodes(v1::ListNodesResponse* resp) {
   v1::ListNodesRequest req;
   return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->ListNodes(c, req, resp); });
@@ -89,6 +95,11 @@ RpcStatus SchedClient::EvictNode(const std::string& node, int64_t deadline_s) {
   req.set_deadline_s(deadline_s);
   v1::EvictNodeResponse resp;
   return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->EvictNode(c, req, &resp); });
+}
+
+RpcStatus SchedClient::ReloadPolicy(v1::ReloadPolicyResponse* resp) {
+  v1::ReloadPolicyRequest req;
+  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->ReloadPolicy(c, req, resp); });
 }
 
 std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,

@@ -37,9 +37,11 @@ class SchedClient {
   RpcStatus CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp);
   RpcStatus GetJob(int64_t job_id, v1::JobInfo* job);
   RpcStatus HoldJob(int64_t job_id, bool release);
+  RpcStatus ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp);
   RpcStatus ListNodes(v1::ListNodesResponse* resp);
   RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
   RpcStatus EvictNode(const std::string& node, int64_t deadline_s);
+  RpcStatus ReloadPolicy(v1::ReloadPolicyResponse* resp);
 
  private:
   struct Impl;

@@ -94,11 +94,31 @@ TEST_CASE("usage errors exit 2 with the tool's name and what was wrong", "[cli][
   CHECK(r.err == "mladmin: 'x' is not a job id\n");
   r = Run(kMladmin + " drain n1");  // --reason is required
   CHECK(r.exit_code == 2);
+  r = Run(kMladmin + " policy check");  // FILE is required
+  CHECK(r.exit_code == 2);
+  r = Run(kMlq + " --explain x");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "mlq: --explain: 'x' is not a job id\n");
+  r = Run(kMlq + " --explain 4 --start");
+  CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("mladmin policy check needs no schedd: 0 with a summary, 1 with FILE:LINE:COL errors", "[cli][tools]") {
+  auto r = Run(kMladmin + " policy check " MLSCHED_SOURCE_DIR "/policies/default.toml");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == MLSCHED_SOURCE_DIR "/policies/default.toml: OK: 1 partition (default), 1 QoS (normal), 0 accounts, "
+                 "queue multifactor, backfill easy\n");
+  r = Run("printf '[scheduler]\\nqueue_order = \"lifo\"\\n' > bad.toml && " + kMladmin + " policy check bad.toml");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("bad.toml:2:") && Catch::Contains("lifo") &&
+                        Catch::EndsWith("mladmin: bad.toml is not a valid policy (1 error)\n"));
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("an unreachable schedd exits 3 and names the address", "[cli][tools]") {
   for (const auto& [tool, args] : std::vector<std::pair<std::string, std::string>>{
-           {kMlsub, "--wrap true"}, {kMlq, ""}, {kMlcancel, "5"}, {kMladmin, "nodes"}}) {
+           {kMlsub, "--wrap true"}, {kMlq, ""}, {kMlcancel, "5"}, {kMladmin, "nodes"}, {kMladmin, "policy reload"},
+           {kMlq, "--explain 5"}}) {
     auto r = Run(tool + " " + args);
     INFO(tool);
     CHECK(r.exit_code == 3);

@@ -1,0 +1,112 @@
+#include "cli/explain_format.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "cli/job_states.h"
+#include "common/units.h"
+
+namespace mlsched::cli {
+
+namespace {
+
+struct Factor {
+  const char* name;
+  int64_t weight;
+  double value;
+};
+
+std::vector<Factor> Factors(const v1::ExplainJobResponse& r) {
+  const auto& w = r.weights();
+  const auto& f = r.factors();
+  return {{"age", w.age(), f.age()},
+          {"fairshare", w.fairshare(), f.fairshare()},
+          {"job_size", w.job_size(), f.job_size()},
+          {"partition", w.partition(), f.partition()},
+          {"qos", w.qos(), f.qos()}};
+}
+
+std::string Printf(const char* fmt, auto... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+std::string OrDefault(const std::string& s, const char* def) { return s.empty() ? def : s; }
+
+}  // namespace
+
+std::string FormatExplain(const v1::ExplainJobResponse& r) {
+  const v1::JobInfo& j = r.job();
+  const v1::JobSpec& s = j.spec();
+  const bool pending = j.state() == v1::PENDING;
+  std::string out = "Job " + std::to_string(j.job_id()) + " (" + OrDefault(s.name(), "-") + ") user " + j.user() +
+                    ", account " + OrDefault(s.account(), "-") + ", partition " + OrDefault(s.partition(), "-") +
+                    ", QoS " + OrDefault(s.qos(), "-") + ": " + StateName(j.state()) + "\n";
+  auto line = [&](const char* key, const std::string& value) { out += Printf("  %-15s %s\n", key, value.c_str()); };
+  if (pending) {
+    std::string reason = OrDefault(j.reason(), "None");
+    if (!j.reason_detail().empty()) reason += " (" + j.reason_detail() + ")";
+    line("Reason:", reason);
+    line("Expected start:", j.expected_start() > 0 ? FormatTimestamp(j.expected_start()) : "N/A (unknown)");
+  } else if (!j.reason().empty() && j.reason() != "None") {
+    line("Reason:", j.reason());
+  }
+  std::string order = OrDefault(r.queue_order(), "fifo");
+  if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";
+  line("Queue order:", order);
+  if (!pending || !r.pending()) {
+    line("Priority:", Printf("%.0f (no factors: the job is not pending)", j.priority()));
+    return out;
+  }
+  const auto& f = r.factors();
+  line("Priority:", std::to_string(f.priority()) + Printf(" (last cycle: %.0f)", j.priority()));
+  line("Fairshare:", Printf("%.4f", f.fairshare()));
+  out += Printf("  %-10s %10s %8s %10s\n", "FACTOR", "WEIGHT", "VALUE", "WEIGHTED");
+  for (const Factor& x : Factors(r))
+    out += Printf("  %-10s %10lld %8.4f %10.1f\n", x.name, static_cast<long long>(x.weight), x.value,
+                  static_cast<double>(x.weight) * x.value);
+  out += Printf("  %-10s %10s %8s %10lld\n", "nice", "", "", static_cast<long long>(-f.nice()));
+  out += Printf("  %-10s %10s %8s %10lld\n", "PRIORITY", "", "", static_cast<long long>(f.priority()));
+  return out;
+}
+
+nlohmann::json ExplainJson(const v1::ExplainJobResponse& r) {
+  const v1::JobInfo& j = r.job();
+  const v1::JobSpec& s = j.spec();
+  const bool pending = r.pending() && j.state() == v1::PENDING;
+  const auto& w = r.weights();
+  nlohmann::json factors = nullptr, weighted = nullptr;
+  if (pending) {
+    factors = nlohmann::json::object();
+    weighted = nlohmann::json::object();
+    for (const Factor& x : Factors(r)) {
+      factors[x.name] = x.value;
+      weighted[x.name] = static_cast<double>(x.weight) * x.value;
+    }
+  }
+  return {
+      {"job_id", j.job_id()},
+      {"name", s.name()},
+      {"user", j.user()},
+      {"account", s.account()},
+      {"partition", s.partition()},
+      {"qos", s.qos()},
+      {"state", StateName(j.state())},
+      {"reason", j.reason()},
+      {"reason_detail", j.reason_detail()},
+      {"expected_start", j.expected_start()},
+      {"queue_order", OrDefault(r.queue_order(), "fifo")},
+      {"priority", pending ? r.factors().priority() : static_cast<int64_t>(std::llround(j.priority()))},
+      {"fairshare_factor", pending ? nlohmann::json(r.factors().fairshare()) : nlohmann::json(nullptr)},
+      {"factors", factors},
+      {"weights",
+       {{"age", w.age()}, {"fairshare", w.fairshare()}, {"job_size", w.job_size()}, {"partition", w.partition()},
+        {"qos", w.qos()}, {"max_age", w.max_age_s()}, {"favor_small", w.favor_small()}}},
+      {"weighted", weighted},
+      {"nice", pending ? r.factors().nice() : static_cast<int64_t>(s.nice())},
+      {"computed_at", r.now()},
+  };
+}
+
+}  // namespace mlsched::cli
