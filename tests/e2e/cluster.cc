@@ -105,11 +105,22 @@ bool WaitFor(const std::function<bool()>& pred, double timeout_s) {
 }
 
 Cluster::Cluster() {
+  Init();
+  StartSchedd();
+}
+
+Cluster::Cluster(const std::string& policy_toml) {
+  Init();
+  policy_file_ = (dir_ / "policy.toml").string();
+  std::ofstream(policy_file_) << policy_toml;
+  StartSchedd();
+}
+
+void Cluster::Init() {
   std::random_device rd;
   dir_ = fs::temp_directory_path() / ("mlsched-e2e-" + std::to_string(rd()));
   fs::create_directories(dir_);
   setenv("MLSCHED_SERVER", Server().c_str(), 1);
-  StartSchedd();
 }
 
 Cluster::~Cluster() {
@@ -122,10 +133,12 @@ Cluster::~Cluster() {
 }
 
 void Cluster::StartSchedd() {
-  schedd_ = Spawn({MLSCHED_SCHEDD_BIN, "--listen", "unix:" + (dir_ / "schedd.sock").string(), "--state-dir",
-                   (dir_ / "state").string(), "--heartbeat-interval", "1", "--heartbeat-timeout", "4",
-                   "--kill-grace", "2", "--requeue-backoff", "1", "--cycle-interval-ms", "200", "--log-level", "debug"},
-                  (dir_ / "schedd.log").string());
+  std::vector<std::string> argv{MLSCHED_SCHEDD_BIN, "--listen", "unix:" + (dir_ / "schedd.sock").string(), "--state-dir",
+                                (dir_ / "state").string(), "--heartbeat-interval", "1", "--heartbeat-timeout", "4",
+                                "--kill-grace", "2", "--requeue-backoff", "1", "--cycle-interval-ms", "200",
+                                "--log-level", "debug"};
+  if (!policy_file_.empty()) argv.insert(argv.end(), {"--policy", policy_file_});
+  schedd_ = Spawn(argv, (dir_ / "schedd.log").string());
   REQUIRE(WaitFor([&] { return Tool("mlq", {"--json"}, 5).exit_code == 0; }, 15));
 }
 

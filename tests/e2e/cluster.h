@@ -34,6 +34,8 @@ std::string ReadFile(const std::filesystem::path& p);
 class Cluster {
  public:
   Cluster();
+  /// Starts schedd with `--policy Dir()/policy.toml` holding `policy_toml`.
+  explicit Cluster(const std::string& policy_toml);
   ~Cluster();
   /// Starts schedd (again, after a crash: same state dir).
   void StartSchedd();
@@ -56,9 +58,13 @@ class Cluster {
   const std::filesystem::path& Dir() const { return dir_; }
   std::string Server() const { return "unix:" + (dir_ / "schedd.sock").string(); }
   pid_t ScheddPid() const { return schedd_; }
+  /// The --policy file of schedd ("" when started without one).
+  std::string PolicyFile() const { return policy_file_; }
 
  private:
+  void Init();
   std::filesystem::path dir_;
+  std::string policy_file_;
   pid_t schedd_ = -1;
   std::map<std::string, pid_t> agents_;
 };

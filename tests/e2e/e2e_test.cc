@@ -170,3 +170,97 @@ TEST_CASE("bad input gets a clear error and changes nothing", "[e2e]") {
   CHECK(c.Tool("mlcancel", {std::to_string(id)}).exit_code == 0);
   CHECK(c.WaitState(id, "CANCELLED", 5));
 }
+
+TEST_CASE("mladmin policy check and reload keep a broken policy out; mlq --explain and --start show why a job waits",
+          "[e2e]") {
+  const std::string policy = R"(default_partition = "batch"
+[scheduler]
+queue_order = "multifactor"
+[backfill]
+mode = "easy"
+[priority]
+weight_age = 1000
+weight_fairshare = 10000
+[[partitions]]
+name = "batch"
+)";
+  Cluster c(policy);
+  c.StartAgent("a1", 1);
+
+  // check: a broken copy is refused with FILE:LINE:COL and exit 1; the good file passes.
+  fs::path broken = c.Dir() / "broken.toml";
+  std::string broken_text = policy;
+  broken_text.replace(broken_text.find("mode = \"easy\""), 13, "mode = \"eventually\"");
+  std::ofstream(broken) << broken_text;
+  auto r = c.Tool("mladmin", {"policy", "check", broken.string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::StartsWith(broken.string() + ":5:") && Catch::Contains("is not a valid policy"));
+  r = c.Tool("mladmin", {"policy", "check", c.PolicyFile()});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains(": OK: 1 partition (batch), 0 QoS, 0 accounts, queue multifactor, backfill easy"));
+  CHECK(c.Tool("mladmin", {"policy", "check"}).exit_code == 2);
+
+  // A running blocker and a pending job behind it.
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  int64_t blocker = c.Submit({"-c", "1", "-t", "10:00", "-D", out.string(), "--wrap", "sleep 300"});
+  REQUIRE(c.WaitState(blocker, "RUNNING"));
+  int64_t waiting = c.Submit({"-c", "1", "-t", "5:00", "-D", out.string(), "-J", "waiter", "--wrap", "true"});
+  REQUIRE(WaitFor([&] { return c.Job(waiting).value("reason", "") == "Resources"; }, 10));
+
+  r = c.Tool("mlq", {"--explain", std::to_string(waiting)});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("(waiter)") && Catch::Contains(": PENDING") && Catch::Contains("Reason:         Resources") &&
+                        Catch::Contains("Queue order:    multifactor") && Catch::Contains("FACTOR") &&
+                        Catch::Contains("fairshare") && Catch::Contains("PRIORITY"));
+  auto explain = [&] {
+    auto e = c.Tool("mlq", {"--explain", std::to_string(waiting), "--json"});
+    REQUIRE(e.exit_code == 0);
+    return nlohmann::json::parse(e.out);
+  };
+  auto j = explain();
+  CHECK(j["state"] == "PENDING");
+  CHECK(j["reason"] == "Resources");
+  CHECK(j["weights"]["fairshare"] == 10000);
+  CHECK(j["factors"]["fairshare"].get<double>() >= 0);
+  CHECK(j["factors"]["fairshare"].get<double>() <= 1);
+  CHECK(j["factors"]["age"].get<double>() >= 0);
+  CHECK(j["fairshare_factor"] == j["factors"]["fairshare"]);
+  CHECK(WaitFor([&] { return c.Job(waiting).value("expected_start", 0) > 0; }, 10));  // EASY plans its start
+  r = c.Tool("mlq", {"--start"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("START_TIME") && Catch::Contains("(Resources)"));
+  CHECK_THAT(r.out, !Catch::Contains(" R "));  // only pending jobs
+  r = c.Tool("mlq", {"--explain", "999999"});
+  CHECK(r.exit_code == 1);
+  r = c.Tool("mlq", {"--explain", "x"});
+  CHECK(r.exit_code == 2);
+
+  // reload: a broken file keeps the running policy (exit 1, errors shown); schedd keeps serving.
+  fs::copy_file(broken, c.PolicyFile(), fs::copy_options::overwrite_existing);
+  r = c.Tool("mladmin", {"policy", "reload"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::StartsWith(c.PolicyFile() + ":5:") && Catch::Contains("keeps the running policy"));
+  CHECK(c.Tool("mlq", {}).exit_code == 0);
+  CHECK(explain()["weights"]["fairshare"] == 10000);
+  if (geteuid() == 0) {
+    auto other = Run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", MLSCHED_MLADMIN_BIN, "policy",
+                      "reload"});
+    CHECK(other.exit_code == 1);
+    CHECK_THAT(other.err, Catch::Contains("policy reload needs root or an operator"));
+  }
+
+  // A fixed file is taken (exit 0) and used from then on.
+  std::string fixed = policy;
+  fixed.replace(fixed.find("weight_fairshare = 10000"), 24, "weight_fairshare = 500");
+  std::ofstream(c.PolicyFile(), std::ios::trunc) << fixed;
+  r = c.Tool("mladmin", {"policy", "reload"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "Policy reloaded from " + c.PolicyFile() + "\n");
+  CHECK(explain()["weights"]["fairshare"] == 500);
+  CHECK(c.State(waiting) == "PENDING");  // accepted jobs survive reloads
+  REQUIRE(c.Tool("mlcancel", {std::to_string(blocker)}).exit_code == 0);
+  CHECK(c.WaitState(waiting, "COMPLETED", 30));
+}
