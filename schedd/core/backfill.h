@@ -23,6 +23,7 @@ struct QueuedJob {
   const Job* job = nullptr;
   const PartitionPolicy* partition = nullptr;
   int64_t priority = 0;
+  int32_t tier = 0;  // QoS preemption tier (QosTiers): higher tiers are ordered first
 };
 
 /// A planned start: when, and on which nodes (ledger index, tasks).

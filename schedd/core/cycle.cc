@@ -1,11 +1,13 @@
-// SchedulingCycle::Run: admission (hold, partition) -> order (FIFO or multifactor priority) ->
-// planner (start in order, reserve for blocked jobs, backfill around the reservations).
+// SchedulingCycle::Run: admission (hold, partition) -> order (QoS preemption tier, then FIFO or
+// multifactor priority) -> planner (start in order, reserve for blocked jobs, backfill around the
+// reservations) -> preemption for blocked jobs whose QoS may preempt.
 #include <algorithm>
 #include <optional>
 
 #include "schedd/core/backfill.h"
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
+#include "schedd/core/preemption.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/timeline.h"
 #include "schedd/core/types.h"
@@ -43,13 +45,18 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
       plan.pending.push_back(std::move(*held));
       continue;
     }
-    queue.push_back({&job, partition, 0});
+    queue.push_back({&job, partition, 0, 0});
   }
   if (policy.queue_order == QueueOrder::kMultifactor) {
     PriorityCalculator calc(state, policy, now);
     for (QueuedJob& q : queue) q.priority = calc.Compute(*q.job).priority;
   }
+  // A QoS that may preempt another is always ahead of it (QosTiers); all tiers are 0 otherwise.
+  if (const auto tiers = QosTiers(policy); !tiers.empty())
+    for (QueuedJob& q : queue)
+      if (const QosPolicy* qos = QosOf(*q.job, policy)) q.tier = tiers.at(qos->name);
   std::sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
+    if (a.tier != b.tier) return a.tier > b.tier;
     if (a.priority != b.priority) return a.priority > b.priority;
     if (a.job->submit_time != b.job->submit_time) return a.job->submit_time < b.job->submit_time;
     return a.job->id < b.job->id;
@@ -58,6 +65,7 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
   AvailabilityTimeline timeline(ledger, state.jobs, now);
   LimitTracker limits(state, policy);
   Planner(ledger, timeline, limits, policy, now).Run(queue, plan);
+  PlanPreemptions(state, policy, now, queue, ledger, plan);
   return plan;
 }
 

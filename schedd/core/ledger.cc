@@ -90,15 +90,31 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
   for (NodeSlot& s : slots_) s.gpu_type_id = s.gpu_type.empty() ? -1 : GpuTypeId(s.gpu_type);
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
-    for (const TaskPlacement& task : job.allocation->tasks) {
-      int64_t i = Find(task.node);
-      if (i < 0) continue;
-      NodeSlot& slot = slots_[i];
-      slot.free.cpu_millis -= task.resources.cpu_millis;
-      slot.free.memory_bytes -= task.resources.memory_bytes;
-      slot.free.gpus -= task.resources.GpuCount();
-      for (int32_t d : task.gpu_indices) slot.used_devices.Insert(d);
-    }
+    Occupy(*job.allocation);
+  }
+}
+
+void NodeLedger::Occupy(const Allocation& allocation) {
+  for (const TaskPlacement& task : allocation.tasks) {
+    int64_t i = Find(task.node);
+    if (i < 0) continue;
+    NodeSlot& slot = slots_[i];
+    slot.free.cpu_millis -= task.resources.cpu_millis;
+    slot.free.memory_bytes -= task.resources.memory_bytes;
+    slot.free.gpus -= task.resources.GpuCount();
+    for (int32_t d : task.gpu_indices) slot.used_devices.Insert(d);
+  }
+}
+
+void NodeLedger::Release(const Allocation& allocation) {
+  for (const TaskPlacement& task : allocation.tasks) {
+    int64_t i = Find(task.node);
+    if (i < 0) continue;
+    NodeSlot& slot = slots_[i];
+    slot.free.cpu_millis += task.resources.cpu_millis;
+    slot.free.memory_bytes += task.resources.memory_bytes;
+    slot.free.gpus += task.resources.GpuCount();
+    for (int32_t d : task.gpu_indices) slot.used_devices.Erase(d);
   }
 }
 

@@ -89,6 +89,10 @@ class NodeLedger {
     const NodeSlot& s = slots_[i];
     return std::min<int64_t>(s.free.gpus, s.used_devices.Size() - s.used_devices.Count());
   }
+  /// Subtracts (Occupy) or gives back (Release) an allocation's resources and device indices,
+  /// e.g. to see what a gang would free if it were preempted. Unknown nodes are ignored.
+  void Occupy(const Allocation& allocation);
+  void Release(const Allocation& allocation);
   /// The distinct GPU types of the nodes, in name order.
   const std::vector<std::string>& gpu_types() const { return gpu_types_; }
   /// Index of `type` in gpu_types(), or -1.

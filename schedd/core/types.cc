@@ -51,7 +51,7 @@ constexpr std::array<std::pair<JobState, const char*>, 9> kJobStates{{
     {JobState::kPreempted, "PREEMPTED"},
     {JobState::kNodeFail, "NODE_FAIL"}}};
 
-constexpr std::array<std::pair<PendingReason, const char*>, 13> kReasons{{
+constexpr std::array<std::pair<PendingReason, const char*>, 14> kReasons{{
     {PendingReason::kNone, "None"},
     {PendingReason::kPriority, "Priority"},
     {PendingReason::kResources, "Resources"},
@@ -64,7 +64,12 @@ constexpr std::array<std::pair<PendingReason, const char*>, 13> kReasons{{
     {PendingReason::kPartitionDown, "PartitionDown"},
     {PendingReason::kBeginTime, "BeginTime"},
     {PendingReason::kWaitingForSpotBudget, "WaitingForSpotBudget"},
-    {PendingReason::kLaunchFailedRequeue, "LaunchFailedRequeue"}}};
+    {PendingReason::kLaunchFailedRequeue, "LaunchFailedRequeue"},
+    {PendingReason::kPreempting, "Preempting"}}};
+
+constexpr std::array<std::pair<PreemptMode, const char*>, 2> kPreemptModes{{
+    {PreemptMode::kRequeue, "requeue"},
+    {PreemptMode::kCancel, "cancel"}}};
 
 constexpr std::array<std::pair<Topology, const char*>, 5> kTopologies{{
     {Topology::kNone, "none"},
@@ -119,6 +124,9 @@ const char* BackfillModeName(BackfillMode m) { return NameOf(kBackfillModes, m);
 std::optional<BackfillMode> ParseBackfillMode(const std::string& s) {
   return ParseName(kBackfillModes, s);
 }
+
+const char* PreemptModeName(PreemptMode m) { return NameOf(kPreemptModes, m); }
+std::optional<PreemptMode> ParsePreemptMode(const std::string& s) { return ParseName(kPreemptModes, s); }
 
 const char* FairshareAlgorithmName(FairshareAlgorithm a) { return NameOf(kFairshare, a); }
 std::optional<FairshareAlgorithm> ParseFairshareAlgorithm(const std::string& s) {

@@ -64,7 +64,7 @@ bool IsFinal(JobState s);
 /// Why a pending job does not run (one per job, Slurm's names).
 enum class PendingReason { kNone, kPriority, kResources, kJobHeldUser, kJobHeldAdmin, kDependency,
                            kQosLimit, kAccountQuota, kPartitionLimit, kPartitionDown, kBeginTime,
-                           kWaitingForSpotBudget, kLaunchFailedRequeue };
+                           kWaitingForSpotBudget, kLaunchFailedRequeue, kPreempting };
 const char* PendingReasonName(PendingReason r);
 
 /// Topology constraint of a gang.
@@ -113,6 +113,12 @@ struct Job {
   /// Pending jobs: the planned start the previous cycle gave (PendingUpdate::expected_start).
   /// Only conservative backfill with BackfillPolicy::keep_plans reads it.
   std::optional<Timestamp> expected_start;
+  /// Running jobs, for preemption: when its tasks last reported a committed checkpoint (0 = never),
+  /// how often it was preempted so far, and whether it is being preempted now (signalled, not yet
+  /// exited: its resources will be free soon and it is not chosen again).
+  Timestamp last_checkpoint = 0;
+  int32_t preempt_count = 0;
+  bool preempting = false;
 };
 
 /// The snapshot one cycle works on.
@@ -197,6 +203,13 @@ struct FairsharePolicy {
   std::map<std::string, double> billing_weights;
 };
 
+/// What happens to a preempted job (Slurm PreemptMode, set on the victim's QoS): kRequeue: SIGTERM,
+/// grace_time to checkpoint, SIGKILL, back to PENDING keeping its submit time; kCancel: the same
+/// signals, then the job ends CANCELLED.
+enum class PreemptMode { kRequeue, kCancel };
+const char* PreemptModeName(PreemptMode m);
+std::optional<PreemptMode> ParsePreemptMode(const std::string& s);
+
 /// A quality of service: priority and limits for the jobs that ask for it. 0 = unlimited.
 struct QosPolicy {
   std::string name;
@@ -205,6 +218,12 @@ struct QosPolicy {
   int64_t max_gpus_per_job = 0;
   int64_t max_gpus_per_user = 0;      // running GPUs of one user in this QoS
   int32_t max_running_jobs_per_user = 0;
+  // Preemption (Slurm's QoS Preempt=, PreemptMode, GraceTime, PreemptExemptTime):
+  std::vector<std::string> preempt;   // QoS whose running jobs this QoS's jobs may preempt
+  PreemptMode preempt_mode = PreemptMode::kRequeue;  // as a victim
+  Duration grace_time = 60;           // as a victim: seconds between SIGTERM and SIGKILL
+  Duration preempt_exempt_time = 0;   // as a victim: not preempted before running this long
+  int32_t max_preemptions = 0;        // as a victim: preempted at most this often (0 = unlimited)
 };
 
 /// A node of the account tree (Slurm association). Users appear as `users` of their account; a
@@ -255,10 +274,21 @@ struct PendingUpdate {
   int64_t priority = 0;               // multifactor priority (0 under FIFO order)
 };
 
+/// Preempt this running job (a whole gang) so that `preemptor` can start: signal its tasks with
+/// SIGTERM, allow `grace` seconds to checkpoint (exit 75), then SIGKILL; requeue or cancel it.
+struct PreemptDecision {
+  JobId victim = 0;
+  JobId preemptor = 0;
+  PreemptMode mode = PreemptMode::kRequeue;
+  Duration grace = 60;
+  Duration lost_work = 0;             // seconds since its last checkpoint (or start), at `now`
+};
+
 /// The output of one cycle: decisions as data; the caller applies them.
 struct CyclePlan {
   std::vector<StartDecision> starts;
   std::vector<PendingUpdate> pending;
+  std::vector<PreemptDecision> preemptions;
 };
 
 /// Why a spec can never run on this cluster (e.g. "job needs 9 GPUs per task but no node has more

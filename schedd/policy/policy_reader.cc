@@ -254,7 +254,8 @@ core::PartitionPolicy PolicyReader::ReadPartition(const toml::table& t, const st
 
 core::QosPolicy PolicyReader::ReadQos(const toml::table& t, const std::string& ctx) {
   CheckKeys(t, {"name", "priority", "max_wall", "max_gpus_per_job", "max_gpus_per_user",
-                "max_running_jobs_per_user"},
+                "max_running_jobs_per_user", "preempt", "preempt_mode", "grace_time", "preempt_exempt_time",
+                "max_preemptions"},
             ctx);
   core::QosPolicy q;
   Str(t, "name", q.name, ctx);
@@ -264,6 +265,16 @@ core::QosPolicy PolicyReader::ReadQos(const toml::table& t, const std::string& c
   Int(t, "max_gpus_per_job", q.max_gpus_per_job, 0, ctx);
   Int(t, "max_gpus_per_user", q.max_gpus_per_user, 0, ctx);
   Int32(t, "max_running_jobs_per_user", q.max_running_jobs_per_user, 0, ctx);
+  StrList(t, "preempt", q.preempt, ctx);
+  std::string mode;
+  Str(t, "preempt_mode", mode, ctx);
+  if (!mode.empty()) {
+    if (auto m = core::ParsePreemptMode(mode)) q.preempt_mode = *m;
+    else Error(t.get("preempt_mode")->source(), "'preempt_mode' in " + ctx + ": expected \"requeue\" or \"cancel\", got \"" + mode + "\"");
+  }
+  Dur(t, "grace_time", q.grace_time, ctx);
+  Dur(t, "preempt_exempt_time", q.preempt_exempt_time, ctx);
+  Int32(t, "max_preemptions", q.max_preemptions, 0, ctx);
   return q;
 }
 
@@ -307,6 +318,28 @@ void PolicyReader::CheckReferences(const toml::table& root, const core::PolicySe
   names.clear();
   for (const auto& q : p.qos)
     if (!q.name.empty() && !names.insert(q.name).second) Error(where("qos"), "duplicate QoS '" + q.name + "'");
+  for (const auto& q : p.qos) {
+    for (const auto& v : q.preempt) {
+      if (!names.count(v)) Error(where("qos"), "QoS '" + q.name + "': preempt names '" + v + "', which is not a defined QoS");
+    }
+  }
+  // Preemption must be one-way: a QoS may not reach itself through preempt lists.
+  std::map<std::string, std::vector<std::string>> preempts;
+  for (const auto& q : p.qos) preempts[q.name] = q.preempt;
+  for (const auto& q : p.qos) {
+    std::set<std::string> seen;
+    std::vector<std::string> stack(q.preempt.begin(), q.preempt.end());
+    while (!stack.empty()) {
+      std::string v = stack.back();
+      stack.pop_back();
+      if (v == q.name) {
+        Error(where("qos"), "QoS '" + q.name + "' can preempt itself through its preempt list (preemption must be one-way)");
+        break;
+      }
+      if (!seen.insert(v).second) continue;
+      for (const auto& w : preempts[v]) stack.push_back(w);
+    }
+  }
   if (!p.qos.empty() && !names.count(p.default_qos))
     Error(where(root.get("default_qos") ? "default_qos" : "qos"), "default_qos '" + p.default_qos + "' is not a defined QoS");
   std::map<std::string, std::string> parent;

@@ -48,6 +48,22 @@ TEST_CASE("the shipped policies load", "[policy]") {
   }
 }
 
+TEST_CASE("QoS preemption settings are read", "[policy]") {
+  auto r = ParsePolicy("default_qos = \"low\"\n"
+                       "[[qos]]\nname = \"low\"\npreempt_mode = \"cancel\"\ngrace_time = \"2m\"\n"
+                       "preempt_exempt_time = \"10m\"\nmax_preemptions = 3\n"
+                       "[[qos]]\nname = \"high\"\npreempt = [\"low\"]\n",
+                       "p.toml");
+  REQUIRE(r.ok());
+  const auto& q = r.policy->qos;
+  REQUIRE(q.size() == 2);
+  CHECK(q[0].preempt_mode == core::PreemptMode::kCancel);
+  CHECK(q[0].grace_time == 120);
+  CHECK(q[0].preempt_exempt_time == 600);
+  CHECK(q[0].max_preemptions == 3);
+  CHECK(q[1].preempt == std::vector<std::string>{"low"});
+}
+
 TEST_CASE("an empty file is the built-in default policy", "[policy]") {
   auto r = ParsePolicy("", "empty.toml");
   REQUIRE(r.ok());
@@ -87,6 +103,15 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
         "p.toml:1:1: account 'b': the parent chain loops back through 'b'"}},
       {"default QoS missing", "[[qos]]\nname = \"high\"\n",
        {"p.toml:1:1: default_qos 'normal' is not a defined QoS"}},
+      {"preempting an unknown QoS",
+       "default_qos = \"low\"\n[[qos]]\nname = \"low\"\n[[qos]]\nname = \"high\"\npreempt = [\"lowe\"]\n",
+       {"p.toml:2:1: QoS 'high': preempt names 'lowe', which is not a defined QoS"}},
+      {"mutual preemption",
+       "default_qos = \"a\"\n[[qos]]\nname = \"a\"\npreempt = [\"b\"]\n[[qos]]\nname = \"b\"\npreempt = [\"a\"]\n",
+       {"p.toml:2:1: QoS 'a' can preempt itself through its preempt list (preemption must be one-way)",
+        "p.toml:2:1: QoS 'b' can preempt itself through its preempt list (preemption must be one-way)"}},
+      {"bad preempt mode", "default_qos = \"a\"\n[[qos]]\nname = \"a\"\npreempt_mode = \"suspend\"\n",
+       {"p.toml:4:16: 'preempt_mode' in [[qos]] #1: expected \"requeue\" or \"cancel\", got \"suspend\""}},
       {"billing resource", "[fairshare.billing_weights]\ndisk = 1.0\n",
        {"p.toml:2:1: unknown billing resource 'disk'; expected cpu, mem, gpu or gpu:TYPE"}},
   };
