@@ -146,6 +146,9 @@ class Controller {
     bool clean_stop = false;     // the attempt ends with exit 75: its tasks checkpointed first
     int64_t last_checkpoint = 0; // latest checkpoint time its tasks reported in this attempt
     bool evicting = false;       // SIGTERM sent because a node of the gang is being evicted
+    bool preempting = false;     // SIGTERM sent for QoS preemption (PreemptDecision)
+    bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
+    int32_t preempt_count = 0;   // QoS preemptions so far (in memory: resets when schedd restarts)
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {
@@ -185,6 +188,8 @@ class Controller {
   void SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg);
   void MarkNodeDown(NodeRec& n, const std::string& why, int64_t now);
   void EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now);
+  /// Applies a core PreemptDecision: SIGTERM to every task of the victim with the QoS grace time.
+  void PreemptLocked(const core::PreemptDecision& d, int64_t now);
   /// The accounting row of the job's current attempt (end/outcome filled by the caller).
   AttemptRow AttemptOf(const JobRec& j) const;
   // controller_cycle.cc

@@ -46,6 +46,8 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.exit_code = 0;
   j.preempted = false;
   j.evicting = false;
+  j.preempting = false;
+  j.preempt_cancel = false;
   j.expected_start = 0;
   j.launch_deadline = now + cfg_.launch_timeout_s;
   j.placement.Clear();
@@ -311,11 +313,17 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   j->tasks[idx].exit_code = t.exit_code();
   if (!t.error().empty()) spdlog::warn("job {} rank {}: {}", j->id, t.rank(), t.error());
   constexpr int kPreemptedExit = 75;  // the trainer's "checkpointed, requeue me"
-  if (t.exit_code() == kPreemptedExit || (j->evicting && t.signaled())) {
-    // PREEMPTED, then back to PENDING with its original submit time.
+  if (t.exit_code() == kPreemptedExit || ((j->evicting || j->preempting) && t.signaled())) {
+    // PREEMPTED, then back to PENDING with its original submit time (or CANCELLED in QoS mode cancel).
     j->preempted = true;
     j->clean_stop = t.exit_code() == kPreemptedExit;
-    store_.AppendEvent(j->id, node, "PREEMPTED", j->evicting ? "spot eviction" : "rank exited 75").get();
+    if (j->preempting) j->preempt_count += 1;
+    store_.AppendEvent(j->id, node, "PREEMPTED",
+                       j->evicting ? "spot eviction" : j->preempting ? "QoS preemption" : "rank exited 75").get();
+    if (j->preempt_cancel && !j->evicting) {
+      EndAttempt(*j, core::JobState::kCancelled, "Preempted", t.exit_code(), now, "preempt-cancel");
+      return;
+    }
     EndAttempt(*j, core::JobState::kPending, j->evicting ? "Evicted" : "Preempted", 0, now, "requeue");
     return;
   }

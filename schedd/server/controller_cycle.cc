@@ -47,6 +47,9 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.submit_time = j.submit_time;
       cj.start_time = j.start_time;
       cj.attempt = j.attempt;
+      cj.last_checkpoint = j.last_checkpoint;
+      cj.preempt_count = j.preempt_count;
+      cj.preempting = j.preempting || j.evicting;  // stopping: its resources free up soon
       core::Allocation a;
       for (const auto& t : j.placement.tasks())
         a.tasks.push_back(core::TaskPlacement{t.rank(), t.node(), {t.gpu_indices().begin(), t.gpu_indices().end()},
@@ -65,6 +68,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
     cj.spec.per_task = g.per_task;
     cj.spec.time_limit = cfg_.kill_grace_s + cfg_.heartbeat_interval_s;
     cj.start_time = g.since;
+    cj.preempting = true;  // exiting tasks: never a preemption victim, their room frees up soon
     core::Allocation a;
     for (const auto& [rank, node] : g.alive) {
       const auto& gpus = g.gpus.at(rank);
@@ -75,6 +79,27 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
   }
   s.usage = usage_;
   return s;
+}
+
+void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {
+  JobRec* v = Find(d.victim);
+  if (!v || v->state != core::JobState::kRunning || v->preempting || v->evicting) return;
+  v->preempting = true;
+  v->preempt_cancel = d.mode == core::PreemptMode::kCancel;
+  v->reason = "Preempting";  // RUNNING while its tasks checkpoint within the grace time
+  v1::SchedulerMessage m;
+  auto* sig = m.mutable_signal();
+  sig->set_job_id(v->id);
+  sig->set_attempt(v->attempt);
+  sig->set_kill(true);
+  sig->set_grace_s(static_cast<int32_t>(std::max<int64_t>(1, d.grace)));
+  SendToNodes(*v, m);
+  std::string detail = "by job " + std::to_string(d.preemptor) + ", mode " + core::PreemptModeName(d.mode) +
+                       ", grace " + std::to_string(d.grace) + " s, " + std::to_string(d.lost_work) +
+                       " s since its last checkpoint";
+  store_.AppendEvent(v->id, "", "preempt", detail).get();
+  if (metrics_) metrics_->CountPreemption();
+  spdlog::info("job {} attempt {}: preempted {}", v->id, v->attempt, detail);
 }
 
 void Controller::AccrueUsageLocked(const core::ClusterState& snap, int64_t now) {
@@ -133,6 +158,7 @@ void Controller::RunCycle(int64_t now) {
     if (!nodes_ok) continue;  // the world changed since the snapshot; the next cycle decides again
     StartAttempt(*j, s.allocation, now);
   }
+  for (const auto& d : plan.preemptions) PreemptLocked(d, now);
   for (const auto& p : plan.pending) {
     JobRec* j = Find(p.job);
     if (!j || j->state != core::JobState::kPending) continue;
@@ -141,7 +167,7 @@ void Controller::RunCycle(int64_t now) {
     j->priority = p.priority;
     j->reason_detail = p.detail;
   }
-  if (!plan.starts.empty())
+  if (!plan.starts.empty() || !plan.preemptions.empty())
     spdlog::debug("cycle: {} jobs in snapshot, {} starts, {} us", snap.jobs.size(), plan.starts.size(), us);
 }
 

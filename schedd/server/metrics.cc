@@ -20,6 +20,8 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
                    .Register(*registry_);
   evictions_ = &prometheus::BuildCounter().Name("mlsched_evictions_total").Help("Spot eviction notices handled")
                     .Register(*registry_).Add({});
+  preemptions_ = &prometheus::BuildCounter().Name("mlsched_preemptions_total")
+                      .Help("Running jobs signalled for QoS preemption").Register(*registry_).Add({});
   cycle_ = &prometheus::BuildHistogram().Name("mlsched_cycle_seconds").Help("Duration of one scheduling cycle")
                 .Register(*registry_).Add({}, kCycleBuckets);
   jobs_ = &prometheus::BuildGauge().Name("mlsched_jobs").Help("Jobs in memory by state and partition").Register(*registry_);
@@ -33,6 +35,7 @@ void SchedMetrics::ObserveQueueWait(const std::string& partition, const std::str
 
 void SchedMetrics::CountRequeue(const std::string& reason) { requeues_->Add({{"reason", reason}}).Increment(); }
 void SchedMetrics::CountEviction() { evictions_->Increment(); }
+void SchedMetrics::CountPreemption() { preemptions_->Increment(); }
 void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"state", state}}).Increment(); }
 void SchedMetrics::ObserveCycle(double seconds) { cycle_->Observe(seconds); }
 

@@ -23,6 +23,8 @@ class SchedMetrics {
   /// A job went back to PENDING; reason = NodeFail, Preempted, Evicted, LaunchFailedRequeue.
   void CountRequeue(const std::string& reason);
   void CountEviction();
+  /// A running job was chosen as a QoS preemption victim (signalled).
+  void CountPreemption();
   void CountJobEnd(const std::string& state);
   void ObserveCycle(double seconds);
   /// Gauges: replaced wholesale at each scrape.
@@ -40,6 +42,7 @@ class SchedMetrics {
   prometheus::Family<prometheus::Counter>* requeues_;
   prometheus::Family<prometheus::Counter>* job_ends_;
   prometheus::Counter* evictions_;
+  prometheus::Counter* preemptions_;
   prometheus::Histogram* cycle_;
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Gauge>* gpus_;

@@ -394,3 +394,43 @@ TEST_CASE("pending jobs carry the cycle's priority, reason detail and expected s
   CHECK(info.reason() == "Resources");
   CHECK(info.expected_start() == w.now + 600);  // when the running job's time limit ends
 }
+
+TEST_CASE("QoS preemption: the low job is told to checkpoint, requeued on exit 75, and the high job starts", "[controller]") {
+  World w(1, 2);
+  core::PolicySet policy;
+  core::QosPolicy low, high;
+  low.name = "low";
+  low.grace_time = 30;
+  high.name = "high";
+  high.preempt = {"low"};
+  policy.qos = {low, high};
+  policy.default_qos = "low";
+  w.ctl->SetPolicy(policy);
+  v1::JobSpec lspec = Spec(1, 2);
+  lspec.set_qos("low");
+  int64_t victim = w.Submit(lspec, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  w.sink.Clear();
+  v1::JobSpec hspec = Spec(1, 2);
+  hspec.set_qos("high");
+  int64_t preemptor = w.Submit(hspec, w.alice);
+  w.ctl->RunCycle(w.now + 100);
+  auto sig = w.sink.Of("n1", v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().job_id() == victim);
+  CHECK(sig[0].signal().grace_s() == 30);
+  CHECK(w.Job(preemptor).reason() == "Preempting");
+  CHECK(w.Job(victim).reason() == "Preempting");
+  w.ctl->RunCycle(w.now + 101);  // the victim is being preempted: not signalled twice
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).size() == 1);
+  w.ctl->OnAgentMessage("n1", Exited(victim, 1, 0, 75), w.now + 105);
+  auto v = w.Job(victim);
+  CHECK(v.state() == v1::PENDING);
+  CHECK(v.reason() == "Preempted");
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 106);
+  CHECK(w.Job(preemptor).state() == v1::RUNNING);
+  CHECK(w.Job(victim).state() == v1::PENDING);  // and it does not preempt back
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
+}
