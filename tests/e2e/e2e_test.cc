@@ -171,7 +171,7 @@ TEST_CASE("bad input gets a clear error and changes nothing", "[e2e]") {
   CHECK(c.WaitState(id, "CANCELLED", 5));
 }
 
-TEST_CASE("mladmin policy check and reload keep a broken policy out; mlq --explain and --start show why a job waits",
+TEST_CASE("mladmin policy check and reload keep a broken policy out, mlq --explain and --start show why a job waits",
           "[e2e]") {
   const std::string policy = R"(default_partition = "batch"
 [scheduler]
