@@ -55,8 +55,12 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
   std::string order = OrDefault(r.queue_order(), "fifo");
   if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";
   line("Queue order:", order);
-  if (!pending || !r.pending()) {
+  if (!pending) {
     line("Priority:", Printf("%.0f (no factors: the job is not pending)", j.priority()));
+    return out;
+  }
+  if (!r.pending()) {  // pending but not in the scheduling queue right now (a launch backoff)
+    line("Priority:", Printf("%.0f (no factors now: the job waits out a launch backoff)", j.priority()));
     return out;
   }
   const auto& f = r.factors();

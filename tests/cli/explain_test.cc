@@ -81,6 +81,16 @@ TEST_CASE("mlq --explain of a job that is not pending has no factors", "[cli][ex
   CHECK(j["priority"] == 5120);
 }
 
+TEST_CASE("mlq --explain of a pending job schedd gave no factors says why", "[cli][explain]") {
+  auto r = PendingExplain();
+  r.set_pending(false);
+  r.clear_factors();
+  std::string out = FormatExplain(r);
+  CHECK_THAT(out, Catch::Contains("Reason:         Resources") && !Catch::Contains("FACTOR"));
+  CHECK_THAT(out, Catch::Contains("Priority:       5120 (no factors now: the job waits out a launch backoff)\n"));
+  CHECK(ExplainJson(r)["factors"].is_null());
+}
+
 TEST_CASE("mlq --explain --json has factors, weights and weighted values", "[cli][explain]") {
   auto r = PendingExplain();
   r.mutable_job()->set_expected_start(1'700'000'600);
