@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "schedd/sim/plot.h"
 #include "schedd/sim/report.h"
 #include "schedd/sim/sim_config.h"
 
@@ -12,7 +13,7 @@ int main(int argc, char** argv) {
   using mlsched::sim::SimConfig;
   SimConfig c;
   bool json = false, show_issues = false;
-  std::string jobs_csv;
+  std::string jobs_csv, plot;
   CLI::App app{"mlsim: replay a workload trace through the mlsched scheduling core"};
   app.add_option("--trace", c.trace_path, "trace file (plain or .gz)")->required();
   app.add_option("--format", c.format, "trace format (default: detected)")
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", c.seed, "seed of spot evictions");
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--jobs-csv", jobs_csv, "write one CSV line per job to this file");
+  app.add_option("--plot", plot,
+                 "write an SVG of queue length, resources held, utilization and account shares "
+                 "over simulated time to this file");
   app.add_option("--cluster", c.cluster_path, "cluster description (TOML)")
       ->check(CLI::ExistingFile);
   app.add_option("--nodes", c.nodes, "uniform fleet: number of nodes")->check(CLI::PositiveNumber);
@@ -92,6 +96,19 @@ int main(int argc, char** argv) {
       mlsched::sim::WriteJobsCsv(out, r.result);
       if (!out.flush()) {
         std::cerr << "mlsim: write failed: " << jobs_csv << "\n";
+        return 1;
+      }
+    }
+    if (!plot.empty()) {
+      std::ofstream out(plot, std::ios::binary);
+      if (!out) {
+        std::cerr << "mlsim: cannot write " << plot << "\n";
+        return 1;
+      }
+      mlsched::sim::WriteSvgPlot(out, mlsched::sim::BuildPlotSeries(r.result),
+                                 "mlsim: " + r.info.trace + " | " + r.info.policy);
+      if (!out.flush()) {
+        std::cerr << "mlsim: write failed: " << plot << "\n";
         return 1;
       }
     }

@@ -157,6 +157,7 @@ void Simulation::Finish(size_t index) {
   out.state = job.state;
   out.end = now_;
   out.busy_s += now_ - live.attempt_start;
+  out.runs.push_back(RunSpan{live.attempt_start, now_});
   live.running = false;
   live.slot = -1;
   need_compact_ = true;
@@ -193,6 +194,7 @@ void Simulation::Requeue(size_t index) {
   out.lost_resource_hours += static_cast<double>(tj.size) *
                              static_cast<double>(elapsed - saved) / 3600.0;
   out.busy_s += elapsed;
+  out.runs.push_back(RunSpan{live.attempt_start, now_});
   job.state = core::JobState::kPending;
   job.reason = core::PendingReason::kNone;
   job.start_time = 0;

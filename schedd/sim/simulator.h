@@ -29,6 +29,12 @@ struct SimOptions {
   bool record_series = false;
 };
 
+/// One attempt of a job on nodes: [start, end).
+struct RunSpan {
+  core::Timestamp start = 0;
+  core::Timestamp end = 0;
+};
+
 /// What happened to one job.
 struct JobOutcome {
   core::JobId id = 0;               // the trace's id
@@ -45,6 +51,7 @@ struct JobOutcome {
   int32_t preemptions = 0;
   double lost_resource_hours = 0;   // size x work lost to evictions/preemptions, hours
   std::string infeasible;           // non-empty: never admitted (CheckJobFeasible's reason)
+  std::vector<RunSpan> runs;        // every attempt, in order (for plots)
 };
 
 /// One point of the time series (recorded at each cycle when SimOptions::record_series).
