@@ -2,9 +2,11 @@
 // multifactor priority) -> planner (start in order, reserve for blocked jobs, backfill around the
 // reservations) -> preemption for blocked jobs whose QoS may preempt.
 #include <algorithm>
+#include <deque>
 #include <optional>
 
 #include "schedd/core/backfill.h"
+#include "schedd/core/fallback.h"
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
 #include "schedd/core/preemption.h"
@@ -62,6 +64,16 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
     return a.job->id < b.job->id;
   });
   NodeLedger ledger(state.nodes, state.jobs);
+  // Jobs with accelerator fallback tiers are placed with the tiers their wait has opened.
+  std::deque<Job> with_tiers;
+  for (QueuedJob& q : queue) {
+    if (q.job->spec.fallback.empty()) continue;
+    Job j = *q.job;
+    j.spec = EffectiveSpec(q.job->spec, now - q.job->submit_time, ledger, q.partition);
+    if (j.spec == q.job->spec) continue;
+    with_tiers.push_back(std::move(j));
+    q.job = &with_tiers.back();
+  }
   AvailabilityTimeline timeline(ledger, state.jobs, now);
   LimitTracker limits(state, policy);
   Planner(ledger, timeline, limits, policy, now).Run(queue, plan);

@@ -74,6 +74,14 @@ std::optional<Topology> ParseTopology(const std::string& s);
 /// "domain", "zone" and "region" (mlsub's spelling).
 const char* TopologyName(Topology t);
 
+/// One accelerator fallback tier: once the job has waited `after` seconds since submission it may
+/// also run on `accelerator`, a GPU type or "cpu" (no GPUs).
+struct FallbackTier {
+  std::string accelerator;
+  Duration after = 0;
+  bool operator==(const FallbackTier&) const = default;
+};
+
 /// What a job asks for: `ntasks` identical tasks, each needing `per_task`, started all-or-nothing.
 struct JobSpec {
   std::string name, user, account, partition, qos;
@@ -85,6 +93,8 @@ struct JobSpec {
   int32_t nice = 0;
   bool hold = false;
   std::vector<std::string> features;  // node features/labels every node of the gang must carry
+  std::vector<FallbackTier> fallback; // accelerator tiers opened by waiting (fallback.h)
+  bool operator==(const JobSpec&) const = default;
 };
 
 /// One task's placement: node and GPU device indices on it.

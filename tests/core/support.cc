@@ -144,6 +144,10 @@ void CheckGang(const Job& job, const PolicySet& policy, const Allocation& alloc,
         std::find(part->pools.begin(), part->pools.end(), PoolName(n.pool)) == part->pools.end())
       out.push_back(who + ": node " + n.name + " outside partition pools");
     int64_t want_gpus = job.spec.per_task.GpuCount();
+    // A CPU fallback tier (fallback.h) runs the job without GPUs.
+    bool cpu_tier = std::any_of(job.spec.fallback.begin(), job.spec.fallback.end(),
+                                [](const FallbackTier& f) { return f.accelerator == "cpu"; });
+    if (cpu_tier && t.resources.GpuCount() == 0 && t.gpu_indices.empty()) want_gpus = 0;
     if (t.resources.GpuCount() != want_gpus || static_cast<int64_t>(t.gpu_indices.size()) != want_gpus)
       out.push_back(who + ": task " + std::to_string(t.rank) + " has wrong GPU count");
     if (t.resources.cpu_millis != job.spec.per_task.cpu_millis)
