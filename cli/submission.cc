@@ -58,6 +58,14 @@ std::string CheckSizes(const SubmitOptions& o, v1::JobSpec& spec) {
     if (gpus == 0) return Where(o, "gpu-types") + "--gpu-types needs --gpus-per-task >= 1";
     for (const auto& t : *o.gpu_types) spec.add_gpu_types(t);
   }
+  if (o.fallback) {
+    if (gpus == 0) return Where(o, "fallback") + "--fallback needs --gpus-per-task >= 1";
+    for (const auto& [type, after] : *o.fallback) {
+      auto* f = spec.add_fallback();
+      f->set_accelerator(type);
+      f->set_after_s(after);
+    }
+  }
   int64_t limit = o.time_limit_s.value_or(0);
   if (limit < 0 || limit > kMaxTimeLimitS)
     return Where(o, "time") + "--time must be at most " + FormatDuration(kMaxTimeLimitS) + " (got " + FormatDuration(limit) + ")";

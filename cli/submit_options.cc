@@ -54,6 +54,27 @@ std::string ApplyGpuTypes(SubmitOptions& o, const std::string& v) {
   return "";
 }
 
+// --fallback a100@10m,cpu@1h: accelerator tiers, each opened once the job has waited that long.
+std::string ApplyFallback(SubmitOptions& o, const std::string& v) {
+  std::vector<std::pair<std::string, int64_t>> tiers;
+  std::stringstream in(v);
+  for (std::string t; std::getline(in, t, ',');) {
+    auto at = t.find('@');
+    if (at == std::string::npos || at == 0)
+      return "expected TYPE@WAIT in '" + t + "' (e.g. a100@10m,cpu@1h)";
+    std::string type = t.substr(0, at);
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+    auto wait = ParseDuration(t.substr(at + 1));
+    if (!wait) return "bad wait in '" + t + "': " + wait.error;
+    if (!tiers.empty() && *wait.value < tiers.back().second)
+      return "fallback tiers must open in order of their wait ('" + t + "' opens before the previous one)";
+    tiers.emplace_back(type, *wait.value);
+  }
+  if (tiers.empty()) return "expected a comma list of TYPE@WAIT (e.g. a100@10m,cpu@1h)";
+  o.fallback = std::move(tiers);
+  return "";
+}
+
 std::vector<SubmitOptionDef> MakeTable() {
   using O = SubmitOptions;
   auto flag = [](std::optional<bool> O::*f) {
@@ -71,6 +92,7 @@ std::vector<SubmitOptionDef> MakeTable() {
        Units(&O::memory_bytes_per_task, ParseMemory)},
       {0, {"gpus-per-task"}, "N", true, "GPUs per task", Int(&O::gpus_per_task)},
       {0, {"gpu-types", "gpu-type"}, "LIST", true, "acceptable GPU types, preferred first: h100,a100", ApplyGpuTypes},
+      {0, {"fallback"}, "TIERS", true, "accelerator fallback after waiting: a100@10m,cpu@1h (cpu = no GPUs)", ApplyFallback},
       {'t', {"time"}, "TIME", true, "time limit: M, M:S, H:M:S, D-H[:M[:S]], 30m, 4h (default: the partition's)",
        Units(&O::time_limit_s, ParseDuration)},
       {'p', {"partition"}, "NAME", true, "partition (default: the default partition)", Text(&O::partition)},
@@ -275,6 +297,7 @@ void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.memory_bytes_per_task, t.memory_bytes_per_task, "mem-per-task", b, t);
   Take(b.gpus_per_task, t.gpus_per_task, "gpus-per-task", b, t);
   Take(b.gpu_types, t.gpu_types, "gpu-types", b, t);
+  Take(b.fallback, t.fallback, "fallback", b, t);
   Take(b.time_limit_s, t.time_limit_s, "time", b, t);
   Take(b.partition, t.partition, "partition", b, t);
   Take(b.account, t.account, "account", b, t);

@@ -25,6 +25,7 @@ struct SubmitOptions {
   std::optional<int64_t> memory_bytes_per_task;  // --mem-per-task (bare number = MB)
   std::optional<int64_t> gpus_per_task;          // --gpus-per-task
   std::optional<std::vector<std::string>> gpu_types;  // --gpu-types, preferred first
+  std::optional<std::vector<std::pair<std::string, int64_t>>> fallback;  // --fallback TYPE@WAIT,... (seconds)
   std::optional<int64_t> time_limit_s;           // -t/--time
   std::optional<std::string> partition;          // -p/--partition
   std::optional<std::string> account;            // -A/--account

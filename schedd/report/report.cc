@@ -85,12 +85,15 @@ Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::
   struct JobMeta {
     std::string account, user, partition;
     int64_t submit = 0;
+    std::string preferred;  // first GPU type asked for ("" = any type, or no GPUs)
+    bool wants_gpus = false;
   };
   std::map<int64_t, JobMeta> meta;
   for (const auto& j : jobs) {
     v1::JobSpec spec;
     spec.ParseFromString(j.spec);
-    meta[j.id] = JobMeta{spec.account(), j.user, spec.partition(), j.submit_time};
+    meta[j.id] = JobMeta{spec.account(), j.user, spec.partition(), j.submit_time,
+                         spec.gpu_types_size() > 0 ? spec.gpu_types(0) : "", spec.gpus_per_task() > 0};
   }
   std::map<std::pair<std::string, std::string>, UsageRow> usage;
   std::map<std::pair<std::string, std::string>, std::set<int64_t>> job_sets;
@@ -122,6 +125,10 @@ Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::
       u.lost_cpu_hours += lost_h * static_cast<double>(a.cpu_millis) / 1000.0;
       u.lost_gpu_hours += lost_h * static_cast<double>(a.gpus);
     }
+    // A start on another accelerator than the first one asked for (a fallback tier), or on CPUs.
+    if (a.start_time >= start && a.start_time < end && m->second.wants_gpus &&
+        (a.gpus == 0 || (!m->second.preferred.empty() && a.gpu_type != m->second.preferred)))
+      u.fallbacks++;
     if (a.attempt == 1 && a.start_time >= start && a.start_time < end)
       waits[{m->second.partition, a.gpus > 0 ? a.gpu_type : "cpu"}].push_back(
           static_cast<double>(a.start_time - m->second.submit));

@@ -1,4 +1,5 @@
 // Controller: the job-facing half (submit, cancel, list, hold), persistence and recovery.
+#include "schedd/core/fallback.h"
 #include "schedd/server/controller.h"
 
 #include <spdlog/spdlog.h>
@@ -153,10 +154,27 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
     if (auto slash = n.rfind('/'); slash != std::string::npos) n = n.substr(slash + 1);
     spec.set_name(n);
   }
+  for (const auto& f : spec.fallback()) {
+    if (f.accelerator().empty()) return bad("fallback tier without an accelerator");
+    if (f.after_s() < 0) return bad("fallback tier " + f.accelerator() + ": wait must be >= 0");
+  }
   std::vector<core::Node> nodes;
   for (const auto& [name, n] : nodes_) nodes.push_back(n.node);
   if (!nodes.empty()) {
-    if (auto why = core::CheckJobFeasible(nodes, policy_, ToCoreSpec(spec, caller.user))) return bad(*why + ": rejected");
+    // Feasible when the job, or the last of its fallback tiers (all tiers open), could ever run.
+    core::JobSpec c = ToCoreSpec(spec, caller.user);
+    auto why = core::CheckJobFeasible(nodes, policy_, c);
+    if (why && !c.fallback.empty()) {
+      core::JobSpec widest = c;
+      if (core::CpuTierOpen(c, INT64_MAX / 2)) {
+        widest.per_task.gpus.clear();
+        widest.gpu_types.clear();
+      } else {
+        widest.gpu_types = core::OpenGpuTiers(c, INT64_MAX / 2);
+      }
+      if (!core::CheckJobFeasible(nodes, policy_, widest)) why.reset();
+    }
+    if (why) return bad(*why + ": rejected");
   }
   return {};
 }

@@ -66,12 +66,18 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.placement.set_master_port(cfg_.master_port_base +
                               static_cast<int32_t>((j.id * 7919 + j.attempt * 104729) % cfg_.master_port_range));
   j.tasks.assign(tasks.size(), TaskRt{});
-  if (metrics_ && j.attempt == 1) {
-    const auto& cap = nodes_[rank0].node.capacity.gpus;
-    std::string accel = j.spec.per_task.GpuCount() > 0 && !cap.empty() ? cap.begin()->first : "cpu";
+  // The accelerator this attempt got: rank 0's GPU type, or "cpu" (also a CPU fallback tier).
+  const auto& cap = nodes_[rank0].node.capacity.gpus;
+  const std::string accel = !tasks.front().gpu_indices.empty() && !cap.empty() ? cap.begin()->first : "cpu";
+  if (metrics_ && j.attempt == 1)
     metrics_->ObserveQueueWait(j.spec.partition, accel, static_cast<double>(now - j.submit_time));
+  Persist(j, "start", "attempt " + std::to_string(j.attempt) + " on " + accel);  // RUNNING is durable before any task starts
+  if (j.spec.per_task.GpuCount() > 0 &&
+      (accel == "cpu" || (!j.spec.gpu_types.empty() && accel != j.spec.gpu_types.front()))) {
+    std::string wanted = j.spec.gpu_types.empty() ? "any GPU" : j.spec.gpu_types.front();
+    store_.AppendEvent(j.id, rank0, "fallback", "started on " + accel + " instead of " + wanted + " after waiting " +
+                       std::to_string(now - j.submit_time) + " s").get();
   }
-  Persist(j, "start", "attempt " + std::to_string(j.attempt));  // RUNNING is durable before any task starts
   store_.SaveAttempt(AttemptOf(j)).get();
 
   v1::JobSpec spec;
@@ -99,6 +105,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
     (*p->mutable_env())["MLSCHED_JOB_NAME"] = j.spec.name;
     (*p->mutable_env())["MLSCHED_PARTITION"] = j.spec.partition;
     (*p->mutable_env())["MLSCHED_ACCOUNT"] = j.spec.account;
+    (*p->mutable_env())["MLSCHED_ACCELERATOR"] = accel;
     if (!sink_.Send(node, m)) {
       spdlog::warn("job {}: agent of node {} is not connected; requeueing", j.id, node);
       EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");

@@ -18,6 +18,7 @@ core::JobSpec ToCoreSpec(const v1::JobSpec& s, const std::string& user) {
   c.topology = core::ParseTopology(s.topology()).value_or(core::Topology::kNone);
   c.nice = s.nice();
   c.hold = s.hold();
+  for (const auto& f : s.fallback()) c.fallback.push_back({f.accelerator(), f.after_s()});
   return c;
 }
 

@@ -185,3 +185,17 @@ TEST_CASE("the help lists every option", "[cli][submit]") {
   for (const auto& d : SubmitOptionTable()) CHECK_THAT(help, Catch::Contains("--" + d.long_names[0]));
   CHECK_THAT(help, Catch::Contains("-n, --ntasks N"));
 }
+
+TEST_CASE("--fallback: accelerator tiers with their waits, in order", "[cli][submit]") {
+  auto s = Spec({"--gpus-per-task", "8", "--gpu-types", "h100", "--fallback", "A100@10m,cpu@1h", "x.sh"});
+  REQUIRE(s.fallback_size() == 2);
+  CHECK(s.fallback(0).accelerator() == "a100");
+  CHECK(s.fallback(0).after_s() == 600);
+  CHECK(s.fallback(1).accelerator() == "cpu");
+  CHECK(s.fallback(1).after_s() == 3600);
+  CHECK(Error({"--fallback", "a100@10m", "x.sh"}).find("--fallback needs --gpus-per-task >= 1") != std::string::npos);
+  CHECK(ParseSubmitArgs({"--gpus-per-task", "1", "--fallback", "a100", "x.sh"}).error ==
+        "--fallback: expected TYPE@WAIT in 'a100' (e.g. a100@10m,cpu@1h)");
+  CHECK(ParseSubmitArgs({"--fallback", "cpu@1h,a100@10m", "x.sh"}).error.find("in order of their wait") !=
+        std::string::npos);
+}

@@ -434,3 +434,22 @@ TEST_CASE("QoS preemption: the low job is told to checkpoint, requeued on exit 7
   CHECK(w.Job(victim).state() == v1::PENDING);  // and it does not preempt back
   CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
 }
+
+TEST_CASE("fallback tier: a job waiting for h100 starts on a100 after its budget, tasks see MLSCHED_ACCELERATOR", "[controller]") {
+  World w(0);
+  w.ctl->OnRegister(NodeReg("a1", 8, 8, "a100"), w.now);
+  v1::JobSpec spec = Spec(1, 1, 8);
+  spec.add_gpu_types("h100");
+  auto* f = spec.add_fallback();
+  f->set_accelerator("a100");
+  f->set_after_s(600);
+  int64_t id = w.Submit(spec, w.alice);  // feasible only through its fallback tier
+  w.ctl->RunCycle(w.now + 599);
+  CHECK(w.Job(id).state() == v1::PENDING);
+  w.ctl->RunCycle(w.now + 600);
+  REQUIRE(w.Job(id).state() == v1::RUNNING);
+  auto prep = w.sink.Of("a1", v1::SchedulerMessage::kPrepare);
+  REQUIRE(prep.size() == 1);
+  CHECK(prep[0].prepare().env().at("MLSCHED_ACCELERATOR") == "a100");
+  CHECK(prep[0].prepare().tasks(0).gpu_indices_size() == 8);
+}
