@@ -186,7 +186,7 @@ TEST_CASE("the help lists every option", "[cli][submit]") {
   CHECK_THAT(help, Catch::Contains("-n, --ntasks N"));
 }
 
-TEST_CASE("--fallback: accelerator tiers with their waits, in order", "[cli][submit]") {
+TEST_CASE("mlsub --fallback: accelerator tiers with their waits in order", "[cli][submit]") {
   auto s = Spec({"--gpus-per-task", "8", "--gpu-types", "h100", "--fallback", "A100@10m,cpu@1h", "x.sh"});
   REQUIRE(s.fallback_size() == 2);
   CHECK(s.fallback(0).accelerator() == "a100");
