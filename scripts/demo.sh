@@ -53,7 +53,7 @@ cat > "$OUT/train.sh" <<'JOB'
 #MLSUB -o train-%j-%t.out
 # One rank per task; rendezvous, rank and world size come from the environment agentd sets.
 exec "$MLTRAIN" --epochs "$DEMO_EPOCHS" --threads 1 \
-  --checkpoint-url "$MLSCHED_CHECKPOINT_URL/fmnist-$MLSCHED_JOB_ID" --checkpoint-every 5s \
+  --checkpoint-url "$MLSCHED_CHECKPOINT_URL/fmnist-$MLSCHED_JOB_ID" --checkpoint-every 200 \
   --metrics-out "metrics-$MLSCHED_JOB_ID-$RANK.json"
 JOB
 JOB=$("$BIN/cli/mlsub" --parsable -D "$OUT" "$OUT/train.sh")

@@ -34,6 +34,21 @@ const std::map<std::string, double> kUsage{{"A/u1", 30}, {"A/u2", 10}, {"B/u3", 
 
 }  // namespace
 
+namespace {
+// A QoS with priority and limits; preemption settings at their defaults.
+QosPolicy MakeQos(const std::string& name, int64_t priority, Duration max_wall, int64_t max_gpus_per_job,
+                  int64_t max_gpus_per_user, int32_t max_running_jobs_per_user) {
+  QosPolicy q;
+  q.name = name;
+  q.priority = priority;
+  q.max_wall = max_wall;
+  q.max_gpus_per_job = max_gpus_per_job;
+  q.max_gpus_per_user = max_gpus_per_user;
+  q.max_running_jobs_per_user = max_running_jobs_per_user;
+  return q;
+}
+}  // namespace
+
 TEST_CASE("classic fairshare: F = 2^(-UE/S) with Slurm's effective usage", "[core][fairshare]") {
   FairshareTree tree(TwoAccounts(FairshareAlgorithm::kClassic), kUsage, {});
   // UE_A = 0.4 + (1 - 0.4) * 0.6 = 0.76;  UE_B = 0.6 + (1 - 0.6) * 0.4 = 0.76
@@ -96,7 +111,7 @@ TEST_CASE("multifactor priority is the weighted sum of [0,1] factors minus nice"
   p.partitions[0].priority_tier = 1;
   p.partitions[1].priority_tier = 2;
   p.default_partition = "low";
-  p.qos = {{"normal", 10, 0, 0, 0, 0}, {"urgent", 20, 0, 0, 0, 0}};
+  p.qos = {MakeQos("normal", 10, 0, 0, 0, 0), MakeQos("urgent", 20, 0, 0, 0, 0)};
   s.jobs = {JobBuilder(1).Tasks(1).GpusPerTask(8).Submit(0).Nice(5).Build()};
   PriorityCalculator calc(s, p, 250);
   PriorityBreakdown b = calc.Compute(s.jobs[0]);
@@ -142,7 +157,7 @@ TEST_CASE("limits hold jobs back with the reason naming the limit", "[core][limi
   nlp.parent = "research";
   nlp.max_running_jobs = 1;
   p.accounts = {research, vision, nlp};
-  p.qos = {{"normal", 0, 3600, 16, 0, 0}, {"small", 0, 0, 0, 2, 0}};
+  p.qos = {MakeQos("normal", 0, 3600, 16, 0, 0), MakeQos("small", 0, 0, 0, 2, 0)};
   p.partitions[0].max_tasks_per_job = 2;
   s.jobs = {JobBuilder(1).Account("vision").GpusPerTask(8).Running(0, Allocation{{Task(0, "gpu-1", {0, 1, 2, 3, 4, 5, 6, 7}, "h100", 1000)}}).Build()};
   struct Row { const char* what; Job job; PendingReason reason; std::string detail; };
