@@ -59,6 +59,9 @@ void InstallStopSignalHandlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // A peer that dies closes its sockets: writing to them must fail with EPIPE (then exit 76 with
+  // "peer lost"), not kill this rank with SIGPIPE (exit 141).
+  signal(SIGPIPE, SIG_IGN);
 }
 bool StopRequested() { return g_stop != 0; }
 void RequestStop() { g_stop = 1; }

@@ -16,7 +16,8 @@
 
 namespace mltrain {
 
-/// Installs the SIGTERM/SIGINT handler that requests a clean stop (SA_RESTART, async-signal-safe).
+/// Installs the SIGTERM/SIGINT handler that requests a clean stop (SA_RESTART, async-signal-safe)
+/// and ignores SIGPIPE, so a dead peer surfaces as a collective error (exit 76).
 void InstallStopSignalHandlers();
 /// True once SIGTERM/SIGINT arrived (or RequestStop was called).
 bool StopRequested();
