@@ -26,7 +26,7 @@ bool CpuTierOpen(const JobSpec& spec, Duration waited) {
   return false;
 }
 
-JobSpec EffectiveSpec(const JobSpec& spec, Duration waited, const NodeLedger& ledger,
+JobSpec EffectiveSpec(const JobSpec& spec, Duration waited, NodeLedger& ledger,
                       const PartitionPolicy* partition) {
   if (spec.fallback.empty() || spec.per_task.GpuCount() == 0) return spec;
   JobSpec gpu = spec;
@@ -41,9 +41,8 @@ JobSpec EffectiveSpec(const JobSpec& spec, Duration waited, const NodeLedger& le
     if (NodeEligible(ledger.slot(i), gpu, partition)) eligible.push_back(i);
   if (!eligible.empty())
     if (auto demand = ResolveTaskDemand(gpu, *ledger.slot(eligible.front()).node)) {
-      NodeLedger scratch = ledger;
-      AllocationTxn txn(scratch);
-      if (PlaceGangNow(txn, scratch, eligible, gpu, *demand)) return gpu;
+      AllocationTxn txn(ledger);  // discarded on return: a dry run
+      if (PlaceGangNow(txn, ledger, eligible, gpu, *demand)) return gpu;
     }
   JobSpec cpu = spec;
   cpu.per_task.gpus.clear();

@@ -18,8 +18,9 @@ bool CpuTierOpen(const JobSpec& spec, Duration waited);
 
 /// The spec a pending job is placed with this cycle. GPU tiers: gpu_types = OpenGpuTiers (tried in
 /// that order by the placer). When the CPU tier is open and no GPU placement fits `ledger` now,
-/// the CPU-only variant (no GPUs) is used instead. Jobs without fallback tiers are returned as is.
-JobSpec EffectiveSpec(const JobSpec& spec, Duration waited, const NodeLedger& ledger,
+/// the CPU-only variant (no GPUs) is used instead (the dry run leaves `ledger` exactly as it was).
+/// Jobs without fallback tiers are returned as is.
+JobSpec EffectiveSpec(const JobSpec& spec, Duration waited, NodeLedger& ledger,
                       const PartitionPolicy* partition);
 
 }  // namespace mlsched::core

@@ -193,6 +193,7 @@ class Controller {
   /// The accounting row of the job's current attempt (end/outcome filled by the caller).
   AttemptRow AttemptOf(const JobRec& j) const;
   // controller_cycle.cc
+  /// Nodes, pending and running jobs and exiting tasks for one cycle (usage is left to the caller).
   core::ClusterState Snapshot(int64_t now) const;
   /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.
   void AccrueUsageLocked(const core::ClusterState& snap, int64_t now);

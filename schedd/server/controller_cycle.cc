@@ -77,8 +77,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
     cj.allocation = std::move(a);
     s.jobs.push_back(std::move(cj));
   }
-  s.usage = usage_;
-  return s;
+  return s;  // usage is added by the caller (RunCycle accrues it first)
 }
 
 void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {
@@ -127,6 +126,7 @@ std::vector<core::PriorityBreakdown> Controller::ExplainPriorities(int64_t now) 
   {
     std::lock_guard lk(mu_);
     snap = Snapshot(now);
+    snap.usage = usage_;
     policy = policy_;
   }
   return core::ExplainPriorities(snap, policy, now);
