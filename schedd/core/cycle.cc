@@ -1,4 +1,4 @@
-// SchedulingCycle::Run: admission (hold, partition) -> order (QoS preemption tier, then FIFO or
+// SchedulingCycle::Run: admission (hold, dependencies, partition) -> order (QoS preemption tier, then FIFO or
 // multifactor priority) -> planner (start in order, reserve for blocked jobs, backfill around the
 // reservations) -> preemption for blocked jobs whose QoS may preempt.
 #include <algorithm>
@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "schedd/core/backfill.h"
+#include "schedd/core/dependency.h"
 #include "schedd/core/fallback.h"
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
@@ -17,11 +18,20 @@
 namespace mlsched::core {
 namespace {
 
-// Reasons decided before ordering: hold and partition state. nullopt = the job is queued.
-std::optional<PendingUpdate> Admit(const Job& job, const PolicySet& policy,
+// Reasons decided before ordering: hold, dependencies and partition state. nullopt = the job is
+// queued. `deps` is null when no pending job has dependencies.
+std::optional<PendingUpdate> Admit(const Job& job, const PolicySet& policy, const JobStateIndex* deps,
                                    const PartitionPolicy** partition) {
   const JobSpec& spec = job.spec;
   if (spec.hold) return PendingUpdate{job.id, PendingReason::kJobHeldUser, std::nullopt, "", 0};
+  if (deps && !spec.dependencies.empty()) {
+    DependencyStatus d = EvaluateDependencies(spec, *deps);
+    if (d.kind != DependencyStatus::Kind::kSatisfied)
+      return PendingUpdate{job.id,
+                           d.kind == DependencyStatus::Kind::kNever ? PendingReason::kDependencyNeverSatisfied
+                                                                    : PendingReason::kDependency,
+                           std::nullopt, std::move(d.detail), 0};
+  }
   *partition = FindPartition(policy, spec.partition);
   if (!*partition)
     return PendingUpdate{job.id, PendingReason::kPartitionLimit, std::nullopt,
@@ -40,10 +50,16 @@ std::optional<PendingUpdate> Admit(const Job& job, const PolicySet& policy,
 CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& policy, Timestamp now) {
   CyclePlan plan;
   std::vector<QueuedJob> queue;
+  std::optional<JobStateIndex> deps;  // built only when some pending job has dependencies
+  for (const Job& job : state.jobs)
+    if (job.state == JobState::kPending && !job.spec.dependencies.empty()) {
+      deps.emplace(state);
+      break;
+    }
   for (const Job& job : state.jobs) {
     if (job.state != JobState::kPending) continue;
     const PartitionPolicy* partition = nullptr;
-    if (auto held = Admit(job, policy, &partition)) {
+    if (auto held = Admit(job, policy, deps ? &*deps : nullptr, &partition)) {
       plan.pending.push_back(std::move(*held));
       continue;
     }

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "schedd/core/dependency.h"
+
 namespace mlsched::core {
 namespace {
 
@@ -39,11 +41,18 @@ const QosPolicy* FindQos(const PolicySet& policy, const std::string& name) {
 
 LimitTracker::LimitTracker(const ClusterState& state, const PolicySet& policy) : policy_(policy) {
   for (const Job& job : state.jobs)
+    if (job.state == JobState::kPending && !job.spec.dependencies.empty() && IsSingleton(job.spec)) {
+      track_singletons_ = true;
+      break;
+    }
+  for (const Job& job : state.jobs)
     if (job.state == JobState::kRunning || job.state == JobState::kCompleting) Charge(job);
 }
 
 void LimitTracker::Charge(const Job& job) {
   const JobSpec& s = job.spec;
+  if (s.array.job_id != 0) running_by_array_[s.array.job_id] += 1;
+  if (track_singletons_ && job.id > 0) singletons_.try_emplace({s.user, s.name}, job.id);
   for (const AccountPolicy* a : AccountChain(policy_, s.account)) {
     Totals& t = by_account_[a->name];
     t.gpus += JobGpus(s);
@@ -80,6 +89,19 @@ std::optional<LimitHit> LimitTracker::CheckStatic(const Job& job) const {
 std::optional<LimitHit> LimitTracker::Check(const Job& job) const {
   if (auto hit = CheckStatic(job)) return hit;
   const JobSpec& s = job.spec;
+  if (s.array.max_running > 0) {
+    auto it = running_by_array_.find(s.array.job_id);
+    if (it != running_by_array_.end() && it->second >= s.array.max_running)
+      return LimitHit{PendingReason::kJobArrayTaskLimit,
+                      "array " + std::to_string(s.array.job_id) + ": " + std::to_string(it->second) +
+                          " elements running, limit %" + std::to_string(s.array.max_running)};
+  }
+  if (!s.dependencies.empty() && IsSingleton(s)) {
+    auto it = singletons_.find({s.user, s.name});
+    if (it != singletons_.end() && it->second != job.id)
+      return LimitHit{PendingReason::kDependency, "singleton: job " + std::to_string(it->second) + " '" + s.name +
+                                                      "' of user '" + s.user + "' is running"};
+  }
   if (const QosPolicy* q = FindQos(policy_, s.qos)) {
     auto it = by_qos_user_.find({q->name, s.user});
     Totals t = it == by_qos_user_.end() ? Totals{} : it->second;

@@ -1,6 +1,7 @@
 // Limits and quotas: per partition (tasks per job), per QoS (wall time, GPUs per job, running GPUs
 // and jobs per user) and per account (running GPUs, CPUs and jobs, inherited down the account tree
-// like Slurm's GrpTRES/GrpJobs). A job a limit holds back gets the pending reason naming it.
+// like Slurm's GrpTRES/GrpJobs), plus the job-array "%N" throttle and singleton dependencies. A job
+// a limit holds back gets the pending reason naming it.
 #pragma once
 
 #include <map>
@@ -28,7 +29,7 @@ std::vector<const AccountPolicy*> AccountChain(const PolicySet& policy, const st
 /// QoS at all or does not know that name.
 const QosPolicy* FindQos(const PolicySet& policy, const std::string& name);
 
-/// Running totals per account, per (QoS, user); charges running jobs at construction and jobs the
+/// Running totals per account, per (QoS, user), per job array and per singleton (user, name); charges running jobs at construction and jobs the
 /// cycle starts through Charge().
 class LimitTracker {
  public:
@@ -47,6 +48,9 @@ class LimitTracker {
   const PolicySet& policy_;
   std::map<std::string, Totals> by_account_;
   std::map<std::pair<std::string, std::string>, Totals> by_qos_user_;
+  std::map<JobId, int32_t> running_by_array_;                    // array job id -> running elements
+  std::map<std::pair<std::string, std::string>, JobId> singletons_;  // (user, name) -> a running job
+  bool track_singletons_ = false;  // some pending job is a singleton
 };
 
 }  // namespace mlsched::core

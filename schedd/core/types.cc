@@ -51,7 +51,7 @@ constexpr std::array<std::pair<JobState, const char*>, 9> kJobStates{{
     {JobState::kPreempted, "PREEMPTED"},
     {JobState::kNodeFail, "NODE_FAIL"}}};
 
-constexpr std::array<std::pair<PendingReason, const char*>, 14> kReasons{{
+constexpr std::array<std::pair<PendingReason, const char*>, 16> kReasons{{
     {PendingReason::kNone, "None"},
     {PendingReason::kPriority, "Priority"},
     {PendingReason::kResources, "Resources"},
@@ -65,7 +65,9 @@ constexpr std::array<std::pair<PendingReason, const char*>, 14> kReasons{{
     {PendingReason::kBeginTime, "BeginTime"},
     {PendingReason::kWaitingForSpotBudget, "WaitingForSpotBudget"},
     {PendingReason::kLaunchFailedRequeue, "LaunchFailedRequeue"},
-    {PendingReason::kPreempting, "Preempting"}}};
+    {PendingReason::kPreempting, "Preempting"},
+    {PendingReason::kDependencyNeverSatisfied, "DependencyNeverSatisfied"},
+    {PendingReason::kJobArrayTaskLimit, "JobArrayTaskLimit"}}};
 
 constexpr std::array<std::pair<PreemptMode, const char*>, 2> kPreemptModes{{
     {PreemptMode::kRequeue, "requeue"},

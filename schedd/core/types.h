@@ -64,7 +64,8 @@ bool IsFinal(JobState s);
 /// Why a pending job does not run (one per job, Slurm's names).
 enum class PendingReason { kNone, kPriority, kResources, kJobHeldUser, kJobHeldAdmin, kDependency,
                            kQosLimit, kAccountQuota, kPartitionLimit, kPartitionDown, kBeginTime,
-                           kWaitingForSpotBudget, kLaunchFailedRequeue, kPreempting };
+                           kWaitingForSpotBudget, kLaunchFailedRequeue, kPreempting,
+                           kDependencyNeverSatisfied, kJobArrayTaskLimit };
 const char* PendingReasonName(PendingReason r);
 
 /// Topology constraint of a gang.
@@ -82,6 +83,32 @@ struct FallbackTier {
   bool operator==(const FallbackTier&) const = default;
 };
 
+/// Slurm's dependency types (sbatch --dependency): kAfter = the jobs have started (or ended);
+/// kAfterAny = ended in any state; kAfterOk = ended COMPLETED; kAfterNotOk = ended in another
+/// final state (FAILED, CANCELLED, TIMEOUT, NODE_FAIL); kSingleton = no other job with the same
+/// name and user is running (no job ids).
+enum class DependencyType { kAfter, kAfterAny, kAfterOk, kAfterNotOk, kSingleton };
+/// "after" | "afterany" | "afterok" | "afternotok" | "singleton".
+const char* DependencyTypeName(DependencyType t);
+
+/// One term of a dependency list: `type` on every job of `jobs` (array jobs already expanded to
+/// their elements' ids by the server).
+struct Dependency {
+  DependencyType type = DependencyType::kAfterAny;
+  std::vector<JobId> jobs;
+  bool operator==(const Dependency&) const = default;
+};
+
+/// A job's place in a job array (sbatch --array): element `task_id` of the array whose id is
+/// `job_id` (the id of its first element); at most `max_running` elements run at once (0 = no
+/// limit, the "%N" of --array=0-99%N). job_id 0 = not an array element.
+struct ArrayIndex {
+  JobId job_id = 0;
+  int32_t task_id = 0;
+  int32_t max_running = 0;
+  bool operator==(const ArrayIndex&) const = default;
+};
+
 /// What a job asks for: `ntasks` identical tasks, each needing `per_task`, started all-or-nothing.
 struct JobSpec {
   std::string name, user, account, partition, qos;
@@ -94,6 +121,9 @@ struct JobSpec {
   bool hold = false;
   std::vector<std::string> features;  // node features/labels every node of the gang must carry
   std::vector<FallbackTier> fallback; // accelerator tiers opened by waiting (fallback.h)
+  std::vector<Dependency> dependencies;  // all must hold, or any one when dependency_any ('?')
+  bool dependency_any = false;
+  ArrayIndex array;                   // array element, or job_id 0
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -138,6 +168,9 @@ struct ClusterState {
   /// Decayed fairshare usage (billing-weighted resource-seconds) per association key: an account
   /// name, or "account/user" for a user. Maintained with AccrueUsage (fairshare.h).
   std::map<std::string, double> usage;
+  /// Final states of jobs that pending jobs depend on but that `jobs` omits (ended jobs). A
+  /// dependency on a job found in neither counts as satisfied (Slurm: the job was purged).
+  std::map<JobId, JobState> finished;
 };
 
 /// Scheduler policy as plain data (the TOML loader fills it; defaults give FIFO + EASY-free).

@@ -1,5 +1,6 @@
 #include "tests/core/support.h"
 
+#include "schedd/core/dependency.h"
 #include "schedd/core/limits.h"
 
 #include <catch2/catch.hpp>
@@ -105,6 +106,17 @@ JobBuilder& JobBuilder::Qos(const std::string& q) { job_.spec.qos = q; return *t
 JobBuilder& JobBuilder::Nice(int32_t n) { job_.spec.nice = n; return *this; }
 JobBuilder& JobBuilder::Hold() { job_.spec.hold = true; return *this; }
 JobBuilder& JobBuilder::Features(std::vector<std::string> f) { job_.spec.features = std::move(f); return *this; }
+JobBuilder& JobBuilder::Name(const std::string& name) { job_.spec.name = name; return *this; }
+JobBuilder& JobBuilder::DependsOn(DependencyType type, std::vector<JobId> jobs) {
+  job_.spec.dependencies.push_back({type, std::move(jobs)});
+  return *this;
+}
+JobBuilder& JobBuilder::DependsOnAny() { job_.spec.dependency_any = true; return *this; }
+JobBuilder& JobBuilder::Singleton() { return DependsOn(DependencyType::kSingleton, {}); }
+JobBuilder& JobBuilder::ArrayElement(JobId array_id, int32_t task, int32_t max_running) {
+  job_.spec.array = ArrayIndex{array_id, task, max_running};
+  return *this;
+}
 JobBuilder& JobBuilder::Running(Timestamp start, Allocation allocation) {
   job_.state = JobState::kRunning;
   job_.start_time = start;
@@ -161,6 +173,34 @@ void CheckGang(const Job& job, const PolicySet& policy, const Allocation& alloc,
 
 // Every start keeps the account (inherited), QoS and partition limits: recomputed independently
 // of LimitTracker from the running jobs plus the starts before it.
+// Started jobs' dependencies hold; singletons and array "%N" limits hold after the starts.
+void CheckDependencies(const ClusterState& state, const CyclePlan& plan, const std::map<JobId, const Job*>& jobs,
+                       std::vector<std::string>& out) {
+  const JobStateIndex index(state);
+  std::map<std::pair<std::string, std::string>, int> singletons;
+  std::map<JobId, int> array_running;
+  for (const Job& j : state.jobs)
+    if (j.state == JobState::kRunning && j.id > 0) {
+      singletons[{j.spec.user, j.spec.name}] += 1;
+      if (j.spec.array.job_id) array_running[j.spec.array.job_id] += 1;
+    }
+  for (const StartDecision& s : plan.starts) {
+    auto it = jobs.find(s.job);
+    if (it == jobs.end()) continue;
+    const JobSpec& spec = it->second->spec;
+    if (EvaluateDependencies(spec, index).kind != DependencyStatus::Kind::kSatisfied)
+      out.push_back("job " + std::to_string(s.job) + " started before its dependencies hold");
+    if (IsSingleton(spec) && ++singletons[{spec.user, spec.name}] > 1)
+      out.push_back("singleton job " + std::to_string(s.job) + " started beside another '" + spec.name + "'");
+    else if (!IsSingleton(spec))
+      singletons[{spec.user, spec.name}] += 1;
+    if (spec.array.job_id && ++array_running[spec.array.job_id] > spec.array.max_running &&
+        spec.array.max_running > 0)
+      out.push_back("array " + std::to_string(spec.array.job_id) + " runs more than %" +
+                    std::to_string(spec.array.max_running));
+  }
+}
+
 void CheckLimits(const ClusterState& state, const PolicySet& policy, const CyclePlan& plan,
                  const std::map<JobId, const Job*>& jobs, std::vector<std::string>& out) {
   std::map<std::string, std::pair<int64_t, int64_t>> account;        // gpus, jobs
@@ -241,6 +281,7 @@ std::vector<std::string> CheckInvariants(const ClusterState& state, const Policy
     if (it != nodes.end() && !u.FitsIn(it->second->capacity)) out.push_back("node " + name + " over-allocated");
   }
   CheckLimits(state, policy, plan, jobs, out);
+  CheckDependencies(state, plan, jobs, out);
   for (const PendingUpdate& p : plan.pending)
     if (!decided.insert(p.job).second) out.push_back("job " + std::to_string(p.job) + " decided twice");
   for (const Job& j : state.jobs)
@@ -304,7 +345,10 @@ void Replay::Run(const PolicySet& policy,
       if (j.state != JobState::kRunning) return false;
       auto rt = run_time.find(j.id);
       Duration d = rt == run_time.end() ? j.spec.time_limit : rt->second;
-      return j.start_time + d <= now;
+      if (j.start_time + d > now) return false;
+      auto out = outcome.find(j.id);
+      state.finished[j.id] = out == outcome.end() ? JobState::kCompleted : out->second;
+      return true;
     });
     while (next_arrival < arrivals.size() && arrivals[next_arrival].submit_time <= now)
       state.jobs.push_back(arrivals[next_arrival++]);

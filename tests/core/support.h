@@ -67,6 +67,14 @@ class JobBuilder {
   JobBuilder& Nice(int32_t nice);
   JobBuilder& Hold();
   JobBuilder& Features(std::vector<std::string> f);
+  JobBuilder& Name(const std::string& name);
+  /// Adds a dependency term: DependsOn(DependencyType::kAfterOk, {3, 4}).
+  JobBuilder& DependsOn(DependencyType type, std::vector<JobId> jobs);
+  /// Joins the dependency terms with '?' (any one suffices) instead of ',' (all).
+  JobBuilder& DependsOnAny();
+  JobBuilder& Singleton();
+  /// Makes the job element `task` of array `array_id` with at most `max_running` running.
+  JobBuilder& ArrayElement(JobId array_id, int32_t task, int32_t max_running = 0);
   /// Marks the job running since `start` on `allocation`.
   JobBuilder& Running(Timestamp start, Allocation allocation);
   Job Build() const { return job_; }
@@ -80,7 +88,7 @@ TaskPlacement Task(int32_t rank, const std::string& node, std::vector<int32_t> g
                    const std::string& gpu_type, int64_t cpu_millis = 0);
 
 /// Violations of the cycle invariants for `plan` applied to `state` (empty = all hold): every
-/// started job was pending, gang all-or-nothing (ranks 0..ntasks-1, each with the per-task
+/// started job was pending and its dependencies hold (singleton and array "%N" included), gang all-or-nothing (ranks 0..ntasks-1, each with the per-task
 /// demand), only up and eligible-pool nodes get new work, no node over-allocated, GPU device
 /// indices in range and disjoint, account/QoS limits respected by every start, every pending job
 /// has exactly one update.
@@ -111,6 +119,7 @@ struct Replay {
   std::vector<Job> arrivals;             // pending jobs, submitted at their submit_time
   std::map<JobId, Duration> run_time;    // actual run time per job (<= time limit)
   std::map<JobId, Timestamp> started;    // filled by Run
+  std::map<JobId, JobState> outcome;     // final state per job when it ends (default COMPLETED)
   /// Runs until every job has ended or `max_cycles` cycles ran.
   void Run(const PolicySet& policy,
            const std::function<void(const ClusterState&, const CyclePlan&, Timestamp)>& on_cycle,
