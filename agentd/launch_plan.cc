@@ -132,6 +132,13 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   in.status_file = dir + "/" + StatusFileName(t.rank());
   in.user = p.user();
   in.home = home;
+  if (const auto& a = spec.array_index(); a.array_job_id() != 0) {
+    in.array_job_id = a.array_job_id();
+    in.array_task_id = a.task_id();
+    in.array_task_count = a.task_count();
+    in.array_task_min = a.task_min();
+    in.array_task_max = a.task_max();
+  }
   auto env = BuildTaskEnvironment(in);
 
   r->rank = t.rank();
@@ -140,7 +147,8 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   if (auto err = ResolveCommand(spec, tmpl.workdir, env["PATH"], dir, &r->request.executable, &r->request.argv);
       !err.empty())
     return err;
-  PatternValues values{p.job_id(), t.rank(), p.user(), spec.name(), ctx.node};
+  PatternValues values{p.job_id(), t.rank(), p.user(), spec.name(), ctx.node, spec.array_index().array_job_id(),
+                       spec.array_index().task_id()};
   auto out_path = ResolveOutputPath(spec.stdout_pattern(), "mlsched-%j.out", values, tmpl.workdir);
   if (!out_path) return "stdout: " + out_path.error;
   auto err_path =

@@ -36,9 +36,11 @@ Parsed<std::string> ExpandOutputPattern(const std::string& pattern, const Patter
       case 'u': out += values.user; break;
       case 'x': out += values.job_name; break;
       case 'n': out += values.node; break;
+      case 'A': out += ZeroPad(std::to_string(values.array_job_id ? values.array_job_id : values.job_id), width); break;
+      case 'a': out += ZeroPad(std::to_string(values.array_task_id), width); break;
       default:
         result.error = "bad output pattern '" + pattern + "': unknown specifier %" + std::string(1, pattern[j]) +
-                       " (known: %j %t %u %x %n %%)";
+                       " (known: %j %t %u %x %n %A %a %%)";
         return result;
     }
     i = j;

@@ -17,6 +17,8 @@ struct PatternValues {
   std::string user;
   std::string job_name;
   std::string node;
+  int64_t array_job_id = 0;  // %A (the job id when not an array element)
+  int32_t array_task_id = 0; // %a (0 when not an array element)
 };
 
 /// Expands `pattern`; an unknown specifier or a dangling '%' is an error naming the pattern, e.g.

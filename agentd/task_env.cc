@@ -30,6 +30,16 @@ std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in) 
   env["MLSCHED_ATTEMPT"] = std::to_string(in.attempt);
   env["MLSCHED_NODE"] = in.node;
   env["MLSCHED_STATUS_FILE"] = in.status_file;
+  if (in.array_job_id != 0) {
+    for (const char* prefix : {"MLSCHED_ARRAY_", "SLURM_ARRAY_"}) {
+      const std::string p = prefix;
+      env[p + "JOB_ID"] = std::to_string(in.array_job_id);
+      env[p + "TASK_ID"] = std::to_string(in.array_task_id);
+      env[p + "TASK_COUNT"] = std::to_string(in.array_task_count);
+      env[p + "TASK_MIN"] = std::to_string(in.array_task_min);
+      env[p + "TASK_MAX"] = std::to_string(in.array_task_max);
+    }
+  }
   return env;
 }
 

@@ -24,6 +24,10 @@ struct TaskEnvInput {
   std::vector<int32_t> gpu_indices;  // CUDA_VISIBLE_DEVICES, empty = no GPU
   std::string node;                  // MLSCHED_NODE
   std::string status_file;           // MLSCHED_STATUS_FILE
+  /// Job arrays (MLSCHED_ARRAY_JOB_ID, _TASK_ID, _TASK_COUNT, _TASK_MIN, _TASK_MAX, set only when
+  /// array_job_id != 0; Slurm's SLURM_ARRAY_* names are set too, for unchanged scripts).
+  int64_t array_job_id = 0;
+  int32_t array_task_id = 0, array_task_count = 0, array_task_min = 0, array_task_max = 0;
   // The user the task runs as: fills USER, LOGNAME, HOME when the exported environment lacks them.
   std::string user;
   std::string home;

@@ -16,13 +16,13 @@ struct FieldDef {
   const char* title;
 };
 
-constexpr std::array<FieldDef, 26> kFields{{
+constexpr std::array<FieldDef, 29> kFields{{
     {'i', "JOBID"},     {'j', "NAME"},        {'u', "USER"},        {'a', "ACCOUNT"},     {'P', "PARTITION"},
     {'q', "QOS"},       {'T', "STATE"},       {'t', "ST"},          {'M', "TIME"},        {'l', "TIME_LIMIT"},
     {'L', "TIME_LEFT"}, {'D', "NODES"},       {'A', "TASKS"},       {'C', "CPUS"},        {'m', "MIN_MEMORY"},
     {'b', "GPUS"},      {'R', "NODELIST(REASON)"}, {'N', "NODELIST"}, {'r', "REASON"},    {'S', "START_TIME"},
     {'V', "SUBMIT_TIME"}, {'e', "END_TIME"},  {'Q', "PRIORITY"},    {'Z', "WORK_DIR"},    {'y', "NICE"},
-    {'o', "COMMAND"},
+    {'o', "COMMAND"},   {'F', "ARRAY_JOB_ID"}, {'K', "ARRAY_TASK_ID"}, {'E', "DEPENDENCY"},
 }};
 
 const FieldDef* FindField(char code) {
@@ -161,10 +161,19 @@ std::vector<std::string> JobNodes(const v1::JobInfo& job) {
   return nodes;
 }
 
+std::string JobIdText(const v1::JobInfo& job) {
+  const auto& a = job.spec().array_index();
+  if (a.array_job_id() == 0) return std::to_string(job.job_id());
+  return std::to_string(a.array_job_id()) + "_" + std::to_string(a.task_id());
+}
+
 std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
   const v1::JobSpec& s = job.spec();
   switch (code) {
-    case 'i': return std::to_string(job.job_id());
+    case 'i': return JobIdText(job);
+    case 'F': return s.array_index().array_job_id() ? std::to_string(s.array_index().array_job_id()) : "N/A";
+    case 'K': return s.array_index().array_job_id() ? std::to_string(s.array_index().task_id()) : "N/A";
+    case 'E': return s.dependency().empty() ? "(null)" : s.dependency();
     case 'j': return s.name();
     case 'u': return job.user();
     case 'a': return s.account();
@@ -237,6 +246,9 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"hold", s.hold()},
       {"nice", s.nice()},
       {"topology", s.topology()},
+      {"dependency", s.dependency()},
+      {"array_job_id", s.array_index().array_job_id()},
+      {"array_task_id", s.array_index().array_job_id() ? nlohmann::json(s.array_index().task_id()) : nlohmann::json()},
   };
 }
 

@@ -51,6 +51,8 @@ void AppendJobLine(std::string& out, const std::vector<FormatItem>& items, const
 
 /// The value of one field code for a job, unpadded ("" for an unknown code).
 std::string JobField(char code, const v1::JobInfo& job, int64_t now);
+/// The id as users write it: "12", or "12_3" for element 3 of array 12 (squeue's %i).
+std::string JobIdText(const v1::JobInfo& job);
 
 /// Millicores as cores, exactly: 2000 -> "2", 1500 -> "1.5", 250 -> "0.25".
 std::string FormatCores(int64_t millis);

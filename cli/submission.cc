@@ -97,6 +97,8 @@ std::string CheckPlacement(const SubmitOptions& o, v1::JobSpec& spec) {
   spec.set_stdout_pattern(o.output.value_or(""));
   spec.set_stderr_pattern(o.error.value_or(""));
   spec.set_hold(o.hold.value_or(false));
+  spec.set_dependency(o.dependency.value_or(""));
+  spec.set_array(o.array.value_or(""));
   return "";
 }
 

@@ -1,5 +1,7 @@
 #include "cli/submit_options.h"
 
+#include "schedd/core/dependency.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -75,6 +77,22 @@ std::string ApplyFallback(SubmitOptions& o, const std::string& v) {
   return "";
 }
 
+// -d afterok:12:13_2,singleton: checked here so that a typo fails before the server is asked.
+std::string ApplyDependency(SubmitOptions& o, const std::string& v) {
+  core::DependencyRequest req;
+  if (auto err = core::ParseDependency(v, &req)) return *err;
+  o.dependency = v;
+  return "";
+}
+
+// -a 0-99%10: the server applies its own size limit (--max-array-size).
+std::string ApplyArray(SubmitOptions& o, const std::string& v) {
+  core::ArrayRequest req;
+  if (auto err = core::ParseArray(v, core::kMaxArrayTaskId + 1, &req)) return *err;
+  o.array = v;
+  return "";
+}
+
 std::vector<SubmitOptionDef> MakeTable() {
   using O = SubmitOptions;
   auto flag = [](std::optional<bool> O::*f) {
@@ -98,7 +116,7 @@ std::vector<SubmitOptionDef> MakeTable() {
       {'p', {"partition"}, "NAME", true, "partition (default: the default partition)", Text(&O::partition)},
       {'A', {"account"}, "NAME", true, "account to charge (default: your default account)", Text(&O::account)},
       {0, {"qos"}, "NAME", true, "quality of service", Text(&O::qos)},
-      {'o', {"output"}, "PATTERN", true, "stdout file; %j job id, %t rank, %u user, %x job name", Text(&O::output)},
+      {'o', {"output"}, "PATTERN", true, "stdout file; %j job id, %t rank, %u user, %x job name, %A array job id, %a array index", Text(&O::output)},
       {'e', {"error"}, "PATTERN", true, "stderr file (default: the stdout file)", Text(&O::error)},
       {'D', {"chdir"}, "DIR", true, "working directory of the tasks (default: the current directory)", Text(&O::chdir)},
       {0, {"export"}, "VARS", true, "environment: ALL (default), NONE, ALL,VAR=val,... or VAR,VAR=val,...",
@@ -106,6 +124,12 @@ std::vector<SubmitOptionDef> MakeTable() {
       {'H', {"hold"}, "", true, "submit held (pending until mladmin release)", flag(&O::hold)},
       {0, {"topology"}, "MODE", true, "placement: none, domain, zone, region or spread", Text(&O::topology)},
       {0, {"nice"}, "N", true, "nice value: larger means lower priority", Int(&O::nice)},
+      {'d', {"dependency"}, "LIST", true,
+       "start after other jobs: afterok:ID[:ID], afterany, afternotok, after, singleton; ',' = all, '?' = any; "
+       "ID_TASK names an array element",
+       ApplyDependency},
+      {'a', {"array"}, "INDEXES", true, "job array: 0-99, 1,3,5-11:2; %N runs at most N at once (0-99%10)",
+       ApplyArray},
       {0, {"wrap"}, "CMD", false, "run CMD in /bin/sh instead of a script", Text(&O::wrap)},
       {0, {"parsable"}, "", false, "print only the job id",
        [](O& o, const std::string&) {
@@ -309,6 +333,8 @@ void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.hold, t.hold, "hold", b, t);
   Take(b.topology, t.topology, "topology", b, t);
   Take(b.nice, t.nice, "nice", b, t);
+  Take(b.dependency, t.dependency, "dependency", b, t);
+  Take(b.array, t.array, "array", b, t);
   Take(b.wrap, t.wrap, "wrap", b, t);
   Take(b.server, t.server, "server", b, t);
   b.parsable = b.parsable || t.parsable;

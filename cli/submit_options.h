@@ -37,6 +37,8 @@ struct SubmitOptions {
   std::optional<bool> hold;                      // -H/--hold
   std::optional<std::string> topology;           // --topology
   std::optional<int64_t> nice;                   // --nice
+  std::optional<std::string> dependency;         // -d/--dependency, sbatch syntax (checked)
+  std::optional<std::string> array;              // -a/--array, e.g. 0-99%10 (checked)
   std::optional<std::string> wrap;               // --wrap (command line only)
   std::optional<std::string> server;             // --server (command line only)
   bool parsable = false;                         // --parsable (command line only)

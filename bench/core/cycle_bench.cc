@@ -21,7 +21,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // `nodes` nodes of 8 GPUs in NVLink domains of 16 nodes; half the GPUs busy with running jobs.
-ClusterState MakeCluster(int nodes, int pending, std::mt19937_64& rng) {
+// `workflows`: about 20% of the pending jobs are elements of 100-element arrays with %10, and 10%
+// depend (afterok) on an earlier pending job, so the cycle also evaluates dependencies and throttles.
+ClusterState MakeCluster(int nodes, int pending, std::mt19937_64& rng, bool workflows = false) {
   ClusterState s;
   s.nodes.reserve(nodes);
   for (int i = 0; i < nodes; ++i) {
@@ -66,6 +68,15 @@ ClusterState MakeCluster(int nodes, int pending, std::mt19937_64& rng) {
     if (tasks >= 8 && rng() % 2) j.spec.topology = Topology::kSameZone;
     j.spec.account = "team" + std::to_string(rng() % 3);
     j.spec.user = "u" + std::to_string(rng() % 40);
+    if (workflows && k >= 100) {
+      const int kind = static_cast<int>(rng() % 10);
+      if (kind < 2) {
+        const JobId array_id = j.id - static_cast<JobId>(k % 100);
+        j.spec.array = ArrayIndex{array_id, k % 100, 10, 100};
+      } else if (kind == 2) {
+        j.spec.dependencies.push_back({DependencyType::kAfterOk, {j.id - 1 - static_cast<JobId>(rng() % 100)}});
+      }
+    }
     s.jobs.push_back(std::move(j));
   }
   return s;
@@ -86,9 +97,9 @@ PolicySet Policy(BackfillMode mode, int depth) {
   return p;
 }
 
-void BenchCycle(int nodes, int pending, BackfillMode mode, int depth, int reps) {
+void BenchCycle(int nodes, int pending, BackfillMode mode, int depth, int reps, bool workflows = false) {
   std::mt19937_64 rng(42);
-  ClusterState s = MakeCluster(nodes, pending, rng);
+  ClusterState s = MakeCluster(nodes, pending, rng, workflows);
   for (int u = 0; u < 40; ++u) s.usage["team" + std::to_string(u % 3) + "/u" + std::to_string(u)] = 1e6 * (u % 7);
   PolicySet p = Policy(mode, depth);
   double best = 1e30, total = 0;
@@ -103,9 +114,10 @@ void BenchCycle(int nodes, int pending, BackfillMode mode, int depth, int reps) 
     planned = std::count_if(plan.pending.begin(), plan.pending.end(),
                             [](const PendingUpdate& u) { return u.expected_start.has_value(); });
   }
-  std::printf("cycle %6d nodes x %7d pending, %-12s depth %4d: best %9.1f ms, mean %9.1f ms "
+  std::printf("cycle %6d nodes x %7d pending, %-12s depth %4d%s: best %9.1f ms, mean %9.1f ms "
               "(%zu starts, %zu planned starts)\n",
-              nodes, pending, BackfillModeName(mode), depth, best, total / reps, starts, planned);
+              nodes, pending, BackfillModeName(mode), depth, workflows ? " +arrays/deps" : "", best,
+              total / reps, starts, planned);
 }
 
 void BenchMemory(int pending) {
@@ -180,7 +192,8 @@ int main(int argc, char** argv) {
   if (argc >= 5 && std::strcmp(argv[1], "--cycle") == 0) {
     auto mode = ParseBackfillMode(argv[4]);
     if (!mode) return 2;
-    BenchCycle(std::atoi(argv[2]), std::atoi(argv[3]), *mode, argc > 5 ? std::atoi(argv[5]) : 0, 3);
+    const bool workflows = argc > 6 && std::strcmp(argv[6], "--workflows") == 0;
+    BenchCycle(std::atoi(argv[2]), std::atoi(argv[3]), *mode, argc > 5 ? std::atoi(argv[5]) : 0, 3, workflows);
     return 0;
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
@@ -188,6 +201,7 @@ int main(int argc, char** argv) {
   BenchCycle(1000, 10000, BackfillMode::kNone, 0, 5);
   BenchCycle(1000, 10000, BackfillMode::kEasy, 0, 5);
   BenchCycle(1000, 10000, BackfillMode::kConservative, 100, 3);
+  BenchCycle(1000, 10000, BackfillMode::kEasy, 0, 5, true);
   BenchPoolReplay(quick ? 5000 : 28000, BackfillMode::kEasy);
   BenchPoolReplay(quick ? 5000 : 28000, BackfillMode::kConservative);
   if (!quick) {

@@ -36,25 +36,10 @@ std::optional<T> Number(const std::string& s) {
   return v;
 }
 
-std::optional<JobRef> ParseJobRef(const std::string& s) {
-  JobRef ref;
-  const size_t us = s.find('_');
-  auto id = Number<JobId>(s.substr(0, us));
-  if (!id || *id <= 0) return std::nullopt;
-  ref.job = *id;
-  if (us != std::string::npos) {
-    auto task = Number<int32_t>(s.substr(us + 1));
-    if (!task) return std::nullopt;
-    ref.array_task = *task;
-  }
-  return ref;
-}
 
 std::optional<std::string> ParseTerm(const std::string& term, DependencyTerm* out) {
   const std::vector<std::string> parts = Split(term, ':');
-  std::optional<DependencyType> type;
-  for (const auto& [t, name] : kDependencyTypes)
-    if (parts[0] == name) type = t;
+  const std::optional<DependencyType> type = ParseDependencyType(parts[0]);
   if (!type)
     return "unknown dependency type '" + parts[0] + "' in '" + term +
            "' (expected after, afterany, afterok, afternotok or singleton)";
@@ -119,10 +104,30 @@ DependencyStatus::Kind TermOn(DependencyType type, std::optional<JobState> st) {
 
 }  // namespace
 
+std::optional<JobRef> ParseJobRef(const std::string& s) {
+  JobRef ref;
+  const size_t us = s.find('_');
+  auto id = Number<JobId>(s.substr(0, us));
+  if (!id || *id <= 0) return std::nullopt;
+  ref.job = *id;
+  if (us != std::string::npos) {
+    auto task = Number<int32_t>(s.substr(us + 1));
+    if (!task) return std::nullopt;
+    ref.array_task = *task;
+  }
+  return ref;
+}
+
 const char* DependencyTypeName(DependencyType t) {
   for (const auto& [type, name] : kDependencyTypes)
     if (type == t) return name;
   return "?";
+}
+
+std::optional<DependencyType> ParseDependencyType(const std::string& name) {
+  for (const auto& [type, n] : kDependencyTypes)
+    if (name == n) return type;
+  return std::nullopt;
 }
 
 std::optional<std::string> ParseDependency(const std::string& text, DependencyRequest* out) {
@@ -199,6 +204,16 @@ DependencyStatus EvaluateDependencies(const JobSpec& spec, const JobStateIndex& 
   if (spec.dependency_any) return never_terms == terms ? never : waiting;
   if (never.kind == K::kNever) return never;
   return waiting;
+}
+
+std::string FormatDependencies(const JobSpec& spec) {
+  std::string out;
+  for (const Dependency& d : spec.dependencies) {
+    if (!out.empty()) out += spec.dependency_any ? '?' : ',';
+    out += DependencyTypeName(d.type);
+    for (JobId id : d.jobs) out += ":" + std::to_string(id);
+  }
+  return out;
 }
 
 bool IsSingleton(const JobSpec& spec) {

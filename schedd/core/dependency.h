@@ -19,6 +19,9 @@ struct JobRef {
   std::optional<int32_t> array_task;
   bool operator==(const JobRef&) const = default;
 };
+/// Parses "12" or "12_3"; nullopt when it is neither (ids must be > 0).
+std::optional<JobRef> ParseJobRef(const std::string& text);
+
 /// One dependency term as written, before the server resolves array references.
 struct DependencyTerm {
   DependencyType type = DependencyType::kAfterAny;
@@ -29,6 +32,9 @@ struct DependencyRequest {
   std::vector<DependencyTerm> terms;
   bool any = false;
 };
+
+/// "afterok" -> kAfterOk, ... (DependencyTypeName's inverse).
+std::optional<DependencyType> ParseDependencyType(const std::string& name);
 
 /// Parses sbatch's --dependency syntax: "afterok:12:13,afterany:14_2", "afterok:12?afternotok:13",
 /// "singleton" (types after, afterany, afterok, afternotok, singleton; ',' and '?' not mixed).
@@ -73,6 +79,9 @@ class JobStateIndex {
 /// COMPLETED, can never hold: with ',' the whole list then never holds; with '?' only when every
 /// term never holds.
 DependencyStatus EvaluateDependencies(const JobSpec& spec, const JobStateIndex& index);
+
+/// The resolved dependencies in sbatch syntax, e.g. "afterok:12:13,singleton" ("" = none).
+std::string FormatDependencies(const JobSpec& spec);
 
 /// True when `spec` has a singleton term.
 bool IsSingleton(const JobSpec& spec);

@@ -106,6 +106,7 @@ struct ArrayIndex {
   JobId job_id = 0;
   int32_t task_id = 0;
   int32_t max_running = 0;
+  int32_t task_count = 0;             // elements in the array (ids job_id .. job_id + task_count - 1)
   bool operator==(const ArrayIndex&) const = default;
 };
 

@@ -91,6 +91,13 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   s->set_qos(j.spec.qos);
   s->set_nice(j.spec.nice);
   s->set_hold(j.spec.hold);
+  s->set_dependency(core::FormatDependencies(j.spec));
+  if (j.spec.array.job_id != 0) {
+    s->mutable_array_index()->set_array_job_id(j.spec.array.job_id);
+    s->mutable_array_index()->set_task_id(j.spec.array.task_id);
+    s->mutable_array_index()->set_max_running(j.spec.array.max_running);
+    s->mutable_array_index()->set_task_count(j.spec.array.task_count);
+  }
   info.set_user(j.user);
   info.set_uid(j.uid);
   info.set_gid(j.gid);
@@ -154,6 +161,9 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
     if (auto slash = n.rfind('/'); slash != std::string::npos) n = n.substr(slash + 1);
     spec.set_name(n);
   }
+  if (spec.has_array_index() || (!spec.array().empty() && spec.array().size() > 256))
+    return bad("array: array_index is set by the server; give --array as text (at most 256 characters)");
+  if (Status st = ResolveDependencyLocked(spec); !st.ok()) return st;
   for (const auto& f : spec.fallback()) {
     if (f.accelerator().empty()) return bad("fallback tier without an accelerator");
     if (f.after_s() < 0) return bad("fallback tier " + f.accelerator() + ": wait must be >= 0");
@@ -184,6 +194,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
     std::lock_guard lk(mu_);
     if (Status st = ValidateSpec(spec, caller); !st.ok()) return st;
   }
+  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id);
   JobRow row;
   row.spec = spec.SerializeAsString();
   row.user = caller.user;
@@ -227,8 +238,11 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
   std::vector<JobRec*> selected;
   std::set<int> states(req.states().begin(), req.states().end());
   auto state_ok = [&](const JobRec& j) { return states.empty() || states.count(ToProtoState(j.state)); };
-  if (!req.job_ids().empty()) {
-    for (int64_t id : req.job_ids()) {
+  if (!req.job_ids().empty() || !req.job_refs().empty()) {
+    std::vector<std::string> errors;
+    const std::vector<int64_t> ids = SelectJobsLocked(req.job_ids(), req.job_refs(), &errors);
+    for (const std::string& e : errors) resp.add_errors(e);
+    for (int64_t id : ids) {
       JobRec* j = Find(id);
       if (!j) {
         auto row = store_.LoadJob(id);
@@ -279,7 +293,13 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
 }
 
 std::vector<v1::JobInfo> Controller::List(const v1::ListJobsRequest& req) {
-  std::set<int64_t> ids(req.job_ids().begin(), req.job_ids().end());
+  std::set<int64_t> ids;
+  if (!req.job_ids().empty() || !req.job_refs().empty()) {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> errors;  // unknown references simply list nothing, like squeue -j
+    for (int64_t id : SelectJobsLocked(req.job_ids(), req.job_refs(), &errors)) ids.insert(id);
+    if (ids.empty()) ids.insert(-1);  // a selection that matched nothing lists nothing
+  }
   std::set<std::string> users(req.users().begin(), req.users().end());
   std::set<int> states(req.states().begin(), req.states().end());
   std::set<std::string> parts(req.partitions().begin(), req.partitions().end());
@@ -449,6 +469,7 @@ void Controller::Recover(int64_t now) {
     }
     jobs_.emplace(j.id, std::move(j));
   }
+  RecoverDependenciesLocked();
   spdlog::info("recovered {} jobs and {} nodes from the store", jobs_.size(), nodes_.size());
   Trigger();
 }

@@ -16,6 +16,7 @@
 #include "mlsched/v1/agent.pb.h"
 #include "mlsched/v1/admin.pb.h"
 #include "mlsched/v1/jobs.pb.h"
+#include "schedd/core/dependency.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
 #include "schedd/server/metrics.h"
@@ -59,6 +60,7 @@ struct ControllerConfig {
   int requeue_backoff_s = 5;      // a failed launch waits this long before the next try
   int master_port_base = 20000;   // MASTER_PORT = base + hash(job, attempt) % range
   int master_port_range = 12000;
+  int max_array_size = 10000;     // most elements of one job array (Slurm MaxArraySize - 1)
 };
 
 class Controller {
@@ -192,6 +194,27 @@ class Controller {
   void PreemptLocked(const core::PreemptDecision& d, int64_t now);
   /// The accounting row of the job's current attempt (end/outcome filled by the caller).
   AttemptRow AttemptOf(const JobRec& j) const;
+  // controller_deps.cc: dependencies and arrays
+  /// Ids of every element of array `array_job_id` (empty when it is not an array job id).
+  std::vector<int64_t> ArrayElementsLocked(int64_t array_job_id);
+  /// Job ids a reference names ("12": the job, or every element of array 12; "12_3": one element);
+  /// empty with `*error` set when there is no such job.
+  std::vector<int64_t> ResolveRefLocked(const core::JobRef& ref, std::string* error);
+  /// Parses spec.dependency and fills spec.dependencies with resolved job ids; INVALID_ARGUMENT
+  /// naming the term when the text is bad or a job does not exist.
+  Status ResolveDependencyLocked(v1::JobSpec& spec);
+  /// Stores one job per element of spec.array with consecutive ids; *job_id = the first.
+  Status SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id);
+  /// Ids selected by explicit ids (array ids expanded) and references; bad references in `errors`.
+  std::vector<int64_t> SelectJobsLocked(const google::protobuf::RepeatedField<int64_t>& ids,
+                                        const google::protobuf::RepeatedPtrField<std::string>& refs,
+                                        std::vector<std::string>* errors);
+  /// Records the final state of job `id` (from disk) when it is not in memory.
+  void RememberFinishedLocked(int64_t id);
+  /// Drops `expired` final jobs from memory, keeping the states that pending jobs depend on.
+  void ExpireLocked(const std::vector<int64_t>& expired);
+  /// After Recover: the final states of jobs that recovered jobs depend on.
+  void RecoverDependenciesLocked();
   // controller_cycle.cc
   /// Nodes, pending and running jobs and exiting tasks for one cycle (usage is left to the caller).
   core::ClusterState Snapshot(int64_t now) const;
@@ -208,6 +231,7 @@ class Controller {
   std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
   std::map<std::string, NodeRec> nodes_;   // by name
   std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
+  std::map<int64_t, core::JobState> finished_;  // ended jobs, no longer in jobs_, that jobs depend on
   // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
   // to the store every kUsageSaveEvery seconds.
   std::map<std::string, double> usage_;

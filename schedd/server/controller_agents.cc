@@ -467,7 +467,7 @@ void Controller::Tick(int64_t now) {
       if (!has_ghost) expired.push_back(id);
     }
   }
-  for (int64_t id : expired) jobs_.erase(id);
+  ExpireLocked(expired);
 }
 
 }  // namespace mlsched::server

@@ -77,6 +77,16 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
     cj.allocation = std::move(a);
     s.jobs.push_back(std::move(cj));
   }
+  // Final states of ended jobs that pending jobs depend on (ended jobs still in memory are here).
+  for (const auto& [id, j] : jobs_) {
+    if (j.state != core::JobState::kPending) continue;
+    for (const core::Dependency& d : j.spec.dependencies)
+      for (int64_t dep : d.jobs) {
+        auto it = jobs_.find(dep);
+        if (it != jobs_.end() && core::IsFinal(it->second.state)) s.finished[dep] = it->second.state;
+        else if (auto f = finished_.find(dep); f != finished_.end()) s.finished[dep] = f->second;
+      }
+  }
   return s;  // usage is added by the caller (RunCycle accrues it first)
 }
 

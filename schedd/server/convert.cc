@@ -1,5 +1,7 @@
 #include "schedd/server/convert.h"
 
+#include "schedd/core/dependency.h"
+
 namespace mlsched::server {
 
 core::JobSpec ToCoreSpec(const v1::JobSpec& s, const std::string& user) {
@@ -19,6 +21,14 @@ core::JobSpec ToCoreSpec(const v1::JobSpec& s, const std::string& user) {
   c.nice = s.nice();
   c.hold = s.hold();
   for (const auto& f : s.fallback()) c.fallback.push_back({f.accelerator(), f.after_s()});
+  for (const auto& d : s.dependencies()) {
+    // Written by the server from a parsed type; an unknown name (a newer schedd) waits forever.
+    const auto type = core::ParseDependencyType(d.type()).value_or(core::DependencyType::kAfterOk);
+    c.dependencies.push_back({type, {d.job_ids().begin(), d.job_ids().end()}});
+  }
+  c.dependency_any = s.dependency_any();
+  c.array = core::ArrayIndex{s.array_index().array_job_id(), s.array_index().task_id(),
+                             s.array_index().max_running(), s.array_index().task_count()};
   return c;
 }
 

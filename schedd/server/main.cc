@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
   app.add_option("--launch-timeout", cfg.launch_timeout_s, "Seconds for a gang to be prepared and started");
   app.add_option("--kill-grace", cfg.kill_grace_s, "Seconds between SIGTERM and SIGKILL");
   app.add_option("--min-job-age", cfg.min_job_age_s, "Seconds finished jobs stay listed by default");
+  app.add_option("--max-array-size", cfg.max_array_size, "Most elements of one job array (--array)")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--requeue-backoff", cfg.requeue_backoff_s, "Seconds before a failed launch is retried");
   app.add_option("--cycle-interval-ms", cycle_ms, "Longest pause between scheduling cycles (ms)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");

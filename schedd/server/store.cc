@@ -231,6 +231,35 @@ std::future<int64_t> Store::InsertJob(JobRow row) {
   return p->get_future();
 }
 
+std::future<int64_t> Store::InsertJobArray(JobRow row, size_t count,
+                                           std::function<std::string(int64_t, size_t)> spec_of) {
+  auto p = std::make_shared<std::promise<int64_t>>();
+  auto first = std::make_shared<int64_t>(0);
+  Enqueue(
+      [row = std::move(row), count, spec_of = std::move(spec_of), first](sqlite3* db) {
+        Stmt s(db,
+               "INSERT INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, attempt, requeue_count) "
+               "VALUES (?,?,?,?,?,?,?,?,?,?)");
+        for (size_t i = 0; i < count; ++i) {
+          // The first row takes the next AUTOINCREMENT id; the others follow it, so the ids of
+          // one array are consecutive even when other inserts share the group commit.
+          if (i == 0) {
+            Stmt n(db, "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name='jobs'), 0) + 1");
+            n.Step();
+            *first = n.Int(0);
+          }
+          const int64_t id = *first + static_cast<int64_t>(i);
+          s.Reset();
+          s.Bind(1, id).Bind(2, spec_of(*first, i)).BindText(3, row.user).Bind(4, row.uid).Bind(5, row.gid)
+              .BindText(6, row.state).BindText(7, row.reason).Bind(8, row.submit_time).Bind(9, row.attempt)
+              .Bind(10, row.requeue_count);
+          s.Step();
+        }
+      },
+      [p, first](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*first); });
+  return p->get_future();
+}
+
 std::future<void> Store::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(

@@ -80,6 +80,11 @@ class Store {
 
   /// Inserts a new job; the id is assigned by the database (monotonic). Ready once durable.
   std::future<int64_t> InsertJob(JobRow row);
+  /// Inserts `count` jobs in one transaction with consecutive ids (a job array); row i is `row` with
+  /// spec `spec_of(first_id, i)`. `spec_of` runs on the writer thread. Ready with the first id once
+  /// durable.
+  std::future<int64_t> InsertJobArray(JobRow row, size_t count,
+                                      std::function<std::string(int64_t first_id, size_t i)> spec_of);
   /// Writes every mutable column of an existing job (state, times, placement, ...) and, when
   /// `event_kind` is not empty, an event row in the same transaction. Ready once durable.
   std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "");

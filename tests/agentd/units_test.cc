@@ -9,7 +9,7 @@
 using namespace mlsched::agent;
 
 TEST_CASE("output patterns expand Slurm's specifiers", "[patterns]") {
-  PatternValues v{42, 3, "alice", "train", "gpu-01"};
+  PatternValues v{42, 3, "alice", "train", "gpu-01", 0, 0};
   CHECK(*ExpandOutputPattern("slurm-%j.out", v).value == "slurm-42.out");
   CHECK(*ExpandOutputPattern("%x-%j-%t.%u@%n", v).value == "train-42-3.alice@gpu-01");
   CHECK(*ExpandOutputPattern("100%%-%5j-%3t", v).value == "100%-00042-003");
@@ -18,10 +18,31 @@ TEST_CASE("output patterns expand Slurm's specifiers", "[patterns]") {
   CHECK_FALSE(bad);
   CHECK(bad.error.find("unknown specifier %q") != std::string::npos);
   CHECK_FALSE(ExpandOutputPattern("out-%", v));
+  CHECK(*ExpandOutputPattern("%A_%a", v).value == "42_0");  // not an array element
+  PatternValues element{45, 0, "alice", "sweep", "gpu-01", 40, 5};
+  CHECK(*ExpandOutputPattern("%x-%A_%3a.out", element).value == "sweep-40_005.out");
+}
+
+TEST_CASE("array elements see MLSCHED_ARRAY_* and SLURM_ARRAY_*", "[env]") {
+  TaskEnvInput in;
+  in.job_id = 45;
+  CHECK(BuildTaskEnvironment(in).count("MLSCHED_ARRAY_TASK_ID") == 0);
+  in.array_job_id = 40;
+  in.array_task_id = 5;
+  in.array_task_count = 10;
+  in.array_task_min = 0;
+  in.array_task_max = 9;
+  auto env = BuildTaskEnvironment(in);
+  CHECK(env.at("MLSCHED_ARRAY_JOB_ID") == "40");
+  CHECK(env.at("MLSCHED_ARRAY_TASK_ID") == "5");
+  CHECK(env.at("SLURM_ARRAY_TASK_ID") == "5");
+  CHECK(env.at("SLURM_ARRAY_TASK_COUNT") == "10");
+  CHECK(env.at("MLSCHED_ARRAY_TASK_MAX") == "9");
+  CHECK(env.at("MLSCHED_JOB_ID") == "45");
 }
 
 TEST_CASE("output paths resolve against the working directory", "[patterns]") {
-  PatternValues v{7, 0, "bob", "job", "n1"};
+  PatternValues v{7, 0, "bob", "job", "n1", 0, 0};
   CHECK(*ResolveOutputPath("", "mlsched-%j.out", v, "/home/bob").value == "/home/bob/mlsched-7.out");
   CHECK(*ResolveOutputPath("logs/%t.log", "x", v, "/w").value == "/w/logs/0.log");
   CHECK(*ResolveOutputPath("/abs/%j", "x", v, "/w").value == "/abs/7");

@@ -172,3 +172,24 @@ TEST_CASE("cores print exactly", "[cli][format]") {
   CHECK(FormatCores(1) == "0.001");
   CHECK(FormatCores(4096500) == "4096.5");
 }
+
+TEST_CASE("array elements show as ARRAY_TASK; dependencies as %E", "[cli][format]") {
+  v1::JobInfo e = PendingJob();
+  e.set_job_id(15);
+  e.mutable_spec()->mutable_array_index()->set_array_job_id(12);
+  e.mutable_spec()->mutable_array_index()->set_task_id(3);
+  e.mutable_spec()->set_dependency("afterok:9");
+  CHECK(JobField('i', e, kNow) == "12_3");
+  CHECK(JobField('F', e, kNow) == "12");
+  CHECK(JobField('K', e, kNow) == "3");
+  CHECK(JobField('E', e, kNow) == "afterok:9");
+  CHECK(JobIdText(PendingJob()) == "12");
+  CHECK(JobField('K', PendingJob(), kNow) == "N/A");
+  CHECK(JobField('E', PendingJob(), kNow) == "(null)");
+  auto j = JobJson(e, kNow);
+  CHECK(j["job_id"] == 15);
+  CHECK(j["array_job_id"] == 12);
+  CHECK(j["array_task_id"] == 3);
+  CHECK(j["dependency"] == "afterok:9");
+  CHECK(JobJson(PendingJob(), kNow)["array_task_id"].is_null());
+}

@@ -136,3 +136,29 @@ TEST_CASE("mlq -j reports ids schedd does not know, unless other filters may hid
   f.states = "R";
   CHECK(UnknownJobIds(*BuildListRequest(f).value, v1::ListJobsResponse()).empty());
 }
+
+TEST_CASE("array elements are selected as ARRAY_TASK references", "[cli][requests]") {
+  JobFilters f;
+  f.job_ids = {"12", "12_3"};
+  auto r = BuildListRequest(f);
+  REQUIRE(r);
+  CHECK(std::vector<int64_t>(r.value->job_ids().begin(), r.value->job_ids().end()) == std::vector<int64_t>{12});
+  REQUIRE(r.value->job_refs_size() == 1);
+  CHECK(r.value->job_refs(0) == "12_3");
+  f.job_ids = {"12_x"};
+  CHECK_THAT(BuildListRequest(f).error, Catch::Contains("'12_x' is not a job id"));
+  CancelSelection sel;
+  sel.job_ids = {"7_1"};
+  auto c = BuildCancelRequest(sel, "alice");
+  REQUIRE(c);
+  CHECK(c.value->job_refs(0) == "7_1");
+  CHECK(c.value->user().empty());  // explicit jobs: not narrowed to the caller
+  // An array job id counts as found when its elements are listed.
+  v1::ListJobsRequest req;
+  req.add_job_ids(7);
+  v1::ListJobsResponse resp;
+  auto* j = resp.add_jobs();
+  j->set_job_id(8);
+  j->mutable_spec()->mutable_array_index()->set_array_job_id(7);
+  CHECK(UnknownJobIds(req, resp).empty());
+}

@@ -199,3 +199,14 @@ TEST_CASE("mlsub --fallback: accelerator tiers with their waits in order", "[cli
   CHECK(ParseSubmitArgs({"--fallback", "cpu@1h,a100@10m", "x.sh"}).error.find("in order of their wait") !=
         std::string::npos);
 }
+
+TEST_CASE("dependencies and arrays go to the spec as written, checked first", "[cli][submit]") {
+  auto spec = Spec({"-d", "afterok:12:13_2,singleton", "--array=0-99%10"});
+  CHECK(spec.dependency() == "afterok:12:13_2,singleton");
+  CHECK(spec.array() == "0-99%10");
+  CHECK(Spec({"-a", "1,3,5-11:2"}).array() == "1,3,5-11:2");
+  CHECK_THAT(ParseSubmitArgs({"-d", "aftre:1"}).error, Catch::Contains("unknown dependency type 'aftre'"));
+  CHECK_THAT(ParseSubmitArgs({"--array", "5-1"}).error, Catch::Contains("ends before it starts"));
+  // In a directive, the error points at the line.
+  CHECK_THAT(Error({"job.sh"}, "#!/bin/sh\n#MLSUB --array=0-9%0\ntrue\n"), Catch::Contains("job.sh:2"));
+}

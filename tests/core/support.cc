@@ -114,7 +114,7 @@ JobBuilder& JobBuilder::DependsOn(DependencyType type, std::vector<JobId> jobs) 
 JobBuilder& JobBuilder::DependsOnAny() { job_.spec.dependency_any = true; return *this; }
 JobBuilder& JobBuilder::Singleton() { return DependsOn(DependencyType::kSingleton, {}); }
 JobBuilder& JobBuilder::ArrayElement(JobId array_id, int32_t task, int32_t max_running) {
-  job_.spec.array = ArrayIndex{array_id, task, max_running};
+  job_.spec.array = ArrayIndex{array_id, task, max_running, 0};
   return *this;
 }
 JobBuilder& JobBuilder::Running(Timestamp start, Allocation allocation) {

@@ -453,3 +453,114 @@ TEST_CASE("fallback tier: a job waiting for h100 starts on a100 after its budget
   CHECK(prep[0].prepare().env().at("MLSCHED_ACCELERATOR") == "a100");
   CHECK(prep[0].prepare().tasks(0).gpu_indices_size() == 8);
 }
+
+TEST_CASE("dependencies: afterok waits, starts after success, never after failure; bad ones are rejected", "[controller][dependency]") {
+  World w(2, 4);
+  int64_t a = w.Submit(Spec(1), w.alice);
+  v1::JobSpec after_ok = Spec(1);
+  after_ok.set_dependency("afterok:" + std::to_string(a));
+  int64_t b = w.Submit(after_ok, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(b).state() == v1::PENDING);
+  CHECK(w.Job(b).reason() == "Dependency");
+  CHECK(w.Job(b).reason_detail() == "afterok:" + std::to_string(a) + " (job " + std::to_string(a) + " is RUNNING)");
+  CHECK(w.Job(b).spec().dependency() == "afterok:" + std::to_string(a));
+  w.PrepareAndStartAll();
+  w.ctl->OnAgentMessage(w.Job(a).tasks(0).node(), Exited(a, 1, 0, 0), w.now + 1);
+  REQUIRE(w.Job(a).state() == v1::COMPLETED);
+  // a ends and leaves memory (MinJobAge); b still knows how it ended.
+  v1::JobSpec held = after_ok;
+  held.set_hold(true);
+  int64_t c = w.Submit(held, w.alice);
+  for (const char* n : {"n1", "n2"}) w.ctl->OnAgentMessage(n, Heartbeat({}), w.now + w.cfg.min_job_age_s + 10);
+  w.ctl->Tick(w.now + w.cfg.min_job_age_s + 10);
+  CHECK(w.ctl->JobsInMemory() == 2);
+  w.ctl->RunCycle(w.now + w.cfg.min_job_age_s + 10);
+  CHECK(w.Job(b).state() == v1::RUNNING);
+  REQUIRE(w.ctl->Hold(w.alice, c, true, w.now).ok());
+  w.ctl->RunCycle(w.now + w.cfg.min_job_age_s + 11);
+  CHECK(w.Job(c).state() == v1::RUNNING);
+
+  v1::JobSpec not_ok = Spec(1);
+  not_ok.set_dependency("afternotok:" + std::to_string(a) + ",afterany:" + std::to_string(b));
+  int64_t d = w.Submit(not_ok, w.alice);
+  w.ctl->RunCycle(w.now + w.cfg.min_job_age_s + 12);
+  CHECK(w.Job(d).reason() == "DependencyNeverSatisfied");
+
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"afterok:999", "job 999: no such job"},
+           {"afterok:" + std::to_string(a) + "_3", "is not a job array"},
+           {"afterok", "needs job ids"},
+           {"before:1", "unknown dependency type 'before'"}}) {
+    v1::JobSpec bad = Spec(1);
+    bad.set_dependency(text);
+    int64_t id = 0;
+    Status st = w.ctl->Submit(w.alice, bad, w.now, &id);
+    INFO(text << " -> " << st.message);
+    CHECK(st.code == Status::kInvalidArgument);
+    CHECK_THAT(st.message, Catch::Contains(want));
+  }
+}
+
+TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by array or element", "[controller][array]") {
+  World w(2, 8);
+  v1::JobSpec spec = Spec(1);
+  spec.set_array("0-5%2");
+  int64_t first = w.Submit(spec, w.alice);
+  v1::ListJobsRequest all;
+  auto listed = w.ctl->List(all);
+  REQUIRE(listed.size() == 6);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(listed[i].job_id() == first + i);
+    CHECK(listed[i].spec().array_index().array_job_id() == first);
+    CHECK(listed[i].spec().array_index().task_id() == i);
+  }
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(first).state() == v1::RUNNING);
+  CHECK(w.Job(first + 1).state() == v1::RUNNING);
+  CHECK(w.Job(first + 2).reason() == "JobArrayTaskLimit");
+  auto prep = w.sink.Of(w.Job(first).tasks(0).node(), v1::SchedulerMessage::kPrepare);
+  REQUIRE_FALSE(prep.empty());
+  CHECK(prep[0].prepare().spec().array_index().task_count() == 6);
+  CHECK(prep[0].prepare().spec().array_index().task_max() == 5);
+
+  // A dependency on the array id waits for every element.
+  v1::JobSpec after = Spec(1);
+  after.set_dependency("afterany:" + std::to_string(first));
+  int64_t gather = w.Submit(after, w.alice);
+  CHECK(w.Job(gather).spec().dependency() == "afterany:" + std::to_string(first));  // as written
+  REQUIRE(w.Job(gather).spec().dependencies_size() == 1);
+  CHECK(w.Job(gather).spec().dependencies(0).job_ids_size() == 6);  // resolved
+  v1::ListJobsRequest gather_only;
+  gather_only.add_job_ids(gather);
+  CHECK(w.ctl->List(gather_only).at(0).spec().dependency() ==
+        "afterany:" + std::to_string(first) + ":" + std::to_string(first + 1) + ":" + std::to_string(first + 2) + ":" +
+            std::to_string(first + 3) + ":" + std::to_string(first + 4) + ":" + std::to_string(first + 5));
+
+  v1::CancelJobsRequest one;
+  one.add_job_refs(std::to_string(first) + "_4");
+  auto resp = w.ctl->Cancel(w.alice, one, w.now);
+  REQUIRE(resp.cancelled_size() == 1);
+  CHECK(resp.cancelled(0) == first + 4);
+  v1::ListJobsRequest by_ref;
+  by_ref.add_job_refs(std::to_string(first) + "_4");
+  REQUIRE(w.ctl->List(by_ref).size() == 1);
+  CHECK(w.ctl->List(by_ref)[0].state() == v1::CANCELLED);
+  v1::CancelJobsRequest missing;
+  missing.add_job_refs(std::to_string(first) + "_9");
+  CHECK_THAT(w.ctl->Cancel(w.alice, missing, w.now).errors(0), Catch::Contains("has no element 9"));
+  v1::CancelJobsRequest whole;
+  whole.add_job_ids(first);
+  resp = w.ctl->Cancel(w.alice, whole, w.now);
+  CHECK(resp.cancelled_size() == 5);  // 0-3 and 5; 4 is already cancelled
+  w.ctl->RunCycle(w.now + 1);
+  CHECK(w.Job(gather).state() == v1::RUNNING);
+
+  v1::JobSpec bad = Spec(1);
+  bad.set_array("0-20000");
+  int64_t id = 0;
+  Status st = w.ctl->Submit(w.alice, bad, w.now, &id);
+  CHECK(st.code == Status::kInvalidArgument);
+  CHECK_THAT(st.message, Catch::Contains("more than 10000 elements"));
+}
