@@ -89,6 +89,20 @@ const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const 
   return out;
 }
 
+std::optional<NodeChoice> Planner::ChooseNow(const QueuedJob& q, const Shape& s, const std::string& type) {
+  const JobSpec& spec = q.job->spec;
+  if ((spec.topology == Topology::kNone || spec.topology == Topology::kSameDomain) && kept_.empty()) {
+    auto it = fit_now_.find(s.key + '#' + type);
+    if (it == fit_now_.end())
+      it = fit_now_.try_emplace(s.key + '#' + type, ledger_, *s.eligible, ledger_.GpuTypeId(type), s.demand,
+                                spec.ntasks).first;
+    it->second.Update(ledger_, touched_);
+    if (auto decided = it->second.Choose(ledger_, timeline_, now_, now_ + spec.time_limit, spec.topology))
+      return *decided;
+  }
+  return ChooseNodes(Candidates(q, s, type, now_, false), spec.ntasks, spec.topology);
+}
+
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
   const Shape& s = ShapeOf(q);
   const JobSpec& spec = q.job->spec;
@@ -101,11 +115,12 @@ bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
       Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
       Covers(timeline_.AggregateMinFree(now_, now_ + spec.time_limit), s.demand, spec.ntasks)) {
     for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
-      auto choice = ChooseNodes(Candidates(q, s, type, now_, false), spec.ntasks, spec.topology);
+      auto choice = ChooseNow(q, s, type);
       if (!choice) continue;
       AllocationTxn txn(ledger_);
       if (!TakeChoice(txn, *choice, s.demand)) continue;
       plan.starts.push_back({q.job->id, txn.Commit()});
+      for (auto [node, count] : *choice) touched_.push_back(node);
       for (auto [node, count] : *choice)
         timeline_.Reserve(node, s.demand, count, now_, now_ + spec.time_limit);
       limits_.Charge(*q.job);

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "schedd/core/fit_index.h"
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
 #include "schedd/core/placement.h"
@@ -59,6 +60,10 @@ class Planner {
   /// (a reference to a buffer reused by the next call).
   const std::vector<NodeCandidate>& Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
                                         Timestamp from, bool prefer_late_free);
+  /// Nodes for a start now on GPU type `type`: from the shape's NowFitIndex when it can decide
+  /// (topology none or same-domain, one domain holds the gang), else by scanning Candidates.
+  /// Both give the same answer (ChooseInGroup's rule).
+  std::optional<NodeChoice> ChooseNow(const QueuedJob& q, const Shape& s, const std::string& type);
   /// Adds (sign 1) or removes (sign -1) a planned start on the timeline.
   void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
   /// keep_plans: re-reserves every queued job's previous planned start that still fits.
@@ -81,6 +86,10 @@ class Planner {
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
+  /// Shape key + GPU type -> where that shape fits now, kept current through touched_.
+  std::unordered_map<std::string, NowFitIndex> fit_now_;
+  /// Ledger nodes changed by this cycle's starts, in order (NowFitIndex::Update replays them).
+  std::vector<size_t> touched_;
 };
 
 }  // namespace mlsched::core

@@ -106,7 +106,10 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
                     per_task.gpus * count};
   from = std::max(from, now_);
   if (to <= from) return;
-  if (from > now_ && count > 0) future_reserved_[node] = true;
+  if (from > now_ && count > 0 && !future_reserved_[node]) {
+    future_reserved_[node] = true;
+    future_nodes_.push_back(node);
+  }
   Subtract(nodes_[node], amount, from, to);
   Subtract(aggregate_, amount, from, to);
 }

@@ -26,6 +26,8 @@ class AvailabilityTimeline {
   /// True while nothing was reserved on the node for a future start: its free resources then
   /// never decrease after now, so MinFree(node, now, t) is its free resources now.
   bool NonDecreasing(size_t node) const { return !future_reserved_[node]; }
+  /// The nodes for which NonDecreasing is false, in the order they got their first reservation.
+  const std::vector<size_t>& FutureReservedNodes() const { return future_nodes_; }
   /// The time the node's free resources last changed at or before `t` (its "free since").
   Timestamp LastChange(size_t node, Timestamp t) const;
   /// Takes `count` tasks of `per_task` from node `node` over [from, to).
@@ -51,6 +53,7 @@ class AvailabilityTimeline {
   Timestamp now_;
   std::vector<Profile> nodes_;
   std::vector<bool> future_reserved_;
+  std::vector<size_t> future_nodes_;
   Profile aggregate_;
 };
 
