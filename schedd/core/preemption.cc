@@ -76,6 +76,8 @@ std::vector<Candidate> Candidates(const ClusterState& state, const PolicySet& po
     for (const TaskPlacement& t : j.allocation->tasks) useful |= eligible_nodes.count(t.node) > 0;
     if (useful) out.push_back({&j, v, PreemptionCost(j, policy, now)});
   }
+  if (policy.victim_order == VictimOrder::kYoungestFirst)
+    for (Candidate& c : out) c.cost = -static_cast<double>(c.job->start_time);  // latest start first
   std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     return a.cost != b.cost ? a.cost < b.cost : a.job->id < b.job->id;
   });

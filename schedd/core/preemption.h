@@ -32,7 +32,8 @@ double PreemptionCost(const Job& job, const PolicySet& policy, Timestamp now);
 /// that is still blocked by resources, in queue order, whose QoS may preempt: if the jobs already
 /// being preempted free enough, it waits for them (reason Preempting); otherwise it picks victims
 /// among running jobs of the QoS it may preempt that are past their PreemptExemptTime and under
-/// their max_preemptions, cheapest first (PreemptionCost, then job id), until the gang fits, then
+/// their max_preemptions, cheapest first (PreemptionCost, then job id; youngest first under
+/// VictimOrder::kYoungestFirst), until the gang fits, then
 /// drops any victim not needed; no victim at all when even every candidate would not make room.
 /// The freed resources are claimed for that preemptor, so one victim set serves one preemptor.
 /// Appends PreemptDecisions to `plan` and sets the preemptors' pending reason to kPreempting.

@@ -254,6 +254,12 @@ enum class PreemptMode { kRequeue, kCancel };
 const char* PreemptModeName(PreemptMode m);
 std::optional<PreemptMode> ParsePreemptMode(const std::string& s);
 
+/// How QoS preemption orders candidate victims. kLeastLostWork (default): least billing-weighted
+/// work lost since each victim's last checkpoint first (PreemptionCost). kYoungestFirst: most
+/// recently started first, ignoring checkpoints (the common baseline, e.g. Slurm's default
+/// preempt ordering by start time), kept for comparisons.
+enum class VictimOrder { kLeastLostWork, kYoungestFirst };
+
 /// A quality of service: priority and limits for the jobs that ask for it. 0 = unlimited.
 struct QosPolicy {
   std::string name;
@@ -299,6 +305,7 @@ struct PolicySet {
   std::vector<QosPolicy> qos;         // empty = no QoS limits; jobs' qos names are then ignored
   std::string default_qos = "normal";
   std::vector<AccountPolicy> accounts;  // empty = every account has 1 share and no limits
+  VictimOrder victim_order = VictimOrder::kLeastLostWork;  // QoS preemption (preemption.h)
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.

@@ -60,6 +60,20 @@ TEST_CASE("preemption: the victim with the least work since its checkpoint is ch
   CHECK(PendingOf(plan, 3).reason == PendingReason::kPreempting);
 }
 
+TEST_CASE("preemption: the youngest-first baseline ignores checkpoints", "[core][preempt]") {
+  ClusterState s;
+  s.nodes = ClusterBuilder().Nodes("n[1-2]").Gpus("h100", 8).Build();
+  s.jobs = {RunningLow(1, Allocation{{Task(0, "n1", {0, 1, 2, 3, 4, 5, 6, 7}, "h100")}}, 100, 990),  // 10 s lost
+            RunningLow(2, Allocation{{Task(0, "n2", {0, 1, 2, 3, 4, 5, 6, 7}, "h100")}}, 400),       // 600 s lost
+            JobBuilder(3).GpusPerTask(8).Qos("high").Submit(990).Build()};
+  PolicySet p = QosPolicySet();
+  CHECK(Victims(RunChecked(s, p, 1000)) == std::vector<JobId>{1});
+  p.victim_order = VictimOrder::kYoungestFirst;
+  CyclePlan plan = RunChecked(s, p, 1000);
+  REQUIRE(Victims(plan) == std::vector<JobId>{2});
+  CHECK(plan.preemptions[0].lost_work == 600);
+}
+
 TEST_CASE("preemption: whole gangs only, and victims that turn out unneeded are dropped", "[core][preempt]") {
   ClusterState s;
   s.nodes = ClusterBuilder().Nodes("n[1-2]").Gpus("h100", 8).Build();
