@@ -26,17 +26,33 @@ Planner::Planner(NodeLedger& ledger, AvailabilityTimeline& timeline, LimitTracke
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   auto found = shapes_.find(q.job);
   if (found != shapes_.end()) return found->second;
+  return shapes_.emplace(q.job, MakeShape(q, nullptr)).first->second;
+}
+
+const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
+  auto found = tier_shapes_.find({q.job, tier});
+  if (found != tier_shapes_.end()) return found->second;
+  return tier_shapes_.emplace(std::pair{q.job, tier}, MakeShape(q, &(*q.placement)[tier])).first->second;
+}
+
+Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) {
   const JobSpec& spec = q.job->spec;
   std::string named;
   for (const auto& [type, count] : spec.per_task.gpus)
     if (count > 0) named += type + ',';
   const char needs = !named.empty() ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
-  const std::string klass = q.partition->name + '|' + Join(spec.features) + '|' +
-                            Join(spec.gpu_types) + '|' + named + '|' + needs;
+  std::string klass = q.partition->name + '|' + Join(spec.features) + '|' + Join(spec.gpu_types) + '|' + named +
+                      '|' + needs;
+  if (spec.spot != SpotPreference::kAllow && spec.spot != SpotPreference::kPrefer)
+    klass += std::string("|spot:") + SpotPreferenceName(spec.spot);
+  if (spec.region_strict && !spec.data_region.empty()) klass += "|in:" + spec.data_region;
+  if (filter)
+    klass += std::string("|tier:") + (filter->pool ? PoolName(*filter->pool) : "*") + '@' + filter->region;
   auto [it, inserted] = eligible_by_class_.try_emplace(klass);
   if (inserted)
     for (size_t i = 0; i < ledger_.size(); ++i)
-      if (NodeEligible(ledger_.slot(i), spec, q.partition)) it->second.push_back(i);
+      if (NodeEligible(ledger_.slot(i), spec, q.partition) && (!filter || PassesFilter(*ledger_.slot(i).node, *filter)))
+        it->second.push_back(i);
   Shape s;
   s.eligible = &it->second;
   s.needs = needs;
@@ -49,7 +65,7 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   s.key = klass + '|' + std::to_string(s.demand.cpu_millis) + ',' +
           std::to_string(s.demand.memory_bytes) + ',' + std::to_string(s.demand.gpus) + '|' +
           std::to_string(spec.ntasks) + '|' + TopologyName(spec.topology);
-  return shapes_.emplace(q.job, std::move(s)).first->second;
+  return s;
 }
 
 const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const Shape& s,
@@ -104,7 +120,13 @@ std::optional<NodeChoice> Planner::ChooseNow(const QueuedJob& q, const Shape& s,
 }
 
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
-  const Shape& s = ShapeOf(q);
+  if (q.placement)  // preferred pools/regions first; then any allowed node (a gang may span pools)
+    for (size_t t = 0; t < q.placement->size(); ++t)
+      if (TryStartOn(q, ShapeOf(q, t), plan)) return true;
+  return TryStartOn(q, ShapeOf(q), plan);
+}
+
+bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   const JobSpec& spec = q.job->spec;
   auto failed = failed_now_.find(s.key);
   // The memo is void once a kept plan is released (resources then grow within the cycle).

@@ -14,6 +14,7 @@
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
 #include "schedd/core/placement.h"
+#include "schedd/core/pools.h"
 #include "schedd/core/timeline.h"
 #include "schedd/core/types.h"
 
@@ -25,6 +26,8 @@ struct QueuedJob {
   const PartitionPolicy* partition = nullptr;
   int64_t priority = 0;
   int32_t tier = 0;  // QoS preemption tier (QosTiers): higher tiers are ordered first
+  /// Pools/regions to try in order for a start now (PlacementTiers); null = any eligible node.
+  const std::vector<NodeFilter>* placement = nullptr;
 };
 
 /// A planned start: when, and on which nodes (ledger index, tasks).
@@ -52,8 +55,14 @@ class Planner {
     std::string key;  // identical keys: identical fit behaviour within the cycle
   };
   const Shape& ShapeOf(const QueuedJob& q);
+  Shape MakeShape(const QueuedJob& q, const NodeFilter* filter);
+  /// The job's shape restricted to the nodes passing q.placement[tier].
+  const Shape& ShapeOf(const QueuedJob& q, size_t tier);
   /// Starts the job now if it fits around every reservation (and its limits allow); true if started.
+  /// With placement tiers, tries each in order.
   bool TryStartNow(const QueuedJob& q, CyclePlan& plan);
+  /// TryStartNow on the nodes of one shape.
+  bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
   /// Earliest start in [now, until] on the timeline, without reserving.
   std::optional<PlannedStart> FindEarliest(const QueuedJob& q, Timestamp until);
   /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`
@@ -81,6 +90,7 @@ class Planner {
   std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
   std::unordered_map<std::string, std::vector<size_t>> open_by_class_;
   std::unordered_map<const Job*, Shape> shapes_;
+  std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
   /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
   std::unordered_map<std::string, Duration> failed_now_;
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.

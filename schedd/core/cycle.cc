@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <set>
 
 #include "schedd/core/backfill.h"
 #include "schedd/core/dependency.h"
 #include "schedd/core/fallback.h"
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
+#include "schedd/core/pools.h"
 #include "schedd/core/preemption.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/timeline.h"
@@ -90,9 +92,39 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
     with_tiers.push_back(std::move(j));
     q.job = &with_tiers.back();
   }
+  // Pools and regions: the effective spot preference (wait budget, evictions) and, when the policy
+  // prices pools or the job names a data region, the order in which to try them.
+  std::deque<std::vector<NodeFilter>> placements;
+  std::set<JobId> spot_only;
+  std::vector<Pool> present;  // pools with nodes, in on-demand, spot, reserved order
+  for (Pool pool : {Pool::kOnDemand, Pool::kSpot, Pool::kReserved})
+    if (std::any_of(state.nodes.begin(), state.nodes.end(), [&](const Node& n) { return n.pool == pool; }))
+      present.push_back(pool);
+  for (QueuedJob& q : queue) {
+    const SpotPreference spot = EffectiveSpot(*q.job, policy, now);
+    if (spot != q.job->spec.spot) {
+      Job j = *q.job;
+      j.spec.spot = spot;
+      with_tiers.push_back(std::move(j));
+      q.job = &with_tiers.back();
+      if (spot == SpotPreference::kOnly) spot_only.insert(q.job->id);
+    }
+    if (policy.placement.pricing.empty() && q.job->spec.data_region.empty()) continue;
+    std::vector<NodeFilter> order;
+    for (const PlacementTier& t : PlacementTiers(q.job->spec, policy, state, present)) order.push_back(t.filter);
+    if (order.empty()) continue;
+    placements.push_back(std::move(order));
+    q.placement = &placements.back();
+  }
   AvailabilityTimeline timeline(ledger, state.jobs, now);
   LimitTracker limits(state, policy);
   Planner(ledger, timeline, limits, policy, now).Run(queue, plan);
+  for (PendingUpdate& p : plan.pending)
+    if (p.reason == PendingReason::kResources && spot_only.count(p.job)) {
+      p.reason = PendingReason::kWaitingForSpotBudget;
+      p.detail = "spot nodes only until it has waited " + std::to_string(policy.placement.spot_wait_budget) +
+                 " s (--spot=prefer); " + p.detail;
+    }
   PlanPreemptions(state, policy, now, queue, ledger, plan);
   return plan;
 }

@@ -83,6 +83,12 @@ struct FallbackTier {
   bool operator==(const FallbackTier&) const = default;
 };
 
+/// Where a job may run by pool (mlsub --spot). kAllow: spot or on-demand, cheaper expected cost
+/// first (pools.h); kNever: never on spot nodes; kPrefer: spot only until it has waited the
+/// policy's spot wait budget, then on-demand too. kOnly is not a user choice: the core sets it on
+/// the effective spec of a kPrefer job still inside its budget (spot nodes only).
+enum class SpotPreference { kAllow, kNever, kPrefer, kOnly };
+
 /// Slurm's dependency types (sbatch --dependency): kAfter = the jobs have started (or ended);
 /// kAfterAny = ended in any state; kAfterOk = ended COMPLETED; kAfterNotOk = ended in another
 /// final state (FAILED, CANCELLED, TIMEOUT, NODE_FAIL); kSingleton = no other job with the same
@@ -125,6 +131,11 @@ struct JobSpec {
   std::vector<Dependency> dependencies;  // all must hold, or any one when dependency_any ('?')
   bool dependency_any = false;
   ArrayIndex array;                   // array element, or job_id 0
+  SpotPreference spot = SpotPreference::kAllow;
+  Duration checkpoint_interval = 0;   // seconds between the job's checkpoints; 0 = never checkpoints
+  std::string data_region;            // where its data lives ("" = anywhere)
+  int64_t data_bytes = 0;             // size of that data (egress cost when run elsewhere)
+  bool region_strict = false;         // run only in data_region
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -160,6 +171,9 @@ struct Job {
   Timestamp last_checkpoint = 0;
   int32_t preempt_count = 0;
   bool preempting = false;
+  /// Times the job was requeued by a spot eviction (after PlacementPolicy::spot_max_evictions it
+  /// stays off spot nodes).
+  int32_t evictions = 0;
 };
 
 /// The snapshot one cycle works on.
@@ -172,6 +186,9 @@ struct ClusterState {
   /// Final states of jobs that pending jobs depend on but that `jobs` omits (ended jobs). A
   /// dependency on a job found in neither counts as satisfied (Slurm: the job was purged).
   std::map<JobId, JobState> finished;
+  /// Spot evictions per node-hour observed per pool name (EvictionRateEstimator, pools.h); a pool
+  /// listed here overrides the policy's configured rate.
+  std::map<std::string, double> observed_eviction_rates;
 };
 
 /// Scheduler policy as plain data (the TOML loader fills it; defaults give FIFO + EASY-free).
@@ -288,6 +305,22 @@ struct AccountPolicy {
   int64_t max_cpu_millis = 0;
   int32_t max_running_jobs = 0;
 };
+/// Price of a pool's resources (the policy's [pricing.POOL]): per core-hour and per GPU-hour by
+/// GPU type ("" = any type without its own price).
+struct PoolPricing {
+  double cpu_hour = 0;
+  std::map<std::string, double> gpu_hour;
+};
+
+/// Preemption-aware, cost-aware placement across pools and regions (pools.h).
+struct PlacementPolicy {
+  std::map<std::string, PoolPricing> pricing;            // by pool name (on-demand, spot, reserved)
+  std::map<std::string, double> eviction_rate_per_hour;  // configured evictions per node-hour, by pool
+  int32_t spot_max_evictions = 3;  // K: after K evictions a job runs on on-demand nodes only (0 = never)
+  Duration spot_wait_budget = 600; // --spot=prefer: seconds waiting for spot before on-demand opens
+  double egress_per_gb = 0;        // cost per GB of data read outside the job's data_region
+};
+
 /// A partition called `name` with every other field at its default.
 inline PartitionPolicy MakePartition(std::string name) {
   PartitionPolicy p;
@@ -306,6 +339,7 @@ struct PolicySet {
   std::string default_qos = "normal";
   std::vector<AccountPolicy> accounts;  // empty = every account has 1 share and no limits
   VictimOrder victim_order = VictimOrder::kLeastLostWork;  // QoS preemption (preemption.h)
+  PlacementPolicy placement;
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.
