@@ -71,7 +71,7 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
   m.evictions = result.evictions;
   m.preemptions = result.preemptions;
   m.fallbacks = result.fallbacks;
-  std::vector<double> waits;
+  std::vector<double> waits, responses;
   std::map<std::string, std::vector<double>> by_accel;
   double slowdown_sum = 0, held = 0;
   int64_t first_submit = INT64_MAX, last_end = 0;
@@ -82,6 +82,10 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     }
     first_submit = std::min(first_submit, j.submit);
     m.lost_resource_hours += j.lost_resource_hours;
+    m.lost_preemption_resource_hours +=
+        static_cast<double>(j.size) * static_cast<double>(j.lost_preemption_s) / 3600.0;
+    m.lost_eviction_resource_hours +=
+        static_cast<double>(j.size) * static_cast<double>(j.lost_eviction_s) / 3600.0;
     held += static_cast<double>(j.size) * static_cast<double>(j.busy_s);
     if (j.end < 0) {
       ++m.unfinished;
@@ -93,6 +97,7 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     const double run = static_cast<double>(j.run_time);
     const double response = static_cast<double>(j.end - j.submit);
     waits.push_back(wait);
+    responses.push_back(response);
     by_accel[j.accelerator].push_back(wait);
     slowdown_sum += BoundedSlowdown(response - run, run);
   }
@@ -104,6 +109,10 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     m.median_wait_s = Percentile(waits, 50);
     m.p95_wait_s = Percentile(waits, 95);
     m.max_wait_s = waits.back();
+    double response_total = 0;
+    for (double r : responses) response_total += r;
+    m.mean_response_s = response_total / static_cast<double>(m.finished);
+    m.p95_response_s = Percentile(responses, 95);
     m.makespan_s = last_end - first_submit;
   }
   for (auto& [accel, w] : by_accel) m.p95_wait_by_accelerator[accel] = Percentile(w, 95);

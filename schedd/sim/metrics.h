@@ -25,6 +25,9 @@ struct Metrics {
   int64_t infeasible = 0;      // never admitted: no node set could hold them
   int64_t unfinished = 0;      // admitted but never finished
   double mean_wait_s = 0, median_wait_s = 0, p95_wait_s = 0, max_wait_s = 0;
+  /// Response (completion) time = end - submit, seconds, over finished jobs; requeued jobs keep
+  /// their submit time, so it includes every wait and every lost attempt.
+  double mean_response_s = 0, p95_response_s = 0;
   /// Mean of max(1, (wait + run) / max(run, tau)), tau = 10 s (Feitelson et al., "Theory and
   /// Practice in Parallel Job Scheduling", 1997). wait = first start - submit; run = recorded
   /// run time; evicted jobs count their end - submit as wait + run.
@@ -34,7 +37,9 @@ struct Metrics {
   int64_t makespan_s = 0;      // last end - first submission
   int64_t cycles = 0;
   int64_t evictions = 0, preemptions = 0, fallbacks = 0;
-  double lost_resource_hours = 0;
+  double lost_resource_hours = 0;  // size x seconds of work lost / 3600, both causes
+  double lost_preemption_resource_hours = 0;  // the part lost to QoS preemptions
+  double lost_eviction_resource_hours = 0;    // the part lost to spot evictions
   std::vector<AccountUsage> accounts;  // sorted by account name
   /// Jain's fairness index over accounts of (usage share / share) (Jain, Chiu & Hawe, DEC-TR-301,
   /// 1984): 1 = every account got exactly its share; 1/n = one account got everything.

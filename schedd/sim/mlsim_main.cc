@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"queue", "shortest-first"}));
   app.add_option("--queue-order", c.queue_order, "queue order: FCFS or multifactor priority")
       ->check(CLI::IsMember({"fifo", "multifactor"}));
+  app.add_option("--victim-order", c.victim_order,
+                 "QoS preemption victims: least work lost since their last checkpoint first, or "
+                 "most recently started first (overrides the policy's victim_order)")
+      ->check(CLI::IsMember({"least-lost-work", "youngest-first"}));
   app.add_flag("--keep-plans", c.keep_plans,
                "conservative backfill: keep planned starts between cycles, moving them only "
                "earlier (pyss)");
@@ -64,7 +68,8 @@ int main(int argc, char** argv) {
                  "also run a scheduling cycle every S seconds while jobs pend (0: events only)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-interval", c.checkpoint_interval_s,
-                 "evicted jobs resume from a checkpoint taken every S seconds (0: restart)")
+                 "evicted or preempted jobs resume from a checkpoint taken every S seconds of "
+                 "their run (0: restart)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-jobs", c.max_jobs, "replay only the first N jobs by submit time")
       ->check(CLI::PositiveNumber);

@@ -1,5 +1,6 @@
 #include "schedd/sim/policy_file.h"
 
+#include <set>
 #include <stdexcept>
 
 #include <toml++/toml.h>
@@ -135,7 +136,8 @@ core::AccountPolicy ReadAccount(const toml::table& t, const std::string& where) 
 
 core::QosPolicy ReadQos(const toml::table& t, const std::string& where) {
   CheckKeys(t, where, {"name", "priority", "max_wall_s", "max_gpus_per_job", "max_gpus_per_user",
-                       "max_running_jobs_per_user"});
+                       "max_running_jobs_per_user", "preempt", "preempt_mode", "grace_time_s",
+                       "preempt_exempt_time_s", "max_preemptions"});
   core::QosPolicy q;
   q.name = Str(t, "name", "", where);
   if (q.name.empty()) Fail(where, "name: required");
@@ -144,7 +146,51 @@ core::QosPolicy ReadQos(const toml::table& t, const std::string& where) {
   q.max_gpus_per_job = Int(t, "max_gpus_per_job", 0, 0, where);
   q.max_gpus_per_user = Int(t, "max_gpus_per_user", 0, 0, where);
   q.max_running_jobs_per_user = static_cast<int32_t>(Int(t, "max_running_jobs_per_user", 0, 0, where));
+  if (const toml::node* p = t.get("preempt")) {
+    const toml::array* a = p->as_array();
+    if (a == nullptr) Fail(where, "preempt: want an array of QoS names");
+    for (const auto& v : *a) {
+      auto s = v.value<std::string>();
+      if (!s || s->empty()) Fail(where, "preempt: want an array of QoS names");
+      q.preempt.push_back(*s);
+    }
+  }
+  const std::string mode = Str(t, "preempt_mode", core::PreemptModeName(q.preempt_mode), where);
+  auto parsed = core::ParsePreemptMode(mode);
+  if (!parsed) Fail(where, "preempt_mode: want requeue or cancel, not '" + mode + "'");
+  q.preempt_mode = *parsed;
+  q.grace_time = Int(t, "grace_time_s", q.grace_time, 0, where);
+  q.preempt_exempt_time = Int(t, "preempt_exempt_time_s", 0, 0, where);
+  q.max_preemptions = static_cast<int32_t>(Int(t, "max_preemptions", 0, 0, where));
   return q;
+}
+
+/// Every QoS named in a preempt list exists, and no QoS may preempt itself, directly or through
+/// others (the core orders the queue by preemption tier, which needs an acyclic relation).
+void CheckPreemptLists(const std::vector<core::QosPolicy>& qos, const std::string& path) {
+  std::map<std::string, const core::QosPolicy*> by_name;
+  for (const auto& q : qos) {
+    if (!by_name.emplace(q.name, &q).second) Fail(path + ": [[qos]] " + q.name, "name: defined twice");
+  }
+  for (const auto& q : qos) {
+    for (const auto& victim : q.preempt) {
+      if (by_name.count(victim) == 0) {
+        Fail(path + ": [[qos]] " + q.name, "preempt: no QoS named '" + victim + "'");
+      }
+    }
+  }
+  // Depth-first search from each QoS; reaching it again is a cycle.
+  for (const auto& q : qos) {
+    std::vector<std::string> stack(q.preempt.begin(), q.preempt.end());
+    std::set<std::string> seen;
+    while (!stack.empty()) {
+      std::string name = stack.back();
+      stack.pop_back();
+      if (name == q.name) Fail(path + ": [[qos]] " + q.name, "preempt: it may preempt itself (a cycle)");
+      if (!seen.insert(name).second) continue;
+      for (const auto& next : by_name.at(name)->preempt) stack.push_back(next);
+    }
+  }
 }
 
 /// Calls read(table, where) for every table of the array `key`.
@@ -170,7 +216,7 @@ core::PolicySet ReadPolicyFile(const std::string& path, std::map<std::string, do
     Fail(path + ":" + std::to_string(e.source().begin.line), std::string(e.description()));
   }
   CheckKeys(root, path, {"default_partition", "partitions", "queue_order", "backfill", "weights",
-                         "fairshare", "accounts", "qos", "default_qos"});
+                         "fairshare", "accounts", "qos", "default_qos", "victim_order"});
   core::PolicySet policy;
   if (root.get("partitions") != nullptr) policy.partitions.clear();
   ForEachTable(root, "partitions", path, [&](const toml::table& t, const std::string& where) {
@@ -193,7 +239,17 @@ core::PolicySet ReadPolicyFile(const std::string& path, std::map<std::string, do
   ForEachTable(root, "qos", path, [&](const toml::table& t, const std::string& where) {
     policy.qos.push_back(ReadQos(t, where));
   });
+  CheckPreemptLists(policy.qos, path);
   policy.default_qos = Str(root, "default_qos", policy.default_qos, path);
+  if (root.get("victim_order") != nullptr) {
+    const std::string order = Str(root, "victim_order", "", path);
+    try {
+      SetVictimOrder(policy, order);
+    } catch (const std::invalid_argument&) {
+      Fail(path + ": victim_order",
+           "want \"least-lost-work\" or \"youngest-first\", not '" + order + "'");
+    }
+  }
   if (shares != nullptr) {
     for (const auto& a : policy.accounts) (*shares)[a.name] = static_cast<double>(a.shares);
   }
@@ -226,6 +282,21 @@ void SetQueueOrder(core::PolicySet& policy, const std::string& order) {
   }
 }
 
+void SetVictimOrder(core::PolicySet& policy, const std::string& order) {
+  if (order == "least-lost-work") {
+    policy.victim_order = core::VictimOrder::kLeastLostWork;
+  } else if (order == "youngest-first") {
+    policy.victim_order = core::VictimOrder::kYoungestFirst;
+  } else {
+    throw std::invalid_argument("unknown victim order '" + order +
+                                "' (want least-lost-work or youngest-first)");
+  }
+}
+
+const char* VictimOrderName(core::VictimOrder order) {
+  return order == core::VictimOrder::kYoungestFirst ? "youngest-first" : "least-lost-work";
+}
+
 std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
   std::string out = policy.queue_order == core::QueueOrder::kFifo ? "fifo" : "multifactor";
   if (policy.backfill.mode != core::BackfillMode::kNone) {
@@ -234,6 +305,11 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
     if (policy.backfill.mode == core::BackfillMode::kConservative && policy.backfill.keep_plans) {
       out += "(keep-plans)";
     }
+  }
+  for (const auto& q : policy.qos) {
+    if (q.preempt.empty()) continue;
+    out += std::string(", ") + VictimOrderName(policy.victim_order) + " victims";
+    break;
   }
   return out;
 }

@@ -20,8 +20,14 @@ void SetBackfillMode(core::PolicySet& policy, const std::string& mode);
 void SetBackfillOrder(core::PolicySet& policy, const std::string& order);
 /// Applies --queue-order fifo|multifactor. Throws std::invalid_argument otherwise.
 void SetQueueOrder(core::PolicySet& policy, const std::string& order);
+/// Applies --victim-order (policy key victim_order): "least-lost-work" (core::VictimOrder::
+/// kLeastLostWork) or "youngest-first" (kYoungestFirst). Throws std::invalid_argument otherwise.
+void SetVictimOrder(core::PolicySet& policy, const std::string& order);
+/// "least-lost-work" | "youngest-first".
+const char* VictimOrderName(core::VictimOrder order);
 
-/// "fifo", "fifo+easy", ... from the policy's settings.
+/// "fifo", "fifo+easy", ... from the policy's settings; with QoS preemption, the victim order is
+/// appended (", youngest-first victims").
 std::string DescribeSchedulingPolicy(const core::PolicySet& policy);
 
 }  // namespace mlsched::sim

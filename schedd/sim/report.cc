@@ -48,6 +48,8 @@ void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result,
   row("median wait (s)", Fixed(m.median_wait_s, 1));
   row("p95 wait (s)", Fixed(m.p95_wait_s, 1));
   row("max wait (s)", Fixed(m.max_wait_s, 1));
+  row("mean response (s)", Fixed(m.mean_response_s, 1));
+  row("p95 response (s)", Fixed(m.p95_response_s, 1));
   row("mean bounded slowdown", Fixed(m.mean_bounded_slowdown, 2));
   row("utilization", Fixed(m.utilization, 4));
   row("makespan (s)", std::to_string(m.makespan_s));
@@ -56,6 +58,8 @@ void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result,
   row("preemptions", std::to_string(m.preemptions));
   row("fallbacks", std::to_string(m.fallbacks));
   row("lost resource-hours", Fixed(m.lost_resource_hours, 2));
+  row("  to preemptions", Fixed(m.lost_preemption_resource_hours, 2));
+  row("  to evictions", Fixed(m.lost_eviction_resource_hours, 2));
   row("Jain fairness (accounts)", Fixed(m.jain_fairness, 4));
   for (const auto& [accel, p95] : m.p95_wait_by_accelerator) {
     row("p95 wait " + accel + " (s)", Fixed(p95, 1));
@@ -91,6 +95,8 @@ void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, 
   j["median_wait_s"] = Round6(m.median_wait_s);
   j["p95_wait_s"] = Round6(m.p95_wait_s);
   j["max_wait_s"] = Round6(m.max_wait_s);
+  j["mean_response_s"] = Round6(m.mean_response_s);
+  j["p95_response_s"] = Round6(m.p95_response_s);
   j["mean_bounded_slowdown"] = Round6(m.mean_bounded_slowdown);
   j["utilization"] = Round6(m.utilization);
   j["makespan_s"] = m.makespan_s;
@@ -99,6 +105,8 @@ void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, 
   j["preemptions"] = m.preemptions;
   j["fallbacks"] = m.fallbacks;
   j["lost_resource_hours"] = Round6(m.lost_resource_hours);
+  j["lost_preemption_resource_hours"] = Round6(m.lost_preemption_resource_hours);
+  j["lost_eviction_resource_hours"] = Round6(m.lost_eviction_resource_hours);
   j["jain_fairness"] = Round6(m.jain_fairness);
   auto& accel = j["p95_wait_by_accelerator_s"] = nlohmann::ordered_json::object();
   for (const auto& [name, p95] : m.p95_wait_by_accelerator) accel[name] = Round6(p95);

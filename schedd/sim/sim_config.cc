@@ -95,6 +95,7 @@ core::PolicySet LoadPolicy(const SimConfig& config, const Trace& trace,
   if (!config.backfill.empty()) SetBackfillMode(policy, config.backfill);
   if (!config.backfill_order.empty()) SetBackfillOrder(policy, config.backfill_order);
   if (!config.queue_order.empty()) SetQueueOrder(policy, config.queue_order);
+  if (!config.victim_order.empty()) SetVictimOrder(policy, config.victim_order);
   if (config.keep_plans) policy.backfill.keep_plans = true;
   core::Duration longest = 0;
   for (const auto& j : trace.jobs) longest = std::max(longest, j.spec.time_limit);

@@ -24,6 +24,7 @@ struct SimConfig {
   std::string backfill;           // none | easy | conservative; "" = as the policy says
   std::string backfill_order;     // queue | shortest-first; "" = as the policy says
   std::string queue_order;        // fifo | multifactor; "" = as the policy says
+  std::string victim_order;       // least-lost-work | youngest-first; "" = as the policy says
   bool keep_plans = false;        // conservative: keep previous plans (pyss); else as the policy
   bool exact_runtimes = false;    // time limit = run time
   bool predict_runtimes = false;  // time limits the core plans with from users' history

@@ -17,8 +17,14 @@ using core::Duration;
 using core::Timestamp;
 
 /// Events at one timestamp run in this order, all after that timestamp's submissions and before
-/// its scheduling pass (submission < termination < start < scheduling pass).
-enum class EventKind : int { kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3 };
+/// its scheduling pass (submission < termination < start < scheduling pass). kPreemptStop: a
+/// preemption victim's grace time is over.
+enum class EventKind : int {
+  kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3, kPreemptStop = 4
+};
+
+/// Why a running job goes back to the queue.
+enum class StopCause { kEviction, kPreemption };
 
 struct Event {
   Timestamp time = 0;
@@ -38,6 +44,11 @@ struct Live {
   Duration progress = 0;         // checkpointed useful work, seconds
   int extensions = 0;            // predictor extensions this attempt
   bool running = false;
+  // Pending preemption of this attempt (set from a PreemptDecision until the victim stops).
+  core::JobId preemptor = 0;
+  core::Timestamp preempt_decided = 0;
+  Duration planned_lost_s = 0;
+  bool preempt_cancel = false;
 };
 
 class Simulation {
@@ -48,6 +59,8 @@ class Simulation {
     state_.nodes = fleet.nodes;
     accrue_usage_ = options.policy.queue_order == core::QueueOrder::kMultifactor &&
                     options.policy.weights.fairshare > 0;
+    preemption_ = std::any_of(options.policy.qos.begin(), options.policy.qos.end(),
+                              [](const core::QosPolicy& q) { return !q.preempt.empty(); });
     result_.jobs.resize(trace.jobs.size());
     result_.resource = TotalGpus(fleet) > 0 ? "gpu" : "cpu";
     result_.capacity =
@@ -63,7 +76,21 @@ class Simulation {
   void PredictionDue(size_t index);
   void EvictNode(size_t node);
   void RecoverNode(size_t node);
-  void Requeue(size_t index);
+  void Requeue(size_t index, StopCause cause);
+  void Preempt(const core::PreemptDecision& decision);
+  void PreemptStop(size_t index);
+  void ReportCheckpoints();
+  /// Seconds between the job's checkpoints (0 = never).
+  Duration CheckpointInterval(size_t index) const {
+    const Duration own = trace_.jobs[index].checkpoint_interval_s;
+    return own >= 0 ? own : options_.checkpoint_interval_s;
+  }
+  /// Seconds of the current attempt covered by its latest checkpoint, at now_.
+  Duration SavedThisAttempt(size_t index) const {
+    const Duration elapsed = now_ - live_[index].attempt_start;
+    const Duration interval = CheckpointInterval(index);
+    return interval > 0 ? (elapsed / interval) * interval : 0;
+  }
   void Cycle();
   void Start(const core::StartDecision& decision);
   void Compact();
@@ -89,6 +116,7 @@ class Simulation {
   Timestamp now_ = 0;
   bool dirty_ = false, need_compact_ = false;
   bool accrue_usage_ = false;   // the policy's priorities read fairshare usage
+  bool preemption_ = false;     // some QoS may preempt: the core reads checkpoints
   Timestamp accrued_until_ = 0;
   int64_t pending_ = 0, running_ = 0, busy_ = 0;
 };
@@ -131,12 +159,15 @@ void Simulation::HandleEvent(const Event& e) {
   switch (e.kind) {
     case EventKind::kFinish:
     case EventKind::kPredictionDue:
-      // Stale: the job was evicted or preempted since this event was scheduled.
+    case EventKind::kPreemptStop:
+      // Stale: the job ended, was evicted or preempted since this event was scheduled.
       if (!live_[index].running || result_.jobs[index].attempts != e.attempt) return;
       if (e.kind == EventKind::kFinish) {
         Finish(index);
-      } else {
+      } else if (e.kind == EventKind::kPredictionDue) {
         PredictionDue(index);
+      } else {
+        PreemptStop(index);
       }
       return;
     case EventKind::kEviction:
@@ -182,17 +213,17 @@ void Simulation::PredictionDue(size_t index) {
   dirty_ = true;
 }
 
-void Simulation::Requeue(size_t index) {
+void Simulation::Requeue(size_t index, StopCause cause) {
   const TraceJob& tj = trace_.jobs[index];
   JobOutcome& out = result_.jobs[index];
   Live& live = live_[index];
   core::Job& job = JobOf(index);
   const Duration elapsed = now_ - live.attempt_start;
-  const Duration interval = options_.checkpoint_interval_s;
-  const Duration saved = interval > 0 ? (elapsed / interval) * interval : 0;
+  const Duration saved = SavedThisAttempt(index);
+  const Duration lost = elapsed - saved;
   live.progress = std::min(tj.run_time, live.progress + saved);
-  out.lost_resource_hours += static_cast<double>(tj.size) *
-                             static_cast<double>(elapsed - saved) / 3600.0;
+  out.lost_resource_hours += static_cast<double>(tj.size) * static_cast<double>(lost) / 3600.0;
+  (cause == StopCause::kPreemption ? out.lost_preemption_s : out.lost_eviction_s) += lost;
   out.busy_s += elapsed;
   out.runs.push_back(RunSpan{live.attempt_start, now_});
   job.state = core::JobState::kPending;
@@ -200,11 +231,82 @@ void Simulation::Requeue(size_t index) {
   job.start_time = 0;
   job.allocation.reset();
   job.expected_start.reset();  // a requeued job is planned afresh
+  job.last_checkpoint = 0;     // of the next attempt (progress carries the saved work)
+  job.preempting = false;
   live.running = false;
+  live.preemptor = 0;
   --running_;
   ++pending_;
   busy_ -= tj.size;
   dirty_ = true;
+}
+
+void Simulation::Preempt(const core::PreemptDecision& decision) {
+  const int64_t index = decision.victim - 1;
+  if (index < 0 || index >= static_cast<int64_t>(live_.size()) || live_[index].slot < 0 ||
+      !live_[index].running || JobOf(static_cast<size_t>(index)).preempting) {
+    throw std::logic_error("core planned to preempt job " + std::to_string(decision.victim) +
+                           ", which is not running or already being preempted");
+  }
+  const auto i = static_cast<size_t>(index);
+  Live& live = live_[i];
+  JobOf(i).preempting = true;  // its resources count as free for the preemptor from now on
+  live.preemptor = decision.preemptor;
+  live.preempt_decided = now_;
+  live.planned_lost_s = decision.lost_work;
+  live.preempt_cancel = decision.mode == core::PreemptMode::kCancel;
+  // SIGTERM now, SIGKILL after the grace time: the job runs (and may reach a periodic checkpoint
+  // or finish) until then; it takes no checkpoint on the signal.
+  Push(now_ + std::max<Duration>(decision.grace, 0), EventKind::kPreemptStop, index,
+       result_.jobs[i].attempts);
+}
+
+void Simulation::PreemptStop(size_t index) {
+  const TraceJob& tj = trace_.jobs[index];
+  JobOutcome& out = result_.jobs[index];
+  Live& live = live_[index];
+  core::Job& job = JobOf(index);
+  PreemptionRecord record;
+  record.decided = live.preempt_decided;
+  record.stopped = now_;
+  record.victim = tj.id;
+  record.preemptor = trace_.jobs[static_cast<size_t>(live.preemptor - 1)].id;
+  record.planned_lost_s = live.planned_lost_s;
+  record.lost_s = now_ - live.attempt_start - SavedThisAttempt(index);
+  record.cancelled = live.preempt_cancel;
+  result_.preemption_log.push_back(record);
+  ++out.preemptions;
+  ++result_.preemptions;
+  ++job.preempt_count;
+  if (!live.preempt_cancel) {
+    Requeue(index, StopCause::kPreemption);
+    return;
+  }
+  // Cancelled: final, never finishes (counted as unfinished); its work since the last checkpoint
+  // is lost like a requeued victim's.
+  const Duration elapsed = now_ - live.attempt_start;
+  out.lost_resource_hours +=
+      static_cast<double>(tj.size) * static_cast<double>(record.lost_s) / 3600.0;
+  out.lost_preemption_s += record.lost_s;
+  out.busy_s += elapsed;
+  out.runs.push_back(RunSpan{live.attempt_start, now_});
+  out.state = core::JobState::kCancelled;
+  job.state = core::JobState::kCancelled;
+  live.running = false;
+  live.slot = -1;
+  need_compact_ = true;
+  --running_;
+  busy_ -= tj.size;
+  dirty_ = true;
+}
+
+void Simulation::ReportCheckpoints() {
+  for (core::Job& job : state_.jobs) {
+    if (job.state != core::JobState::kRunning) continue;
+    const auto index = static_cast<size_t>(job.id - 1);
+    const Duration saved = SavedThisAttempt(index);
+    job.last_checkpoint = saved > 0 ? live_[index].attempt_start + saved : 0;
+  }
 }
 
 void Simulation::EvictNode(size_t node) {
@@ -220,7 +322,7 @@ void Simulation::EvictNode(size_t node) {
     if (!on_node) continue;
     ++result_.jobs[i].evictions;
     ++result_.evictions;
-    Requeue(i);
+    Requeue(i, StopCause::kEviction);
   }
   Push(now_ + std::max<Duration>(fleet_.recovery_s[node], 1), EventKind::kRecovery,
        static_cast<int64_t>(node));
@@ -255,6 +357,8 @@ void Simulation::Start(const core::StartDecision& decision) {
   job.expected_start.reset();
   job.attempt = out.attempts;
   job.allocation = decision.allocation;
+  job.last_checkpoint = 0;
+  job.preempting = false;
   if (out.first_start < 0) out.first_start = now_;
   const auto& placed = decision.allocation.tasks.front().resources.gpus;
   if (!placed.empty()) out.accelerator = placed.begin()->first;
@@ -285,6 +389,7 @@ void Simulation::Compact() {
 
 void Simulation::Cycle() {
   if (need_compact_) Compact();
+  if (preemption_) ReportCheckpoints();
   const auto t0 = std::chrono::steady_clock::now();
   core::CyclePlan plan = core::SchedulingCycle::Run(state_, options_.policy, now_);
   result_.cycle_wall_s.push_back(
@@ -292,6 +397,7 @@ void Simulation::Cycle() {
   ++result_.cycles;
   dirty_ = false;
   for (const auto& start : plan.starts) Start(start);
+  for (const auto& preemption : plan.preemptions) Preempt(preemption);
   for (const auto& update : plan.pending) {
     const int64_t index = update.job - 1;
     if (index >= 0 && index < static_cast<int64_t>(live_.size()) && live_[index].slot >= 0 &&

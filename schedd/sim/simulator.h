@@ -21,7 +21,9 @@ struct SimOptions {
   core::Duration cycle_period_s = 0;
   uint64_t seed = 1;  // spot evictions
   /// Evicted or preempted jobs resume from their last checkpoint taken every this many seconds
-  /// of their attempt; 0 = they restart from scratch.
+  /// of their attempt; 0 = they restart from scratch. A job's own TraceJob::checkpoint_interval_s
+  /// (when >= 0) overrides it. Running jobs report their latest checkpoint to the core
+  /// (core::Job::last_checkpoint), which QoS preemption reads to choose victims.
   core::Duration checkpoint_interval_s = 0;
   /// Optional source of the time limits the core plans with (not owned); null = requested times.
   RuntimePredictor* predictor = nullptr;
@@ -50,6 +52,10 @@ struct JobOutcome {
   int32_t evictions = 0;
   int32_t preemptions = 0;
   double lost_resource_hours = 0;   // size x work lost to evictions/preemptions, hours
+  /// Seconds of work lost (run since the attempt's last checkpoint, summed over attempts) when
+  /// QoS preemption stopped the job, and when a spot eviction did.
+  core::Duration lost_preemption_s = 0;
+  core::Duration lost_eviction_s = 0;
   std::string infeasible;           // non-empty: never admitted (CheckJobFeasible's reason)
   std::vector<RunSpan> runs;        // every attempt, in order (for plots)
 };
@@ -62,6 +68,17 @@ struct SeriesPoint {
   int64_t busy = 0;                 // processors or GPUs held
 };
 
+/// One applied QoS preemption (core::PreemptDecision), recorded when the victim stopped.
+struct PreemptionRecord {
+  core::Timestamp decided = 0;      // the cycle that chose the victim, seconds
+  core::Timestamp stopped = 0;      // decided + the victim QoS's grace time, seconds
+  core::JobId victim = 0;           // the trace's ids
+  core::JobId preemptor = 0;
+  core::Duration planned_lost_s = 0;  // PreemptDecision::lost_work: core's view at `decided`, s
+  core::Duration lost_s = 0;        // work the victim lost at `stopped`, seconds
+  bool cancelled = false;           // preempt mode cancel: the victim ended CANCELLED
+};
+
 /// The whole replay.
 struct SimResult {
   std::vector<JobOutcome> jobs;     // in trace order
@@ -71,10 +88,15 @@ struct SimResult {
   int64_t evictions = 0, preemptions = 0, fallbacks = 0;
   std::vector<double> cycle_wall_s; // wall time of each Run call (not deterministic; not printed)
   std::vector<SeriesPoint> series;
+  std::vector<PreemptionRecord> preemption_log;  // in the order the victims stopped
 };
 
-/// Replays `trace` on `fleet`. Throws std::logic_error when the core returns an impossible plan
-/// (a start for a job that is not pending, or an empty allocation).
+/// Replays `trace` on `fleet`. QoS preemptions the core plans are applied: the victim keeps running
+/// (marked preempting) for its QoS's grace time, then stops, loses the work since its last
+/// checkpoint (no checkpoint is taken on the signal) and is requeued keeping its submit time, or
+/// ends CANCELLED (preempt mode cancel; it then never finishes). Throws std::logic_error when the
+/// core returns an impossible plan (a start for a job that is not pending, an empty allocation, or
+/// a victim that is not running).
 SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& options);
 
 }  // namespace mlsched::sim

@@ -25,6 +25,10 @@ struct TraceJob {
   std::string accelerator = "cpu";  // label for per-accelerator metrics ("cpu", "gpu", "v100", ...)
   int64_t size = 1;              // processors (SWF) or GPUs (GPU traces), for reports
   std::string origin;            // "FILE:LINE" of the record, for messages
+  /// Seconds of run between the job's checkpoints (a job checkpoints every this many seconds of
+  /// each attempt); 0 = never checkpoints; -1 = SimOptions::checkpoint_interval_s (trace readers
+  /// leave it at -1: no trace format records checkpoints).
+  core::Duration checkpoint_interval_s = -1;
 };
 
 /// A parsed trace: jobs sorted by (submit_time, id) and the fleet the trace implies, if any.
