@@ -16,13 +16,14 @@ struct FieldDef {
   const char* title;
 };
 
-constexpr std::array<FieldDef, 29> kFields{{
+constexpr std::array<FieldDef, 32> kFields{{
     {'i', "JOBID"},     {'j', "NAME"},        {'u', "USER"},        {'a', "ACCOUNT"},     {'P', "PARTITION"},
     {'q', "QOS"},       {'T', "STATE"},       {'t', "ST"},          {'M', "TIME"},        {'l', "TIME_LIMIT"},
     {'L', "TIME_LEFT"}, {'D', "NODES"},       {'A', "TASKS"},       {'C', "CPUS"},        {'m', "MIN_MEMORY"},
     {'b', "GPUS"},      {'R', "NODELIST(REASON)"}, {'N', "NODELIST"}, {'r', "REASON"},    {'S', "START_TIME"},
     {'V', "SUBMIT_TIME"}, {'e', "END_TIME"},  {'Q', "PRIORITY"},    {'Z', "WORK_DIR"},    {'y', "NICE"},
     {'o', "COMMAND"},   {'F', "ARRAY_JOB_ID"}, {'K', "ARRAY_TASK_ID"}, {'E', "DEPENDENCY"},
+    {'g', "POOL"},      {'G', "ACCEL"},       {'w', "PREEMPT/EVICT"},
 }};
 
 const FieldDef* FindField(char code) {
@@ -174,6 +175,9 @@ std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
     case 'F': return s.array_index().array_job_id() ? std::to_string(s.array_index().array_job_id()) : "N/A";
     case 'K': return s.array_index().array_job_id() ? std::to_string(s.array_index().task_id()) : "N/A";
     case 'E': return s.dependency().empty() ? "(null)" : s.dependency();
+    case 'g': return job.pools().empty() ? "N/A" : job.pools();
+    case 'G': return job.accelerator().empty() ? "N/A" : job.accelerator();
+    case 'w': return std::to_string(job.preempt_count()) + "/" + std::to_string(job.evictions());
     case 'j': return s.name();
     case 'u': return job.user();
     case 'a': return s.account();
@@ -247,6 +251,13 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"nice", s.nice()},
       {"topology", s.topology()},
       {"dependency", s.dependency()},
+      {"spot", s.spot()},
+      {"checkpoint_interval_s", s.checkpoint_interval_s()},
+      {"data_region", s.data_region()},
+      {"pools", job.pools()},
+      {"accelerator", job.accelerator()},
+      {"preempt_count", job.preempt_count()},
+      {"evictions", job.evictions()},
       {"array_job_id", s.array_index().array_job_id()},
       {"array_task_id", s.array_index().array_job_id() ? nlohmann::json(s.array_index().task_id()) : nlohmann::json()},
   };

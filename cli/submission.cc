@@ -99,6 +99,13 @@ std::string CheckPlacement(const SubmitOptions& o, v1::JobSpec& spec) {
   spec.set_hold(o.hold.value_or(false));
   spec.set_dependency(o.dependency.value_or(""));
   spec.set_array(o.array.value_or(""));
+  spec.set_spot(o.spot.value_or(""));
+  spec.set_checkpoint_interval_s(o.checkpoint_interval_s.value_or(0));
+  spec.set_data_region(o.data_region.value_or(""));
+  spec.set_data_bytes(o.data_bytes.value_or(0));
+  spec.set_region_strict(o.region_strict.value_or(false));
+  if (spec.region_strict() && spec.data_region().empty())
+    return Where(o, "region-strict") + "--region-strict needs --data-region";
   return "";
 }
 

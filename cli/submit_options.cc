@@ -130,6 +130,20 @@ std::vector<SubmitOptionDef> MakeTable() {
        ApplyDependency},
       {'a', {"array"}, "INDEXES", true, "job array: 0-99, 1,3,5-11:2; %N runs at most N at once (0-99%10)",
        ApplyArray},
+      {0, {"spot"}, "WHEN", true,
+       "spot nodes: never, allow (cheaper expected cost first) or prefer (spot only for the policy's wait "
+       "budget); default: allow when --checkpoint-interval is given, else never",
+       [](O& o, const std::string& v) {
+         if (v != "never" && v != "allow" && v != "prefer") return "expected never, allow or prefer (got '" + v + "')";
+         o.spot = v;
+         return std::string();
+       }},
+      {0, {"checkpoint-interval"}, "TIME", true, "how often the job checkpoints (e.g. 10m): sets the work a spot eviction loses",
+       Units(&O::checkpoint_interval_s, ParseDuration)},
+      {0, {"data-region"}, "REGION", true, "region where the job's data lives: placement prefers it", Text(&O::data_region)},
+      {0, {"data-size"}, "SIZE", true, "size of that data (500G): egress is charged when run elsewhere",
+       Units(&O::data_bytes, ParseMemory)},
+      {0, {"region-strict"}, "", true, "run only in --data-region", flag(&O::region_strict)},
       {0, {"wrap"}, "CMD", false, "run CMD in /bin/sh instead of a script", Text(&O::wrap)},
       {0, {"parsable"}, "", false, "print only the job id",
        [](O& o, const std::string&) {
@@ -335,6 +349,11 @@ void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.nice, t.nice, "nice", b, t);
   Take(b.dependency, t.dependency, "dependency", b, t);
   Take(b.array, t.array, "array", b, t);
+  Take(b.spot, t.spot, "spot", b, t);
+  Take(b.checkpoint_interval_s, t.checkpoint_interval_s, "checkpoint-interval", b, t);
+  Take(b.data_region, t.data_region, "data-region", b, t);
+  Take(b.data_bytes, t.data_bytes, "data-size", b, t);
+  Take(b.region_strict, t.region_strict, "region-strict", b, t);
   Take(b.wrap, t.wrap, "wrap", b, t);
   Take(b.server, t.server, "server", b, t);
   b.parsable = b.parsable || t.parsable;

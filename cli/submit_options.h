@@ -39,6 +39,11 @@ struct SubmitOptions {
   std::optional<int64_t> nice;                   // --nice
   std::optional<std::string> dependency;         // -d/--dependency, sbatch syntax (checked)
   std::optional<std::string> array;              // -a/--array, e.g. 0-99%10 (checked)
+  std::optional<std::string> spot;               // --spot never|allow|prefer
+  std::optional<int64_t> checkpoint_interval_s;  // --checkpoint-interval
+  std::optional<std::string> data_region;        // --data-region
+  std::optional<int64_t> data_bytes;             // --data-size
+  std::optional<bool> region_strict;             // --region-strict
   std::optional<std::string> wrap;               // --wrap (command line only)
   std::optional<std::string> server;             // --server (command line only)
   bool parsable = false;                         // --parsable (command line only)

@@ -50,6 +50,7 @@ cat > "$OUT/train.sh" <<'JOB'
 #MLSUB -c 2
 #MLSUB --mem-per-task 1G
 #MLSUB -t 30:00
+#MLSUB --checkpoint-interval 30s
 #MLSUB -o train-%j-%t.out
 # One rank per task; rendezvous, rank and world size come from the environment agentd sets.
 exec "$MLTRAIN" --epochs "$DEMO_EPOCHS" --threads 1 \

@@ -128,8 +128,8 @@ void PolicyReader::EachTable(const toml::table& root, const char* key,
 core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "scheduler", "backfill", "priority",
-                   "fairshare", "partitions", "qos", "accounts", "pricing"},
-            "the top level");  // [pricing.POOL] is read by mlreport (schedd/report)
+                   "fairshare", "partitions", "qos", "accounts", "pricing", "placement", "preemption"},
+            "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
   StrList(root, "operators", p.operators, "the top level");
@@ -143,6 +143,18 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("backfill", [&](const toml::table& t) { ReadBackfill(t, p.backfill); });
   section("priority", [&](const toml::table& t) { ReadPriority(t, p.weights); });
   section("fairshare", [&](const toml::table& t) { ReadFairshare(t, p.fairshare); });
+  section("placement", [&](const toml::table& t) { ReadPlacement(t, p.placement); });
+  section("pricing", [&](const toml::table& t) { ReadPricing(t, p.placement); });
+  section("preemption", [&](const toml::table& t) {
+    CheckKeys(t, {"victim_order"}, "[preemption]");
+    std::string order;
+    Str(t, "victim_order", order, "[preemption]");
+    if (order == "least-lost-work") p.victim_order = core::VictimOrder::kLeastLostWork;
+    else if (order == "youngest-first") p.victim_order = core::VictimOrder::kYoungestFirst;
+    else if (!order.empty())
+      Error(t.get("victim_order")->source(),
+            "'victim_order' in [preemption]: expected \"least-lost-work\" or \"youngest-first\", got \"" + order + "\"");
+  });
   if (root.get("partitions")) p.partitions.clear();
   EachTable(root, "partitions", [&](const toml::table& t, const std::string& ctx) {
     p.partitions.push_back(ReadPartition(t, ctx));

@@ -32,6 +32,8 @@ class PolicyReader {
   void Dur(const toml::table& t, const char* key, core::Duration& out, const std::string& ctx);
   void Str(const toml::table& t, const char* key, std::string& out, const std::string& ctx);
   void Bool(const toml::table& t, const char* key, bool& out, const std::string& ctx);
+  /// A number >= 0 (integer or float).
+  void Num(const toml::table& t, const char* key, double& out, const std::string& ctx);
   void StrList(const toml::table& t, const char* key, std::vector<std::string>& out,
                const std::string& ctx);
   /// Calls `fn(table, context)` for every table of the array of tables `key` ([[key]]).
@@ -46,6 +48,9 @@ class PolicyReader {
   core::QosPolicy ReadQos(const toml::table& t, const std::string& ctx);
   core::AccountPolicy ReadAccount(const toml::table& t, const std::string& ctx);
   void CheckReferences(const toml::table& root, const core::PolicySet& p);
+  // placement_reader.cc
+  void ReadPlacement(const toml::table& t, core::PlacementPolicy& p);
+  void ReadPricing(const toml::table& t, core::PlacementPolicy& p);
 
   std::string file_;
   std::vector<PolicyError> errors_;

@@ -92,6 +92,11 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   s->set_nice(j.spec.nice);
   s->set_hold(j.spec.hold);
   s->set_dependency(core::FormatDependencies(j.spec));
+  s->set_spot(core::SpotPreferenceName(j.spec.spot));
+  s->set_checkpoint_interval_s(j.spec.checkpoint_interval);
+  s->set_data_region(j.spec.data_region);
+  s->set_data_bytes(j.spec.data_bytes);
+  s->set_region_strict(j.spec.region_strict);
   if (j.spec.array.job_id != 0) {
     s->mutable_array_index()->set_array_job_id(j.spec.array.job_id);
     s->mutable_array_index()->set_task_id(j.spec.array.task_id);
@@ -117,6 +122,21 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   info.set_exit_code(j.exit_code);
   info.set_attempt(j.attempt);
   info.set_requeue_count(j.requeue_count);
+  info.set_preempt_count(j.preempt_count);
+  info.set_evictions(j.evictions);
+  std::set<std::string> pools, gpu_types;
+  for (const auto& t : j.placement.tasks())
+    if (auto n = nodes_.find(t.node()); n != nodes_.end()) {
+      pools.insert(core::PoolName(n->second.node.pool));
+      const auto& gpus = n->second.node.capacity.gpus;
+      gpu_types.insert(t.gpu_indices_size() == 0 || gpus.empty() ? "cpu" : gpus.begin()->first);
+    }
+  std::string joined;
+  for (const auto& p : pools) joined += (joined.empty() ? "" : ",") + p;
+  info.set_pools(joined);
+  joined.clear();
+  for (const auto& g : gpu_types) joined += (joined.empty() ? "" : ",") + g;
+  info.set_accelerator(joined);
   info.set_expected_start(j.expected_start);
   info.set_priority(static_cast<double>(j.priority));
   if (j.state == core::JobState::kPending) info.set_reason_detail(j.reason_detail);
@@ -164,6 +184,12 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
   if (spec.has_array_index() || (!spec.array().empty() && spec.array().size() > 256))
     return bad("array: array_index is set by the server; give --array as text (at most 256 characters)");
   if (Status st = ResolveDependencyLocked(spec); !st.ok()) return st;
+  if (spec.checkpoint_interval_s() < 0) return bad("checkpoint interval must be >= 0 seconds");
+  if (spec.spot().empty()) spec.set_spot(spec.checkpoint_interval_s() > 0 ? "allow" : "never");
+  if (!core::ParseSpotPreference(spec.spot()))
+    return bad("unknown spot preference '" + spec.spot() + "' (never, allow, prefer)");
+  if (spec.data_bytes() < 0) return bad("data size must be >= 0 bytes");
+  if (spec.region_strict() && spec.data_region().empty()) return bad("region_strict needs a data region");
   for (const auto& f : spec.fallback()) {
     if (f.accelerator().empty()) return bad("fallback tier without an accelerator");
     if (f.after_s() < 0) return bad("fallback tier " + f.accelerator() + ": wait must be >= 0");

@@ -17,6 +17,7 @@
 #include "mlsched/v1/admin.pb.h"
 #include "mlsched/v1/jobs.pb.h"
 #include "schedd/core/dependency.h"
+#include "schedd/core/pools.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
 #include "schedd/server/metrics.h"
@@ -151,6 +152,7 @@ class Controller {
     bool preempting = false;     // SIGTERM sent for QoS preemption (PreemptDecision)
     bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
     int32_t preempt_count = 0;   // QoS preemptions so far (in memory: resets when schedd restarts)
+    int32_t evictions = 0;       // spot evictions so far (in memory, like preempt_count)
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {
@@ -231,7 +233,9 @@ class Controller {
   std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
   std::map<std::string, NodeRec> nodes_;   // by name
   std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
-  std::map<int64_t, core::JobState> finished_;  // ended jobs, no longer in jobs_, that jobs depend on
+  std::map<int64_t, core::JobState> finished_;
+  // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
+  core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on
   // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
   // to the store every kUsageSaveEvery seconds.
   std::map<std::string, double> usage_;

@@ -325,6 +325,7 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     j->preempted = true;
     j->clean_stop = t.exit_code() == kPreemptedExit;
     if (j->preempting) j->preempt_count += 1;
+    if (j->evicting) j->evictions += 1;
     store_.AppendEvent(j->id, node, "PREEMPTED",
                        j->evicting ? "spot eviction" : j->preempting ? "QoS preemption" : "rank exited 75").get();
     if (j->preempt_cancel && !j->evicting) {
@@ -390,6 +391,7 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
   store_.SaveNode(NodeRow{name, n.info.SerializeAsString(), true, n.info.reason()}).get();
   int grace = static_cast<int>(std::max<int64_t>(1, deadline - now - 2));
   if (metrics_) metrics_->CountEviction();
+  eviction_rates_.RecordEviction(core::PoolName(n.node.pool));
   std::string jobs;
   for (auto& [id, j] : jobs_) {
     if (j.state != core::JobState::kRunning) continue;

@@ -37,6 +37,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.state = j.state;
       cj.submit_time = j.submit_time;
       cj.attempt = j.attempt;
+      cj.evictions = j.evictions;
       if (j.expected_start > 0) cj.expected_start = j.expected_start;
       s.jobs.push_back(std::move(cj));
     } else if (j.state == core::JobState::kRunning) {
@@ -49,6 +50,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.attempt = j.attempt;
       cj.last_checkpoint = j.last_checkpoint;
       cj.preempt_count = j.preempt_count;
+      cj.evictions = j.evictions;
       cj.preempting = j.preempting || j.evicting;  // stopping: its resources free up soon
       core::Allocation a;
       for (const auto& t : j.placement.tasks())
@@ -87,6 +89,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
         else if (auto f = finished_.find(dep); f != finished_.end()) s.finished[dep] = f->second;
       }
   }
+  s.observed_eviction_rates = eviction_rates_.Rates();
   return s;  // usage is added by the caller (RunCycle accrues it first)
 }
 
@@ -147,6 +150,10 @@ void Controller::RunCycle(int64_t now) {
   core::PolicySet policy;
   {
     std::lock_guard lk(mu_);
+    std::map<std::string, int64_t> up;  // exposure of each pool to evictions
+    for (const auto& [name, n] : nodes_)
+      if (n.connected && !n.down) up[core::PoolName(n.node.pool)] += 1;
+    eviction_rates_.Advance(now, up);
     snap = Snapshot(now);
     AccrueUsageLocked(snap, now);
     snap.usage = usage_;

@@ -1,6 +1,7 @@
 #include "schedd/server/convert.h"
 
 #include "schedd/core/dependency.h"
+#include "schedd/core/pools.h"
 
 namespace mlsched::server {
 
@@ -27,6 +28,12 @@ core::JobSpec ToCoreSpec(const v1::JobSpec& s, const std::string& user) {
     c.dependencies.push_back({type, {d.job_ids().begin(), d.job_ids().end()}});
   }
   c.dependency_any = s.dependency_any();
+  c.spot = core::ParseSpotPreference(s.spot()).value_or(s.checkpoint_interval_s() > 0 ? core::SpotPreference::kAllow
+                                                                                        : core::SpotPreference::kNever);
+  c.checkpoint_interval = s.checkpoint_interval_s();
+  c.data_region = s.data_region();
+  c.data_bytes = s.data_bytes();
+  c.region_strict = s.region_strict();
   c.array = core::ArrayIndex{s.array_index().array_job_id(), s.array_index().task_id(),
                              s.array_index().max_running(), s.array_index().task_count()};
   return c;

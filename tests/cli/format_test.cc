@@ -193,3 +193,19 @@ TEST_CASE("array elements show as ARRAY_TASK; dependencies as %E", "[cli][format
   CHECK(j["dependency"] == "afterok:9");
   CHECK(JobJson(PendingJob(), kNow)["array_task_id"].is_null());
 }
+
+TEST_CASE("pool, accelerator and preemption/eviction counts", "[cli][format]") {
+  v1::JobInfo r = RunningJob();
+  r.set_pools("on-demand,spot");
+  r.set_accelerator("a100");
+  r.set_preempt_count(2);
+  r.set_evictions(1);
+  CHECK(JobField('g', r, kNow) == "on-demand,spot");
+  CHECK(JobField('G', r, kNow) == "a100");
+  CHECK(JobField('w', r, kNow) == "2/1");
+  CHECK(JobField('g', PendingJob(), kNow) == "N/A");
+  auto j = JobJson(r, kNow);
+  CHECK(j["pools"] == "on-demand,spot");
+  CHECK(j["preempt_count"] == 2);
+  CHECK(j["evictions"] == 1);
+}

@@ -59,7 +59,7 @@ TEST_CASE("policy check reads the pricing tables like schedd", "[cli][policy]") 
   auto r = CheckPolicyFile(p.string());
   CHECK_FALSE(r.ok);
   REQUIRE(r.errors.size() == 1);
-  CHECK_THAT(r.errors[0], Catch::StartsWith(p.string() + ":2:") && Catch::Contains("cpu_hour must be a number >= 0"));
+  CHECK_THAT(r.errors[0], Catch::StartsWith(p.string() + ":2:") && Catch::Contains("'cpu_hour' in [pricing.on-demand]: must be >= 0"));
 }
 
 TEST_CASE("policy check of a missing file is one error", "[cli][policy]") {

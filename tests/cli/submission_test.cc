@@ -210,3 +210,16 @@ TEST_CASE("dependencies and arrays go to the spec as written, checked first", "[
   // In a directive, the error points at the line.
   CHECK_THAT(Error({"job.sh"}, "#!/bin/sh\n#MLSUB --array=0-9%0\ntrue\n"), Catch::Contains("job.sh:2"));
 }
+
+TEST_CASE("spot, checkpoint interval and data locality go to the spec", "[cli][submit]") {
+  auto spec = Spec({"--spot", "prefer", "--checkpoint-interval", "10m", "--data-region", "eu-west", "--data-size", "500G",
+                    "--region-strict"});
+  CHECK(spec.spot() == "prefer");
+  CHECK(spec.checkpoint_interval_s() == 600);
+  CHECK(spec.data_region() == "eu-west");
+  CHECK(spec.data_bytes() == int64_t{500} << 30);
+  CHECK(spec.region_strict());
+  CHECK(Spec({}).spot().empty());  // schedd decides: allow when it checkpoints, else never
+  CHECK_THAT(ParseSubmitArgs({"--spot", "sometimes"}).error, Catch::Contains("expected never, allow or prefer"));
+  CHECK_THAT(Error({"--region-strict"}), Catch::Contains("--region-strict needs --data-region"));
+}

@@ -37,7 +37,7 @@ bash "$ROOT/scripts/local-cluster.sh" up >/dev/null
 source "$MLSCHED_STATE/env.sh"
 OUT="$MLSCHED_STATE/out"
 export MLTRAIN="$BIN/trainer/mltrain"
-low=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J low -n 2 -c 2 --qos low -t 10:00 -o 'low-%j-%t.out' \
+low=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J low -n 2 -c 2 --qos low -t 10:00 --checkpoint-interval 2s -o 'low-%j-%t.out' \
   --wrap 'exec "$MLTRAIN" --epochs 3 --threads 1 --checkpoint-url "$MLSCHED_CHECKPOINT_URL/low-$MLSCHED_JOB_ID" --checkpoint-every 2s --metrics-out "metrics-$RANK.json"')
 wait_for "$low" RUNNING 30
 say "low job $low running; waiting for its first checkpoint"
@@ -47,7 +47,7 @@ for _ in $(seq 1 300); do
 done
 grep -q 'checkpoint .* committed' "$OUT/low-$low-0.out" || fail "low job $low never checkpointed"
 
-high=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J high -n 4 -c 2 --qos high -t 5:00 -o 'high-%j-%t.out' --wrap 'sleep 3')
+high=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J high -n 4 -c 2 --qos high -t 5:00 --spot allow -o 'high-%j-%t.out' --wrap 'sleep 3')
 say "high job $high submitted (needs all 4 nodes)"
 wait_for "$high" RUNNING 60
 [ "$(state_of "$low")" = PENDING ] || fail "low job $low is $(state_of "$low") while the high job runs"

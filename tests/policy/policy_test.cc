@@ -64,6 +64,25 @@ TEST_CASE("QoS preemption settings are read", "[policy]") {
   CHECK(q[1].preempt == std::vector<std::string>{"low"});
 }
 
+TEST_CASE("placement, pricing and victim order are read", "[policy]") {
+  auto r = ParsePolicy("[placement]\nspot_max_evictions = 2\nspot_wait_budget = \"15m\"\negress_per_gb = 0.09\n"
+                       "eviction_rate_per_hour = { spot = 0.05 }\n[pricing.spot]\ncpu_hour = 0.015\n"
+                       "gpu_hour = { h100 = 1.6, a100 = 1 }\n[pricing.on-demand]\ngpu_hour = 4\n"
+                       "[preemption]\nvictim_order = \"youngest-first\"\n",
+                       "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  const core::PlacementPolicy& p = r.policy->placement;
+  CHECK(p.spot_max_evictions == 2);
+  CHECK(p.spot_wait_budget == 900);
+  CHECK(p.egress_per_gb == Approx(0.09));
+  CHECK(p.eviction_rate_per_hour.at("spot") == Approx(0.05));
+  CHECK(p.pricing.at("spot").cpu_hour == Approx(0.015));
+  CHECK(p.pricing.at("spot").gpu_hour.at("a100") == Approx(1.0));
+  CHECK(p.pricing.at("on-demand").gpu_hour.at("") == Approx(4.0));
+  CHECK(r.policy->victim_order == core::VictimOrder::kYoungestFirst);
+}
+
 TEST_CASE("an empty file is the built-in default policy", "[policy]") {
   auto r = ParsePolicy("", "empty.toml");
   REQUIRE(r.ok());
@@ -76,7 +95,17 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
   std::vector<Row> table{
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
-        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts, pricing"}},
+        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts, pricing, placement, "
+        "preemption"}},
+      {"unknown pool in [pricing] and [placement]",
+       "[pricing.cheap]\ncpu_hour = 1\n[placement]\neviction_rate_per_hour = { spott = 0.1 }\n",
+       {"p.toml:4:36: 'eviction_rate_per_hour' in [placement]: unknown pool 'spott' (expected \"on-demand\", "
+        "\"spot\" or \"reserved\")",
+        "p.toml:1:1: unknown pool 'cheap' in [pricing] (expected \"on-demand\", \"spot\" or \"reserved\")"}},
+      {"bad placement values", "[placement]\negress_per_gb = \"free\"\nspot_wait_budget = \"soon\"\n",
+       {"p.toml:3:20: 'spot_wait_budget' in [placement]: invalid duration 'soon'; expected seconds or e.g. "
+        "\"90s\", \"45m\", \"4h\", \"7d\", \"1-12:00:00\"",
+        "p.toml:2:17: 'egress_per_gb' in [placement]: expected a number"}},
       {"unknown key in a table", "[backfill]\nmode = \"easy\"\nwindw = 5\n",
        {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, "
         "resolution, keep_plans"}},

@@ -1,6 +1,8 @@
 // The daemon's state machine driven without sockets: a recording sink plays the agents' side.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "schedd/server/controller.h"
 #include "tests/server/fixtures.h"
 
@@ -298,12 +300,15 @@ TEST_CASE("spot eviction: the gang is told to checkpoint, exits 75, and is reque
   CHECK(after.state() == v1::PENDING);
   CHECK(after.reason() == "Evicted");
   CHECK(after.submit_time() == info.submit_time());
+  CHECK(after.evictions() == 1);
   w.sink.Clear();
   w.ctl->RunCycle(w.now + 6);  // restarts on the two other nodes, never on the evicted one
   auto again = w.Job(id);
   REQUIRE(again.state() == v1::RUNNING);
   CHECK(again.attempt() == 2);
   for (const auto& t : again.tasks()) CHECK(t.node() != spot);
+  CHECK(again.pools() == "on-demand");
+  CHECK(again.accelerator() == "cpu");
   for (const auto& n : w.ctl->Nodes())
     if (n.name() == spot) CHECK(n.state() == "DRAIN");
 }
@@ -563,4 +568,26 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   Status st = w.ctl->Submit(w.alice, bad, w.now, &id);
   CHECK(st.code == Status::kInvalidArgument);
   CHECK_THAT(st.message, Catch::Contains("more than 10000 elements"));
+}
+
+TEST_CASE("spot default: allow when the job checkpoints, else never; bad values are rejected", "[controller][spot]") {
+  World w(1, 4);
+  CHECK(w.Job(w.Submit(Spec(1), w.alice)).spec().spot() == "never");
+  v1::JobSpec ckpt = Spec(1);
+  ckpt.set_checkpoint_interval_s(600);
+  CHECK(w.Job(w.Submit(ckpt, w.alice)).spec().spot() == "allow");
+  v1::JobSpec pref = Spec(1);
+  pref.set_spot("prefer");
+  CHECK(w.Job(w.Submit(pref, w.alice)).spec().spot() == "prefer");
+  for (const auto& [mutate, want] : std::vector<std::pair<std::function<void(v1::JobSpec&)>, std::string>>{
+           {[](v1::JobSpec& s) { s.set_spot("sometimes"); }, "unknown spot preference 'sometimes'"},
+           {[](v1::JobSpec& s) { s.set_region_strict(true); }, "region_strict needs a data region"},
+           {[](v1::JobSpec& s) { s.set_checkpoint_interval_s(-5); }, "checkpoint interval must be >= 0"}}) {
+    v1::JobSpec bad = Spec(1);
+    mutate(bad);
+    int64_t id = 0;
+    Status st = w.ctl->Submit(w.alice, bad, w.now, &id);
+    CHECK(st.code == Status::kInvalidArgument);
+    CHECK_THAT(st.message, Catch::Contains(want));
+  }
 }
