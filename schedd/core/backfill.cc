@@ -48,11 +48,16 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
   if (spec.region_strict && !spec.data_region.empty()) klass += "|in:" + spec.data_region;
   if (filter)
     klass += std::string("|tier:") + (filter->pool ? PoolName(*filter->pool) : "*") + '@' + filter->region;
+  const std::vector<size_t> warm = WarmExcluded(spec);
+  for (size_t w : warm) klass += "|warm:" + std::to_string(w);
   auto [it, inserted] = eligible_by_class_.try_emplace(klass);
   if (inserted)
-    for (size_t i = 0; i < ledger_.size(); ++i)
-      if (NodeEligible(ledger_.slot(i), spec, q.partition) && (!filter || PassesFilter(*ledger_.slot(i).node, *filter)))
-        it->second.push_back(i);
+    for (size_t i = 0; i < ledger_.size(); ++i) {
+      if (!NodeEligible(ledger_.slot(i), spec, q.partition)) continue;
+      if (filter && !PassesFilter(*ledger_.slot(i).node, *filter)) continue;
+      if (std::any_of(warm.begin(), warm.end(), [&](size_t w) { return warm_nodes_[w][i]; })) continue;
+      it->second.push_back(i);
+    }
   Shape s;
   s.eligible = &it->second;
   s.needs = needs;
@@ -117,6 +122,29 @@ std::optional<NodeChoice> Planner::ChooseNow(const QueuedJob& q, const Shape& s,
       return *decided;
   }
   return ChooseNodes(Candidates(q, s, type, now_, false), spec.ntasks, spec.topology);
+}
+
+std::vector<size_t> Planner::WarmExcluded(const JobSpec& spec) {
+  std::vector<size_t> out;
+  if (policy_.warm_pools.empty()) return out;
+  if (warm_nodes_.empty())
+    for (const WarmPool& wp : policy_.warm_pools) {
+      std::vector<bool> held(ledger_.size(), false);
+      int32_t left = wp.nodes;
+      for (size_t i = 0; i < ledger_.size() && left > 0; ++i) {
+        const Node& n = *ledger_.slot(i).node;
+        if (PoolName(n.pool) != wp.pool || n.health != NodeHealth::kUp) continue;
+        held[i] = true;
+        --left;
+      }
+      warm_nodes_.push_back(std::move(held));
+    }
+  const std::string& qos = spec.qos.empty() ? policy_.default_qos : spec.qos;
+  for (size_t w = 0; w < policy_.warm_pools.size(); ++w) {
+    const WarmPool& wp = policy_.warm_pools[w];
+    if (qos != wp.qos && spec.time_limit > wp.borrow_limit) out.push_back(w);
+  }
+  return out;
 }
 
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {

@@ -56,6 +56,8 @@ class Planner {
   };
   const Shape& ShapeOf(const QueuedJob& q);
   Shape MakeShape(const QueuedJob& q, const NodeFilter* filter);
+  /// Indexes of the warm pools whose nodes `spec` may not use (other QoS, too long to borrow).
+  std::vector<size_t> WarmExcluded(const JobSpec& spec);
   /// The job's shape restricted to the nodes passing q.placement[tier].
   const Shape& ShapeOf(const QueuedJob& q, size_t tier);
   /// Starts the job now if it fits around every reservation (and its limits allow); true if started.
@@ -98,6 +100,8 @@ class Planner {
   std::vector<NodeCandidate> scratch_;
   /// Shape key + GPU type -> where that shape fits now, kept current through touched_.
   std::unordered_map<std::string, NowFitIndex> fit_now_;
+  /// Warm pools: for each, which ledger nodes it holds (computed on first use).
+  std::vector<std::vector<bool>> warm_nodes_;
   /// Ledger nodes changed by this cycle's starts, in order (NowFitIndex::Update replays them).
   std::vector<size_t> touched_;
 };

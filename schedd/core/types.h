@@ -321,6 +321,16 @@ struct PlacementPolicy {
   double egress_per_gb = 0;        // cost per GB of data read outside the job's data_region
 };
 
+/// Nodes held warm for a QoS: the first `nodes` up nodes of `pool` (in snapshot order) run jobs of
+/// QoS `qos`, and jobs of other QoS only when their time limit is at most `borrow_limit` seconds
+/// (short jobs that end before the nodes are likely needed; 0 = never lent).
+struct WarmPool {
+  std::string pool;
+  int32_t nodes = 0;
+  std::string qos;
+  Duration borrow_limit = 0;
+};
+
 /// A partition called `name` with every other field at its default.
 inline PartitionPolicy MakePartition(std::string name) {
   PartitionPolicy p;
@@ -340,6 +350,7 @@ struct PolicySet {
   std::vector<AccountPolicy> accounts;  // empty = every account has 1 share and no limits
   VictimOrder victim_order = VictimOrder::kLeastLostWork;  // QoS preemption (preemption.h)
   PlacementPolicy placement;
+  std::vector<WarmPool> warm_pools;
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.

@@ -68,4 +68,18 @@ void PolicyReader::ReadPricing(const toml::table& t, core::PlacementPolicy& p) {
   }
 }
 
+core::WarmPool PolicyReader::ReadWarmPool(const toml::table& t, const std::string& ctx) {
+  core::WarmPool w;
+  CheckKeys(t, {"pool", "nodes", "qos", "borrow_limit"}, ctx);
+  Str(t, "pool", w.pool, ctx);
+  Int32(t, "nodes", w.nodes, 1, ctx);
+  Str(t, "qos", w.qos, ctx);
+  Dur(t, "borrow_limit", w.borrow_limit, ctx);
+  if (!core::ParsePool(w.pool))
+    Error(t.get("pool") ? t.get("pool")->source() : t.source(),
+          ctx + ": 'pool' must be " + kPools + " (got \"" + w.pool + "\")");
+  if (w.qos.empty()) Error(t.source(), ctx + ": 'qos' names the QoS the nodes are held for");
+  return w;
+}
+
 }  // namespace mlsched::policy

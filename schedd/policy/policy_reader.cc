@@ -1,5 +1,6 @@
 #include "schedd/policy/policy_reader.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -128,7 +129,7 @@ void PolicyReader::EachTable(const toml::table& root, const char* key,
 core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "scheduler", "backfill", "priority",
-                   "fairshare", "partitions", "qos", "accounts", "pricing", "placement", "preemption"},
+                   "fairshare", "partitions", "qos", "accounts", "pricing", "placement", "preemption", "warm_pools"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -162,6 +163,12 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   EachTable(root, "qos", [&](const toml::table& t, const std::string& ctx) { p.qos.push_back(ReadQos(t, ctx)); });
   EachTable(root, "accounts", [&](const toml::table& t, const std::string& ctx) {
     p.accounts.push_back(ReadAccount(t, ctx));
+  });
+  EachTable(root, "warm_pools", [&](const toml::table& t, const std::string& ctx) {
+    p.warm_pools.push_back(ReadWarmPool(t, ctx));
+    const std::string& qos = p.warm_pools.back().qos;
+    if (!qos.empty() && std::none_of(p.qos.begin(), p.qos.end(), [&](const core::QosPolicy& q) { return q.name == qos; }))
+      Error(t.source(), ctx + ": QoS '" + qos + "' is not a defined QoS");
   });
   CheckReferences(root, p);
   return p;

@@ -51,6 +51,7 @@ class PolicyReader {
   // placement_reader.cc
   void ReadPlacement(const toml::table& t, core::PlacementPolicy& p);
   void ReadPricing(const toml::table& t, core::PlacementPolicy& p);
+  core::WarmPool ReadWarmPool(const toml::table& t, const std::string& ctx);
 
   std::string file_;
   std::vector<PolicyError> errors_;

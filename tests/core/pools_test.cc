@@ -155,3 +155,25 @@ TEST_CASE("the eviction rate is learned from node-hours and evictions, with deca
   est.Advance(1000 + 7200, {{"spot", 0}});  // one half-life later both halve: the rate stays
   CHECK(est.Rates(1).at("spot") == Approx(0.2));
 }
+
+TEST_CASE("warm pool: nodes held for a QoS, lent only to short jobs", "[core][pools]") {
+  ClusterState s;
+  s.nodes = ClusterBuilder().Pool("on-demand").Nodes("od-[1-3]").Gpus("h100", 8).Build();
+  PolicySet p;
+  QosPolicy normal, critical;
+  normal.name = "normal";
+  critical.name = "critical";
+  p.qos = {normal, critical};
+  p.warm_pools = {WarmPool{"on-demand", 2, "critical", 3600}};
+  p.backfill.mode = BackfillMode::kEasy;
+  s.jobs = {JobBuilder(1).GpusPerTask(8).TimeLimit(8h).Submit(0).Build(),   // takes the one lendable node
+            JobBuilder(2).GpusPerTask(8).TimeLimit(8h).Submit(1).Build(),   // long: not on warm nodes
+            JobBuilder(3).GpusPerTask(8).TimeLimit(30min).Submit(2).Build(),  // short: may borrow one
+            JobBuilder(4).GpusPerTask(8).TimeLimit(8h).Qos("critical").Submit(3).Build()};
+  CyclePlan plan = RunChecked(s, p, 10);
+  CHECK(StartedIds(plan) == std::vector<JobId>{1, 3, 4});
+  CHECK(PendingOf(plan, 2).reason == PendingReason::kResources);
+  std::map<JobId, std::string> node;
+  for (const auto& st : plan.starts) node[st.job] = st.allocation.tasks.at(0).node;
+  CHECK(node.at(1) == "od-3");  // od-1 and od-2 are the warm ones
+}

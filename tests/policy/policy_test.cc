@@ -65,10 +65,11 @@ TEST_CASE("QoS preemption settings are read", "[policy]") {
 }
 
 TEST_CASE("placement, pricing and victim order are read", "[policy]") {
-  auto r = ParsePolicy("[placement]\nspot_max_evictions = 2\nspot_wait_budget = \"15m\"\negress_per_gb = 0.09\n"
+  auto r = ParsePolicy("default_qos = \"critical\"\n[placement]\nspot_max_evictions = 2\nspot_wait_budget = \"15m\"\negress_per_gb = 0.09\n"
                        "eviction_rate_per_hour = { spot = 0.05 }\n[pricing.spot]\ncpu_hour = 0.015\n"
                        "gpu_hour = { h100 = 1.6, a100 = 1 }\n[pricing.on-demand]\ngpu_hour = 4\n"
-                       "[preemption]\nvictim_order = \"youngest-first\"\n",
+                       "[preemption]\nvictim_order = \"youngest-first\"\n[[qos]]\nname = \"critical\"\n"
+                       "[[warm_pools]]\npool = \"on-demand\"\nnodes = 4\nqos = \"critical\"\nborrow_limit = \"1h\"\n",
                        "p.toml");
   INFO(r.ErrorText());
   REQUIRE(r.ok());
@@ -81,6 +82,9 @@ TEST_CASE("placement, pricing and victim order are read", "[policy]") {
   CHECK(p.pricing.at("spot").gpu_hour.at("a100") == Approx(1.0));
   CHECK(p.pricing.at("on-demand").gpu_hour.at("") == Approx(4.0));
   CHECK(r.policy->victim_order == core::VictimOrder::kYoungestFirst);
+  REQUIRE(r.policy->warm_pools.size() == 1);
+  CHECK(r.policy->warm_pools[0].nodes == 4);
+  CHECK(r.policy->warm_pools[0].borrow_limit == 3600);
 }
 
 TEST_CASE("an empty file is the built-in default policy", "[policy]") {
@@ -96,7 +100,11 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts, pricing, placement, "
-        "preemption"}},
+        "preemption, warm_pools"}},
+      {"warm pool for an unknown QoS and pool",
+       "[[warm_pools]]\npool = \"warm\"\nnodes = 2\nqos = \"vip\"\n",
+       {"p.toml:2:8: [[warm_pools]] #1: 'pool' must be \"on-demand\", \"spot\" or \"reserved\" (got \"warm\")",
+        "p.toml:1:1: [[warm_pools]] #1: QoS 'vip' is not a defined QoS"}},
       {"unknown pool in [pricing] and [placement]",
        "[pricing.cheap]\ncpu_hour = 1\n[placement]\neviction_rate_per_hour = { spott = 0.1 }\n",
        {"p.toml:4:36: 'eviction_rate_per_hour' in [placement]: unknown pool 'spott' (expected \"on-demand\", "
