@@ -68,6 +68,8 @@ JobRow Controller::ToRow(const JobRec& j, bool /*with_spec*/) const {
   r.attempt = j.attempt;
   r.requeue_count = j.requeue_count;
   r.placement = j.placement.SerializeAsString();
+  r.preempt_count = j.preempt_count;
+  r.evictions = j.evictions;
   return r;
 }
 
@@ -488,6 +490,8 @@ void Controller::Recover(int64_t now) {
     j.exit_code = row.exit_code;
     j.attempt = row.attempt;
     j.requeue_count = row.requeue_count;
+    j.preempt_count = row.preempt_count;
+    j.evictions = row.evictions;
     j.placement.ParseFromString(row.placement);
     if (j.state == core::JobState::kRunning) {
       // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).

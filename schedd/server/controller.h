@@ -151,8 +151,8 @@ class Controller {
     bool evicting = false;       // SIGTERM sent because a node of the gang is being evicted
     bool preempting = false;     // SIGTERM sent for QoS preemption (PreemptDecision)
     bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
-    int32_t preempt_count = 0;   // QoS preemptions so far (in memory: resets when schedd restarts)
-    int32_t evictions = 0;       // spot evictions so far (in memory, like preempt_count)
+    int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)
+    int32_t evictions = 0;       // spot evictions so far (stored with the job)
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {

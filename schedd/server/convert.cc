@@ -112,6 +112,8 @@ v1::JobInfo JobInfoFromRow(const JobRow& row) {
   info.set_exit_code(row.exit_code);
   info.set_attempt(row.attempt);
   info.set_requeue_count(row.requeue_count);
+  info.set_preempt_count(row.preempt_count);
+  info.set_evictions(row.evictions);
   v1::Placement p;
   if (p.ParseFromString(row.placement)) *info.mutable_tasks() = p.tasks();
   return info;

@@ -55,7 +55,7 @@ class Stmt {
 
 constexpr const char* kJobColumns =
     "id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time, exit_code, attempt, "
-    "requeue_count, placement";
+    "requeue_count, placement, preempt_count, evictions";
 
 JobRow ReadJob(Stmt& s) {
   JobRow r;
@@ -73,6 +73,8 @@ JobRow ReadJob(Stmt& s) {
   r.attempt = static_cast<int32_t>(s.Int(11));
   r.requeue_count = static_cast<int32_t>(s.Int(12));
   r.placement = s.Blob(13);
+  r.preempt_count = static_cast<int32_t>(s.Int(14));
+  r.evictions = static_cast<int32_t>(s.Int(15));
   return r;
 }
 
@@ -101,6 +103,9 @@ const char* const kMigrations[] = {
     // 3: decayed fairshare usage per association, and when it was last accrued.
     "CREATE TABLE usage (key TEXT PRIMARY KEY, value REAL NOT NULL);"
     "CREATE TABLE usage_clock (accrued_until INTEGER NOT NULL);",
+    // 4: how often each job was preempted (QoS) and evicted (spot), for placement and mlq.
+    "ALTER TABLE jobs ADD COLUMN preempt_count INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN evictions INTEGER NOT NULL DEFAULT 0;",
 };
 
 }  // namespace
@@ -266,10 +271,12 @@ std::future<void> Store::UpdateJob(const JobRow& row, std::string event_kind, st
       [row, event_kind = std::move(event_kind), detail = std::move(detail)](sqlite3* db) {
         Stmt s(db,
                "UPDATE jobs SET state=?, reason=?, start_time=?, end_time=?, exit_code=?, attempt=?, "
-               "requeue_count=?, placement=?, spec=CASE WHEN length(?)>0 THEN ? ELSE spec END WHERE id=?");
+               "requeue_count=?, placement=?, spec=CASE WHEN length(?)>0 THEN ? ELSE spec END, "
+               "preempt_count=?, evictions=? WHERE id=?");
         s.BindText(1, row.state).BindText(2, row.reason).Bind(3, row.start_time).Bind(4, row.end_time)
             .Bind(5, row.exit_code).Bind(6, row.attempt).Bind(7, row.requeue_count).Bind(8, row.placement)
-            .Bind(9, row.spec).Bind(10, row.spec).Bind(11, row.id);
+            .Bind(9, row.spec).Bind(10, row.spec).Bind(11, row.preempt_count).Bind(12, row.evictions)
+            .Bind(13, row.id);
         s.Step();
         if (!event_kind.empty()) {
           Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,'',?,?)");

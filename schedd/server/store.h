@@ -34,6 +34,8 @@ struct JobRow {
   int32_t attempt = 0;
   int32_t requeue_count = 0;
   std::string placement;
+  int32_t preempt_count = 0;  // QoS preemptions so far
+  int32_t evictions = 0;      // spot evictions so far
 };
 
 /// One launch attempt of a job: the accounting record (like a sacct step). Written when the

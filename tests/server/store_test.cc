@@ -24,6 +24,8 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
     upd.state = "RUNNING";
     upd.attempt = 1;
     upd.placement = "p";
+    upd.preempt_count = 2;
+    upd.evictions = 1;
     s.UpdateJob(upd, "start", "attempt 1").get();
   }
   Store s(dir.path.string());
@@ -32,6 +34,9 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
   CHECK(jobs[0].id == a);
   CHECK(jobs[0].state == "RUNNING");
   CHECK(jobs[0].attempt == 1);
+  CHECK(jobs[0].preempt_count == 2);
+  CHECK(jobs[0].evictions == 1);
+  CHECK(jobs[1].evictions == 0);
   CHECK(jobs[0].spec == "spec-a");  // an update without a spec keeps the stored one
   CHECK(jobs[1].spec == "spec-b");
   CHECK(*s.LoadSpec(b) == "spec-b");
@@ -72,4 +77,19 @@ TEST_CASE("store keeps finished jobs out of the live load unless recent", "[stor
   REQUIRE(nodes.size() == 1);
   CHECK(nodes[0].drained);
   CHECK(nodes[0].reason == "maintenance");
+}
+
+TEST_CASE("store array inserts get consecutive ids even beside other inserts", "[store]") {
+  TempDir dir;
+  Store s(dir.path.string());
+  JobRow r;
+  r.user = "alice";
+  const int64_t before = s.InsertJob(r).get();
+  auto array = s.InsertJobArray(r, 5, [](int64_t first, size_t i) { return std::to_string(first) + "_" + std::to_string(i); });
+  const int64_t after = s.InsertJob(r).get();
+  const int64_t first = array.get();
+  CHECK(first == before + 1);
+  CHECK(after == first + 5);
+  for (size_t i = 0; i < 5; ++i)
+    CHECK(*s.LoadSpec(first + static_cast<int64_t>(i)) == std::to_string(first) + "_" + std::to_string(i));
 }
