@@ -1,5 +1,7 @@
 #include "schedd/core/dependency.h"
 
+#include "schedd/core/names.h"
+
 #include <array>
 #include <charconv>
 #include <set>
@@ -118,16 +120,10 @@ std::optional<JobRef> ParseJobRef(const std::string& s) {
   return ref;
 }
 
-const char* DependencyTypeName(DependencyType t) {
-  for (const auto& [type, name] : kDependencyTypes)
-    if (type == t) return name;
-  return "?";
-}
+const char* DependencyTypeName(DependencyType t) { return names::NameOf(kDependencyTypes, t); }
 
 std::optional<DependencyType> ParseDependencyType(const std::string& name) {
-  for (const auto& [type, n] : kDependencyTypes)
-    if (name == n) return type;
-  return std::nullopt;
+  return names::ParseName(kDependencyTypes, name);
 }
 
 std::optional<std::string> ParseDependency(const std::string& text, DependencyRequest* out) {

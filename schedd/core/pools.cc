@@ -1,5 +1,7 @@
 #include "schedd/core/pools.h"
 
+#include "schedd/core/names.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -37,16 +39,12 @@ double GpuHourPrice(const PoolPricing& p, const JobSpec& spec) {
 
 }  // namespace
 
-const char* SpotPreferenceName(SpotPreference s) {
-  for (const auto& [k, name] : kSpot)
-    if (k == s) return name;
-  return "?";
-}
+const char* SpotPreferenceName(SpotPreference s) { return names::NameOf(kSpot, s); }
 
 std::optional<SpotPreference> ParseSpotPreference(const std::string& s) {
-  for (const auto& [k, name] : kSpot)
-    if (s == name && k != SpotPreference::kOnly) return k;
-  return std::nullopt;
+  auto v = names::ParseName(kSpot, s);
+  if (v == SpotPreference::kOnly) return std::nullopt;  // internal state, not a user choice
+  return v;
 }
 
 bool PassesFilter(const Node& node, const NodeFilter& filter) {

@@ -1,10 +1,15 @@
 // Names, parsers and resource arithmetic for the core's value types.
 #include "schedd/core/types.h"
 
+#include "schedd/core/names.h"
+
 #include <array>
 #include <utility>
 
 namespace mlsched::core {
+
+using names::NameOf;
+using names::ParseName;
 
 int64_t ResourceVector::GpuCount() const {
   int64_t total = 0;
@@ -87,20 +92,6 @@ constexpr std::array<std::pair<BackfillMode, const char*>, 3> kBackfillModes{{
 constexpr std::array<std::pair<FairshareAlgorithm, const char*>, 2> kFairshare{{
     {FairshareAlgorithm::kClassic, "classic"}, {FairshareAlgorithm::kFairTree, "fair-tree"}}};
 
-template <typename E, size_t N>
-const char* NameOf(const std::array<std::pair<E, const char*>, N>& table, E value) {
-  for (const auto& [v, name] : table)
-    if (v == value) return name;
-  return "?";
-}
-
-template <typename E, size_t N>
-std::optional<E> ParseName(const std::array<std::pair<E, const char*>, N>& table,
-                           const std::string& s) {
-  for (const auto& [v, name] : table)
-    if (s == name) return v;
-  return std::nullopt;
-}
 }  // namespace
 
 const char* PoolName(Pool p) { return NameOf(kPools, p); }

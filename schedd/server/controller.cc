@@ -217,21 +217,18 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
   return {};
 }
 
-Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id) {
-  {
-    std::lock_guard lk(mu_);
-    if (Status st = ValidateSpec(spec, caller); !st.ok()) return st;
-  }
-  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id);
+JobRow Controller::NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now) {
   JobRow row;
-  row.spec = spec.SerializeAsString();
   row.user = caller.user;
   row.uid = caller.uid;
   row.gid = caller.gid;
   row.state = "PENDING";
   row.submit_time = now;
   row.reason = spec.hold() ? "JobHeldUser" : "None";
-  int64_t id = store_.InsertJob(std::move(row)).get();  // durable from here on
+  return row;
+}
+
+Controller::JobRec Controller::NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now) {
   JobRec j;
   j.id = id;
   j.spec = ToCoreSpec(spec, caller.user);
@@ -240,9 +237,21 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   j.gid = caller.gid;
   j.submit_time = now;
   j.reason = spec.hold() ? "JobHeldUser" : "None";
+  return j;
+}
+
+Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id) {
   {
     std::lock_guard lk(mu_);
-    jobs_.emplace(id, std::move(j));
+    if (Status st = ValidateSpec(spec, caller); !st.ok()) return st;
+  }
+  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id);
+  JobRow row = NewRow(caller, spec, now);
+  row.spec = spec.SerializeAsString();
+  int64_t id = store_.InsertJob(std::move(row)).get();  // durable from here on
+  {
+    std::lock_guard lk(mu_);
+    jobs_.emplace(id, NewRec(id, caller, spec, now));
   }
   *job_id = id;
   Trigger();

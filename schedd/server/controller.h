@@ -179,6 +179,9 @@ class Controller {
   bool CanControl(const Caller& c, const JobRec& j) const;
   Status ValidateSpec(v1::JobSpec& spec, const Caller& caller);
   void CancelOne(JobRec& j, int64_t now);
+  /// A new job's row (spec left to the caller) and in-memory record, PENDING (or held) at `now`.
+  static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);
+  static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);
   // controller_launch.cc: attempts
   void StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now);
   void OnPrepareResult(const std::string& node, const v1::PrepareResult& r, int64_t now);

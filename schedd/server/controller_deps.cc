@@ -90,13 +90,7 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   core::ArrayRequest arr;
   if (auto err = core::ParseArray(spec.array(), cfg_.max_array_size, &arr))
     return {Status::kInvalidArgument, "array: " + *err};
-  JobRow row;
-  row.user = caller.user;
-  row.uid = caller.uid;
-  row.gid = caller.gid;
-  row.state = "PENDING";
-  row.submit_time = now;
-  row.reason = spec.hold() ? "JobHeldUser" : "None";
+  const JobRow row = NewRow(caller, spec, now);
   auto element = [spec, arr](int64_t first, size_t i) {
     v1::JobSpec e = spec;
     auto* a = e.mutable_array_index();
@@ -115,15 +109,8 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   {
     std::lock_guard lk(mu_);
     for (size_t i = 0; i < arr.task_ids.size(); ++i) {
-      JobRec j;
-      j.id = first + static_cast<int64_t>(i);
-      j.spec = ToCoreSpec(element(first, i), caller.user);
-      j.user = caller.user;
-      j.uid = caller.uid;
-      j.gid = caller.gid;
-      j.submit_time = now;
-      j.reason = row.reason;
-      jobs_.emplace(j.id, std::move(j));
+      const int64_t id = first + static_cast<int64_t>(i);
+      jobs_.emplace(id, NewRec(id, caller, element(first, i), now));
     }
   }
   spdlog::info("job array {}: {} elements ({}) for {}", first, arr.task_ids.size(), spec.array(), caller.user);

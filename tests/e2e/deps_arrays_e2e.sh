@@ -13,13 +13,9 @@ rm -rf "$MLSCHED_STATE"
 mkdir -p "$MLSCHED_STATE/out"
 export MLSCHED_OBJECT_STORE=dir
 T0=$(date +%s)
-say() { printf '[deps-e2e %3ds] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
-fail() { say "FAILED: $*" >&2; "$BIN/cli/mlq" -t all >&2 || true; tail -20 "$MLSCHED_STATE/logs/schedd.log" >&2 || true; exit 1; }
-field() { "$BIN/cli/mlq" -j "$1" -h -o "$2"; }
-wait_for() {  # job, state, seconds
-  for _ in $(seq 1 $(( $3 * 5 ))); do [ "$(field "$1" %T)" = "$2" ] && return 0; sleep 0.2; done
-  fail "job $1 did not reach $2 within $3 s (state $(field "$1" %T))"
-}
+E2E_NAME=deps-e2e
+# shellcheck source=tests/e2e/lib.sh
+source "$ROOT/tests/e2e/lib.sh"
 
 trap 'bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
 bash "$ROOT/scripts/local-cluster.sh" up >/dev/null

@@ -23,13 +23,9 @@ preempt = ["low"]
 EOF
 export MLSCHED_POLICY="$MLSCHED_STATE/policy.toml" MLSCHED_OBJECT_STORE=dir
 T0=$(date +%s)
-say() { printf '[preempt-e2e %3ds] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
-fail() { say "FAILED: $*" >&2; tail -20 "$MLSCHED_STATE/logs/schedd.log" >&2 || true; exit 1; }
-state_of() { "$BIN/cli/mlq" -j "$1" -h -o "%T"; }
-wait_for() {  # job, state, seconds
-  for _ in $(seq 1 $(( $3 * 5 ))); do [ "$(state_of "$1")" = "$2" ] && return 0; sleep 0.2; done
-  fail "job $1 did not reach $2 within $3 s (state $(state_of "$1"))"
-}
+E2E_NAME=preempt-e2e
+# shellcheck source=tests/e2e/lib.sh
+source "$ROOT/tests/e2e/lib.sh"
 
 trap 'bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
 bash "$ROOT/scripts/local-cluster.sh" up >/dev/null
@@ -50,7 +46,7 @@ grep -q 'checkpoint .* committed' "$OUT/low-$low-0.out" || fail "low job $low ne
 high=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J high -n 4 -c 2 --qos high -t 5:00 --spot allow -o 'high-%j-%t.out' --wrap 'sleep 3')
 say "high job $high submitted (needs all 4 nodes)"
 wait_for "$high" RUNNING 60
-[ "$(state_of "$low")" = PENDING ] || fail "low job $low is $(state_of "$low") while the high job runs"
+[ "$(field "$low" %T)" = PENDING ] || fail "low job $low is $(field "$low" %T) while the high job runs"
 say "high job $high running; low job $low requeued: $("$BIN/cli/mlq" -j "$low" -h -o '%T %r')"
 wait_for "$high" COMPLETED 60
 wait_for "$low" RUNNING 30

@@ -1,0 +1,16 @@
+# Shared by the end-to-end shell tests (sourced): logging, mlq queries, waiting for a job state.
+# Needs BIN (the build), MLSCHED_STATE (the cluster's state dir), E2E_NAME (log prefix), T0 (start).
+say() { printf '[%s %3ds] %s\n' "$E2E_NAME" "$(( $(date +%s) - T0 ))" "$*"; }
+fail() {
+  say "FAILED: $*" >&2
+  "$BIN/cli/mlq" -t all >&2 || true
+  tail -20 "$MLSCHED_STATE/logs/schedd.log" >&2 || true
+  exit 1
+}
+# field JOB FORMAT: one mlq field of a job, e.g. field 12 %T
+field() { "$BIN/cli/mlq" -j "$1" -h -o "$2"; }
+# wait_for JOB STATE SECONDS
+wait_for() {
+  for _ in $(seq 1 $(( $3 * 5 ))); do [ "$(field "$1" %T)" = "$2" ] && return 0; sleep 0.2; done
+  fail "job $1 did not reach $2 within $3 s (state $(field "$1" %T))"
+}
