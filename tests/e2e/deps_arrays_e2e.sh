@@ -3,7 +3,8 @@
 # (4 agents, 2 CPUs each) an 8-element array with %2 runs at most 2 elements at once, each sees
 # its SLURM_ARRAY_*/MLSCHED_ARRAY_* variables and writes %A_%a output; a job that depends on the
 # whole array (afterok:ARRAY) waits with reason Dependency and runs after it; afterok on a failed
-# job never holds (DependencyNeverSatisfied) while afternotok runs; singleton jobs never overlap.
+# job never holds (DependencyNeverSatisfied) while afternotok runs; singleton jobs never overlap;
+# a checkpointing job is placed on spot, one without checkpoints on on-demand.
 # Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -69,4 +70,16 @@ wait_for "$s2" COMPLETED 30
 e1=$("$BIN/cli/mlq" -j "$s1" -h -o %e); b2=$("$BIN/cli/mlq" -j "$s2" -h -o %S)
 [[ ! "$b2" < "$e1" ]] || fail "singleton $s2 started ($b2) before $s1 ended ($e1)"
 say "singletons $s1 then $s2 ran one after the other"
+
+# Pools (policies/default.toml prices spot below on-demand): a job that checkpoints goes to spot,
+# one that does not stays off spot (default --spot), --spot=never likewise.
+ckpt=$(sub -J ckpt --checkpoint-interval 5m --wrap 'sleep 2')
+plain=$(sub -J plain --wrap 'sleep 2')
+wait_for "$ckpt" RUNNING 30
+wait_for "$plain" RUNNING 30
+[ "$(field "$ckpt" %g)" = spot ] || fail "checkpointing job $ckpt runs on $(field "$ckpt" %g), want spot"
+[ "$(field "$plain" %g)" = on-demand ] || fail "job $plain without checkpoints runs on $(field "$plain" %g)"
+json=$("$BIN/cli/mlq" -j "$ckpt" --json)
+grep -q '"pools": *"spot"' <<<"$json" && grep -q '"spot": *"allow"' <<<"$json" || fail "mlq --json: $json"
+say "pools: checkpointing job $ckpt on spot, job $plain (no checkpoints) on on-demand"
 say "PASSED"
