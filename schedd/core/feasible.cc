@@ -58,11 +58,11 @@ std::optional<std::string> CheckJobFeasible(const std::vector<Node>& nodes, cons
   for (Node& n : empty_nodes) n.health = NodeHealth::kUp;
   NodeLedger ledger(empty_nodes, {});
   std::vector<const NodeSlot*> in_partition, compatible;
+  JobSpec any_type = spec;
+  any_type.per_task.gpus.clear();
+  any_type.gpu_types.clear();
   for (size_t i = 0; i < ledger.size(); ++i) {
     const NodeSlot& s = ledger.slot(i);
-    JobSpec any_type = spec;
-    any_type.per_task.gpus.clear();
-    any_type.gpu_types.clear();
     if (NodeEligible(s, any_type, partition)) in_partition.push_back(&s);
     if (NodeEligible(s, spec, partition)) compatible.push_back(&s);
   }

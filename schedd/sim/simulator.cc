@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <queue>
+#include <unordered_map>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -71,6 +72,8 @@ class Simulation {
 
  private:
   void Submit(size_t index);
+  /// core::CheckJobFeasible on the fleet, remembered per job shape (it costs O(nodes) per call).
+  const std::optional<std::string>& Feasibility(const core::JobSpec& spec);
   void HandleEvent(const Event& e);
   void Finish(size_t index);
   void PredictionDue(size_t index);
@@ -119,7 +122,33 @@ class Simulation {
   bool preemption_ = false;     // some QoS may preempt: the core reads checkpoints
   Timestamp accrued_until_ = 0;
   int64_t pending_ = 0, running_ = 0, busy_ = 0;
+  std::unordered_map<std::string, std::optional<std::string>> feasible_;  // shape key -> why not
+  std::optional<std::string> uncached_;
 };
+
+const std::optional<std::string>& Simulation::Feasibility(const core::JobSpec& spec) {
+  // Everything CheckJobFeasible reads: partition, gang shape, GPU types, features and the placement
+  // restrictions. Time limits only matter against the partition's maximum: such verdicts (whose
+  // message names the limit) are not remembered.
+  const core::PartitionPolicy* partition = core::FindPartition(options_.policy, spec.partition);
+  if (!partition || spec.time_limit <= 0 || spec.time_limit > partition->max_time_limit) {
+    uncached_ = core::CheckJobFeasible(fleet_.nodes, options_.policy, spec);
+    return uncached_;
+  }
+  std::string key = spec.partition + '|' + std::to_string(spec.ntasks) + '|' +
+                    std::to_string(spec.per_task.cpu_millis) + '|' + std::to_string(spec.per_task.memory_bytes) +
+                    '|' + std::to_string(static_cast<int>(spec.spot)) + '|' +
+                    (spec.region_strict ? spec.data_region : std::string()) + '|';
+  for (const auto& [type, n] : spec.per_task.gpus) key += type + ':' + std::to_string(n) + ',';
+  key += '|';
+  for (const auto& t : spec.gpu_types) key += t + ',';
+  key += '|';
+  for (const auto& f : spec.features) key += f + ',';
+  auto it = feasible_.find(key);
+  if (it == feasible_.end())
+    it = feasible_.emplace(std::move(key), core::CheckJobFeasible(fleet_.nodes, options_.policy, spec)).first;
+  return it->second;
+}
 
 Duration Simulation::EvictionDelay(size_t node) {
   const double per_second = fleet_.eviction_rate_per_hour[node] / 3600.0;
@@ -138,7 +167,7 @@ void Simulation::Submit(size_t index) {
   out.size = tj.size;
   out.submit = tj.submit_time;
   out.run_time = tj.run_time;
-  if (auto why = core::CheckJobFeasible(fleet_.nodes, options_.policy, tj.spec)) {
+  if (auto why = Feasibility(tj.spec)) {
     out.infeasible = *why;
     out.state = core::JobState::kFailed;
     return;
