@@ -109,3 +109,17 @@ TEST_CASE("KTH-SP2 fairshare-nudged order beats FCFS + EASY", "[sim][validation]
   CHECK(better.mean_bounded_slowdown <= 0.8 * easy.mean_bounded_slowdown);
   CHECK(better.max_wait_s <= 1.1 * easy.max_wait_s);
 }
+
+// ... and fairshare-sjf-slow-decay.toml does the same on SDSC-SP2.
+TEST_CASE("SDSC-SP2 fairshare-nudged shortest-first order beats FCFS + EASY", "[sim][validation]") {
+  const Metrics easy = ReplayTrace(kSdsc, "easy", false);
+  SimConfig c;
+  c.trace_path = testing::DataDir() + "/traces/" + kSdsc;
+  c.policy_path = std::string(MLSCHED_SIM_POLICY_DIR) + "/fairshare-sjf-slow-decay.toml";
+  const Metrics better = RunReplay(c).metrics;
+  INFO("EASY " << easy.mean_bounded_slowdown << " / max wait " << easy.max_wait_s
+               << "; fairshare-sjf-slow-decay " << better.mean_bounded_slowdown << " / " << better.max_wait_s);
+  CHECK(better.finished == better.jobs);
+  CHECK(better.mean_bounded_slowdown <= 0.8 * easy.mean_bounded_slowdown);
+  CHECK(better.max_wait_s <= 1.1 * easy.max_wait_s);
+}
