@@ -65,6 +65,7 @@ Fit CheckFit(const NodeSlot& slot, const TaskDemand& demand) {
 
 NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& jobs) {
   slots_.reserve(nodes.size());
+  index_.reserve(nodes.size());
   std::unordered_map<std::string, int32_t> domains, zones, regions;
   auto id_of = [](std::unordered_map<std::string, int32_t>& ids, const std::string& key) {
     return ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
@@ -77,10 +78,18 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
     slot.capacity = {node.capacity.cpu_millis, node.capacity.memory_bytes, count};
     slot.free = slot.capacity;
     slot.used_devices = DeviceSet(static_cast<int32_t>(count));
-    // Domain names are scoped by zone and region: "rack1" in two zones are two domains.
-    slot.region_id = id_of(regions, node.region);
-    slot.zone_id = id_of(zones, node.region + '\x1f' + node.zone);
-    slot.domain_id = id_of(domains, node.region + '\x1f' + node.zone + '\x1f' + node.domain);
+    // Domain names are scoped by zone and region: "rack1" in two zones are two domains. Nodes
+    // usually come grouped by domain: the previous node's ids are reused without hashing.
+    const Node* prev = slots_.empty() ? nullptr : slots_.back().node;
+    if (prev && prev->region == node.region && prev->zone == node.zone && prev->domain == node.domain) {
+      slot.region_id = slots_.back().region_id;
+      slot.zone_id = slots_.back().zone_id;
+      slot.domain_id = slots_.back().domain_id;
+    } else {
+      slot.region_id = id_of(regions, node.region);
+      slot.zone_id = id_of(zones, node.region + '\x1f' + node.zone);
+      slot.domain_id = id_of(domains, node.region + '\x1f' + node.zone + '\x1f' + node.domain);
+    }
     index_.emplace(node.name, slots_.size());
     if (!type.empty() && std::find(gpu_types_.begin(), gpu_types_.end(), type) == gpu_types_.end())
       gpu_types_.push_back(type);
