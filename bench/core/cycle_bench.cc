@@ -82,8 +82,15 @@ ClusterState MakeCluster(int nodes, int pending, std::mt19937_64& rng, bool work
   return s;
 }
 
+bool g_priced = false;  // --priced: pools priced as in policies/default.toml (cost-aware placement on)
+
 PolicySet Policy(BackfillMode mode, int depth) {
   PolicySet p;
+  if (g_priced) {
+    p.placement.pricing["on-demand"] = PoolPricing{0.048, {{"h100", 4.10}}};
+    p.placement.pricing["spot"] = PoolPricing{0.015, {{"h100", 1.60}}};
+    p.placement.eviction_rate_per_hour["spot"] = 0.05;
+  }
   p.queue_order = QueueOrder::kMultifactor;
   p.weights = {1000, 10000, 1000, 0, 0, 7 * 24 * 3600, false};
   p.backfill.mode = mode;
@@ -114,9 +121,10 @@ void BenchCycle(int nodes, int pending, BackfillMode mode, int depth, int reps, 
     planned = std::count_if(plan.pending.begin(), plan.pending.end(),
                             [](const PendingUpdate& u) { return u.expected_start.has_value(); });
   }
-  std::printf("cycle %6d nodes x %7d pending, %-12s depth %4d%s: best %9.1f ms, mean %9.1f ms "
+  std::printf("cycle %6d nodes x %7d pending, %-12s depth %4d%s%s: best %9.1f ms, mean %9.1f ms "
               "(%zu starts, %zu planned starts)\n",
-              nodes, pending, BackfillModeName(mode), depth, workflows ? " +arrays/deps" : "", best,
+              nodes, pending, BackfillModeName(mode), depth, workflows ? " +arrays/deps" : "",
+              g_priced ? " +priced pools" : "", best,
               total / reps, starts, planned);
 }
 
@@ -192,7 +200,11 @@ int main(int argc, char** argv) {
   if (argc >= 5 && std::strcmp(argv[1], "--cycle") == 0) {
     auto mode = ParseBackfillMode(argv[4]);
     if (!mode) return 2;
-    const bool workflows = argc > 6 && std::strcmp(argv[6], "--workflows") == 0;
+    bool workflows = false;
+    for (int a = 6; a < argc; ++a) {
+      workflows |= std::strcmp(argv[a], "--workflows") == 0;
+      g_priced |= std::strcmp(argv[a], "--priced") == 0;
+    }
     BenchCycle(std::atoi(argv[2]), std::atoi(argv[3]), *mode, argc > 5 ? std::atoi(argv[5]) : 0, 3, workflows);
     return 0;
   }
