@@ -13,15 +13,10 @@ export MLSCHED_BUILD_DIR MLSCHED_STATE=${MLSCHED_STATE:?set MLSCHED_STATE}
 rm -rf "$MLSCHED_STATE"
 mkdir -p "$MLSCHED_STATE/out"
 export MLSCHED_OBJECT_STORE=dir
-T0=$(date +%s)
 E2E_NAME=deps-e2e
 # shellcheck source=tests/e2e/lib.sh
 source "$ROOT/tests/e2e/lib.sh"
-
-trap 'bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
-bash "$ROOT/scripts/local-cluster.sh" up >/dev/null
-# shellcheck disable=SC1091
-source "$MLSCHED_STATE/env.sh"
+cluster_up
 OUT="$MLSCHED_STATE/out"
 sub() { "$BIN/cli/mlsub" --parsable -D "$OUT" -c 1 -t 5:00 "$@"; }
 

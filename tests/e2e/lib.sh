@@ -1,5 +1,7 @@
 # Shared by the end-to-end shell tests (sourced): logging, mlq queries, waiting for a job state.
-# Needs BIN (the build), MLSCHED_STATE (the cluster's state dir), E2E_NAME (log prefix), T0 (start).
+# Needs ROOT (the checkout), BIN (the build), MLSCHED_STATE (the cluster's state dir) and E2E_NAME
+# (log prefix); sets T0 (start time).
+T0=$(date +%s)
 say() { printf '[%s %3ds] %s\n' "$E2E_NAME" "$(( $(date +%s) - T0 ))" "$*"; }
 fail() {
   say "FAILED: $*" >&2
@@ -13,4 +15,12 @@ field() { "$BIN/cli/mlq" -j "$1" -h -o "$2"; }
 wait_for() {
   for _ in $(seq 1 $(( $3 * 5 ))); do [ "$(field "$1" %T)" = "$2" ] && return 0; sleep 0.2; done
   fail "job $1 did not reach $2 within $3 s (state $(field "$1" %T))"
+}
+# cluster_up: starts scripts/local-cluster.sh (stopped again when the script exits) and loads its
+# env.sh (MLSCHED_SERVER, MLSCHED_CHECKPOINT_URL, ...).
+cluster_up() {
+  trap 'bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
+  bash "$ROOT/scripts/local-cluster.sh" up >/dev/null
+  # shellcheck disable=SC1091
+  source "$MLSCHED_STATE/env.sh"
 }

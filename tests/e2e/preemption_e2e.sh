@@ -22,15 +22,10 @@ name = "high"
 preempt = ["low"]
 EOF
 export MLSCHED_POLICY="$MLSCHED_STATE/policy.toml" MLSCHED_OBJECT_STORE=dir
-T0=$(date +%s)
 E2E_NAME=preempt-e2e
 # shellcheck source=tests/e2e/lib.sh
 source "$ROOT/tests/e2e/lib.sh"
-
-trap 'bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
-bash "$ROOT/scripts/local-cluster.sh" up >/dev/null
-# shellcheck disable=SC1091
-source "$MLSCHED_STATE/env.sh"
+cluster_up
 OUT="$MLSCHED_STATE/out"
 export MLTRAIN="$BIN/trainer/mltrain"
 low=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J low -n 2 -c 2 --qos low -t 10:00 --checkpoint-interval 2s -o 'low-%j-%t.out' \
