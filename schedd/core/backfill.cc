@@ -147,18 +147,25 @@ std::vector<size_t> Planner::WarmExcluded(const JobSpec& spec) {
   return out;
 }
 
+bool Planner::KnownNotToFit(const Shape& s, Duration time_limit) const {
+  // The memo is void once a kept plan is released (resources then grow within the cycle).
+  auto failed = failed_now_.find(s.key);
+  return kept_.empty() && failed != failed_now_.end() && failed->second <= time_limit;
+}
+
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
+  const Shape& all = ShapeOf(q);
+  // Tiers are subsets of the job's allowed nodes: when those cannot hold it, no tier can.
+  if (KnownNotToFit(all, q.job->spec.time_limit)) return false;
   if (q.placement)  // preferred pools/regions first; then any allowed node (a gang may span pools)
     for (size_t t = 0; t < q.placement->size(); ++t)
       if (TryStartOn(q, ShapeOf(q, t), plan)) return true;
-  return TryStartOn(q, ShapeOf(q), plan);
+  return TryStartOn(q, all, plan);
 }
 
 bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   const JobSpec& spec = q.job->spec;
-  auto failed = failed_now_.find(s.key);
-  // The memo is void once a kept plan is released (resources then grow within the cycle).
-  if (kept_.empty() && failed != failed_now_.end() && failed->second <= spec.time_limit) return false;
+  if (KnownNotToFit(s, spec.time_limit)) return false;
   bool started = false;
   // Cheap rejection first: the sum of free resources now, then over the job's whole window.
   if (!s.eligible->empty() &&

@@ -63,6 +63,9 @@ class Planner {
   /// Starts the job now if it fits around every reservation (and its limits allow); true if started.
   /// With placement tiers, tries each in order.
   bool TryStartNow(const QueuedJob& q, CyclePlan& plan);
+  /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
+  /// (resources only shrink within a cycle, so it still does not).
+  bool KnownNotToFit(const Shape& s, Duration time_limit) const;
   /// TryStartNow on the nodes of one shape.
   bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
   /// Earliest start in [now, until] on the timeline, without reserving.
