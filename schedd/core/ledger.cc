@@ -5,23 +5,24 @@
 
 namespace mlsched::core {
 
-DeviceSet::DeviceSet(int32_t size)
-    : size_(std::max<int32_t>(size, 0)), words_((size_ + 63) / 64, 0) {}
+DeviceSet::DeviceSet(int32_t size) : size_(std::max<int32_t>(size, 0)) {
+  if (size_ > 64) overflow_.assign((size_ + 63) / 64, 0);
+}
 
 bool DeviceSet::Contains(int32_t index) const {
   if (index < 0 || index >= size_) return false;
-  return (words_[index / 64] >> (index % 64)) & 1u;
+  return (Word(index) >> (index % 64)) & 1u;
 }
 
 void DeviceSet::Insert(int32_t index) {
   if (index < 0 || index >= size_ || Contains(index)) return;
-  words_[index / 64] |= uint64_t{1} << (index % 64);
+  Word(index) |= uint64_t{1} << (index % 64);
   ++count_;
 }
 
 void DeviceSet::Erase(int32_t index) {
   if (!Contains(index)) return;
-  words_[index / 64] &= ~(uint64_t{1} << (index % 64));
+  Word(index) &= ~(uint64_t{1} << (index % 64));
   --count_;
 }
 
@@ -65,7 +66,6 @@ Fit CheckFit(const NodeSlot& slot, const TaskDemand& demand) {
 
 NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& jobs) {
   slots_.reserve(nodes.size());
-  index_.reserve(nodes.size());
   std::unordered_map<std::string, int32_t> domains, zones, regions;
   auto id_of = [](std::unordered_map<std::string, int32_t>& ids, const std::string& key) {
     return ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
@@ -90,13 +90,19 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
       slot.zone_id = id_of(zones, node.region + '\x1f' + node.zone);
       slot.domain_id = id_of(domains, node.region + '\x1f' + node.zone + '\x1f' + node.domain);
     }
-    index_.emplace(node.name, slots_.size());
     if (!type.empty() && std::find(gpu_types_.begin(), gpu_types_.end(), type) == gpu_types_.end())
       gpu_types_.push_back(type);
     slots_.push_back(std::move(slot));
   }
   std::sort(gpu_types_.begin(), gpu_types_.end());
-  for (NodeSlot& s : slots_) s.gpu_type_id = s.gpu_type.empty() ? -1 : GpuTypeId(s.gpu_type);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    NodeSlot& s = slots_[i];
+    if (i > 0 && s.gpu_type == slots_[i - 1].gpu_type) {
+      s.gpu_type_id = slots_[i - 1].gpu_type_id;  // nodes usually come grouped by type
+    } else {
+      s.gpu_type_id = s.gpu_type.empty() ? -1 : GpuTypeId(s.gpu_type);
+    }
+  }
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
     Occupy(*job.allocation);
@@ -105,7 +111,7 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
 
 void NodeLedger::Occupy(const Allocation& allocation) {
   for (const TaskPlacement& task : allocation.tasks) {
-    int64_t i = Find(task.node);
+    int64_t i = Find(task);
     if (i < 0) continue;
     NodeSlot& slot = slots_[i];
     slot.free.cpu_millis -= task.resources.cpu_millis;
@@ -117,7 +123,7 @@ void NodeLedger::Occupy(const Allocation& allocation) {
 
 void NodeLedger::Release(const Allocation& allocation) {
   for (const TaskPlacement& task : allocation.tasks) {
-    int64_t i = Find(task.node);
+    int64_t i = Find(task);
     if (i < 0) continue;
     NodeSlot& slot = slots_[i];
     slot.free.cpu_millis += task.resources.cpu_millis;
@@ -128,6 +134,10 @@ void NodeLedger::Release(const Allocation& allocation) {
 }
 
 int64_t NodeLedger::Find(const std::string& name) const {
+  if (index_.empty() && !slots_.empty()) {
+    index_.reserve(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) index_.emplace(slots_[i].node->name, i);
+  }
   auto it = index_.find(name);
   return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
 }
@@ -145,6 +155,7 @@ bool AllocationTxn::Take(size_t node_index, const TaskDemand& demand, int32_t ra
   TaskPlacement p;
   p.rank = rank;
   p.node = slot.node->name;
+  p.node_hint = static_cast<int32_t>(node_index);
   p.gpu_indices = slot.used_devices.LowestAbsent(static_cast<int32_t>(demand.gpus));
   for (int32_t d : p.gpu_indices) slot.used_devices.Insert(d);
   p.resources.cpu_millis = demand.cpu_millis;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -13,7 +14,8 @@
 
 namespace mlsched::core {
 
-/// A set of GPU device indices on one node (0..size-1), e.g. for CUDA_VISIBLE_DEVICES.
+/// A set of GPU device indices on one node (0..size-1), e.g. for CUDA_VISIBLE_DEVICES. Up to 64
+/// devices live in one inline word (no allocation: a cycle builds one set per node).
 class DeviceSet {
  public:
   explicit DeviceSet(int32_t size = 0);
@@ -26,9 +28,13 @@ class DeviceSet {
   std::vector<int32_t> LowestAbsent(int32_t k) const;
 
  private:
+  uint64_t& Word(int32_t index) { return size_ <= 64 ? inline_ : overflow_[index / 64]; }
+  uint64_t Word(int32_t index) const { return size_ <= 64 ? inline_ : overflow_[index / 64]; }
+
   int32_t size_ = 0;
   int32_t count_ = 0;
-  std::vector<uint64_t> words_;
+  uint64_t inline_ = 0;              // the set when size_ <= 64
+  std::vector<uint64_t> overflow_;   // the set's words when size_ > 64
 };
 
 /// The per-task demand of a job resolved against one node: gpus keyed by the node's GPU type.
@@ -82,8 +88,15 @@ class NodeLedger {
   size_t size() const { return slots_.size(); }
   const NodeSlot& slot(size_t i) const { return slots_[i]; }
   NodeSlot& mutable_slot(size_t i) { return slots_[i]; }
-  /// Index of the node called `name`, or -1.
+  /// Index of the node called `name`, or -1. The name index is built on first use (a cycle whose
+  /// allocations all carry valid node hints never builds it); not thread-safe.
   int64_t Find(const std::string& name) const;
+  /// Index of the task's node: its node_hint when that slot has the task's node name, else Find.
+  int64_t Find(const TaskPlacement& task) const {
+    const size_t h = static_cast<size_t>(task.node_hint);
+    if (task.node_hint >= 0 && h < slots_.size() && slots_[h].node->name == task.node) return task.node_hint;
+    return Find(task.node);
+  }
   /// Free GPUs usable now: the resource count, bounded by the free device indices.
   int64_t FreeGpus(size_t i) const {
     const NodeSlot& s = slots_[i];
@@ -100,7 +113,7 @@ class NodeLedger {
 
  private:
   std::vector<NodeSlot> slots_;
-  std::unordered_map<std::string, size_t> index_;
+  mutable std::unordered_map<std::string_view, size_t> index_;  // built by the first Find(name)
   std::vector<std::string> gpu_types_;
 };
 

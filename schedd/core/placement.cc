@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace mlsched::core {
 namespace {
@@ -15,9 +16,24 @@ int32_t GroupKey(const NodeCandidate& c, Topology topology) {
   }
 }
 
-// Picks `quota` tasks from nodes sorted by (tasks desc, tiebreak asc, node asc): the largest
-// nodes while none holds the remainder, then the tightest node that does.
-void FillFromNodes(const std::vector<NodeCandidate>& nodes, int64_t quota, NodeChoice& out) {
+// Picks `quota` tasks from `nodes` in the order (tasks desc, tiebreak asc, node asc): the largest
+// nodes while none holds the remainder, then the tightest node that does. When one node can hold
+// the whole quota (most gangs) that node is found in one pass, without sorting.
+void FillFromNodes(std::vector<NodeCandidate>& nodes, int64_t quota, NodeChoice& out) {
+  if (quota <= 0) return;
+  const NodeCandidate* tight = nullptr;  // fewest tasks >= quota, then lowest tiebreak, then node
+  for (const NodeCandidate& c : nodes)
+    if (c.tasks >= quota &&
+        (!tight || std::tie(c.tasks, c.tiebreak, c.node) < std::tie(tight->tasks, tight->tiebreak, tight->node)))
+      tight = &c;
+  if (tight) {
+    out.emplace_back(tight->node, quota);
+    return;
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
+    if (a.tasks != b.tasks) return a.tasks > b.tasks;
+    return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
+  });
   size_t front = 0;
   while (quota > 0 && front < nodes.size()) {
     if (nodes[front].tasks < quota) {
@@ -97,25 +113,14 @@ NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks
     order.push_back(domains[pick].second);
     remaining = 0;
   }
-  // Nodes of the chosen domains, grouped in pick order, largest first inside each domain.
+  // Nodes of the chosen domains, grouped in pick order.
   std::vector<int32_t> rank(domain_sum.size(), -1);
   for (size_t k = 0; k < order.size(); ++k) rank[order[k]] = static_cast<int32_t>(k);
-  std::vector<NodeCandidate> chosen;
+  std::vector<std::vector<NodeCandidate>> segments(order.size());
   for (const auto& c : nodes)
-    if (c.tasks > 0 && rank[c.domain] >= 0) chosen.push_back(c);
-  std::sort(chosen.begin(), chosen.end(), [&rank](const NodeCandidate& a, const NodeCandidate& b) {
-    if (rank[a.domain] != rank[b.domain]) return rank[a.domain] < rank[b.domain];
-    if (a.tasks != b.tasks) return a.tasks > b.tasks;
-    return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
-  });
+    if (c.tasks > 0 && rank[c.domain] >= 0) segments[static_cast<size_t>(rank[c.domain])].push_back(c);
   NodeChoice out;
-  for (size_t begin = 0; begin < chosen.size();) {
-    size_t end = begin;
-    while (end < chosen.size() && chosen[end].domain == chosen[begin].domain) ++end;
-    std::vector<NodeCandidate> segment(chosen.begin() + begin, chosen.begin() + end);
-    FillFromNodes(segment, quota[chosen[begin].domain], out);
-    begin = end;
-  }
+  for (size_t k = 0; k < order.size(); ++k) FillFromNodes(segments[k], quota[order[k]], out);
   return out;
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 
 namespace mlsched::core {
 namespace {
@@ -22,43 +21,78 @@ TaskDemand Min(const TaskDemand& a, const TaskDemand& b) {
 
 AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs,
                                            Timestamp now)
-    : now_(now), nodes_(ledger.size()), future_reserved_(ledger.size(), false) {
-  // releases[node][time] = resources coming back then.
-  std::vector<std::map<Timestamp, TaskDemand>> releases(ledger.size());
-  std::map<Timestamp, TaskDemand> total_releases;
+    : now_(now), own_(ledger.size(), -1), future_reserved_(ledger.size(), false) {
+  // Every running task's release (node, expected end, resources), sorted by node then time.
+  struct Release {
+    size_t node;
+    Timestamp time;
+    TaskDemand freed;
+  };
+  std::vector<Release> releases;
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
     const Timestamp end = std::max(job.start_time + job.spec.time_limit, now + 1);
     for (const TaskPlacement& t : job.allocation->tasks) {
-      int64_t i = ledger.Find(t.node);
+      int64_t i = ledger.Find(t);
       if (i < 0) continue;
-      TaskDemand d{t.resources.cpu_millis, t.resources.memory_bytes, t.resources.GpuCount()};
-      Add(releases[i][end], d);
-      Add(total_releases[end], d);
+      releases.push_back({static_cast<size_t>(i), end,
+                          {t.resources.cpu_millis, t.resources.memory_bytes, t.resources.GpuCount()}});
     }
   }
+  std::sort(releases.begin(), releases.end(), [](const Release& a, const Release& b) {
+    return a.node != b.node ? a.node < b.node : a.time < b.time;
+  });
   TaskDemand total{};
+  size_t r = 0;
+  built_.reserve(ledger.size() + releases.size());
+  built_begin_.reserve(ledger.size() + 1);
   for (size_t i = 0; i < ledger.size(); ++i) {
+    const bool up = ledger.slot(i).node->health == NodeHealth::kUp;
     TaskDemand free = ledger.slot(i).free;
     free.gpus = ledger.FreeGpus(i);
-    if (ledger.slot(i).node->health != NodeHealth::kUp) free = {};  // no new work, ever (for now)
-    Profile& p = nodes_[i];
-    p.push_back({now, free});
+    if (!up) free = {};  // no new work, ever (for now)
+    built_begin_.push_back(static_cast<uint32_t>(built_.size()));
+    built_.push_back({now, free});
     Add(total, free);
-    if (ledger.slot(i).node->health != NodeHealth::kUp) continue;
-    for (const auto& [time, d] : releases[i]) {
-      Add(free, d);
-      p.push_back({time, free});
+    for (; r < releases.size() && releases[r].node == i; ++r) {
+      if (!up) continue;
+      Add(free, releases[r].freed);
+      if (built_.back().time == releases[r].time) {
+        built_.back().free = free;
+      } else {
+        built_.push_back({releases[r].time, free});
+      }
     }
   }
+  built_begin_.push_back(static_cast<uint32_t>(built_.size()));
+  std::sort(releases.begin(), releases.end(),
+            [](const Release& a, const Release& b) { return a.time < b.time; });
   aggregate_.push_back({now, total});
-  for (const auto& [time, d] : total_releases) {
-    Add(total, d);
-    aggregate_.push_back({time, total});
+  for (const Release& rel : releases) {
+    Add(total, rel.freed);
+    if (aggregate_.back().time == rel.time) {
+      aggregate_.back().free = total;
+    } else {
+      aggregate_.push_back({rel.time, total});
+    }
   }
 }
 
-TaskDemand AvailabilityTimeline::MinOver(const Profile& p, Timestamp from, Timestamp to) {
+std::span<const AvailabilityTimeline::Step> AvailabilityTimeline::ProfileOf(size_t node) const {
+  if (own_[node] >= 0) return owned_[static_cast<size_t>(own_[node])];
+  return std::span<const Step>(built_).subspan(built_begin_[node], built_begin_[node + 1] - built_begin_[node]);
+}
+
+AvailabilityTimeline::Profile& AvailabilityTimeline::MutableProfile(size_t node) {
+  if (own_[node] < 0) {
+    const std::span<const Step> built = ProfileOf(node);
+    own_[node] = static_cast<int32_t>(owned_.size());
+    owned_.emplace_back(built.begin(), built.end());
+  }
+  return owned_[static_cast<size_t>(own_[node])];
+}
+
+TaskDemand AvailabilityTimeline::MinOver(std::span<const Step> p, Timestamp from, Timestamp to) {
   // The step in force at `from` is the last one with time <= from.
   auto it = std::upper_bound(p.begin(), p.end(), from,
                              [](Timestamp t, const Step& s) { return t < s.time; });
@@ -69,7 +103,7 @@ TaskDemand AvailabilityTimeline::MinOver(const Profile& p, Timestamp from, Times
 }
 
 TaskDemand AvailabilityTimeline::MinFree(size_t node, Timestamp from, Timestamp to) const {
-  return MinOver(nodes_[node], from, to);
+  return MinOver(ProfileOf(node), from, to);
 }
 
 TaskDemand AvailabilityTimeline::AggregateMinFree(Timestamp from, Timestamp to) const {
@@ -77,7 +111,7 @@ TaskDemand AvailabilityTimeline::AggregateMinFree(Timestamp from, Timestamp to) 
 }
 
 Timestamp AvailabilityTimeline::LastChange(size_t node, Timestamp t) const {
-  const Profile& p = nodes_[node];
+  const std::span<const Step> p = ProfileOf(node);
   auto it = std::upper_bound(p.begin(), p.end(), t,
                              [](Timestamp x, const Step& s) { return x < s.time; });
   return it == p.begin() ? now_ : std::prev(it)->time;
@@ -110,7 +144,7 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
     future_reserved_[node] = true;
     future_nodes_.push_back(node);
   }
-  Subtract(nodes_[node], amount, from, to);
+  Subtract(MutableProfile(node), amount, from, to);
   Subtract(aggregate_, amount, from, to);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "schedd/core/ledger.h"
@@ -46,12 +47,21 @@ class AvailabilityTimeline {
     TaskDemand free;  // from `time` until the next step
   };
   using Profile = std::vector<Step>;
-  static TaskDemand MinOver(const Profile& p, Timestamp from, Timestamp to);
+  static TaskDemand MinOver(std::span<const Step> p, Timestamp from, Timestamp to);
   static void Subtract(Profile& p, const TaskDemand& amount, Timestamp from, Timestamp to);
   static size_t SplitAt(Profile& p, Timestamp t);
+  /// Node `node`'s steps: its own profile once something was reserved on it, else its built range.
+  std::span<const Step> ProfileOf(size_t node) const;
+  /// The node's own (copied-on-first-write) profile.
+  Profile& MutableProfile(size_t node);
 
   Timestamp now_;
-  std::vector<Profile> nodes_;
+  // Built profiles of all nodes, back to back (one allocation per cycle, not one per node):
+  // node i's steps are built_[built_begin_[i] .. built_begin_[i + 1]).
+  std::vector<Step> built_;
+  std::vector<uint32_t> built_begin_;
+  std::vector<int32_t> own_;  // index into owned_, or -1 while the node still uses built_
+  std::vector<Profile> owned_;
   std::vector<bool> future_reserved_;
   std::vector<size_t> future_nodes_;
   Profile aggregate_;

@@ -145,6 +145,9 @@ struct TaskPlacement {
   std::string node;
   std::vector<int32_t> gpu_indices;
   ResourceVector resources;           // what the task holds on that node (gpus by the node's type)
+  /// Where `node` stood in ClusterState::nodes when the core placed the task; -1 when unknown. A
+  /// lookup hint only: NodeLedger checks it against the name and falls back to a name lookup.
+  int32_t node_hint = -1;
 };
 
 /// A whole gang's placement.
