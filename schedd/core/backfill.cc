@@ -6,10 +6,12 @@
 namespace mlsched::core {
 namespace {
 
-std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += s + ',';
-  return out;
+// Appends each of `v` followed by ','.
+void Append(std::string& out, const std::vector<std::string>& v) {
+  for (const auto& s : v) {
+    out += s;
+    out += ',';
+  }
 }
 
 bool Covers(const TaskDemand& have, const TaskDemand& per_task, int64_t n) {
@@ -37,19 +39,45 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
 
 Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) {
   const JobSpec& spec = q.job->spec;
-  std::string named;
+  // The node class: everything that decides which nodes are eligible. Built by appending into one
+  // buffer: this runs for every queued job on every cycle.
+  std::string klass;
+  klass.reserve(64);
+  klass += q.partition->name;
+  klass += '|';
+  Append(klass, spec.features);
+  klass += '|';
+  Append(klass, spec.gpu_types);
+  klass += '|';
+  bool named = false;
   for (const auto& [type, count] : spec.per_task.gpus)
-    if (count > 0) named += type + ',';
-  const char needs = !named.empty() ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
-  std::string klass = q.partition->name + '|' + Join(spec.features) + '|' + Join(spec.gpu_types) + '|' + named +
-                      '|' + needs;
-  if (spec.spot != SpotPreference::kAllow && spec.spot != SpotPreference::kPrefer)
-    klass += std::string("|spot:") + SpotPreferenceName(spec.spot);
-  if (spec.region_strict && !spec.data_region.empty()) klass += "|in:" + spec.data_region;
-  if (filter)
-    klass += std::string("|tier:") + (filter->pool ? PoolName(*filter->pool) : "*") + '@' + filter->region;
+    if (count > 0) {
+      klass += type;
+      klass += ',';
+      named = true;
+    }
+  const char needs = named ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
+  klass += '|';
+  klass += needs;
+  if (spec.spot != SpotPreference::kAllow && spec.spot != SpotPreference::kPrefer) {
+    klass += "|spot:";
+    klass += SpotPreferenceName(spec.spot);
+  }
+  if (spec.region_strict && !spec.data_region.empty()) {
+    klass += "|in:";
+    klass += spec.data_region;
+  }
+  if (filter) {
+    klass += "|tier:";
+    klass += filter->pool ? PoolName(*filter->pool) : "*";
+    klass += '@';
+    klass += filter->region;
+  }
   const std::vector<size_t> warm = WarmExcluded(spec);
-  for (size_t w : warm) klass += "|warm:" + std::to_string(w);
+  for (size_t w : warm) {
+    klass += "|warm:";
+    klass += std::to_string(w);
+  }
   auto [it, inserted] = eligible_by_class_.try_emplace(klass);
   if (inserted)
     for (size_t i = 0; i < ledger_.size(); ++i) {
@@ -67,9 +95,14 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
   s.demand = it->second.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
                                              spec.per_task.GpuCount()}
                                 : *ResolveTaskDemand(spec, *ledger_.slot(it->second.front()).node);
-  s.key = klass + '|' + std::to_string(s.demand.cpu_millis) + ',' +
-          std::to_string(s.demand.memory_bytes) + ',' + std::to_string(s.demand.gpus) + '|' +
-          std::to_string(spec.ntasks) + '|' + TopologyName(spec.topology);
+  s.key.reserve(klass.size() + 48);
+  s.key += klass;
+  for (int64_t v : {s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, int64_t{spec.ntasks}}) {
+    s.key += '|';
+    s.key += std::to_string(v);
+  }
+  s.key += '|';
+  s.key += TopologyName(spec.topology);
   return s;
 }
 

@@ -1,9 +1,12 @@
 // NowFitIndex (the planner's incremental "fits now" index) must choose exactly the nodes that a full
 // scan + ChooseNodes chooses, as the cycle's starts change the ledger and reservations change the
-// timeline.
+// timeline. ChooseNodes itself must match its sort-based specification.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <tuple>
 
 #include "schedd/core/fit_index.h"
 #include "tests/core/support.h"
@@ -75,5 +78,75 @@ TEST_CASE("NowFitIndex chooses what the full scan chooses, start after start", "
       }
     }
     CHECK(decided > 30);
+  }
+}
+
+namespace {
+// The specification of gang placement inside one group (the order ChooseNodes documents), written
+// the slow way: domains by fewest needed (the tightest single domain, else largest sums first), and
+// inside each domain nodes sorted by (tasks desc, tiebreak, node): the largest while none holds the
+// remainder, then the tightest that does.
+std::optional<NodeChoice> ReferenceChoose(std::vector<NodeCandidate> c, int64_t ntasks) {
+  std::map<int32_t, int64_t> sums;
+  for (const auto& n : c)
+    if (n.tasks > 0) sums[n.domain] += n.tasks;
+  std::vector<std::pair<int64_t, int32_t>> domains;
+  for (auto [d, s] : sums) domains.emplace_back(s, d);
+  std::sort(domains.begin(), domains.end(), [](auto a, auto b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  int64_t total = 0;
+  for (auto [s, d] : domains) total += s;
+  if (total < ntasks) return std::nullopt;
+  std::vector<std::pair<int32_t, int64_t>> quotas;  // (domain, quota) in pick order
+  int64_t left = ntasks;
+  for (size_t f = 0; left > 0; ++f) {
+    if (domains[f].first < left) {
+      quotas.emplace_back(domains[f].second, domains[f].first);
+      left -= domains[f].first;
+      continue;
+    }
+    size_t pick = f;
+    while (pick + 1 < domains.size() && domains[pick + 1].first >= left) ++pick;
+    while (pick > f && domains[pick - 1].first == domains[pick].first) --pick;
+    quotas.emplace_back(domains[pick].second, left);
+    left = 0;
+  }
+  NodeChoice out;
+  for (auto [d, quota] : quotas) {
+    std::vector<NodeCandidate> in;
+    for (const auto& n : c)
+      if (n.tasks > 0 && n.domain == d) in.push_back(n);
+    std::sort(in.begin(), in.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
+      return std::tie(b.tasks, a.tiebreak, a.node) < std::tie(a.tasks, b.tiebreak, b.node);
+    });
+    for (size_t k = 0; quota > 0; ++k) {
+      if (in[k].tasks < quota) {
+        out.emplace_back(in[k].node, in[k].tasks);
+        quota -= in[k].tasks;
+        continue;
+      }
+      size_t best = k;
+      for (size_t j = k; j < in.size() && in[j].tasks >= quota; ++j)
+        if (in[j].tasks < in[best].tasks) best = j;
+      out.emplace_back(in[best].node, quota);
+      quota = 0;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("ChooseNodes matches the sort-based specification on random candidates", "[core][placement][property]") {
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 400; ++round) {
+    std::vector<NodeCandidate> c;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    const int domains = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < n; ++i)
+      c.push_back({static_cast<size_t>(i), static_cast<int64_t>(rng() % 9), static_cast<int32_t>(rng() % domains), 0, 0,
+                   static_cast<int64_t>(rng() % 3)});
+    std::shuffle(c.begin(), c.end(), rng);
+    const int64_t ntasks = 1 + static_cast<int64_t>(rng() % 30);
+    INFO("round " << round << " ntasks " << ntasks);
+    CHECK(ChooseNodes(c, ntasks, Topology::kNone) == ReferenceChoose(c, ntasks));
   }
 }

@@ -82,3 +82,29 @@ TEST_CASE("CheckFit tells feasible-later from never", "[core][ledger]") {
   CHECK(CheckFit(ledger.slot(0), TaskDemand{4000, 0, 3}) == Fit::kNever);
   CHECK(CheckFit(ledger.slot(0), TaskDemand{9000, 0, 0}) == Fit::kNever);
 }
+
+TEST_CASE("a task's node hint is checked against its node name", "[core][ledger]") {
+  auto nodes = ClusterBuilder().Nodes("gpu-[01-03]").Gpus("h100", 8).Build();
+  TaskPlacement right = Task(0, "gpu-03", {0, 1}, "h100", 2000);
+  right.node_hint = 2;
+  TaskPlacement stale = Task(0, "gpu-02", {4}, "h100", 1000);
+  stale.node_hint = 0;  // the node list changed since the task was placed: gpu-01 is not gpu-02
+  TaskPlacement gone = Task(0, "gpu-09", {0}, "h100", 1000);
+  gone.node_hint = 1;
+  std::vector<Job> jobs{JobBuilder(1).Running(0, Allocation{{right}}).Build(),
+                        JobBuilder(2).Running(0, Allocation{{stale}}).Build(),
+                        JobBuilder(3).Running(0, Allocation{{gone}}).Build()};
+  NodeLedger ledger(nodes, jobs);
+  CHECK(ledger.Find(right) == 2);
+  CHECK(ledger.Find(stale) == 1);
+  CHECK(ledger.Find(gone) == -1);
+  CHECK(ledger.FreeGpus(0) == 8);  // the stale hint did not charge gpu-01
+  CHECK(ledger.FreeGpus(1) == 7);
+  CHECK(ledger.slot(1).used_devices.Contains(4));
+  CHECK(ledger.FreeGpus(2) == 6);
+  // Tasks the ledger places carry the hint of the node they went to.
+  AllocationTxn txn(ledger);
+  REQUIRE(txn.Take(1, TaskDemand{1000, 0, 1}, 0));
+  CHECK(txn.placements()[0].node_hint == 1);
+  CHECK(txn.placements()[0].node == "gpu-02");
+}
