@@ -139,6 +139,10 @@ std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidat
     if (static_cast<int64_t>(capped.size()) < ntasks) return std::nullopt;
     return SpreadOverDomains(std::move(capped), ntasks);
   }
+  if (candidates.size() == 1) {  // one node (an SWF machine): it holds the gang or nothing does
+    if (candidates[0].tasks < ntasks) return std::nullopt;
+    return NodeChoice{{candidates[0].node, ntasks}};
+  }
   int32_t max_key = 0;
   for (const auto& c : candidates) max_key = std::max(max_key, GroupKey(c, topology));
   std::vector<int64_t> group_sum(static_cast<size_t>(max_key) + 1, 0);

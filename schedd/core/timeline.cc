@@ -65,6 +65,9 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
     }
   }
   built_begin_.push_back(static_cast<uint32_t>(built_.size()));
+  // One node that is up (an SWF machine): the aggregate is that node's profile, kept once.
+  single_ = ledger.size() == 1 && ledger.slot(0).node->health == NodeHealth::kUp;
+  if (single_) return;
   std::sort(releases.begin(), releases.end(),
             [](const Release& a, const Release& b) { return a.time < b.time; });
   aggregate_.push_back({now, total});
@@ -76,6 +79,10 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
       aggregate_.push_back({rel.time, total});
     }
   }
+}
+
+std::span<const AvailabilityTimeline::Step> AvailabilityTimeline::Aggregate() const {
+  return single_ ? ProfileOf(0) : std::span<const Step>(aggregate_);
 }
 
 std::span<const AvailabilityTimeline::Step> AvailabilityTimeline::ProfileOf(size_t node) const {
@@ -107,7 +114,7 @@ TaskDemand AvailabilityTimeline::MinFree(size_t node, Timestamp from, Timestamp 
 }
 
 TaskDemand AvailabilityTimeline::AggregateMinFree(Timestamp from, Timestamp to) const {
-  return MinOver(aggregate_, from, to);
+  return MinOver(Aggregate(), from, to);
 }
 
 Timestamp AvailabilityTimeline::LastChange(size_t node, Timestamp t) const {
@@ -145,7 +152,7 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
     future_nodes_.push_back(node);
   }
   Subtract(MutableProfile(node), amount, from, to);
-  Subtract(aggregate_, amount, from, to);
+  if (!single_) Subtract(aggregate_, amount, from, to);
 }
 
 std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, Duration duration,
@@ -156,7 +163,7 @@ std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, 
   auto covers = [&need](const TaskDemand& f) {
     return f.cpu_millis >= need.cpu_millis && f.memory_bytes >= need.memory_bytes && f.gpus >= need.gpus;
   };
-  const Profile& p = aggregate_;
+  const std::span<const Step> p = Aggregate();
   auto it = std::upper_bound(p.begin(), p.end(), from,
                              [](Timestamp t, const Step& s) { return t < s.time; });
   size_t i = it == p.begin() ? 0 : static_cast<size_t>(it - p.begin()) - 1;
@@ -176,9 +183,10 @@ std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, 
 }
 
 std::optional<Timestamp> AvailabilityTimeline::NextChange(Timestamp t) const {
-  auto it = std::upper_bound(aggregate_.begin(), aggregate_.end(), t,
+  const std::span<const Step> aggregate = Aggregate();
+  auto it = std::upper_bound(aggregate.begin(), aggregate.end(), t,
                              [](Timestamp x, const Step& s) { return x < s.time; });
-  if (it == aggregate_.end()) return std::nullopt;
+  if (it == aggregate.end()) return std::nullopt;
   return it->time;
 }
 

@@ -64,7 +64,9 @@ class AvailabilityTimeline {
   std::vector<Profile> owned_;
   std::vector<bool> future_reserved_;
   std::vector<size_t> future_nodes_;
-  Profile aggregate_;
+  Profile aggregate_;    // the sum over all nodes; unused when single_
+  bool single_ = false;  // one node, up: the aggregate is ProfileOf(0)
+  std::span<const Step> Aggregate() const;
 };
 
 }  // namespace mlsched::core
