@@ -82,54 +82,53 @@ TEST_CASE("NowFitIndex chooses what the full scan chooses, start after start", "
 }
 
 namespace {
-// The specification of gang placement inside one group (the order ChooseNodes documents), written
-// the slow way: domains by fewest needed (the tightest single domain, else largest sums first), and
-// inside each domain nodes sorted by (tasks desc, tiebreak, node): the largest while none holds the
-// remainder, then the tightest that does.
-std::optional<NodeChoice> ReferenceChoose(std::vector<NodeCandidate> c, int64_t ntasks) {
+// The rule ChooseNodes applies to domains and then to nodes inside each domain, written the slow
+// way: from `items` (amount, id) sorted by amount desc (ties in preference order), take the
+// largest while none holds the remainder, then the first of the smallest amounts that does.
+// Returns (id, taken) in pick order.
+std::vector<std::pair<int64_t, int64_t>> LargestThenTightest(const std::vector<std::pair<int64_t, int64_t>>& items,
+                                                             int64_t need) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (size_t f = 0; need > 0; ++f) {
+    if (items[f].first < need) {
+      out.emplace_back(items[f].second, items[f].first);
+      need -= items[f].first;
+      continue;
+    }
+    size_t best = f;
+    for (size_t j = f; j < items.size() && items[j].first >= need; ++j)
+      if (items[j].first < items[best].first) best = j;
+    out.emplace_back(items[best].second, need);
+    need = 0;
+  }
+  return out;
+}
+
+// The specification of gang placement inside one group: domains by the rule above (sums desc,
+// lowest id first), then each domain's nodes by the rule, sorted by (tasks desc, tiebreak, node).
+std::optional<NodeChoice> ReferenceChoose(const std::vector<NodeCandidate>& c, int64_t ntasks) {
   std::map<int32_t, int64_t> sums;
   for (const auto& n : c)
     if (n.tasks > 0) sums[n.domain] += n.tasks;
-  std::vector<std::pair<int64_t, int32_t>> domains;
-  for (auto [d, s] : sums) domains.emplace_back(s, d);
-  std::sort(domains.begin(), domains.end(), [](auto a, auto b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::vector<std::pair<int64_t, int64_t>> domains;
   int64_t total = 0;
-  for (auto [s, d] : domains) total += s;
-  if (total < ntasks) return std::nullopt;
-  std::vector<std::pair<int32_t, int64_t>> quotas;  // (domain, quota) in pick order
-  int64_t left = ntasks;
-  for (size_t f = 0; left > 0; ++f) {
-    if (domains[f].first < left) {
-      quotas.emplace_back(domains[f].second, domains[f].first);
-      left -= domains[f].first;
-      continue;
-    }
-    size_t pick = f;
-    while (pick + 1 < domains.size() && domains[pick + 1].first >= left) ++pick;
-    while (pick > f && domains[pick - 1].first == domains[pick].first) --pick;
-    quotas.emplace_back(domains[pick].second, left);
-    left = 0;
+  for (auto [d, s] : sums) {
+    domains.emplace_back(s, d);
+    total += s;
   }
+  if (total < ntasks) return std::nullopt;
+  std::stable_sort(domains.begin(), domains.end(), [](auto a, auto b) { return a.first > b.first; });
   NodeChoice out;
-  for (auto [d, quota] : quotas) {
+  for (auto [d, quota] : LargestThenTightest(domains, ntasks)) {
     std::vector<NodeCandidate> in;
     for (const auto& n : c)
       if (n.tasks > 0 && n.domain == d) in.push_back(n);
     std::sort(in.begin(), in.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
       return std::tie(b.tasks, a.tiebreak, a.node) < std::tie(a.tasks, b.tiebreak, b.node);
     });
-    for (size_t k = 0; quota > 0; ++k) {
-      if (in[k].tasks < quota) {
-        out.emplace_back(in[k].node, in[k].tasks);
-        quota -= in[k].tasks;
-        continue;
-      }
-      size_t best = k;
-      for (size_t j = k; j < in.size() && in[j].tasks >= quota; ++j)
-        if (in[j].tasks < in[best].tasks) best = j;
-      out.emplace_back(in[best].node, quota);
-      quota = 0;
-    }
+    std::vector<std::pair<int64_t, int64_t>> nodes;
+    for (const auto& n : in) nodes.emplace_back(n.tasks, static_cast<int64_t>(n.node));
+    for (auto [node, taken] : LargestThenTightest(nodes, quota)) out.emplace_back(static_cast<size_t>(node), taken);
   }
   return out;
 }
