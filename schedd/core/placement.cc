@@ -19,10 +19,10 @@ int32_t GroupKey(const NodeCandidate& c, Topology topology) {
 // Picks `quota` tasks from `nodes` in the order (tasks desc, tiebreak asc, node asc): the largest
 // nodes while none holds the remainder, then the tightest node that does. When one node can hold
 // the whole quota (most gangs) that node is found in one pass, without sorting.
-void FillFromNodes(std::vector<NodeCandidate>& nodes, int64_t quota, NodeChoice& out) {
+void FillFromNodes(const std::vector<NodeCandidate>& candidates, int64_t quota, NodeChoice& out) {
   if (quota <= 0) return;
   const NodeCandidate* tight = nullptr;  // fewest tasks >= quota, then lowest tiebreak, then node
-  for (const NodeCandidate& c : nodes)
+  for (const NodeCandidate& c : candidates)
     if (c.tasks >= quota &&
         (!tight || std::tie(c.tasks, c.tiebreak, c.node) < std::tie(tight->tasks, tight->tiebreak, tight->node)))
       tight = &c;
@@ -30,6 +30,9 @@ void FillFromNodes(std::vector<NodeCandidate>& nodes, int64_t quota, NodeChoice&
     out.emplace_back(tight->node, quota);
     return;
   }
+  std::vector<NodeCandidate> nodes;
+  for (const NodeCandidate& c : candidates)
+    if (c.tasks > 0) nodes.push_back(c);
   std::sort(nodes.begin(), nodes.end(), [](const NodeCandidate& a, const NodeCandidate& b) {
     if (a.tasks != b.tasks) return a.tasks > b.tasks;
     return a.tiebreak != b.tiebreak ? a.tiebreak < b.tiebreak : a.node < b.node;
@@ -72,10 +75,16 @@ NodeChoice SpreadOverDomains(std::vector<NodeCandidate> nodes, int64_t ntasks) {
   return out;
 }
 
-// Fewest domains, then fewest nodes inside them. Only the chosen domains' nodes are sorted.
+// Fewest domains, then fewest nodes inside them. Only the chosen domains' nodes are sorted. The
+// nodes' tasks must sum to at least `ntasks` (ChooseNodes checks).
 NodeChoice ChooseInGroup(const std::vector<NodeCandidate>& nodes, int64_t ntasks) {
   int32_t max_domain = 0;
   for (const auto& c : nodes) max_domain = std::max(max_domain, c.domain);
+  if (max_domain == 0) {  // one domain (a flat fleet, an SWF machine): nothing to group
+    NodeChoice out;
+    FillFromNodes(nodes, ntasks, out);
+    return out;
+  }
   std::vector<int64_t> domain_sum(static_cast<size_t>(max_domain) + 1, 0);
   for (const auto& c : nodes)
     if (c.tasks > 0) domain_sum[c.domain] += c.tasks;
@@ -138,10 +147,6 @@ std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidat
       }
     if (static_cast<int64_t>(capped.size()) < ntasks) return std::nullopt;
     return SpreadOverDomains(std::move(capped), ntasks);
-  }
-  if (candidates.size() == 1) {  // one node (an SWF machine): it holds the gang or nothing does
-    if (candidates[0].tasks < ntasks) return std::nullopt;
-    return NodeChoice{{candidates[0].node, ntasks}};
   }
   int32_t max_key = 0;
   for (const auto& c : candidates) max_key = std::max(max_key, GroupKey(c, topology));
