@@ -5,6 +5,8 @@
 // the agent.
 #pragma once
 
+#include "common/tls.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +32,7 @@ namespace mlsched::agent {
 /// Settings of one agent; durations are wall-clock.
 struct AgentConfig {
   std::string server;                             // "unix:/path" or "host:port"
+  TlsFiles tls;                                   // on TCP: the node certificate and key, the cluster CA
   NodeIdentity node;
   std::string work_dir;                           // per-agent; attempts live in <work_dir>/jobs
   std::string version = "0.1.0";

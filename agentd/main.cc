@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <ctime>
 #include <iostream>
 #include <memory>
 
@@ -41,11 +42,17 @@ int main(int argc, char** argv) {
   std::string server, name = agent::Hostname(), pool = "on-demand", cpus, mem, work_dir = "/var/spool/mlsched/agentd";
   std::string region, zone, domain, address, eviction_url, log_level = "info";
   std::vector<std::string> gpus;
+  TlsFiles cfg_tls{"/etc/mlsched/tls/ca.pem", "/etc/mlsched/tls/node.pem", "/etc/mlsched/tls/node.key"};
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   double kill_grace_s = 10, eviction_interval_s = 5;
   app.add_option("--server", server, "schedd address: unix:PATH or HOST:PORT (default $MLSCHED_SERVER, else unix:" +
                                           std::string(kDefaultSocket) + ")");
+  app.add_option("--tls-cert", cfg_tls.cert, "On TCP: this node's certificate (PEM), naming the node")
+      ->capture_default_str();
+  app.add_option("--tls-key", cfg_tls.key, "On TCP: this node's private key (PEM)")->capture_default_str();
+  app.add_option("--tls-ca", cfg_tls.ca, "On TCP: the cluster CA (PEM) that schedd's certificate chains to")
+      ->capture_default_str();
   app.add_option("--name", name, "Node name (default: the host name)");
   app.add_option("--pool", pool, "Capacity pool: on-demand, spot or reserved");
   app.add_option("--cpus", cpus, "CPUs offered: N, N.5 or Nm millicores (default: hardware threads)");
@@ -73,6 +80,15 @@ int main(int argc, char** argv) {
   cfg.eviction_interval = std::chrono::milliseconds(static_cast<int64_t>(eviction_interval_s * 1000));
   cfg.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(kill_grace_s * 1000));
   if (name.empty()) return Fail("--name must not be empty");
+  cfg.tls = cfg_tls;
+  if (!IsUnixAddress(cfg.server)) {
+    // schedd accepts this agent only as the node its certificate names: check before connecting.
+    auto cert = CheckCertificate(cfg.tls, std::time(nullptr));
+    if (!cert.ok()) return Fail("TLS: " + cert.error);
+    bool names_node = cert.common_name == name;
+    for (const auto& d : cert.dns_names) names_node |= d == name;
+    if (!names_node) return Fail("TLS: " + cfg.tls.cert + " names " + cert.common_name + ", not node '" + name + "'");
+  }
   if (!agent::IsValidPool(pool)) return Fail("--pool must be on-demand, spot or reserved (got '" + pool + "')");
   if (kill_grace_s < 0 || eviction_interval_s <= 0) return Fail("--kill-grace must be >= 0 and --eviction-interval > 0");
   cfg.node.name = name;

@@ -32,7 +32,17 @@ std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, cons
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (IsUnixAddress(address)) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // TCP: mutual TLS. The files are read for every connection, so rotated certificates are used
+  // from the next reconnect on; an unreadable file fails this attempt (logged) and is retried.
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  try {
+    creds = MakeTlsChannelCredentials(cfg.tls);
+  } catch (const std::exception& e) {
+    spdlog::error("TLS: {}", e.what());
+    creds = grpc::InsecureChannelCredentials();  // schedd's TLS-only listener refuses it: the attempt fails
+  }
+  return grpc::CreateCustomChannel(address, creds, args);
 }
 
 }  // namespace

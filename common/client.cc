@@ -1,12 +1,9 @@
 #include "common/client.h"
 
-#include <pwd.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+
+#include "common/munge.h"
 
 namespace mlsched {
 
@@ -18,33 +15,47 @@ std::string ResolveServerAddress(const std::string& flag_value) {
 
 bool IsUnixAddress(const std::string& address) { return address.rfind("unix:", 0) == 0; }
 
+std::string MungePayloadFor(const std::string& service, const std::string& method) { return service + "/" + method; }
+
+namespace {
+
+/// Adds a fresh MUNGE credential to every call; the credential binds the call's service and method.
+class MungeCallCredentials final : public grpc::MetadataCredentialsPlugin {
+ public:
+  explicit MungeCallCredentials(std::string socket) : socket_(std::move(socket)) {}
+  bool IsBlocking() const override { return true; }
+  const char* GetType() const override { return "mlsched-munge"; }
+  grpc::Status GetMetadata(grpc::string_ref service_url, grpc::string_ref method_name,
+                           const grpc::AuthContext&, std::multimap<grpc::string, grpc::string>* metadata) override {
+    // service_url is "https://HOST:PORT/package.Service".
+    std::string url(service_url.data(), service_url.size());
+    std::string service = url.substr(url.rfind('/') + 1);
+    std::string cred;
+    MungeResult r = MungeEncode(socket_, MungePayloadFor(service, std::string(method_name.data(), method_name.size())),
+                                /*ttl_s=*/0, &cred);
+    if (!r.ok()) return {grpc::StatusCode::UNAUTHENTICATED, r.message};
+    metadata->emplace(kMungeHeader, std::move(cred));
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string socket_;
+};
+
+}  // namespace
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
-std::string ReadTokenFromEnv() {
-  if (const char* t = std::getenv("MLSCHED_TOKEN"); t && *t) return t;
-  if (const char* f = std::getenv("MLSCHED_TOKEN_FILE"); f && *f) {
-    std::ifstream in(f);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string s = ss.str();
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-    return s;
-  }
-  return "";
+  if (IsUnixAddress(address)) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto tls = MakeTlsChannelCredentials(TlsFiles{ResolveClientCaFile(), "", ""});
+  auto munge = grpc::MetadataCredentialsFromPlugin(std::make_unique<MungeCallCredentials>(ResolveMungeSocket()));
+  return grpc::CreateCustomChannel(address, grpc::CompositeChannelCredentials(tls, munge), args);
 }
 
 void PrepareContext(grpc::ClientContext& ctx, const std::string& address, int timeout_s) {
+  (void)address;
   if (timeout_s > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
-  if (IsUnixAddress(address)) return;
-  ctx.AddMetadata(kTokenHeader, ReadTokenFromEnv());
-  std::string user;
-  if (struct passwd* pw = getpwuid(getuid())) user = pw->pw_name;
-  else user = std::to_string(getuid());
-  ctx.AddMetadata(kUserHeader, user);
 }
 
 }  // namespace mlsched

@@ -6,31 +6,35 @@
 #include <memory>
 #include <string>
 
+#include "common/tls.h"
+
 namespace mlsched {
 
 /// Default socket path of schedd.
 inline constexpr const char* kDefaultSocket = "/run/mlsched/schedd.sock";
 
 /// The address clients use: --server if given, else $MLSCHED_SERVER, else unix:/run/mlsched/schedd.sock.
-/// Forms: "unix:/abs/path" (Unix socket, user from SO_PEERCRED) or "HOST:PORT" (TCP, token needed).
+/// Forms: "unix:/abs/path" (Unix socket, user from SO_PEERCRED) or "HOST:PORT" (TCP: TLS, and the
+/// user proven by a MUNGE credential in every call).
 std::string ResolveServerAddress(const std::string& flag_value);
 
 /// True for "unix:..." addresses.
 bool IsUnixAddress(const std::string& address);
 
-/// A gRPC channel to schedd (insecure transport; TCP calls carry the shared token as metadata).
+/// Metadata key of the per-call MUNGE credential on TCP.
+inline constexpr const char* kMungeHeader = "x-mlsched-munge";
+
+/// The payload a call's MUNGE credential binds: "SERVICE/METHOD", e.g.
+/// "mlsched.v1.JobService/SubmitJob". schedd accepts a credential only for the call it was made for.
+std::string MungePayloadFor(const std::string& service, const std::string& method);
+
+/// A gRPC channel to a user-facing schedd service. Unix socket: plain (the kernel names the
+/// caller). TCP: TLS verified against ResolveClientCaFile(), and every call carries a fresh MUNGE
+/// credential from the munged at ResolveMungeSocket() (gRPC sends call credentials only over TLS).
+/// Throws std::runtime_error when the CA file cannot be read.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-/// Adds the credentials of a call: on TCP, "x-mlsched-token" from $MLSCHED_TOKEN or the file named
-/// by $MLSCHED_TOKEN_FILE, and "x-mlsched-user" (the caller's login name). Sets a deadline of
-/// `timeout_s` seconds (0 = none).
+/// Sets a call's deadline to `timeout_s` seconds from now (0 = none). Credentials are the channel's.
 void PrepareContext(grpc::ClientContext& ctx, const std::string& address, int timeout_s = 30);
-
-/// Metadata keys.
-inline constexpr const char* kTokenHeader = "x-mlsched-token";
-inline constexpr const char* kUserHeader = "x-mlsched-user";
-
-/// Reads the shared token: $MLSCHED_TOKEN, else the contents of $MLSCHED_TOKEN_FILE (trimmed), else "".
-std::string ReadTokenFromEnv();
 
 }  // namespace mlsched

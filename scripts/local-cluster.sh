@@ -2,10 +2,14 @@
 # A local mlsched cluster on loopback: one schedd (SQLite state, policies/default.toml, Prometheus
 # metrics), four agents (2 on-demand, 2 spot, in two topology domains) and an object store for
 # checkpoints (s3rver from tools/s3 when node and its modules are there, else a directory through
-# file://), all in one state directory.
+# file://), all in one state directory. Secured as a production cluster is: a private cluster CA
+# and certificates (scripts/mlsched-certs.sh), schedd on TLS (127.0.0.1, a free port), agents on
+# mutual TLS with their node certificates, and a private munged (own key and socket) through which
+# the CLI proves who the user is. schedd's Unix socket stays for local callers (SO_PEERCRED).
 #   scripts/local-cluster.sh up|down|status
 # `up` writes $MLSCHED_STATE/env.sh: source it to get MLSCHED_SERVER, the checkpoint URL and the
-# S3 credentials (MLSCHED_CHECKPOINT_URL, AWS_*) and the metrics address (MLSCHED_METRICS_URL).
+# S3 credentials (MLSCHED_CHECKPOINT_URL, AWS_*), the metrics address (MLSCHED_METRICS_URL), the CA
+# (MLSCHED_TLS_CA) and the munged socket (MLSCHED_MUNGE_SOCKET).
 # Environment: MLSCHED_STATE (default ./.state), MLSCHED_BUILD_DIR (default ./build),
 # AGENT_CPUS (CPUs per agent, default 2), MLSCHED_POLICY (default policies/default.toml),
 # MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available).
@@ -30,21 +34,34 @@ up() {
     echo "local cluster already up (MLSCHED_SERVER=$MLSCHED_SERVER)"; return 0
   fi
   : > "$STATE/env.sh"
-  echo "export MLSCHED_SERVER=$MLSCHED_SERVER" >> "$STATE/env.sh"
+  certificates
+  munge_up
   object_store
   start schedd "$STATE/logs/schedd.log" "$BIN/schedd/server/schedd" --listen "unix:$SOCK" \
+    --listen-tcp 127.0.0.1:0 --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
+    --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" \
     --state-dir "$STATE/db" --policy "$POLICY" --metrics-port 0 \
     --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20
   for i in $(seq 1 50); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.2; done
   "$BIN/cli/mlq" >/dev/null || { echo "schedd did not start; see $STATE/logs/schedd.log" >&2; tail -5 "$STATE/logs/schedd.log" >&2; exit 1; }
-  local url
+  local url tls
   url=$(grep -o 'metrics on http://[^ ]*' "$STATE/logs/schedd.log" | tail -1 | cut -d' ' -f3)
-  echo "export MLSCHED_METRICS_URL=$url" >> "$STATE/env.sh"
+  tls=$(grep -o 'and tls:[0-9.]*:[0-9]*' "$STATE/logs/schedd.log" | tail -1 | cut -d: -f2-)
+  [ -n "$tls" ] || { echo "schedd did not report its TLS port; see $STATE/logs/schedd.log" >&2; exit 1; }
+  export MLSCHED_SERVER="$tls" MLSCHED_TLS_CA="$STATE/tls/ca.pem" MLSCHED_MUNGE_SOCKET="$STATE/munge/munge.sock"
+  cat >> "$STATE/env.sh" <<ENV
+export MLSCHED_SERVER=$MLSCHED_SERVER
+export MLSCHED_TLS_CA=$MLSCHED_TLS_CA
+export MLSCHED_MUNGE_SOCKET=$MLSCHED_MUNGE_SOCKET
+export MLSCHED_METRICS_URL=$url
+ENV
+  "$BIN/cli/mlq" >/dev/null || { echo "schedd refuses TLS+MUNGE calls; see $STATE/logs/schedd.log" >&2; exit 1; }
   local n=0
   for spec in "od-1 on-demand rack-a" "od-2 on-demand rack-b" "spot-1 spot rack-a" "spot-2 spot rack-b"; do
     set -- $spec
     mkdir -p "$STATE/agents/$1"
-    start "agent-$1" "$STATE/logs/agent-$1.log" "$BIN/agentd/agentd" --server "unix:$SOCK" --name "$1" \
+    start "agent-$1" "$STATE/logs/agent-$1.log" "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$1" \
+      --tls-cert "$STATE/tls/nodes/$1.pem" --tls-key "$STATE/tls/nodes/$1.key" --tls-ca "$STATE/tls/ca.pem" \
       --pool "$2" --domain "$3" --zone local-a --region local --cpus "$AGENT_CPUS" --mem 4G \
       --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0
     n=$((n + 1))
@@ -53,7 +70,28 @@ up() {
     [ "$("$BIN/cli/mladmin" nodes --json 2>/dev/null | grep -o '"name"' | wc -l)" -ge "$n" ] && break
     sleep 0.2
   done
-  echo "local cluster up: source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
+  echo "local cluster up (TLS + MUNGE): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
+}
+
+# The cluster CA, schedd's certificate and one certificate per node (kept across restarts).
+certificates() {
+  [ -f "$STATE/tls/ca.pem" ] && return 0
+  bash scripts/mlsched-certs.sh "$STATE/tls" ca >/dev/null
+  bash scripts/mlsched-certs.sh "$STATE/tls" schedd localhost >/dev/null
+  for n in od-1 od-2 spot-1 spot-2; do bash scripts/mlsched-certs.sh "$STATE/tls" node "$n" >/dev/null; done
+  chmod 0755 "$STATE/tls"  # ca.pem readable by every local user; keys stay 0600
+}
+
+# A private munged: its own key and socket (the directory is traversable, not listable, by others).
+munge_up() {
+  command -v munged >/dev/null || { echo "munged is missing: run scripts/install-deps.sh" >&2; exit 1; }
+  mkdir -p "$STATE/munge"
+  chmod 0711 "$STATE/munge"
+  [ -f "$STATE/munge/munge.key" ] || mungekey --create --keyfile="$STATE/munge/munge.key"
+  munged --force --socket="$STATE/munge/munge.sock" --key-file="$STATE/munge/munge.key" \
+    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/logs/munged.log" --seed-file="$STATE/munge/munged.seed"
+  for i in $(seq 1 50); do [ -S "$STATE/munge/munge.sock" ] && [ -s "$STATE/munge/munged.pid" ] && break; sleep 0.1; done
+  cp "$STATE/munge/munged.pid" "$STATE/pids/munged"
 }
 
 # Starts the checkpoint object store and records its URL and credentials in env.sh.
@@ -85,7 +123,7 @@ ENV
 
 down() {
   [ -d "$STATE/pids" ] || { echo "local cluster is not running"; return 0; }
-  for f in "$STATE"/pids/agent-* "$STATE/pids/schedd" "$STATE/pids/s3"; do
+  for f in "$STATE"/pids/agent-* "$STATE/pids/schedd" "$STATE/pids/s3" "$STATE/pids/munged"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
     kill "$pid" 2>/dev/null || true

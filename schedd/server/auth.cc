@@ -10,7 +10,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+
+#include "common/client.h"
+#include "common/munge.h"
+#include "common/tls.h"
 
 namespace mlsched::server {
 
@@ -85,45 +90,58 @@ bool PeerCredListener::Lookup(const std::string& peer, struct ucred* out) {
   return true;
 }
 
-Authenticator::Authenticator(PeerCredListener* unix_listener, std::string tcp_token,
+Authenticator::Authenticator(PeerCredListener* unix_listener, AuthConfig cfg,
                              std::function<bool(const std::string&)> is_operator)
-    : listener_(unix_listener), token_(std::move(tcp_token)), is_operator_(std::move(is_operator)) {}
+    : listener_(unix_listener), cfg_(std::move(cfg)), is_operator_(std::move(is_operator)) {}
 
-namespace {
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return d == 0;
+grpc::Status Authenticator::Reject(grpc::StatusCode code, std::string why, grpc::ServerContext* ctx) const {
+  if (metrics_) metrics_->CountRejected("authentication");
+  spdlog::warn("refused a call from {}: {}", ctx->peer(), why);
+  return {code, std::move(why)};
 }
-std::string Meta(grpc::ServerContext* ctx, const char* key) {
-  auto it = ctx->client_metadata().find(key);
-  return it == ctx->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
-}
-}  // namespace
 
-grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, Caller* out) const {
+grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, const std::string& rpc, Caller* out) const {
   struct ucred cred {};
   if (listener_ && listener_->Lookup(ctx->peer(), &cred)) {
     out->uid = cred.uid;
     out->gid = cred.gid;
-    out->user = UserName(cred.uid);
   } else {
-    if (token_.empty()) return {grpc::StatusCode::UNAUTHENTICATED, "TCP access is not enabled on this schedd"};
-    if (!ConstantTimeEquals(Meta(ctx, kTokenHeaderName), token_))
-      return {grpc::StatusCode::UNAUTHENTICATED, "bad or missing token (set MLSCHED_TOKEN or MLSCHED_TOKEN_FILE)"};
-    out->user = Meta(ctx, kUserHeaderName);
-    if (out->user.empty()) return {grpc::StatusCode::UNAUTHENTICATED, "missing user header"};
-    struct passwd pw, *res = nullptr;
-    char buf[4096];
-    if (getpwnam_r(out->user.c_str(), &pw, buf, sizeof buf, &res) == 0 && res) {
-      out->uid = pw.pw_uid;
-      out->gid = pw.pw_gid;
-    } else {
-      out->uid = out->gid = 65534;  // nobody: may submit, cannot run as a local user
-    }
+    auto it = ctx->client_metadata().find(mlsched::kMungeHeader);
+    if (it == ctx->client_metadata().end())
+      return Reject(grpc::StatusCode::UNAUTHENTICATED, "no MUNGE credential on a TCP call (is munged running on the client host?)", ctx);
+    MungeIdentity id;
+    MungeResult r = MungeDecode(cfg_.munge_socket, std::string(it->second.data(), it->second.size()), &id);
+    if (!r.ok()) return Reject(grpc::StatusCode::UNAUTHENTICATED, r.message, ctx);
+    if (id.payload != rpc)
+      return Reject(grpc::StatusCode::UNAUTHENTICATED,
+                    "MUNGE credential was made for '" + id.payload.substr(0, 80) + "', not for " + rpc, ctx);
+    out->uid = id.uid;
+    out->gid = id.gid;
   }
+  out->user = UserName(out->uid);
   out->privileged = out->uid == 0 || out->uid == ::getuid() || is_operator_(out->user);
+  return grpc::Status::OK;
+}
+
+grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity) const {
+  struct ucred cred {};
+  if (listener_ && listener_->Lookup(ctx->peer(), &cred)) {
+    std::string user = UserName(cred.uid);
+    if (!(cred.uid == 0 || cred.uid == ::getuid() || is_operator_(user)))
+      return Reject(grpc::StatusCode::PERMISSION_DENIED,
+                    "agents must run as root, schedd's user or an operator (not " + user + ")", ctx);
+    *identity = "unix:" + user;
+    return grpc::Status::OK;
+  }
+  auto auth = ctx->auth_context();
+  std::vector<std::string> names = auth ? mlsched::PeerCertificateNames(*auth) : std::vector<std::string>{};
+  if (names.empty())
+    return Reject(grpc::StatusCode::UNAUTHENTICATED,
+                  "agent for node '" + node + "' presented no node certificate from the cluster CA", ctx);
+  if (std::find(names.begin(), names.end(), node) == names.end())
+    return Reject(grpc::StatusCode::PERMISSION_DENIED,
+                  "agent certificate names " + names.front() + ", not node '" + node + "'", ctx);
+  *identity = "cert:CN=" + names.front();
   return grpc::Status::OK;
 }
 

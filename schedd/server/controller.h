@@ -184,6 +184,11 @@ class Controller {
   static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);
   // controller_launch.cc: attempts
   void StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now);
+  /// True when `node` holds a task of `j`'s current placement (of `rank`, or any rank when rank < 0).
+  bool PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const;
+  /// Logs and counts (mlsched_rejected_requests_total{reason="agent_message"}) a report from an
+  /// agent about a task that is not placed on its node; the report changes nothing.
+  void RejectAgentMessage(const std::string& node, const std::string& what);
   void OnPrepareResult(const std::string& node, const v1::PrepareResult& r, int64_t now);
   void OnTaskStarted(const std::string& node, const v1::TaskStarted& t);
   void OnTaskExited(const std::string& node, const v1::TaskExited& t, int64_t now);

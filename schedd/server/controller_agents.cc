@@ -264,9 +264,22 @@ void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage&
   }
 }
 
+bool Controller::PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const {
+  for (const auto& t : j.placement.tasks())
+    if (t.node() == node && (rank < 0 || t.rank() == rank)) return true;
+  return false;
+}
+
+void Controller::RejectAgentMessage(const std::string& node, const std::string& what) {
+  spdlog::warn("node {}: rejected {}: not placed on this node", node, what);
+  if (metrics_) metrics_->CountRejected("agent_message");
+}
+
 void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResult& r, int64_t now) {
   JobRec* j = Find(r.job_id());
   if (!j || j->state != core::JobState::kRunning || j->attempt != r.attempt()) return;  // stale
+  if (!PlacedOn(*j, node, -1))
+    return RejectAgentMessage(node, "prepare result for job " + std::to_string(j->id) + " attempt " + std::to_string(j->attempt));
   if (!r.ok()) {
     spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, r.error());
     EndAttempt(*j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "prepare-failed");
@@ -291,19 +304,29 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
 void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t) {
   JobRec* j = Find(t.job_id());
   if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
+  if (!PlacedOn(*j, node, t.rank()))
+    return RejectAgentMessage(node, "task-started for job " + std::to_string(j->id) + " rank " + std::to_string(t.rank()));
   for (int i = 0; i < j->placement.tasks_size(); ++i)
-    if (j->placement.tasks(i).rank() == t.rank() && j->tasks[i].phase == Phase::kCommitted) j->tasks[i].phase = Phase::kRunning;
+    if (j->placement.tasks(i).rank() == t.rank() && j->placement.tasks(i).node() == node &&
+        j->tasks[i].phase == Phase::kCommitted)
+      j->tasks[i].phase = Phase::kRunning;
 }
 
 void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, int64_t now) {
   if (auto g = ghosts_.find({t.job_id(), t.attempt()}); g != ghosts_.end()) {
-    g->second.alive.erase(t.rank());
+    auto rank = g->second.alive.find(t.rank());
+    if (rank == g->second.alive.end()) return;
+    if (rank->second != node)
+      return RejectAgentMessage(node, "task-exited for job " + std::to_string(t.job_id()) + " rank " + std::to_string(t.rank()));
+    g->second.alive.erase(rank);
     if (g->second.alive.empty()) ghosts_.erase(g);
     Trigger();
     return;
   }
   JobRec* j = Find(t.job_id());
   if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
+  if (!PlacedOn(*j, node, t.rank()))
+    return RejectAgentMessage(node, "task-exited for job " + std::to_string(j->id) + " rank " + std::to_string(t.rank()));
   if (t.rank() < 0) {
     // The agent could not launch this attempt on `node` at all (e.g. a commit for an attempt it
     // never prepared): a launch failure, retried after the backoff.

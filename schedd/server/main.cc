@@ -1,5 +1,5 @@
 // schedd: the central scheduler daemon. Wires the SQLite store, the controller, the gRPC services
-// (Unix socket with SO_PEERCRED, optional TCP with a shared token) and the scheduling loop.
+// (Unix socket with SO_PEERCRED, optional TCP with TLS, MUNGE for users and node certificates for agents) and the scheduling loop.
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -15,6 +15,8 @@
 
 #include "common/client.h"
 #include "common/metrics_http.h"
+#include "common/munge.h"
+#include "common/tls.h"
 #include "schedd/policy/policy_loader.h"
 #include "schedd/report/report.h"
 #include "schedd/server/auth.h"
@@ -26,15 +28,17 @@ using namespace mlsched::server;
 
 namespace {
 
-std::string ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read token file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r')) t.pop_back();
-  if (t.size() < 16) throw std::runtime_error("token in " + path + " is too short (need >= 16 characters)");
-  return t;
+/// Checks schedd's own certificate (expired, foreign CA, key mismatch) and logs what it found;
+/// false when it is not usable. Run at start and on SIGHUP (gRPC re-reads the files by itself).
+bool CheckOwnCertificate(const mlsched::TlsFiles& tls) {
+  auto info = mlsched::CheckCertificate(tls, WallNow());
+  if (!info.ok()) {
+    spdlog::error("TLS: {}", info.error);
+    return false;
+  }
+  spdlog::info("TLS: certificate {} (CN={}) valid for {} more day(s); files re-read every {} s", tls.cert,
+               info.common_name, (info.not_after - WallNow()) / 86400, mlsched::kCertRefreshSeconds);
+  return true;
 }
 
 /// Loads the policy file (all or nothing; pricing tables included) and adds the --operator users.
@@ -95,7 +99,8 @@ int main(int argc, char** argv) {
   // (bench_schedd: 3.9 KB -> 2.0 KB per job at 10,000 jobs) with no measurable throughput cost.
   mallopt(M_ARENA_MAX, 1);
   CLI::App app{"schedd: the mlsched scheduler daemon"};
-  std::string listen = std::string("unix:") + mlsched::kDefaultSocket, listen_tcp, token_file;
+  std::string listen = std::string("unix:") + mlsched::kDefaultSocket, listen_tcp, token_file, munge_socket;
+  mlsched::TlsFiles tls;
   std::string state_dir = "/var/lib/mlsched", log_level = "info", policy_file;
   ControllerConfig cfg;
   int cycle_ms = 1000;
@@ -103,8 +108,13 @@ int main(int argc, char** argv) {
   std::string metrics_host = "127.0.0.1";
   std::vector<std::string> operators;
   app.add_option("--listen", listen, "Unix socket to serve on (unix:PATH)");
-  app.add_option("--listen-tcp", listen_tcp, "Also serve on TCP HOST:PORT (needs --token-file)");
-  app.add_option("--token-file", token_file, "File holding the shared token TCP callers must present");
+  app.add_option("--listen-tcp", listen_tcp, "Also serve on TCP HOST:PORT, TLS only (needs --tls-cert/--tls-key/--tls-ca)");
+  app.add_option("--tls-cert", tls.cert, "schedd's certificate (PEM) from the cluster CA");
+  app.add_option("--tls-key", tls.key, "schedd's private key (PEM)");
+  app.add_option("--tls-ca", tls.ca, "The cluster CA (PEM): agents' node certificates must chain to it");
+  app.add_option("--munge-socket", munge_socket, "munged socket for TCP callers' credentials (default $MLSCHED_MUNGE_SOCKET, else " +
+                 std::string(mlsched::kDefaultMungeSocket) + ")");
+  app.add_option("--token-file", token_file, "Removed: TCP callers prove who they are with MUNGE")->group("");
   app.add_option("--state-dir", state_dir, "Directory of the SQLite state (state.db)");
   app.add_option("--policy", policy_file, "Policy TOML file (policies/README.md); reloaded on SIGHUP");
   app.add_option("--operator", operators, "User allowed to act on any job (repeatable)");
@@ -126,8 +136,13 @@ int main(int argc, char** argv) {
     std::cerr << "schedd: --listen must be unix:PATH (got '" << listen << "')\n";
     return 2;
   }
-  if (!listen_tcp.empty() && token_file.empty()) {
-    std::cerr << "schedd: --listen-tcp needs --token-file\n";
+  if (!token_file.empty()) {
+    std::cerr << "schedd: --token-file was removed: TCP users prove who they are with MUNGE and agents with node "
+                 "certificates (docs/operations.md, Security model)\n";
+    return 2;
+  }
+  if (!listen_tcp.empty() && (tls.cert.empty() || tls.key.empty() || tls.ca.empty())) {
+    std::cerr << "schedd: --listen-tcp needs --tls-cert, --tls-key and --tls-ca (scripts/mlsched-certs.sh makes them)\n";
     return 2;
   }
 
@@ -141,7 +156,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
-    std::string token = token_file.empty() ? "" : ReadToken(token_file);
+    if (!listen_tcp.empty() && !CheckOwnCertificate(tls)) return 2;
     Store store(state_dir);
     auto loaded = LoadPolicy(policy_file, operators);
     if (!loaded) {
@@ -152,13 +167,14 @@ int main(int argc, char** argv) {
     if (!policy_file.empty()) spdlog::info("policy loaded from {}", policy_file);
     PeerCredListener listener(listen.substr(5));
     Controller* ctl_ptr = nullptr;
-    Authenticator auth(&listener, token, [&](const std::string& u) { return ctl_ptr && ctl_ptr->IsOperator(u); });
+    Authenticator auth(&listener, AuthConfig{mlsched::ResolveMungeSocket(munge_socket)}, [&](const std::string& u) { return ctl_ptr && ctl_ptr->IsOperator(u); });
     AgentGateway gateway(auth);
     Controller ctl(store, gateway, policy, cfg);
     ctl_ptr = &ctl;
     gateway.SetController(&ctl);
     SchedMetrics metrics;
     ctl.SetMetrics(&metrics);
+    auth.SetMetrics(&metrics);
     ctl.Recover(WallNow());
     std::unique_ptr<mlsched::MetricsHttpServer> metrics_http;
     if (metrics_port >= 0) {
@@ -171,7 +187,8 @@ int main(int argc, char** argv) {
     admin.SetPolicyReloader([&] { return ReloadPolicyFile(ctl, policy_file, operators, "ReloadPolicy"); });
 
     grpc::ServerBuilder builder;
-    if (!listen_tcp.empty()) builder.AddListeningPort(listen_tcp, grpc::InsecureServerCredentials());
+    int tcp_port = 0;  // the port bound, when --listen-tcp asks for port 0
+    if (!listen_tcp.empty()) builder.AddListeningPort(listen_tcp, mlsched::MakeServerCredentials(tls), &tcp_port);
     builder.RegisterService(&jobs);
     builder.RegisterService(&admin);
     builder.RegisterService(&gateway);
@@ -179,7 +196,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server) throw std::runtime_error("cannot start the gRPC server (is " + listen_tcp + " in use?)");
     listener.Start(server.get());
-    spdlog::info("schedd listening on {}{}{}, state in {}", listen, listen_tcp.empty() ? "" : " and tcp:", listen_tcp,
+    spdlog::info("schedd listening on {}{}, state in {}", listen,
+                 listen_tcp.empty() ? "" : " and tls:" + listen_tcp.substr(0, listen_tcp.rfind(':')) + ":" + std::to_string(tcp_port),
                  state_dir);
 
     std::atomic<bool> stop{false};
@@ -201,6 +219,7 @@ int main(int argc, char** argv) {
       sigwait(&sigs, &sig);
       if (sig == SIGHUP) {
         ReloadPolicyFile(ctl, policy_file, operators, "SIGHUP");
+        if (!listen_tcp.empty()) CheckOwnCertificate(tls);
         continue;
       }
       spdlog::info("signal {}: shutting down", sig);

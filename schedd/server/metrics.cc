@@ -22,6 +22,11 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
                     .Register(*registry_).Add({});
   preemptions_ = &prometheus::BuildCounter().Name("mlsched_preemptions_total")
                       .Help("Running jobs signalled for QoS preemption").Register(*registry_).Add({});
+  rejected_ = &prometheus::BuildCounter().Name("mlsched_rejected_requests_total")
+                   .Help("Requests refused for security, by reason (authentication, agent_message)")
+                   .Register(*registry_);
+  rejected_->Add({{"reason", "authentication"}});
+  rejected_->Add({{"reason", "agent_message"}});
   cycle_ = &prometheus::BuildHistogram().Name("mlsched_cycle_seconds").Help("Duration of one scheduling cycle")
                 .Register(*registry_).Add({}, kCycleBuckets);
   jobs_ = &prometheus::BuildGauge().Name("mlsched_jobs").Help("Jobs in memory by state and partition").Register(*registry_);
@@ -37,6 +42,7 @@ void SchedMetrics::CountRequeue(const std::string& reason) { requeues_->Add({{"r
 void SchedMetrics::CountEviction() { evictions_->Increment(); }
 void SchedMetrics::CountPreemption() { preemptions_->Increment(); }
 void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"state", state}}).Increment(); }
+void SchedMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
 void SchedMetrics::ObserveCycle(double seconds) { cycle_->Observe(seconds); }
 
 std::string SchedMetrics::Render(const Gauges& g) {

@@ -27,6 +27,9 @@ class SchedMetrics {
   void CountPreemption();
   void CountJobEnd(const std::string& state);
   void ObserveCycle(double seconds);
+  /// An input refused for security: reason = "authentication" (bad or missing MUNGE credential,
+  /// foreign node certificate) or "agent_message" (an agent reporting on a task not placed on it).
+  void CountRejected(const std::string& reason);
   /// Gauges: replaced wholesale at each scrape.
   struct Gauges {
     std::map<std::pair<std::string, std::string>, double> jobs;  // (state, partition) -> count
@@ -43,6 +46,7 @@ class SchedMetrics {
   prometheus::Family<prometheus::Counter>* job_ends_;
   prometheus::Counter* evictions_;
   prometheus::Counter* preemptions_;
+  prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Histogram* cycle_;
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Gauge>* gpus_;

@@ -42,7 +42,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
                                        v1::SubmitJobResponse* resp) {
   return Guard("SubmitJob", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/SubmitJob", &c); !st.ok()) return st;
     int64_t id = 0;
     Status s = ctl_.Submit(c, req->spec(), WallNow(), &id);
     resp->set_job_id(id);
@@ -54,7 +54,7 @@ grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::Canc
                                         v1::CancelJobsResponse* resp) {
   return Guard("CancelJobs", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/CancelJobs", &c); !st.ok()) return st;
     *resp = ctl_.Cancel(c, *req, WallNow());
     return grpc::Status::OK;
   });
@@ -63,7 +63,7 @@ grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::Canc
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
   return Guard("ListJobs", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListJobs", &c); !st.ok()) return st;
     auto jobs = ctl_.List(*req);
     resp->mutable_jobs()->Reserve(static_cast<int>(jobs.size()));
     for (auto& j : jobs) *resp->add_jobs() = std::move(j);
@@ -74,7 +74,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
   return Guard("GetJob", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/GetJob", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Get(req->job_id(), resp));
   });
 }
@@ -82,7 +82,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
 grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJobRequest* req, v1::HoldJobResponse*) {
   return Guard("HoldJob", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/HoldJob", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Hold(c, req->job_id(), req->release(), WallNow()));
   });
 }
@@ -91,7 +91,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::Expl
                                         v1::ExplainJobResponse* resp) {
   return Guard("ExplainJob", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ExplainJob", &c); !st.ok()) return st;
     if (Status s = ctl_.Get(req->job_id(), resp->mutable_job()); !s.ok()) return ToGrpc(s);
     const int64_t now = WallNow();
     resp->set_now(now);
@@ -126,7 +126,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::Expl
 grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) {
   return Guard("ListNodes", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/ListNodes", &c); !st.ok()) return st;
     for (auto& n : ctl_.Nodes()) *resp->add_nodes() = std::move(n);
     return grpc::Status::OK;
   });
@@ -135,7 +135,7 @@ grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::Lis
 grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req, v1::DrainNodeResponse*) {
   return Guard("DrainNode", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/DrainNode", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Drain(c, req->node(), req->reason(), req->resume()));
   });
 }
@@ -143,7 +143,7 @@ grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::Dra
 grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::EvictNodeRequest* req, v1::EvictNodeResponse*) {
   return Guard("EvictNode", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/EvictNode", &c); !st.ok()) return st;
     if (req->deadline_s() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "deadline must be >= 0 s");
     int64_t now = WallNow();
     return ToGrpc(ctl_.Evict(c, req->node(), now + req->deadline_s(), "admin", now));
@@ -154,7 +154,7 @@ grpc::Status AdminServiceImpl::ReloadPolicy(grpc::ServerContext* ctx, const v1::
                                             v1::ReloadPolicyResponse* resp) {
   return Guard("ReloadPolicy", [&] {
     Caller c;
-    if (auto st = auth_.Authenticate(ctx, &c); !st.ok()) return st;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/ReloadPolicy", &c); !st.ok()) return st;
     if (!c.privileged)
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                           "policy reload needs root or an operator (you are " + c.user + ")");
@@ -190,16 +190,15 @@ bool AgentGateway::Send(const std::string& node, const v1::SchedulerMessage& msg
 
 grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
                                    grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) {
-  Caller caller;
-  if (auto st = auth_.Authenticate(ctx, &caller); !st.ok()) return st;
-  if (!caller.privileged)
-    return {grpc::StatusCode::PERMISSION_DENIED, "agents must run as root, schedd's user or an operator (not " + caller.user + ")"};
   v1::AgentMessage first;
   if (!stream->Read(&first)) return grpc::Status::OK;
   if (!first.has_register_() || first.register_().name().empty())
     return {grpc::StatusCode::INVALID_ARGUMENT, "the first message on the agent stream must be register with a node name"};
   const std::string node = first.register_().name();
+  std::string identity;
+  if (auto st = auth_.AuthenticateAgent(ctx, node, &identity); !st.ok()) return st;
   auto session = std::make_shared<Session>();
+  session->ctx = ctx;
   std::shared_ptr<Session> old;
   {
     std::lock_guard lk(mu_);
@@ -207,9 +206,12 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     sessions_[node] = session;
   }
   if (old) {
+    // The node's previous stream is closed, so no agent is left orphaned on it.
+    spdlog::warn("node {}: a new agent session ({}) replaces the previous one", node, identity);
     std::lock_guard lk(old->mu);
     old->closed = true;
     old->cv.notify_all();
+    old->ctx->TryCancel();
   }
   // Registered must be the first message the agent sees: queue it in front of anything the
   // controller queued meanwhile, then start the writer.

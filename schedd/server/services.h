@@ -80,6 +80,7 @@ class AgentGateway final : public mlsched::v1::AgentService::Service, public Age
     std::condition_variable cv;
     std::deque<v1::SchedulerMessage> outbox;
     bool closed = false;
+    grpc::ServerContext* ctx = nullptr;  // cancelled when a newer session for the node replaces this one
   };
   Controller* ctl_ = nullptr;
   const Authenticator& auth_;

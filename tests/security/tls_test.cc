@@ -1,0 +1,76 @@
+// Certificate checks (common/tls.h) on certificates made by scripts/mlsched-certs.sh.
+#include <catch2/catch.hpp>
+
+#include <ctime>
+
+#include "common/tls.h"
+#include "tests/security/fixtures.h"
+
+using namespace mlsched;
+using mlsched::testing::MakeCluster;
+using mlsched::testing::Sh;
+using mlsched::testing::TempDir;
+
+TEST_CASE("node certificates: names, validity, CA and key are checked", "[security][tls]") {
+  TempDir dir("mlsched-tls-");
+  auto d = dir.path();
+  REQUIRE(MakeCluster(d / "a", {"n1"}));
+  REQUIRE(MakeCluster(d / "b", {"n1"}));  // another CA issuing a certificate for the same name
+  auto a = d / "a";
+  const int64_t now = std::time(nullptr);
+
+  CertificateInfo ok = CheckCertificate({(a / "ca.pem").string(), (a / "nodes/n1.pem").string(), (a / "nodes/n1.key").string()}, now);
+  CHECK(ok.ok());
+  CHECK(ok.common_name == "n1");
+  CHECK(ok.dns_names == std::vector<std::string>{"n1"});
+  CHECK(ok.not_after > now + 800LL * 86400);
+
+  CertificateInfo srv = CheckCertificate({(a / "ca.pem").string(), (a / "schedd.pem").string(), ""}, now);
+  CHECK(srv.ok());
+  CHECK(srv.common_name == "localhost");
+
+  SECTION("issued by another CA") {
+    auto r = CheckCertificate({(a / "ca.pem").string(), (d / "b/nodes/n1.pem").string(), ""}, now);
+    CHECK_FALSE(r.ok());
+    CHECK_THAT(r.error, Catch::Contains("not issued by the CA"));
+  }
+  SECTION("expired") {
+    auto r = CheckCertificate({(a / "ca.pem").string(), (a / "nodes/n1.pem").string(), ""}, now + 900LL * 86400);
+    CHECK_FALSE(r.ok());
+    CHECK_THAT(r.error, Catch::Contains("expired"));
+  }
+  SECTION("not yet valid") {
+    auto r = CheckCertificate({(a / "ca.pem").string(), (a / "nodes/n1.pem").string(), ""}, now - 86400);
+    CHECK_FALSE(r.ok());
+    CHECK_THAT(r.error, Catch::Contains("not yet valid"));
+  }
+  SECTION("a key that is not the certificate's") {
+    auto r = CheckCertificate({(a / "ca.pem").string(), (a / "nodes/n1.pem").string(), (a / "schedd.key").string()}, now);
+    CHECK_FALSE(r.ok());
+    CHECK_THAT(r.error, Catch::Contains("not the private key"));
+  }
+  SECTION("missing and non-PEM files") {
+    CHECK_THAT(CheckCertificate({(a / "ca.pem").string(), (d / "nope.pem").string(), ""}, now).error,
+               Catch::Contains("cannot read"));
+    std::ofstream(d / "junk.pem") << "hello";
+    CHECK_THAT(CheckCertificate({(a / "ca.pem").string(), (d / "junk.pem").string(), ""}, now).error,
+               Catch::Contains("no PEM certificate"));
+  }
+  SECTION("an over-long file") {
+    std::ofstream(d / "big.pem") << std::string(kMaxPemFileBytes + 10, 'x');
+    CHECK_THAT(CheckCertificate({(a / "ca.pem").string(), (d / "big.pem").string(), ""}, now).error,
+               Catch::Contains("larger than"));
+  }
+}
+
+TEST_CASE("the certificate script refuses bad node names and keeps keys private", "[security][tls]") {
+  TempDir dir("mlsched-tls-");
+  auto d = dir.path().string();
+  REQUIRE(Sh("bash " + mlsched::testing::CertScript() + " " + d + " ca >/dev/null"));
+  CHECK_FALSE(Sh("bash " + mlsched::testing::CertScript() + " " + d + " node '../etc' 2>/dev/null"));
+  CHECK_FALSE(Sh("bash " + mlsched::testing::CertScript() + " " + d + " ca 2>/dev/null"));  // never overwrites the CA
+  REQUIRE(Sh("bash " + mlsched::testing::CertScript() + " " + d + " node n7 >/dev/null"));
+  struct stat st {};
+  REQUIRE(::stat((dir.path() / "nodes/n7.key").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0077) == 0);
+}
