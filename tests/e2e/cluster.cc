@@ -109,11 +109,43 @@ Cluster::Cluster() {
   StartSchedd();
 }
 
-Cluster::Cluster(const std::string& policy_toml) {
+Cluster::Cluster(const std::string& policy_toml, Transport transport) : transport_(transport) {
   Init();
-  policy_file_ = (dir_ / "policy.toml").string();
-  std::ofstream(policy_file_) << policy_toml;
+  if (!policy_toml.empty()) {
+    policy_file_ = (dir_ / "policy.toml").string();
+    std::ofstream(policy_file_) << policy_toml;
+  }
+  if (transport_ == Transport::kTls) InitSecurity();
   StartSchedd();
+}
+
+namespace {
+bool Sh(const std::string& cmd) { return std::system(cmd.c_str()) == 0; }
+std::string CertScript() { return std::string(MLSCHED_SOURCE_DIR) + "/scripts/mlsched-certs.sh"; }
+}  // namespace
+
+void Cluster::InitSecurity() {
+  // Every local user may reach the CA and the munged socket (as on a real cluster); keys stay 0600.
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec |
+                            fs::perms::group_read | fs::perms::others_read);
+  REQUIRE(Sh("bash " + CertScript() + " " + TlsDir().string() + " ca >/dev/null"));
+  REQUIRE(Sh("bash " + CertScript() + " " + TlsDir().string() + " schedd localhost >/dev/null"));
+  fs::permissions(TlsDir(), fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  fs::path m = dir_ / "munge";
+  fs::create_directories(m);
+  fs::permissions(m, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  REQUIRE(Sh("mungekey --create --keyfile=" + (m / "munge.key").string()));
+  REQUIRE(Sh("munged --force --socket=" + MungeSocket() + " --key-file=" + (m / "munge.key").string() +
+             " --pid-file=" + (m / "munged.pid").string() + " --log-file=" + (dir_ / "munged.log").string() +
+             " --seed-file=" + (m / "munged.seed").string()));
+  REQUIRE(WaitFor([&] { return fs::exists(MungeSocket()); }, 5));
+  setenv("MLSCHED_TLS_CA", (TlsDir() / "ca.pem").c_str(), 1);
+  setenv("MLSCHED_MUNGE_SOCKET", MungeSocket().c_str(), 1);
+}
+
+void Cluster::MakeNodeCertificate(const std::string& node) {
+  if (fs::exists(TlsDir() / "nodes" / (node + ".pem"))) return;
+  REQUIRE(Sh("bash " + CertScript() + " " + TlsDir().string() + " node " + node + " >/dev/null"));
 }
 
 void Cluster::Init() {
@@ -129,7 +161,16 @@ Cluster::~Cluster() {
     waitpid(pid, nullptr, 0);
   }
   if (schedd_ > 0) StopSchedd(SIGTERM);
-  if (!getenv("MLSCHED_KEEP_E2E")) fs::remove_all(dir_);
+  if (transport_ == Transport::kTls) {
+    pid_t munged = 0;
+    std::ifstream pid(dir_ / "munge" / "munged.pid");
+    if (pid >> munged && munged > 0 && kill(munged, SIGTERM) == 0)
+      WaitFor([&] { return kill(munged, 0) != 0; }, 5);  // not our child: poll until it is gone
+    unsetenv("MLSCHED_TLS_CA");
+    unsetenv("MLSCHED_MUNGE_SOCKET");
+  }
+  std::error_code ec;
+  if (!getenv("MLSCHED_KEEP_E2E")) fs::remove_all(dir_, ec);
 }
 
 void Cluster::StartSchedd() {
@@ -138,7 +179,25 @@ void Cluster::StartSchedd() {
                                 "--kill-grace", "2", "--requeue-backoff", "1", "--cycle-interval-ms", "200",
                                 "--log-level", "debug"};
   if (!policy_file_.empty()) argv.insert(argv.end(), {"--policy", policy_file_});
+  if (transport_ == Transport::kTls)
+    argv.insert(argv.end(), {"--listen-tcp", "127.0.0.1:0", "--tls-cert", (TlsDir() / "schedd.pem").string(), "--tls-key",
+                             (TlsDir() / "schedd.key").string(), "--tls-ca", (TlsDir() / "ca.pem").string(),
+                             "--munge-socket", MungeSocket(), "--metrics-port", "0"});
+  const size_t log_start = ReadFile(dir_ / "schedd.log").size();
   schedd_ = Spawn(argv, (dir_ / "schedd.log").string());
+  if (transport_ == Transport::kTls) {
+    // The ports schedd bound, from its log ("... and tls:127.0.0.1:PORT", "metrics on http://...").
+    tls_address_.clear();
+    REQUIRE(WaitFor([&] {
+      std::string log = ReadFile(dir_ / "schedd.log").substr(log_start);
+      auto t = log.find("and tls:"), m = log.find("metrics on ");
+      if (t == std::string::npos || m == std::string::npos) return false;
+      tls_address_ = log.substr(t + 8, log.find_first_of(", \n", t + 8) - t - 8);
+      metrics_url_ = log.substr(m + 11, log.find_first_of(" \n", m + 11) - m - 11);
+      return true;
+    }, 15));
+    setenv("MLSCHED_SERVER", tls_address_.c_str(), 1);
+  }
   REQUIRE(WaitFor([&] { return Tool("mlq", {"--json"}, 5).exit_code == 0; }, 15));
 }
 
@@ -150,10 +209,15 @@ void Cluster::StopSchedd(int sig) {
 
 void Cluster::StartAgent(const std::string& name, int cpus, const std::string& pool, const std::string& domain) {
   fs::create_directories(dir_ / name);
-  agents_[name] = Spawn({MLSCHED_AGENTD_BIN, "--server", Server(), "--name", name, "--pool", pool, "--cpus",
-                         std::to_string(cpus), "--mem", "2G", "--region", "local", "--zone", "z1", "--domain", domain,
-                         "--work-dir", (dir_ / name).string(), "--address", "127.0.0.1", "--log-level", "debug"},
-                        (dir_ / (name + ".log")).string());
+  std::vector<std::string> argv{MLSCHED_AGENTD_BIN, "--server", Server(), "--name", name, "--pool", pool, "--cpus",
+                                std::to_string(cpus), "--mem", "2G", "--region", "local", "--zone", "z1", "--domain", domain,
+                                "--work-dir", (dir_ / name).string(), "--address", "127.0.0.1", "--log-level", "debug"};
+  if (transport_ == Transport::kTls) {
+    MakeNodeCertificate(name);
+    argv.insert(argv.end(), {"--tls-cert", (TlsDir() / "nodes" / (name + ".pem")).string(), "--tls-key",
+                             (TlsDir() / "nodes" / (name + ".key")).string(), "--tls-ca", (TlsDir() / "ca.pem").string()});
+  }
+  agents_[name] = Spawn(argv, (dir_ / (name + ".log")).string());
   REQUIRE(WaitFor([&] {
     for (const auto& n : Nodes())
       if (n.value("name", "") == name && n.value("state", "") != "DOWN") return true;
@@ -173,6 +237,15 @@ RunResult Cluster::Tool(const std::string& tool, std::vector<std::string> args, 
   std::vector<std::string> argv{bin};
   for (auto& a : args) argv.push_back(a);
   return Run(argv, timeout_s);  // the tools find schedd through MLSCHED_SERVER (set by the constructor)
+}
+
+RunResult Cluster::ToolAs(uint32_t uid, const std::string& tool, std::vector<std::string> args, int timeout_s) {
+  std::string bin = tool == "mlsub" ? MLSCHED_MLSUB_BIN : tool == "mlq" ? MLSCHED_MLQ_BIN
+                    : tool == "mlcancel" ? MLSCHED_MLCANCEL_BIN : MLSCHED_MLADMIN_BIN;
+  std::vector<std::string> argv{"setpriv", "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(uid),
+                                "--clear-groups", bin};
+  for (auto& a : args) argv.push_back(a);
+  return Run(argv, timeout_s);
 }
 
 int64_t Cluster::Submit(std::vector<std::string> args) {

@@ -30,12 +30,19 @@ bool WaitFor(const std::function<bool()>& pred, double timeout_s);
 /// Contents of a file ("" when missing).
 std::string ReadFile(const std::filesystem::path& p);
 
+/// How a Cluster is secured.
+enum class Transport {
+  kUnix,  // tools and agents on schedd's Unix socket (SO_PEERCRED)
+  kTls,   // as production: schedd on TLS (127.0.0.1), a private CA and munged; tools prove the
+          // user with MUNGE, agents their node with node certificates (mutual TLS)
+};
+
 /// A local cluster: one schedd and named agents, all in one temp dir, stopped on destruction.
 class Cluster {
  public:
   Cluster();
-  /// Starts schedd with `--policy Dir()/policy.toml` holding `policy_toml`.
-  explicit Cluster(const std::string& policy_toml);
+  /// Starts schedd with `--policy Dir()/policy.toml` holding `policy_toml` ("" = no policy file).
+  explicit Cluster(const std::string& policy_toml, Transport transport = Transport::kUnix);
   ~Cluster();
   /// Starts schedd (again, after a crash: same state dir).
   void StartSchedd();
@@ -47,6 +54,8 @@ class Cluster {
   void KillAgent(const std::string& name, int sig);
   /// A tool of ours (mlsub, mlq, mlcancel, mladmin) with --server set.
   RunResult Tool(const std::string& tool, std::vector<std::string> args, int timeout_s = 60);
+  /// The same tool run as `uid` (gid = uid, no supplementary groups) through setpriv.
+  RunResult ToolAs(uint32_t uid, const std::string& tool, std::vector<std::string> args, int timeout_s = 60);
   /// Submits with mlsub --parsable; fails the test on error.
   int64_t Submit(std::vector<std::string> args);
   /// The job's mlq --json object (null when not found).
@@ -56,15 +65,27 @@ class Cluster {
   bool WaitState(int64_t id, const std::string& state, double timeout_s = 30);
   nlohmann::json Nodes();
   const std::filesystem::path& Dir() const { return dir_; }
-  std::string Server() const { return "unix:" + (dir_ / "schedd.sock").string(); }
+  /// The address the tools use: the Unix socket, or "127.0.0.1:PORT" (TLS) once schedd is up.
+  std::string Server() const { return tls_address_.empty() ? "unix:" + (dir_ / "schedd.sock").string() : tls_address_; }
+  /// kTls only: the TLS address, the CA directory (ca.pem, schedd.pem, nodes/NODE.pem|key), the
+  /// munged socket, and schedd's metrics URL ("" when not serving metrics).
+  std::string TlsAddress() const { return tls_address_; }
+  std::filesystem::path TlsDir() const { return dir_ / "tls"; }
+  std::string MungeSocket() const { return (dir_ / "munge" / "munge.sock").string(); }
+  std::string MetricsUrl() const { return metrics_url_; }
+  /// kTls only: makes the node certificate of `node` (scripts/mlsched-certs.sh) if missing.
+  void MakeNodeCertificate(const std::string& node);
   pid_t ScheddPid() const { return schedd_; }
   /// The --policy file of schedd ("" when started without one).
   std::string PolicyFile() const { return policy_file_; }
 
  private:
   void Init();
+  void InitSecurity();
   std::filesystem::path dir_;
   std::string policy_file_;
+  Transport transport_ = Transport::kUnix;
+  std::string tls_address_, metrics_url_;
   pid_t schedd_ = -1;
   std::map<std::string, pid_t> agents_;
 };

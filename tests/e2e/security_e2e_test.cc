@@ -1,0 +1,244 @@
+// The adversarial suite of issue 12: real schedd and agents on TLS with a private CA and munged,
+// attacked the way a local user could (as `nobody`, or with hand-made gRPC calls), against root's
+// jobs. Each attack must fail with a clear error and change nothing.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/client.h"
+#include "common/munge.h"
+#include "common/tls.h"
+#include "mlsched/v1/agent.grpc.pb.h"
+#include "mlsched/v1/jobs.grpc.pb.h"
+#include "tests/e2e/cluster.h"
+
+using namespace mlsched;
+using namespace mlsched::e2e;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kNobody = 65534;
+
+bool CanSwitchUsers() { return ::geteuid() == 0 && std::system("command -v setpriv >/dev/null 2>&1") == 0; }
+
+/// A TLS channel to schedd that sends no MUNGE credential, optionally presenting a certificate.
+std::shared_ptr<grpc::Channel> RawChannel(const Cluster& c, const std::string& cert = "", const std::string& key = "",
+                                          const std::string& ca = "") {
+  TlsFiles f{ca.empty() ? (c.TlsDir() / "ca.pem").string() : ca, cert, key};
+  return grpc::CreateChannel(c.TlsAddress(), MakeTlsChannelCredentials(f));
+}
+
+/// The value of a Prometheus counter with this exact label set (-1 when absent).
+double Metric(const Cluster& c, const std::string& series) {
+  RunResult r = Run({"curl", "-sf", c.MetricsUrl()}, 10);
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+grpc::Status CancelWith(const Cluster& c, const std::string& credential, int64_t job) {
+  auto stub = v1::JobService::NewStub(RawChannel(c));
+  grpc::ClientContext ctx;
+  if (!credential.empty()) ctx.AddMetadata(kMungeHeader, credential);
+  v1::CancelJobsRequest req;
+  req.add_job_ids(job);
+  v1::CancelJobsResponse resp;
+  return stub->CancelJobs(&ctx, req, &resp);
+}
+
+/// An agent session made by hand: register as `node` with the given certificate files.
+struct RawAgent {
+  grpc::ClientContext ctx;
+  std::unique_ptr<v1::AgentService::Stub> stub;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>> stream;
+
+  RawAgent(const Cluster& c, const std::string& cert_node, const std::string& node, int cpus = 1) {
+    auto dir = c.TlsDir() / "nodes";
+    std::string cert = cert_node.empty() ? "" : (dir / (cert_node + ".pem")).string();
+    std::string key = cert_node.empty() ? "" : (dir / (cert_node + ".key")).string();
+    stub = v1::AgentService::NewStub(RawChannel(c, cert, key));
+    stream = stub->Connect(&ctx);
+    v1::AgentMessage m;
+    auto* r = m.mutable_register_();
+    r->set_name(node);
+    r->set_address("127.0.0.1");
+    r->mutable_capacity()->set_cpu_millis(cpus * 1000);
+    r->mutable_capacity()->set_memory_bytes(1LL << 30);
+    stream->Write(m);
+  }
+  /// The first message from schedd; false when schedd closed the stream.
+  bool Registered() {
+    v1::SchedulerMessage m;
+    return stream->Read(&m) && m.has_registered();
+  }
+  grpc::Status Finish() {
+    stream->WritesDone();
+    v1::SchedulerMessage m;
+    while (stream->Read(&m)) {
+    }
+    return stream->Finish();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("on TCP the user is who MUNGE says, never who the client claims", "[e2e][security]") {
+  Cluster c("", Transport::kTls);
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  fs::permissions(out, fs::perms::all);
+  int64_t victim = c.Submit({"-H", "-D", out.string(), "--wrap", "true"});  // root's held job
+
+  SECTION("the old attack: a user header and no credential") {
+    auto stub = v1::JobService::NewStub(RawChannel(c));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-mlsched-user", "root");
+    ctx.AddMetadata("x-mlsched-token", "anything-at-all-0123456789");
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->add_argv("/bin/true");
+    v1::SubmitJobResponse resp;
+    grpc::Status st = stub->SubmitJob(&ctx, req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK_THAT(st.error_message(), Catch::Contains("no MUNGE credential"));
+    CHECK(c.Tool("mlq", {"-h", "-t", "all", "-o", "%i"}).out == std::to_string(victim) + "\n");  // no new job
+  }
+  SECTION("a replayed credential, one made for another call, one from another cluster's key") {
+    std::string cred;
+    REQUIRE(MungeEncode(c.MungeSocket(), MungePayloadFor("mlsched.v1.JobService", "CancelJobs"), 0, &cred).ok());
+    int64_t first = c.Submit({"-H", "-D", out.string(), "--wrap", "true"});
+    REQUIRE(CancelWith(c, cred, first).ok());
+    CHECK(c.State(first) == "CANCELLED");
+    grpc::Status st = CancelWith(c, cred, victim);
+    CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK_THAT(st.error_message(), Catch::Contains("replayed"));
+
+    REQUIRE(MungeEncode(c.MungeSocket(), MungePayloadFor("mlsched.v1.JobService", "GetJob"), 0, &cred).ok());
+    st = CancelWith(c, cred, victim);
+    CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK_THAT(st.error_message(), Catch::Contains("not for mlsched.v1.JobService/CancelJobs"));
+
+    fs::path other = c.Dir() / "other-munge";
+    fs::create_directories(other);
+    REQUIRE(std::system(("mungekey --create --keyfile=" + (other / "k").string() + " && munged --force --socket=" +
+                         (other / "s").string() + " --key-file=" + (other / "k").string() + " --pid-file=" +
+                         (other / "p").string() + " --log-file=" + (other / "l").string() + " --seed-file=" +
+                         (other / "seed").string()).c_str()) == 0);
+    REQUIRE(MungeEncode((other / "s").string(), MungePayloadFor("mlsched.v1.JobService", "CancelJobs"), 0, &cred).ok());
+    std::system(("kill $(cat " + (other / "p").string() + ")").c_str());
+    st = CancelWith(c, cred, victim);
+    CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK_THAT(st.error_message(), Catch::Contains("another key"));
+
+    CHECK(c.State(victim) == "PENDING");
+    CHECK(Metric(c, "mlsched_rejected_requests_total{reason=\"authentication\"}") >= 3);
+  }
+  SECTION("nobody, through the stock tools, acts as nobody") {
+    if (!CanSwitchUsers()) {
+      WARN("SKIPPED: cannot switch to uid 65534 (needs root and setpriv)");
+      return;
+    }
+    RunResult r = c.ToolAs(kNobody, "mlcancel", {std::to_string(victim)});
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.err, Catch::Contains("permission denied: owned by root"));
+    r = c.ToolAs(kNobody, "mlsub", {"--parsable", "-D", out.string(), "--wrap", "id -u > whoami"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    int64_t mine = std::stoll(r.out);
+    CHECK(c.Job(mine).value("user", "") == "nobody");
+    CHECK(c.State(victim) == "PENDING");
+  }
+}
+
+TEST_CASE("agents are bound to the node their certificate names", "[e2e][security]") {
+  Cluster c("", Transport::kTls);
+  c.StartAgent("n1", 2);
+  c.MakeNodeCertificate("n2");
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  int64_t job = c.Submit({"-n", "1", "-c", "1", "-D", out.string(), "--wrap", "sleep 60"});
+  REQUIRE(c.WaitState(job, "RUNNING"));
+  auto n1_cpus = [&] {
+    for (const auto& n : c.Nodes())
+      if (n.value("name", "") == "n1") return n.dump();
+    return std::string();
+  };
+  const std::string n1_before = n1_cpus();
+
+  SECTION("a rogue agent with n2's certificate cannot register as n1") {
+    RawAgent rogue(c, "n2", "n1", 512);
+    CHECK_FALSE(rogue.Registered());
+    grpc::Status st = rogue.Finish();
+    CHECK(st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK_THAT(st.error_message(), Catch::Contains("names n2, not node 'n1'"));
+  }
+  SECTION("no certificate, or one from another CA") {
+    RawAgent anon(c, "", "n1", 512);
+    CHECK_FALSE(anon.Registered());
+    CHECK(anon.Finish().error_code() == grpc::StatusCode::UNAUTHENTICATED);
+
+    fs::path other = c.Dir() / "other-ca";
+    REQUIRE(std::system(("bash " + std::string(MLSCHED_SOURCE_DIR) + "/scripts/mlsched-certs.sh " + other.string() +
+                         " ca >/dev/null && bash " + std::string(MLSCHED_SOURCE_DIR) + "/scripts/mlsched-certs.sh " +
+                         other.string() + " node n1 >/dev/null").c_str()) == 0);
+    auto stub = v1::AgentService::NewStub(
+        RawChannel(c, (other / "nodes/n1.pem").string(), (other / "nodes/n1.key").string()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto s = stub->Connect(&ctx);
+    v1::SchedulerMessage m;
+    CHECK_FALSE(s->Read(&m));
+    CHECK(s->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);  // the TLS handshake fails
+  }
+  SECTION("forged reports from n2 about n1's task change nothing") {
+    RawAgent n2(c, "n2", "n2");
+    REQUIRE(n2.Registered());
+    auto info = c.Job(job);
+    const int attempt = info.value("attempt", 1);
+    v1::AgentMessage m;
+    m.mutable_task_exited()->set_job_id(job);
+    m.mutable_task_exited()->set_attempt(attempt);
+    m.mutable_task_exited()->set_rank(0);
+    m.mutable_task_exited()->set_exit_code(1);
+    REQUIRE(n2.stream->Write(m));
+    m.mutable_task_exited()->set_rank(-1);  // "launch failed"
+    REQUIRE(n2.stream->Write(m));
+    v1::AgentMessage p;
+    p.mutable_prepare_result()->set_job_id(job);
+    p.mutable_prepare_result()->set_attempt(attempt);
+    p.mutable_prepare_result()->set_ok(false);
+    REQUIRE(n2.stream->Write(p));
+    v1::AgentMessage s;
+    s.mutable_task_started()->set_job_id(job);
+    s.mutable_task_started()->set_attempt(attempt);
+    REQUIRE(n2.stream->Write(s));
+    CHECK(WaitFor([&] { return Metric(c, "mlsched_rejected_requests_total{reason=\"agent_message\"}") >= 4; }, 10));
+    CHECK(c.State(job) == "RUNNING");
+    CHECK(c.Job(job).value("attempt", 0) == attempt);
+    n2.Finish();
+  }
+  SECTION("a second session for n2 closes the first (no orphaned agent)") {
+    RawAgent first(c, "n2", "n2");
+    REQUIRE(first.Registered());
+    RawAgent second(c, "n2", "n2");
+    REQUIRE(second.Registered());
+    v1::SchedulerMessage m;
+    bool open = true;
+    std::thread reader([&] {
+      while (first.stream->Read(&m)) {
+      }
+      open = false;
+    });
+    CHECK(WaitFor([&] { return !open; }, 10));
+    if (open) first.ctx.TryCancel();
+    reader.join();
+    second.Finish();
+  }
+  CHECK(c.State(job) == "RUNNING");
+  CHECK(n1_cpus() == n1_before);
+  c.Tool("mlcancel", {std::to_string(job)});
+}
