@@ -4,7 +4,9 @@
 //  (c) mlq latency (median of 10 runs, full table) and schedd's resident memory per pending job
 //      with N jobs (default 10,000) in the queue.
 // Jobs are submitted held (like the Slurm peer's held-job runs) so the figures isolate the
-// submission path. Usage: bench_schedd [N] [C] [mlsub_jobs]
+// submission path. (a) and (b) run through schedd's Unix socket and through TCP with TLS + MUNGE
+// (private CA and munged) in the same run, so the ratio is the cost of security.
+// Usage: bench_schedd [N] [C] [mlsub_jobs]
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -23,8 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include <sstream>
+
 #include "common/client.h"
 #include "mlsched/v1/jobs.grpc.pb.h"
+#include "tests/security/fixtures.h"
 
 extern char** environ;
 namespace fs = std::filesystem;
@@ -32,15 +37,16 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-pid_t Spawn(std::vector<std::string> argv, bool quiet) {
+/// Starts argv; quiet: output to /dev/null; `log` (when set): stdout and stderr appended there.
+pid_t Spawn(std::vector<std::string> argv, bool quiet, const std::string& log = "") {
   std::vector<char*> a;
   for (auto& s : argv) a.push_back(s.data());
   a.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (quiet) {
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  if (quiet || !log.empty()) {
+    posix_spawn_file_actions_addopen(&fa, 1, log.empty() ? "/dev/null" : log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
   pid_t pid = -1;
   posix_spawn(&pid, a[0], &fa, nullptr, a.data(), environ);
@@ -77,28 +83,18 @@ mlsched::v1::JobSpec HeldSpec() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  int n = argc > 1 ? std::atoi(argv[1]) : 10000;
-  int clients = argc > 2 ? std::atoi(argv[2]) : 8;
-  int mlsub_jobs = argc > 3 ? std::atoi(argv[3]) : 300;
-  std::random_device rd;
-  fs::path dir = fs::temp_directory_path() / ("mlsched-bench-" + std::to_string(rd()));
-  fs::create_directories(dir);
-  std::string sock = (dir / "schedd.sock").string(), server = "unix:" + sock;
+/// Submission rates through one transport: (a) one mlsub process per job, (b) C concurrent gRPC
+/// clients with their own channels. `server` is "unix:PATH" or "127.0.0.1:PORT" (TLS + MUNGE).
+struct Rates {
+  double mlsub_per_s = 0, grpc_per_s = 0;
+  int failed = 0, errors = 0;
+};
+Rates Measure(const std::string& server, int mlsub_jobs, int grpc_jobs, int clients) {
+  Rates r;
   setenv("MLSCHED_SERVER", server.c_str(), 1);
-  pid_t schedd = Spawn({MLSCHED_SCHEDD_BIN, "--listen", server, "--state-dir", (dir / "state").string(),
-                        "--log-level", "warn"}, false);
-  for (int i = 0; i < 100 && RunQuiet({MLSCHED_MLQ_BIN}) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  long rss0 = RssKb(schedd);
-
-  // (a) one mlsub per job.
   auto t0 = Clock::now();
-  int failed = 0;
-  for (int i = 0; i < mlsub_jobs; ++i) failed += RunQuiet({MLSCHED_MLSUB_BIN, "-H", "-D", "/tmp", "--wrap", "true"}) != 0;
-  double a_rate = mlsub_jobs / Seconds(t0, Clock::now());
-
-  // (b) C concurrent gRPC clients, each with its own channel.
-  int remaining = n - mlsub_jobs;
+  for (int i = 0; i < mlsub_jobs; ++i) r.failed += RunQuiet({MLSCHED_MLSUB_BIN, "-H", "-D", "/tmp", "--wrap", "true"}) != 0;
+  r.mlsub_per_s = mlsub_jobs / Seconds(t0, Clock::now());
   std::atomic<int> next{0}, errors{0};
   std::vector<std::thread> threads;
   t0 = Clock::now();
@@ -107,16 +103,66 @@ int main(int argc, char** argv) {
       auto stub = mlsched::v1::JobService::NewStub(mlsched::MakeChannel(server));
       mlsched::v1::SubmitJobRequest req;
       *req.mutable_spec() = HeldSpec();
-      while (next.fetch_add(1) < remaining) {
+      while (next.fetch_add(1) < grpc_jobs) {
         grpc::ClientContext ctx;
         mlsched::PrepareContext(ctx, server, 30);
         mlsched::v1::SubmitJobResponse resp;
-        if (!stub->SubmitJob(&ctx, req, &resp).ok()) errors++;
+        if (grpc::Status st = stub->SubmitJob(&ctx, req, &resp); !st.ok()) {
+          if (errors++ == 0) std::fprintf(stderr, "SubmitJob on %s: %s\n", server.c_str(), st.error_message().c_str());
+        }
       }
     });
   }
   for (auto& t : threads) t.join();
-  double b_rate = remaining / Seconds(t0, Clock::now());
+  r.grpc_per_s = grpc_jobs / Seconds(t0, Clock::now());
+  r.errors = errors.load();
+  return r;
+}
+
+int main(int argc, char** argv) {
+  int n = argc > 1 ? std::atoi(argv[1]) : 10000;
+  int clients = argc > 2 ? std::atoi(argv[2]) : 8;
+  int mlsub_jobs = argc > 3 ? std::atoi(argv[3]) : 300;
+  std::random_device rd;
+  fs::path dir = fs::temp_directory_path() / ("mlsched-bench-" + std::to_string(rd()));
+  fs::create_directories(dir);
+  // TLS + MUNGE as in production: a private CA and munged (tests/security/fixtures.h).
+  mlsched::testing::PrivateMunged munged(dir / "munge");
+  if (!munged.ok() || !mlsched::testing::MakeCluster(dir / "tls", {})) {
+    std::fprintf(stderr, "bench_schedd: needs munged, mungekey and openssl (scripts/install-deps.sh)\n");
+    return 2;
+  }
+  setenv("MLSCHED_TLS_CA", (dir / "tls/ca.pem").c_str(), 1);
+  setenv("MLSCHED_MUNGE_SOCKET", munged.Socket().c_str(), 1);
+  std::string sock = (dir / "schedd.sock").string(), server = "unix:" + sock;
+  setenv("MLSCHED_SERVER", server.c_str(), 1);
+  fs::path log = dir / "schedd.log";
+  pid_t schedd = Spawn({MLSCHED_SCHEDD_BIN, "--listen", server, "--state-dir", (dir / "state").string(), "--listen-tcp",
+                        "127.0.0.1:0", "--tls-cert", (dir / "tls/schedd.pem").string(), "--tls-key",
+                        (dir / "tls/schedd.key").string(), "--tls-ca", (dir / "tls/ca.pem").string(), "--munge-socket",
+                        munged.Socket(), "--log-level", "info"}, false, log.string());
+  for (int i = 0; i < 100 && RunQuiet({MLSCHED_MLQ_BIN}) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string tls;
+  {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    auto at = text.find("and tls:");
+    if (at != std::string::npos) tls = text.substr(at + 8, text.find_first_of(", \n", at + 8) - at - 8);
+  }
+  if (tls.empty()) {
+    std::fprintf(stderr, "bench_schedd: schedd did not report its TLS port (%s)\n", log.c_str());
+    return 2;
+  }
+  long rss0 = RssKb(schedd);
+
+  // Both transports in one run, on one schedd: half of the gRPC jobs through each.
+  int grpc_jobs = (n - 2 * mlsub_jobs) / 2;
+  Rates unix_rates = Measure(server, mlsub_jobs, grpc_jobs, clients);
+  Rates tls_rates = Measure(tls, mlsub_jobs, grpc_jobs, clients);
+  setenv("MLSCHED_SERVER", server.c_str(), 1);
+  int failed = unix_rates.failed + tls_rates.failed;
 
   // (c) mlq latency and memory with n jobs queued.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let a scheduling cycle pass
@@ -131,16 +177,23 @@ int main(int argc, char** argv) {
   double per_job = (rss1 - rss0) * 1024.0 / n;
 
   std::printf("jobs in queue            %d (held, 1 task each)\n", n);
-  std::printf("(a) mlsub per job        %.1f durable submissions/s (%d jobs, %d failed)\n", a_rate, mlsub_jobs, failed);
-  std::printf("(b) gRPC, %d clients      %.1f durable submissions/s (%d jobs, %d errors)\n", clients, b_rate, remaining,
-              errors.load());
+  for (auto [name, r] : {std::pair{"unix socket (SO_PEERCRED)", unix_rates}, std::pair{"TCP, TLS + MUNGE", tls_rates}}) {
+    std::printf("%s:\n", name);
+    std::printf("  (a) mlsub per job      %.1f durable submissions/s (%d jobs, %d failed)\n", r.mlsub_per_s, mlsub_jobs, r.failed);
+    std::printf("  (b) gRPC, %d clients    %.1f durable submissions/s (%d jobs, %d errors)\n", clients, r.grpc_per_s, grpc_jobs,
+                r.errors);
+  }
+  std::printf("cost of security (TLS+MUNGE / unix): mlsub %.2fx, gRPC %.2fx\n", tls_rates.mlsub_per_s / unix_rates.mlsub_per_s,
+              tls_rates.grpc_per_s / unix_rates.grpc_per_s);
   std::printf("(c) mlq, full table      median %.1f ms, max %.1f ms\n", lat[lat.size() / 2], lat.back());
   std::printf("    schedd RSS           %ld KB idle -> %ld KB with the queue: %.0f bytes per pending job\n", rss0, rss1,
               per_job);
-  std::printf("{\"jobs\":%d,\"mlsub_per_s\":%.1f,\"grpc_per_s\":%.1f,\"clients\":%d,\"mlq_median_ms\":%.1f,"
-              "\"rss_bytes_per_job\":%.0f}\n", n, a_rate, b_rate, clients, lat[lat.size() / 2], per_job);
+  std::printf("{\"jobs\":%d,\"mlsub_per_s\":%.1f,\"grpc_per_s\":%.1f,\"tls_mlsub_per_s\":%.1f,\"tls_grpc_per_s\":%.1f,"
+              "\"clients\":%d,\"mlq_median_ms\":%.1f,\"rss_bytes_per_job\":%.0f}\n",
+              n, unix_rates.mlsub_per_s, unix_rates.grpc_per_s, tls_rates.mlsub_per_s, tls_rates.grpc_per_s, clients,
+              lat[lat.size() / 2], per_job);
   kill(schedd, SIGTERM);
   waitpid(schedd, nullptr, 0);
   fs::remove_all(dir);
-  return failed + errors.load() == 0 ? 0 : 1;
+  return failed + unix_rates.errors + tls_rates.errors == 0 ? 0 : 1;
 }
