@@ -27,6 +27,10 @@ const char* StatusCodeName(Status::Code c) {
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
     : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
 
+void Controller::CountInternalError() {
+  if (metrics_) metrics_->CountInternalError();
+}
+
 void Controller::SetPolicy(core::PolicySet policy) {
   std::lock_guard lk(mu_);
   policy_ = std::move(policy);

@@ -119,6 +119,8 @@ class Controller {
   size_t JobsInMemory();
   /// Counters and histograms are updated here from now on (optional; not owned).
   void SetMetrics(SchedMetrics* m) { metrics_ = m; }
+  /// Counts a request that failed inside schedd (mlsched_internal_errors_total), when metrics are on.
+  void CountInternalError();
   /// The gauges of a scrape: jobs by state and partition, GPUs by pool, nodes by state.
   SchedMetrics::Gauges CollectGauges();
 

@@ -30,6 +30,9 @@ class SchedMetrics {
   /// An input refused for security: reason = "authentication" (bad or missing MUNGE credential,
   /// foreign node certificate) or "agent_message" (an agent reporting on a task not placed on it).
   void CountRejected(const std::string& reason);
+  /// A request or agent stream that failed inside schedd (a store error such as a full disk); it was
+  /// answered with an error and schedd kept serving.
+  void CountInternalError();
   /// Gauges: replaced wholesale at each scrape.
   struct Gauges {
     std::map<std::pair<std::string, std::string>, double> jobs;  // (state, partition) -> count
@@ -47,6 +50,7 @@ class SchedMetrics {
   prometheus::Counter* evictions_;
   prometheus::Counter* preemptions_;
   prometheus::Family<prometheus::Counter>* rejected_;
+  prometheus::Counter* internal_errors_;
   prometheus::Histogram* cycle_;
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Gauge>* gpus_;

@@ -27,11 +27,12 @@ grpc::Status ToGrpc(const Status& s) {
 
 // Runs a handler, turning store failures into INTERNAL instead of tearing the server down.
 template <typename F>
-grpc::Status Guard(const char* rpc, F&& f) {
+grpc::Status Guard(Controller& ctl, const char* rpc, F&& f) {
   try {
     return f();
   } catch (const std::exception& e) {
     spdlog::error("{}: {}", rpc, e.what());
+    ctl.CountInternalError();
     return {grpc::StatusCode::INTERNAL, std::string(rpc) + ": " + e.what()};
   }
 }
@@ -40,7 +41,7 @@ grpc::Status Guard(const char* rpc, F&& f) {
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  return Guard("SubmitJob", [&] {
+  return Guard(ctl_, "SubmitJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/SubmitJob", &c); !st.ok()) return st;
     int64_t id = 0;
@@ -52,7 +53,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
 
 grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::CancelJobsRequest* req,
                                         v1::CancelJobsResponse* resp) {
-  return Guard("CancelJobs", [&] {
+  return Guard(ctl_, "CancelJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/CancelJobs", &c); !st.ok()) return st;
     *resp = ctl_.Cancel(c, *req, WallNow());
@@ -61,7 +62,7 @@ grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::Canc
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
-  return Guard("ListJobs", [&] {
+  return Guard(ctl_, "ListJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListJobs", &c); !st.ok()) return st;
     auto jobs = ctl_.List(*req);
@@ -72,7 +73,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
-  return Guard("GetJob", [&] {
+  return Guard(ctl_, "GetJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/GetJob", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Get(req->job_id(), resp));
@@ -80,7 +81,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
 }
 
 grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJobRequest* req, v1::HoldJobResponse*) {
-  return Guard("HoldJob", [&] {
+  return Guard(ctl_, "HoldJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/HoldJob", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Hold(c, req->job_id(), req->release(), WallNow()));
@@ -89,7 +90,7 @@ grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJob
 
 grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::ExplainJobRequest* req,
                                         v1::ExplainJobResponse* resp) {
-  return Guard("ExplainJob", [&] {
+  return Guard(ctl_, "ExplainJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ExplainJob", &c); !st.ok()) return st;
     if (Status s = ctl_.Get(req->job_id(), resp->mutable_job()); !s.ok()) return ToGrpc(s);
@@ -124,7 +125,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::Expl
 }
 
 grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) {
-  return Guard("ListNodes", [&] {
+  return Guard(ctl_, "ListNodes", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/ListNodes", &c); !st.ok()) return st;
     for (auto& n : ctl_.Nodes()) *resp->add_nodes() = std::move(n);
@@ -133,7 +134,7 @@ grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::Lis
 }
 
 grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req, v1::DrainNodeResponse*) {
-  return Guard("DrainNode", [&] {
+  return Guard(ctl_, "DrainNode", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/DrainNode", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Drain(c, req->node(), req->reason(), req->resume()));
@@ -141,7 +142,7 @@ grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::Dra
 }
 
 grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::EvictNodeRequest* req, v1::EvictNodeResponse*) {
-  return Guard("EvictNode", [&] {
+  return Guard(ctl_, "EvictNode", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/EvictNode", &c); !st.ok()) return st;
     if (req->deadline_s() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "deadline must be >= 0 s");
@@ -152,7 +153,7 @@ grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::Evi
 
 grpc::Status AdminServiceImpl::ReloadPolicy(grpc::ServerContext* ctx, const v1::ReloadPolicyRequest*,
                                             v1::ReloadPolicyResponse* resp) {
-  return Guard("ReloadPolicy", [&] {
+  return Guard(ctl_, "ReloadPolicy", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/ReloadPolicy", &c); !st.ok()) return st;
     if (!c.privileged)
@@ -213,38 +214,15 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     old->cv.notify_all();
     old->ctx->TryCancel();
   }
-  // Registered must be the first message the agent sees: queue it in front of anything the
-  // controller queued meanwhile, then start the writer.
-  v1::SchedulerMessage reg;
-  *reg.mutable_registered() = ctl_->OnRegister(first.register_(), WallNow());
-  {
-    std::lock_guard lk(session->mu);
-    session->outbox.push_front(reg);
+  grpc::Status status = grpc::Status::OK;
+  try {
+    Serve(node, first.register_(), *session, stream);
+  } catch (const std::exception& e) {
+    // A failing store (disk full, I/O error) ends this stream, never schedd: the agent reconnects.
+    spdlog::error("node {}: agent stream failed: {}; closing it", node, e.what());
+    if (ctl_) ctl_->CountInternalError();
+    status = {grpc::StatusCode::UNAVAILABLE, std::string("schedd could not handle the agent stream: ") + e.what()};
   }
-  std::thread writer([&] {
-    std::unique_lock lk(session->mu);
-    while (true) {
-      session->cv.wait(lk, [&] { return session->closed || !session->outbox.empty(); });
-      if (session->closed && session->outbox.empty()) return;
-      v1::SchedulerMessage m = std::move(session->outbox.front());
-      session->outbox.pop_front();
-      lk.unlock();
-      bool ok = stream->Write(m);
-      lk.lock();
-      if (!ok) {
-        session->closed = true;
-        return;
-      }
-    }
-  });
-  v1::AgentMessage msg;
-  while (stream->Read(&msg)) ctl_->OnAgentMessage(node, msg, WallNow());
-  {
-    std::lock_guard lk(session->mu);
-    session->closed = true;
-  }
-  session->cv.notify_all();
-  writer.join();
   bool current = false;
   {
     std::lock_guard lk(mu_);
@@ -255,7 +233,50 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     }
   }
   if (current) ctl_->OnDisconnect(node, WallNow());
-  return grpc::Status::OK;
+  return status;
+}
+
+void AgentGateway::Serve(const std::string& node, const v1::RegisterNode& reg, Session& session,
+                         grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) {
+  // Registered must be the first message the agent sees: queue it in front of anything the
+  // controller queued meanwhile, then start the writer.
+  v1::SchedulerMessage registered;
+  *registered.mutable_registered() = ctl_->OnRegister(reg, WallNow());
+  {
+    std::lock_guard lk(session.mu);
+    session.outbox.push_front(registered);
+  }
+  std::thread writer([&] {
+    std::unique_lock lk(session.mu);
+    while (true) {
+      session.cv.wait(lk, [&] { return session.closed || !session.outbox.empty(); });
+      if (session.closed && session.outbox.empty()) return;
+      v1::SchedulerMessage m = std::move(session.outbox.front());
+      session.outbox.pop_front();
+      lk.unlock();
+      bool ok = stream->Write(m);
+      lk.lock();
+      if (!ok) {
+        session.closed = true;
+        return;
+      }
+    }
+  });
+  // Joins the writer on every way out, exceptions included (a joinable std::thread would terminate).
+  struct StopWriter {
+    Session& s;
+    std::thread& t;
+    ~StopWriter() {
+      {
+        std::lock_guard lk(s.mu);
+        s.closed = true;
+      }
+      s.cv.notify_all();
+      t.join();
+    }
+  } stop{session, writer};
+  v1::AgentMessage msg;
+  while (stream->Read(&msg)) ctl_->OnAgentMessage(node, msg, WallNow());
 }
 
 }  // namespace mlsched::server

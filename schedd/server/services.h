@@ -82,6 +82,11 @@ class AgentGateway final : public mlsched::v1::AgentService::Service, public Age
     bool closed = false;
     grpc::ServerContext* ctx = nullptr;  // cancelled when a newer session for the node replaces this one
   };
+  /// Registers `node`, then relays its messages to the controller until the stream ends; a writer
+  /// thread drains the session's outbox meanwhile. Exceptions (a failing store) propagate after
+  /// the writer is joined.
+  void Serve(const std::string& node, const v1::RegisterNode& reg, Session& session,
+             grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream);
   Controller* ctl_ = nullptr;
   const Authenticator& auth_;
   std::mutex mu_;
