@@ -99,8 +99,8 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
   std::vector<Row> table{
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
-        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts, pricing, placement, "
-        "preemption, warm_pools"}},
+        "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
+        "users, pricing, placement, preemption, warm_pools"}},
       {"warm pool for an unknown QoS and pool",
        "[[warm_pools]]\npool = \"warm\"\nnodes = 2\nqos = \"vip\"\n",
        {"p.toml:2:8: [[warm_pools]] #1: 'pool' must be \"on-demand\", \"spot\" or \"reserved\" (got \"warm\")",
