@@ -24,6 +24,12 @@ const char* StatusCodeName(Status::Code c) {
   return "UNKNOWN";
 }
 
+bool IsOwner(const Caller& c, uint32_t uid, const std::string& user) { return c.uid == uid && c.user == user; }
+
+bool MaySeeDetails(const Caller& c, uint32_t uid, const std::string& user) {
+  return c.privileged || IsOwner(c, uid, user);
+}
+
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
     : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
 
@@ -147,7 +153,7 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
 }
 
 bool Controller::CanControl(const Caller& c, const JobRec& j) const {
-  return c.privileged || c.uid == j.uid;
+  return c.privileged || IsOwner(c, j.uid, j.user);
 }
 
 Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
@@ -329,7 +335,7 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
   return resp;
 }
 
-std::vector<v1::JobInfo> Controller::List(const v1::ListJobsRequest& req) {
+std::vector<v1::JobInfo> Controller::List(const Caller& caller, const v1::ListJobsRequest& req) {
   std::set<int64_t> ids;
   if (!req.job_ids().empty() || !req.job_refs().empty()) {
     std::lock_guard lk(mu_);
@@ -372,21 +378,21 @@ std::vector<v1::JobInfo> Controller::List(const v1::ListJobsRequest& req) {
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.job_id() < b.job_id(); });
   }
   std::erase_if(out, [&](const v1::JobInfo& i) { return !keep(i); });
+  for (v1::JobInfo& i : out)
+    if (!MaySeeDetails(caller, i.uid(), i.user())) RedactJobDetails(i.mutable_spec());
   return out;
 }
 
-Status Controller::Get(int64_t job_id, v1::JobInfo* out) {
+Status Controller::Get(const Caller& caller, int64_t job_id, v1::JobInfo* out) {
   {
     std::lock_guard lk(mu_);
     if (JobRec* j = Find(job_id)) *out = ToInfo(*j);
   }
   auto row = store_.LoadJob(job_id);
   if (!row) return {Status::kNotFound, "job " + std::to_string(job_id) + ": no such job"};
-  if (out->job_id() == 0) {
-    *out = JobInfoFromRow(*row);
-  } else {
-    out->mutable_spec()->ParseFromString(row->spec);  // the full spec for `show job`
-  }
+  if (out->job_id() == 0) *out = JobInfoFromRow(*row);
+  out->mutable_spec()->ParseFromString(row->spec);  // the full spec for `show job`
+  if (!MaySeeDetails(caller, out->uid(), out->user())) RedactJobDetails(out->mutable_spec());
   return {};
 }
 
