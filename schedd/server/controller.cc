@@ -1,4 +1,5 @@
 // Controller: the job-facing half (submit, cancel, list, hold), persistence and recovery.
+#include "schedd/core/associations.h"
 #include "schedd/core/fallback.h"
 #include "schedd/server/controller.h"
 
@@ -29,6 +30,24 @@ bool IsOwner(const Caller& c, uint32_t uid, const std::string& user) { return c.
 bool MaySeeDetails(const Caller& c, uint32_t uid, const std::string& user) {
   return c.privileged || IsOwner(c, uid, user);
 }
+
+namespace {
+
+// Who may charge what (core::CheckAssociation) and a negative nice (root and operators only: it
+// raises the job's priority above everyone's). Fills in the default account.
+Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobSpec& spec) {
+  if (spec.nice() < 0 && !caller.privileged)
+    return {Status::kPermissionDenied, "a negative nice (" + std::to_string(spec.nice()) +
+                                           ") needs root or an operator (you are " + caller.user + ")"};
+  core::AssociationRequest req{caller.user, caller.privileged, spec.account(), spec.partition(), spec.qos()};
+  core::AssociationResult r = core::CheckAssociation(policy, req);
+  if (r.code == core::AssociationResult::Code::kDenied) return {Status::kPermissionDenied, r.error};
+  if (!r.ok()) return {Status::kInvalidArgument, r.error};
+  spec.set_account(r.account);
+  return {};
+}
+
+}  // namespace
 
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
     : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
@@ -183,7 +202,7 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
   if (spec.time_limit_s() > part->max_time_limit)
     return bad("time limit " + FormatDuration(spec.time_limit_s()) + " exceeds partition '" + part->name +
                "' maximum " + FormatDuration(part->max_time_limit));
-  if (spec.account().empty()) spec.set_account("default");
+  if (Status st = CheckAccess(policy_, caller, spec); !st.ok()) return st;
   if (spec.name().empty()) {
     std::string n = spec.argv().empty() ? "script" : spec.argv(0);
     if (auto slash = n.rfind('/'); slash != std::string::npos) n = n.substr(slash + 1);

@@ -80,7 +80,8 @@ class Controller {
   void Recover(int64_t now);
 
   // ---- JobService ----
-  /// Validates and durably stores a job; returns its id, or INVALID_ARGUMENT naming the field.
+  /// Validates and durably stores a job; returns its id, or INVALID_ARGUMENT naming the field, or
+  /// PERMISSION_DENIED naming the association rule (and policy line) that refuses it.
   Status Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id);
   /// Cancels (or signals) the selected jobs; per-job errors in the response.
   v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now);

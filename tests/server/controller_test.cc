@@ -362,6 +362,12 @@ TEST_CASE("an agent's rank -1 exit for an attempt is a launch failure, retried a
 
 TEST_CASE("fairshare usage accrues while jobs run and survives a restart", "[controller]") {
   World w(1, 2);
+  core::PolicySet policy;  // associations are enforced: physics must list alice
+  core::AccountPolicy physics;
+  physics.name = "physics";
+  physics.user_shares["alice"] = 1;
+  policy.accounts = {physics};
+  w.ctl->SetPolicy(policy);
   v1::JobSpec spec = Spec(1, 2);
   spec.set_account("physics");
   int64_t id = w.Submit(spec, w.alice);

@@ -3,6 +3,8 @@
 // may not use, raising one's priority with a negative nice. (State file modes: store_test.cc.)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "schedd/policy/policy_loader.h"
 #include "schedd/server/controller.h"
 #include "tests/server/fixtures.h"
@@ -58,6 +60,13 @@ users = ["alice", "bob"]
 name = "bob"
 default_account = "chem"
 )";
+
+// "cluster.toml:N" of the first line of kPolicy containing `needle`.
+std::string LineOf(const std::string& text, const std::string& needle) {
+  size_t at = text.find(needle);
+  REQUIRE(at != std::string::npos);
+  return "cluster.toml:" + std::to_string(1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+}
 
 core::PolicySet Load(const std::string& text) {
   auto r = mlsched::policy::ParsePolicy(text, "cluster.toml");
@@ -167,4 +176,106 @@ TEST_CASE("ListJobs never carries another user's environment, script or argv, li
   }
   CheckRedacted(w.Get(w.bob, id));
   CheckFull(w.Get(w.alice, id));
+}
+
+TEST_CASE("a user may charge only accounts that list them, with the policy line in the refusal", "[security][associations]") {
+  World w;
+  Status st = w.Try(w.alice, "physics");
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK(st.message == "user alice may not use account physics (" + LineOf(kPolicy, "users = [\"bob\", \"carol\"]") +
+                          " lists bob, carol); user alice may use: biology, genomics, chem");
+  st = w.Try(w.alice, "nosuch");
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK(st.message == "account 'nosuch' is not defined in the policy; user alice may use: biology, genomics, chem");
+  st = w.Try(w.dave, "");
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK_THAT(st.message, Catch::StartsWith("user dave has no account: no [[accounts]] entry lists them"));
+  CHECK(w.Try(w.alice, "chem").ok());
+  CHECK(w.Try(w.bob, "physics").ok());
+  CHECK(w.Try(w.ops, "physics").ok());  // operators are not checked (Slurm administrators)
+  CHECK(w.Try(User("root", 0, true), "anything").ok());
+}
+
+TEST_CASE("the default account: the user's default_account, else the first account listing them", "[security][associations]") {
+  World w;
+  int64_t a = 0, b = 0, o = 0;
+  REQUIRE(w.Try(w.alice, "", "", "", &a).ok());
+  REQUIRE(w.Try(w.bob, "", "", "", &b).ok());
+  REQUIRE(w.Try(w.ops, "", "", "", &o).ok());
+  CHECK(w.Get(w.alice, a).spec().account() == "biology");
+  CHECK(w.Get(w.bob, b).spec().account() == "chem");   // [[users]] default_account, not physics
+  CHECK(w.Get(w.ops, o).spec().account() == "default");  // listed nowhere
+}
+
+TEST_CASE("accounts and partitions restrict QoS, partitions restrict accounts", "[security][associations]") {
+  World w;
+  Status st = w.Try(w.alice, "biology", "high");
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK(st.message == "account biology does not allow QoS high (" + LineOf(kPolicy, "allow_qos = [\"normal\", \"scavenger\"]") +
+                          " allows normal, scavenger)");
+  st = w.Try(w.alice, "genomics", "high");  // inherited from its parent
+  CHECK(st.message == "account genomics (under biology) does not allow QoS high (" +
+                          LineOf(kPolicy, "allow_qos = [\"normal\", \"scavenger\"]") + " allows normal, scavenger)");
+  CHECK(w.Try(w.alice, "biology", "scavenger").ok());
+  CHECK(w.Try(w.alice, "chem", "high").ok());  // chem lists no QoS: any
+  st = w.Try(w.alice, "chem", "", "restricted");
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK(st.message == "partition restricted does not allow account chem (" +
+                          LineOf(kPolicy, "allow_accounts") + " allows physics)");
+  st = w.Try(w.bob, "physics", "high", "restricted");
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK(st.message == "partition restricted does not allow QoS high (" + LineOf(kPolicy, "allow_qos = [\"normal\"]") +
+                          " allows normal)");
+  CHECK(w.Try(w.bob, "physics", "", "restricted").ok());
+  CHECK(w.Try(w.ops, "chem", "high", "restricted").ok());
+  st = w.Try(w.alice, "chem", "nope");
+  CHECK(st.code == Status::kInvalidArgument);
+  CHECK(st.message == "unknown QoS 'nope' (QoS: normal, high, scavenger)");
+}
+
+TEST_CASE("a negative nice needs root or an operator, whatever the policy", "[security][associations]") {
+  for (const char* enforce : {"true", "false"}) {
+    World w(std::string("enforce_associations = ") + enforce + "\n" + kPolicy);
+    v1::JobSpec spec = Spec(1);
+    spec.set_nice(-2'000'000'000);
+    int64_t id = 0;
+    Status st = w.ctl->Submit(w.alice, spec, w.now, &id);
+    CHECK(st.code == Status::kPermissionDenied);
+    CHECK(st.message == "a negative nice (-2000000000) needs root or an operator (you are alice)");
+    CHECK(w.ctl->Submit(w.ops, spec, w.now, &id).ok());
+    spec.set_nice(100);
+    CHECK(w.ctl->Submit(w.alice, spec, w.now, &id).ok());
+  }
+}
+
+TEST_CASE("job arrays go through the same checks", "[security][associations]") {
+  World w;
+  v1::JobSpec spec = Spec(1);
+  spec.set_account("physics");
+  spec.set_array("0-9");
+  int64_t id = 0;
+  CHECK(w.ctl->Submit(w.alice, spec, w.now, &id).code == Status::kPermissionDenied);
+  CHECK(w.ctl->JobsInMemory() == 0);
+}
+
+TEST_CASE("enforce_associations = false keeps the permissive behaviour, partition lists excepted", "[security][associations]") {
+  World w("enforce_associations = false\n" + kPolicy);
+  CHECK(w.Try(w.alice, "physics", "high").ok());
+  CHECK(w.Try(w.alice, "anything").ok());
+  CHECK(w.Try(w.alice, "chem", "nope").ok());  // waits with reason QOSLimit, as before
+  int64_t id = 0;
+  REQUIRE(w.Try(w.dave, "", "", "", &id).ok());
+  CHECK(w.Get(w.dave, id).spec().account() == "default");
+  CHECK(w.Try(w.alice, "chem", "", "restricted").code == Status::kPermissionDenied);
+}
+
+TEST_CASE("a policy without accounts charges every job to 'default'", "[security][associations]") {
+  World w("");
+  int64_t id = 0;
+  REQUIRE(w.Try(w.alice, "", "", "", &id).ok());
+  CHECK(w.Get(w.alice, id).spec().account() == "default");
+  Status st = w.Try(w.alice, "physics");  // a fresh fairshare association would dodge usage
+  CHECK(st.code == Status::kPermissionDenied);
+  CHECK_THAT(st.message, Catch::Contains("the policy defines no [[accounts]]"));
+  CHECK(w.Try(w.alice, "default").ok());
 }
