@@ -107,6 +107,9 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
   for (const auto& [k, v] : std::map<std::string, std::string>(s.env().begin(), s.env().end()))
     env += (env.empty() ? "" : ",") + k + "=" + v;
   auto f = [&](char code) { return JobField(code, job, now); };
+  // Every job has a command; none here means schedd withheld it (not the caller's job).
+  const bool hidden = s.argv().empty() && s.script().empty();
+  if (hidden) env = "(hidden: not your job)";
   std::vector<std::vector<std::pair<std::string, std::string>>> lines{
       {{"JobId", f('i')}, {"JobName", s.name()}},
       {{"UserId", job.user() + "(" + std::to_string(job.uid()) + ")"}, {"GroupId", std::to_string(job.gid())},
@@ -124,7 +127,7 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
        {"Topology", s.topology().empty() ? "none" : s.topology()}},
       {{"WorkDir", s.workdir()}},
       {{"StdOut", s.stdout_pattern()}, {"StdErr", s.stderr_pattern()}},
-      {{"Command", f('o')}},
+      {{"Command", hidden ? "(hidden: not your job)" : f('o')}},
       {{"Environment", env}},
   };
   std::string placement;

@@ -28,7 +28,8 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes);
 nlohmann::json NodeJson(const v1::NodeInfo& node);
 
 /// Every field of a job as scontrol show job prints it: "Key=Value" pairs, a few per line,
-/// continuation lines indented by three spaces; the script (if any) at the end.
+/// continuation lines indented by three spaces; the script (if any) at the end. A job without
+/// argv and script is another user's job redacted by schedd: Command and Environment say hidden.
 std::string FormatJobDetail(const v1::JobInfo& job, int64_t now);
 
 /// Every field of a job as JSON: JobJson's keys plus gid, argv, script, env, stdout, stderr and

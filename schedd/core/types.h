@@ -194,6 +194,18 @@ struct ClusterState {
   std::map<std::string, double> observed_eviction_rates;
 };
 
+/// Where a policy entry was written, for error messages that cite the policy file: "FILE:LINE" of
+/// the entry and of some of its keys (all empty when the policy was built in code).
+struct SourceLines {
+  std::string entry;                       // the entry's first line ([[accounts]], [[users]], ...)
+  std::map<std::string, std::string> keys; // key name -> its line
+  /// The line of `key`, else of the entry ("" when neither is known).
+  const std::string& Of(const std::string& key) const {
+    auto it = keys.find(key);
+    return it == keys.end() ? entry : it->second;
+  }
+};
+
 /// Scheduler policy as plain data (the TOML loader fills it; defaults give FIFO + EASY-free).
 struct PartitionPolicy {
   std::string name;
@@ -203,6 +215,11 @@ struct PartitionPolicy {
   bool up = true;
   int64_t priority_tier = 0;          // partition factor: tier / max tier over partitions, in [0,1]
   int32_t max_tasks_per_job = 0;      // 0 = unlimited
+  // Submit-time access (Slurm's AllowAccounts / AllowQos), enforced for unprivileged callers even
+  // when the policy is permissive (associations.h):
+  std::vector<std::string> allow_accounts;  // empty = every account
+  std::vector<std::string> allow_qos;       // empty = every QoS
+  SourceLines source;
 };
 
 /// Backfill (Lifka 1995; Mu'alem & Feitelson 2001): kEasy reserves for the first blocked job only,
@@ -297,7 +314,8 @@ struct QosPolicy {
 };
 
 /// A node of the account tree (Slurm association). Users appear as `users` of their account; a
-/// user not listed gets 1 share. Limits (0 = unlimited) cap the running total of the account and
+/// user not listed gets 1 share. Listed users are the account's members: with enforced
+/// associations only they may charge it (associations.h). Limits (0 = unlimited) cap the running total of the account and
 /// every account below it (Slurm GrpTRES / GrpJobs, inherited down the tree).
 struct AccountPolicy {
   std::string name;
@@ -307,6 +325,14 @@ struct AccountPolicy {
   int64_t max_gpus = 0;
   int64_t max_cpu_millis = 0;
   int32_t max_running_jobs = 0;
+  std::vector<std::string> allow_qos;  // QoS its jobs may use; empty = the parent's list (none: any)
+  SourceLines source;
+};
+/// A user's association defaults (the policy's [[users]]; Slurm's DefaultAccount).
+struct UserPolicy {
+  std::string name;
+  std::string default_account;  // charged when a job names no account ("" = see DefaultAccount)
+  SourceLines source;
 };
 /// Price of a pool's resources (the policy's [pricing.POOL]): per core-hour and per GPU-hour by
 /// GPU type ("" = any type without its own price).
@@ -351,6 +377,11 @@ struct PolicySet {
   std::vector<QosPolicy> qos;         // empty = no QoS limits; jobs' qos names are then ignored
   std::string default_qos = "normal";
   std::vector<AccountPolicy> accounts;  // empty = every account has 1 share and no limits
+  std::vector<UserPolicy> users;        // per-user defaults
+  // Submit-time associations (Slurm's AccountingStorageEnforce=associations,qos): an unprivileged
+  // user may charge only accounts that list them and use only defined, allowed QoS. false: any
+  // account and QoS (single-user clusters). Partition allow lists and nice apply either way.
+  bool enforce_associations = true;
   VictimOrder victim_order = VictimOrder::kLeastLostWork;  // QoS preemption (preemption.h)
   PlacementPolicy placement;
   std::vector<WarmPool> warm_pools;

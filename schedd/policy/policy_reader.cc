@@ -128,12 +128,14 @@ void PolicyReader::EachTable(const toml::table& root, const char* key,
 
 core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
-  CheckKeys(root, {"default_partition", "default_qos", "operators", "scheduler", "backfill", "priority",
-                   "fairshare", "partitions", "qos", "accounts", "pricing", "placement", "preemption", "warm_pools"},
+  CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
+                   "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
+                   "preemption", "warm_pools"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
   StrList(root, "operators", p.operators, "the top level");
+  Bool(root, "enforce_associations", p.enforce_associations, "the top level");
   auto section = [&](const char* key, auto&& read) {
     const toml::node* n = root.get(key);
     if (!n) return;
@@ -164,6 +166,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   EachTable(root, "accounts", [&](const toml::table& t, const std::string& ctx) {
     p.accounts.push_back(ReadAccount(t, ctx));
   });
+  EachTable(root, "users", [&](const toml::table& t, const std::string& ctx) { p.users.push_back(ReadUser(t, ctx)); });
   EachTable(root, "warm_pools", [&](const toml::table& t, const std::string& ctx) {
     p.warm_pools.push_back(ReadWarmPool(t, ctx));
     const std::string& qos = p.warm_pools.back().qos;
@@ -171,6 +174,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
       Error(t.source(), ctx + ": QoS '" + qos + "' is not a defined QoS");
   });
   CheckReferences(root, p);
+  CheckAssociations(root, p);
   return p;
 }
 
@@ -251,7 +255,7 @@ void PolicyReader::ReadFairshare(const toml::table& t, core::FairsharePolicy& f)
 
 core::PartitionPolicy PolicyReader::ReadPartition(const toml::table& t, const std::string& ctx) {
   CheckKeys(t, {"name", "pools", "default_time_limit", "max_time_limit", "priority_tier",
-                "max_tasks_per_job", "up"},
+                "max_tasks_per_job", "up", "allow_accounts", "allow_qos"},
             ctx);
   core::PartitionPolicy p;
   Str(t, "name", p.name, ctx);
@@ -268,6 +272,9 @@ core::PartitionPolicy PolicyReader::ReadPartition(const toml::table& t, const st
   Int(t, "priority_tier", p.priority_tier, 0, ctx);
   Int32(t, "max_tasks_per_job", p.max_tasks_per_job, 0, ctx);
   Bool(t, "up", p.up, ctx);
+  StrList(t, "allow_accounts", p.allow_accounts, ctx);  // names checked by CheckAssociations
+  StrList(t, "allow_qos", p.allow_qos, ctx);
+  KeepLines(t, {"allow_accounts", "allow_qos"}, p.source);
   return p;
 }
 
@@ -298,7 +305,7 @@ core::QosPolicy PolicyReader::ReadQos(const toml::table& t, const std::string& c
 }
 
 core::AccountPolicy PolicyReader::ReadAccount(const toml::table& t, const std::string& ctx) {
-  CheckKeys(t, {"name", "parent", "shares", "users", "max_gpus", "max_cpus", "max_running_jobs"}, ctx);
+  CheckKeys(t, {"name", "parent", "shares", "users", "max_gpus", "max_cpus", "max_running_jobs", "allow_qos"}, ctx);
   core::AccountPolicy a;
   Str(t, "name", a.name, ctx);
   if (a.name.empty()) Error(t.source(), ctx + ": 'name' is required");
@@ -310,18 +317,9 @@ core::AccountPolicy PolicyReader::ReadAccount(const toml::table& t, const std::s
   a.max_cpu_millis = cpus * 1000;
   Int(t, "max_gpus", a.max_gpus, 0, ctx);
   Int32(t, "max_running_jobs", a.max_running_jobs, 0, ctx);
-  if (const toml::node* u = t.get("users")) {
-    const toml::table* users = u->as_table();
-    if (!users) {
-      Error(u->source(), ctx + ": 'users' must be a table of user = shares");
-    } else {
-      for (auto&& [user, shares] : *users) {
-        auto v = shares.value_exact<int64_t>();
-        if (!v || *v < 0) Error(shares.source(), ctx + ": shares of user '" + std::string(user.str()) + "' must be an integer >= 0");
-        else a.user_shares[std::string(user.str())] = *v;
-      }
-    }
-  }
+  ReadAccountUsers(t, ctx, a);
+  StrList(t, "allow_qos", a.allow_qos, ctx);
+  KeepLines(t, {"users", "allow_qos"}, a.source);
   return a;
 }
 

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,20 @@ class PolicyReader {
   core::QosPolicy ReadQos(const toml::table& t, const std::string& ctx);
   core::AccountPolicy ReadAccount(const toml::table& t, const std::string& ctx);
   void CheckReferences(const toml::table& root, const core::PolicySet& p);
+  // association_reader.cc
+  /// "FILE:LINE" of a position.
+  std::string Line(const toml::source_region& where) const;
+  /// Records the lines of the entry `t` and of those of `keys` it has.
+  void KeepLines(const toml::table& t, std::initializer_list<const char*> keys, core::SourceLines& out);
+  /// An account's `users`: an array of names (1 share each) or a table of user = shares.
+  void ReadAccountUsers(const toml::table& t, const std::string& ctx, core::AccountPolicy& a);
+  core::UserPolicy ReadUser(const toml::table& t, const std::string& ctx);
+  /// Reports every name in the string array `key` of `t` that is not in `defined` (`what`: "account", "QoS").
+  void CheckNames(const toml::table& t, const char* key, const std::set<std::string>& defined,
+                  const std::string& what, const std::string& ctx);
+  /// allow_accounts / allow_qos name defined accounts and QoS; [[users]] are unique and their
+  /// default accounts exist (and, when enforced, list them).
+  void CheckAssociations(const toml::table& root, const core::PolicySet& p);
   // placement_reader.cc
   void ReadPlacement(const toml::table& t, core::PlacementPolicy& p);
   void ReadPricing(const toml::table& t, core::PlacementPolicy& p);

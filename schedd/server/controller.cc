@@ -1,4 +1,5 @@
 // Controller: the job-facing half (submit, cancel, list, hold), persistence and recovery.
+#include "schedd/core/associations.h"
 #include "schedd/core/fallback.h"
 #include "schedd/server/controller.h"
 
@@ -23,6 +24,30 @@ const char* StatusCodeName(Status::Code c) {
   }
   return "UNKNOWN";
 }
+
+bool IsOwner(const Caller& c, uint32_t uid, const std::string& user) { return c.uid == uid && c.user == user; }
+
+bool MaySeeDetails(const Caller& c, uint32_t uid, const std::string& user) {
+  return c.privileged || IsOwner(c, uid, user);
+}
+
+namespace {
+
+// Who may charge what (core::CheckAssociation) and a negative nice (root and operators only: it
+// raises the job's priority above everyone's). Fills in the default account.
+Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobSpec& spec) {
+  if (spec.nice() < 0 && !caller.privileged)
+    return {Status::kPermissionDenied, "a negative nice (" + std::to_string(spec.nice()) +
+                                           ") needs root or an operator (you are " + caller.user + ")"};
+  core::AssociationRequest req{caller.user, caller.privileged, spec.account(), spec.partition(), spec.qos()};
+  core::AssociationResult r = core::CheckAssociation(policy, req);
+  if (r.code == core::AssociationResult::Code::kDenied) return {Status::kPermissionDenied, r.error};
+  if (!r.ok()) return {Status::kInvalidArgument, r.error};
+  spec.set_account(r.account);
+  return {};
+}
+
+}  // namespace
 
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
     : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
@@ -151,7 +176,7 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
 }
 
 bool Controller::CanControl(const Caller& c, const JobRec& j) const {
-  return c.privileged || c.uid == j.uid;
+  return c.privileged || IsOwner(c, j.uid, j.user);
 }
 
 Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
@@ -181,7 +206,7 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
   if (spec.time_limit_s() > part->max_time_limit)
     return bad("time limit " + FormatDuration(spec.time_limit_s()) + " exceeds partition '" + part->name +
                "' maximum " + FormatDuration(part->max_time_limit));
-  if (spec.account().empty()) spec.set_account("default");
+  if (Status st = CheckAccess(policy_, caller, spec); !st.ok()) return st;
   if (spec.name().empty()) {
     std::string n = spec.argv().empty() ? "script" : spec.argv(0);
     if (auto slash = n.rfind('/'); slash != std::string::npos) n = n.substr(slash + 1);
@@ -333,7 +358,7 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
   return resp;
 }
 
-std::vector<v1::JobInfo> Controller::List(const v1::ListJobsRequest& req) {
+std::vector<v1::JobInfo> Controller::List(const Caller& caller, const v1::ListJobsRequest& req) {
   std::set<int64_t> ids;
   if (!req.job_ids().empty() || !req.job_refs().empty()) {
     std::lock_guard lk(mu_);
@@ -376,21 +401,21 @@ std::vector<v1::JobInfo> Controller::List(const v1::ListJobsRequest& req) {
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.job_id() < b.job_id(); });
   }
   std::erase_if(out, [&](const v1::JobInfo& i) { return !keep(i); });
+  for (v1::JobInfo& i : out)
+    if (!MaySeeDetails(caller, i.uid(), i.user())) RedactJobDetails(i.mutable_spec());
   return out;
 }
 
-Status Controller::Get(int64_t job_id, v1::JobInfo* out) {
+Status Controller::Get(const Caller& caller, int64_t job_id, v1::JobInfo* out) {
   {
     std::lock_guard lk(mu_);
     if (JobRec* j = Find(job_id)) *out = ToInfo(*j);
   }
   auto row = store_.LoadJob(job_id);
   if (!row) return {Status::kNotFound, "job " + std::to_string(job_id) + ": no such job"};
-  if (out->job_id() == 0) {
-    *out = JobInfoFromRow(*row);
-  } else {
-    out->mutable_spec()->ParseFromString(row->spec);  // the full spec for `show job`
-  }
+  if (out->job_id() == 0) *out = JobInfoFromRow(*row);
+  out->mutable_spec()->ParseFromString(row->spec);  // the full spec for `show job`
+  if (!MaySeeDetails(caller, out->uid(), out->user())) RedactJobDetails(out->mutable_spec());
   return {};
 }
 

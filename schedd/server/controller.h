@@ -43,6 +43,13 @@ struct Caller {
   bool privileged = false;  // root, schedd's own user, or an operator named in the policy
 };
 
+/// Whether `c` submitted the job of `uid` and `user` (both must match: TCP callers unknown to the
+/// host all share uid 65534).
+bool IsOwner(const Caller& c, uint32_t uid, const std::string& user);
+/// Whether `c` may see a job's private details (environment, script, argv): its owner or a
+/// privileged caller. Everyone else gets the public fields only (RedactJobDetails).
+bool MaySeeDetails(const Caller& c, uint32_t uid, const std::string& user);
+
 /// Outcome of a request; codes map one-to-one onto gRPC status codes.
 struct Status {
   enum Code { kOk, kInvalidArgument, kNotFound, kPermissionDenied, kFailedPrecondition, kInternal };
@@ -73,13 +80,16 @@ class Controller {
   void Recover(int64_t now);
 
   // ---- JobService ----
-  /// Validates and durably stores a job; returns its id, or INVALID_ARGUMENT naming the field.
+  /// Validates and durably stores a job; returns its id, or INVALID_ARGUMENT naming the field, or
+  /// PERMISSION_DENIED naming the association rule (and policy line) that refuses it.
   Status Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id);
   /// Cancels (or signals) the selected jobs; per-job errors in the response.
   v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now);
   /// Jobs matching the filters: live ones plus recently finished; explicit ids also from disk.
-  std::vector<v1::JobInfo> List(const v1::ListJobsRequest& req);
-  Status Get(int64_t job_id, v1::JobInfo* out);
+  /// Jobs `caller` may not see the details of come without environment, script and argv.
+  std::vector<v1::JobInfo> List(const Caller& caller, const v1::ListJobsRequest& req);
+  /// One job with its full spec (`show job`); redacted as in List unless MaySeeDetails.
+  Status Get(const Caller& caller, int64_t job_id, v1::JobInfo* out);
   Status Hold(const Caller& caller, int64_t job_id, bool release, int64_t now);
 
   // ---- AdminService ----

@@ -93,6 +93,12 @@ v1::JobState ToProtoState(core::JobState s) {
   return out;
 }
 
+void RedactJobDetails(v1::JobSpec* spec) {
+  spec->clear_env();
+  spec->clear_script();
+  spec->clear_argv();
+}
+
 v1::JobInfo JobInfoFromRow(const JobRow& row) {
   v1::JobInfo info;
   info.set_job_id(row.id);

@@ -19,7 +19,10 @@ core::Node ToCoreNode(const mlsched::v1::RegisterNode& reg);
 mlsched::v1::Pool ToProtoPool(core::Pool p);
 core::Pool ToCorePool(mlsched::v1::Pool p);
 mlsched::v1::JobState ToProtoState(core::JobState s);
-/// A job row read from disk, for jobs no longer held in memory.
+/// Removes what only a job's owner and operators may see: environment, script and argv (these
+/// carry secrets, e.g. an exported AWS_SECRET_ACCESS_KEY). The rest is public, as in squeue.
+void RedactJobDetails(mlsched::v1::JobSpec* spec);
+/// A job row read from disk, for jobs no longer held in memory (without environment and script).
 mlsched::v1::JobInfo JobInfoFromRow(const JobRow& row);
 
 }  // namespace mlsched::server

@@ -65,7 +65,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   return Guard(ctl_, "ListJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListJobs", &c); !st.ok()) return st;
-    auto jobs = ctl_.List(*req);
+    auto jobs = ctl_.List(c, *req);  // others' jobs without env, script, argv
     resp->mutable_jobs()->Reserve(static_cast<int>(jobs.size()));
     for (auto& j : jobs) *resp->add_jobs() = std::move(j);
     return grpc::Status::OK;
@@ -76,7 +76,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   return Guard(ctl_, "GetJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/GetJob", &c); !st.ok()) return st;
-    return ToGrpc(ctl_.Get(req->job_id(), resp));
+    return ToGrpc(ctl_.Get(c, req->job_id(), resp));  // redacted unless owner/operator
   });
 }
 
@@ -93,7 +93,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::Expl
   return Guard(ctl_, "ExplainJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ExplainJob", &c); !st.ok()) return st;
-    if (Status s = ctl_.Get(req->job_id(), resp->mutable_job()); !s.ok()) return ToGrpc(s);
+    if (Status s = ctl_.Get(c, req->job_id(), resp->mutable_job()); !s.ok()) return ToGrpc(s);
     const int64_t now = WallNow();
     resp->set_now(now);
     const core::PolicySet policy = ctl_.Policy();

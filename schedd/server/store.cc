@@ -1,5 +1,12 @@
 #include "schedd/server/store.h"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 namespace mlsched::server {
@@ -110,6 +117,34 @@ const char* const kMigrations[] = {
 
 }  // namespace
 
+void SecureStateFiles(const std::string& state_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir(state_dir), db = dir / "state.db";
+  const bool created = fs::create_directories(dir);
+  // Tighten the directory only when it is evidently schedd's own (never e.g. /tmp or $HOME given
+  // by mistake); the files below are 0600 either way.
+  std::error_code ec;
+  if (created || fs::is_empty(dir, ec) || fs::exists(db)) {
+    if (::chmod(dir.c_str(), 0700) != 0)
+      throw StoreError("cannot make " + dir.string() + " private (chmod 0700): " + std::strerror(errno));
+  } else if (struct stat st {}; ::stat(dir.c_str(), &st) == 0 && (st.st_mode & 0077)) {
+    spdlog::warn("state directory {} is accessible to other users (mode {:o}) and holds other files; "
+                 "state.db is 0600, but consider a private directory (0700)",
+                 dir.string(), st.st_mode & 0777);
+  }
+  // SQLite creates the -wal and -shm files with the database file's mode.
+  int fd = ::open(db.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) throw StoreError("cannot create " + db.string() + ": " + std::strerror(errno));
+  const int rc = ::fchmod(fd, 0600);
+  ::close(fd);
+  if (rc != 0) throw StoreError("cannot make " + db.string() + " private (chmod 0600): " + std::strerror(errno));
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    const std::string f = db.string() + suffix;
+    if (::chmod(f.c_str(), 0600) != 0 && errno != ENOENT)
+      throw StoreError("cannot make " + f + " private (chmod 0600): " + std::strerror(errno));
+  }
+}
+
 Store::Store(const std::string& state_dir, bool read_only) {
   path_ = (std::filesystem::path(state_dir) / "state.db").string();
   if (read_only) {
@@ -119,7 +154,7 @@ Store::Store(const std::string& state_dir, bool read_only) {
     sqlite3_busy_timeout(rdb_, 5000);
     return;
   }
-  std::filesystem::create_directories(state_dir);
+  SecureStateFiles(state_dir);
   Check(nullptr, sqlite3_open_v2(path_.c_str(), &wdb_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) == SQLITE_OK ? SQLITE_OK : SQLITE_ERROR, "open");
   sqlite3_busy_timeout(wdb_, 5000);
   Exec(wdb_, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");

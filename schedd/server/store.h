@@ -67,9 +67,16 @@ struct StoreError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Creates STATE_DIR if needed and makes the state private, since jobs' environments and scripts
+/// live in it: the directory 0700 (when schedd created it, it is empty, or it already holds
+/// state.db; otherwise only a warning), state.db and any -wal/-shm/-journal 0600 (state.db is
+/// created 0600 first, so SQLite creates the others with that mode). Throws StoreError.
+void SecureStateFiles(const std::string& state_dir);
+
 class Store {
  public:
-  /// Opens (creating if needed) DIR/state.db and applies schema migrations. Throws StoreError.
+  /// Opens (creating if needed) DIR/state.db and applies schema migrations; the files are made
+  /// private first (SecureStateFiles). Throws StoreError.
   explicit Store(const std::string& state_dir) : Store(state_dir, false) {}
   /// Opens DIR/state.db for reading only (no migrations, no writer; safe beside a running schedd
   /// thanks to WAL). Every write then throws StoreError. Throws StoreError when the file is missing.

@@ -94,3 +94,15 @@ TEST_CASE("show job prints every field", "[cli][admin]") {
   CHECK(j["placement"][1]["gpu_indices"] == nlohmann::json::array({1}));
   CHECK(j["job_id"] == 42);
 }
+
+TEST_CASE("show job of another user's job says its command and environment are hidden", "[cli][admin]") {
+  v1::JobInfo job;  // as schedd returns it to others: no argv, script or environment
+  job.set_job_id(7);
+  job.set_user("alice");
+  job.mutable_spec()->set_name("train");
+  job.mutable_spec()->set_workdir("/home/alice");
+  std::string text = FormatJobDetail(job, 0);
+  CHECK_THAT(text, Catch::Contains("Command=(hidden: not your job)") &&
+                       Catch::Contains("Environment=(hidden: not your job)") && Catch::Contains("WorkDir=/home/alice"));
+  CHECK_THAT(text, !Catch::Contains("Script="));
+}

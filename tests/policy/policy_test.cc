@@ -25,6 +25,7 @@ TEST_CASE("the shipped policies load", "[policy]") {
     CHECK(p.partitions[0].pools.empty());
     CHECK(p.partitions[0].default_time_limit == 3600);
     CHECK(p.operators == std::vector<std::string>{"root"});
+    CHECK(p.enforce_associations);
   }
   SECTION("examples/gpu-cluster.toml") {
     auto r = policy::LoadPolicyFile(kPolicies + "/examples/gpu-cluster.toml");
@@ -45,6 +46,14 @@ TEST_CASE("the shipped policies load", "[policy]") {
     CHECK(p.accounts[1].parent == "research");
     CHECK(p.accounts[1].user_shares.at("alice") == 2);
     CHECK(p.accounts[3].max_cpu_millis == 4096 * 1000);
+    // Associations: enforced, with member lists, QoS and account allow lists and a default account.
+    CHECK(p.enforce_associations);
+    CHECK(p.accounts[0].allow_qos == std::vector<std::string>{"normal", "scavenger"});
+    CHECK(p.accounts[2].user_shares.count("carol") == 1);
+    CHECK(p.partitions[1].allow_accounts == std::vector<std::string>{"vision", "nlp"});
+    CHECK(p.partitions[1].source.Of("allow_accounts").rfind(kPolicies + "/examples/gpu-cluster.toml:", 0) == 0);
+    REQUIRE(p.users.size() == 1);
+    CHECK(p.users[0].default_account == "nlp");
   }
 }
 
@@ -99,8 +108,8 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
   std::vector<Row> table{
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
-        "operators, scheduler, backfill, priority, fairshare, partitions, qos, accounts, pricing, placement, "
-        "preemption, warm_pools"}},
+        "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
+        "users, pricing, placement, preemption, warm_pools"}},
       {"warm pool for an unknown QoS and pool",
        "[[warm_pools]]\npool = \"warm\"\nnodes = 2\nqos = \"vip\"\n",
        {"p.toml:2:8: [[warm_pools]] #1: 'pool' must be \"on-demand\", \"spot\" or \"reserved\" (got \"warm\")",

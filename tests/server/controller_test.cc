@@ -34,7 +34,7 @@ struct World {
   }
   v1::JobInfo Job(int64_t id) {
     v1::JobInfo info;
-    REQUIRE(ctl->Get(id, &info).ok());
+    REQUIRE(ctl->Get(Root(), id, &info).ok());
     return info;
   }
   // Acknowledges every prepare sent so far and starts every committed task.
@@ -192,12 +192,12 @@ TEST_CASE("restart: running jobs are recovered and reconciled with the agents", 
   Controller ctl(*w.store, w.sink, core::PolicySet{}, w.cfg);
   ctl.Recover(w.now + 10);
   v1::JobInfo info;
-  REQUIRE(ctl.Get(id, &info).ok());
+  REQUIRE(ctl.Get(Root(), id, &info).ok());
   CHECK(info.state() == v1::RUNNING);
-  REQUIRE(ctl.Get(pending, &info).ok());
+  REQUIRE(ctl.Get(Root(), pending, &info).ok());
   CHECK(info.state() == v1::PENDING);
   // n1 still runs its rank; n2 lost its task while schedd was down.
-  REQUIRE(ctl.Get(id, &info).ok());
+  REQUIRE(ctl.Get(Root(), id, &info).ok());
   auto reg1 = NodeReg(info.tasks(0).node(), 1);
   auto* r = reg1.add_running();
   r->set_job_id(id);
@@ -214,7 +214,7 @@ TEST_CASE("restart: running jobs are recovered and reconciled with the agents", 
   ctl.OnAgentMessage(lost_node, Heartbeat({}), w.now + 12);
   ctl.OnAgentMessage(lost_node, Heartbeat({}), w.now + 13);
   v1::JobInfo after;
-  REQUIRE(ctl.Get(id, &after).ok());
+  REQUIRE(ctl.Get(Root(), id, &after).ok());
   CHECK(after.state() == v1::PENDING);  // requeued
   CHECK(after.requeue_count() == 1);
   CHECK(w.sink.Of(info.tasks(0).node(), v1::SchedulerMessage::kSignal).size() == 1);  // the surviving rank is killed
@@ -240,7 +240,7 @@ TEST_CASE("bad input is rejected with a clear error and changes nothing", "[cont
   s = Spec(1);
   s.set_time_limit_s(365 * 86400);
   CHECK_THAT(reject(s), Catch::Contains("exceeds partition"));
-  CHECK(w.ctl->List(v1::ListJobsRequest{}).empty());
+  CHECK(w.ctl->List(Root(), v1::ListJobsRequest{}).empty());
 }
 
 TEST_CASE("users control only their own jobs - operators any", "[controller]") {
@@ -362,6 +362,12 @@ TEST_CASE("an agent's rank -1 exit for an attempt is a launch failure, retried a
 
 TEST_CASE("fairshare usage accrues while jobs run and survives a restart", "[controller]") {
   World w(1, 2);
+  core::PolicySet policy;  // associations are enforced: physics must list alice
+  core::AccountPolicy physics;
+  physics.name = "physics";
+  physics.user_shares["alice"] = 1;
+  policy.accounts = {physics};
+  w.ctl->SetPolicy(policy);
   v1::JobSpec spec = Spec(1, 2);
   spec.set_account("physics");
   int64_t id = w.Submit(spec, w.alice);
@@ -514,7 +520,7 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   spec.set_array("0-5%2");
   int64_t first = w.Submit(spec, w.alice);
   v1::ListJobsRequest all;
-  auto listed = w.ctl->List(all);
+  auto listed = w.ctl->List(Root(), all);
   REQUIRE(listed.size() == 6);
   for (int i = 0; i < 6; ++i) {
     CHECK(listed[i].job_id() == first + i);
@@ -539,7 +545,7 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   CHECK(w.Job(gather).spec().dependencies(0).job_ids_size() == 6);  // resolved
   v1::ListJobsRequest gather_only;
   gather_only.add_job_ids(gather);
-  CHECK(w.ctl->List(gather_only).at(0).spec().dependency() ==
+  CHECK(w.ctl->List(Root(), gather_only).at(0).spec().dependency() ==
         "afterany:" + std::to_string(first) + ":" + std::to_string(first + 1) + ":" + std::to_string(first + 2) + ":" +
             std::to_string(first + 3) + ":" + std::to_string(first + 4) + ":" + std::to_string(first + 5));
 
@@ -550,8 +556,8 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   CHECK(resp.cancelled(0) == first + 4);
   v1::ListJobsRequest by_ref;
   by_ref.add_job_refs(std::to_string(first) + "_4");
-  REQUIRE(w.ctl->List(by_ref).size() == 1);
-  CHECK(w.ctl->List(by_ref)[0].state() == v1::CANCELLED);
+  REQUIRE(w.ctl->List(Root(), by_ref).size() == 1);
+  CHECK(w.ctl->List(Root(), by_ref)[0].state() == v1::CANCELLED);
   v1::CancelJobsRequest missing;
   missing.add_job_refs(std::to_string(first) + "_9");
   CHECK_THAT(w.ctl->Cancel(w.alice, missing, w.now).errors(0), Catch::Contains("has no element 9"));

@@ -72,6 +72,9 @@ inline Caller User(const std::string& name, uint32_t uid, bool privileged = fals
   return Caller{name, uid, uid, privileged};
 }
 
+/// A privileged caller (sees every job's details).
+inline Caller Root() { return User("root", 0, true); }
+
 inline v1::AgentMessage PrepareOk(int64_t job, int32_t attempt) {
   v1::AgentMessage m;
   m.mutable_prepare_result()->set_job_id(job);

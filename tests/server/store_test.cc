@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <fstream>
+
 #include "schedd/server/store.h"
 #include "tests/server/fixtures.h"
 
@@ -92,4 +96,43 @@ TEST_CASE("store array inserts get consecutive ids even beside other inserts", "
   CHECK(after == first + 5);
   for (size_t i = 0; i < 5; ++i)
     CHECK(*s.LoadSpec(first + static_cast<int64_t>(i)) == std::to_string(first) + "_" + std::to_string(i));
+}
+
+TEST_CASE("the state directory is private: 0700, state.db and its WAL files 0600", "[store][security]") {
+  namespace fs = std::filesystem;
+  TempDir tmp;  // state.db holds jobs' environments and scripts: no one else may read it
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st.st_mode & 07777;
+  };
+  const fs::path dir = tmp.path / "state";
+  {
+    Store store(dir.string());
+    JobRow row;
+    row.spec = "secret";
+    store.InsertJob(row).get();
+    CHECK(mode(dir) == 0700);
+    CHECK(mode(dir / "state.db") == 0600);
+    CHECK(mode(dir / "state.db-wal") == 0600);
+    CHECK(mode(dir / "state.db-shm") == 0600);
+  }
+  // A state directory from before this change is tightened on the next start.
+  fs::permissions(dir, fs::perms(0755));
+  fs::permissions(dir / "state.db", fs::perms(0644));
+  {
+    Store store(dir.string());
+    CHECK(mode(dir) == 0700);
+    CHECK(mode(dir / "state.db") == 0600);
+  }
+  // A directory holding other files is left alone (a mistaken --state-dir $HOME); the db is private.
+  const fs::path shared = tmp.path / "shared";
+  fs::create_directories(shared);
+  std::ofstream(shared / "notes.txt") << "x";
+  fs::permissions(shared, fs::perms(0755));
+  {
+    Store store(shared.string());
+    CHECK(mode(shared) == 0755);
+    CHECK(mode(shared / "state.db") == 0600);
+  }
 }
