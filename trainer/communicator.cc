@@ -57,7 +57,7 @@ RendezvousEnv ReadRendezvousEnv() {
 
 std::unique_ptr<KvServer> StartRendezvousStore(const RendezvousEnv& env) {
   if (env.rank != 0) return nullptr;
-  if (env.token.empty())
+  if (env.token.empty() && env.world_size > 1)
     LogWarn("rendezvous store without a token (MLTRAIN_INSECURE_RENDEZVOUS=1): any user of this host can read and "
             "overwrite its keys");
   KvServerOptions options;
