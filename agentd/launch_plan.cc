@@ -130,6 +130,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   in.gpu_indices.assign(t.gpu_indices().begin(), t.gpu_indices().end());
   in.node = ctx.node;
   in.status_file = dir + "/" + StatusFileName(t.rank());
+  in.rendezvous_token = p.rendezvous_token();
   in.user = p.user();
   in.home = home;
   if (const auto& a = spec.array_index(); a.array_job_id() != 0) {

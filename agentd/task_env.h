@@ -24,6 +24,8 @@ struct TaskEnvInput {
   std::vector<int32_t> gpu_indices;  // CUDA_VISIBLE_DEVICES, empty = no GPU
   std::string node;                  // MLSCHED_NODE
   std::string status_file;           // MLSCHED_STATUS_FILE
+  /// MLSCHED_RENDEZVOUS_TOKEN: the attempt's secret (Prepare.rendezvous_token). Never log it.
+  std::string rendezvous_token;
   /// Job arrays (MLSCHED_ARRAY_JOB_ID, _TASK_ID, _TASK_COUNT, _TASK_MIN, _TASK_MAX, set only when
   /// array_job_id != 0; Slurm's SLURM_ARRAY_* names are set too, for unchanged scripts).
   int64_t array_job_id = 0;
@@ -39,7 +41,9 @@ inline constexpr const char* kDefaultTaskPath = "/usr/local/bin:/usr/bin:/bin";
 /// Builds the environment. Precedence, lowest first: defaults (PATH, USER, LOGNAME, HOME), the
 /// spec's env, the scheduler's env, then RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 /// MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES (comma-joined; "" without GPUs), MLSCHED_JOB_ID,
-/// MLSCHED_TASK_ID (= rank), MLSCHED_ATTEMPT, MLSCHED_NODE, MLSCHED_STATUS_FILE.
+/// MLSCHED_TASK_ID (= rank), MLSCHED_ATTEMPT, MLSCHED_NODE, MLSCHED_STATUS_FILE, and
+/// MLSCHED_RENDEZVOUS_TOKEN = in.rendezvous_token. Without a token from the scheduler the variable
+/// is removed: a value exported with the job (which mlq shows) must not pass for the secret.
 std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in);
 
 /// "KEY=VALUE" strings in key order, as execve wants them. Keys with '=' or NUL are skipped.

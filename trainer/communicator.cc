@@ -1,9 +1,11 @@
 #include "trainer/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
 #include "trainer/gloo_communicator.h"
+#include "trainer/log.h"
 
 namespace mltrain {
 namespace {
@@ -40,8 +42,34 @@ RendezvousEnv ReadRendezvousEnv() {
   if (env.world_size > 1) {
     if (env.master_addr.empty()) throw std::invalid_argument("MASTER_ADDR must be set when WORLD_SIZE > 1");
     if (env.master_port == 0) throw std::invalid_argument("MASTER_PORT must be set (1-65535) when WORLD_SIZE > 1");
+    env.token = Env("MLSCHED_RENDEZVOUS_TOKEN").value_or("");
+    if (env.token.empty() && Env("MLTRAIN_INSECURE_RENDEZVOUS").value_or("") != "1")
+      throw std::invalid_argument(
+          "MLSCHED_RENDEZVOUS_TOKEN must be set when WORLD_SIZE > 1 (agentd sets it; by hand, give every rank the "
+          "same secret, e.g. $(openssl rand -hex 32), or set MLTRAIN_INSECURE_RENDEZVOUS=1 for a store any local "
+          "user can read and write)");
+    if (!env.token.empty() && (env.token.size() < kMinRendezvousTokenBytes || env.token.size() > kKvMaxTokenBytes))
+      throw std::invalid_argument("MLSCHED_RENDEZVOUS_TOKEN must be " + std::to_string(kMinRendezvousTokenBytes) + " to " +
+                                  std::to_string(kKvMaxTokenBytes) + " bytes long, not " + std::to_string(env.token.size()));
   }
   return env;
+}
+
+std::unique_ptr<KvServer> StartRendezvousStore(const RendezvousEnv& env) {
+  if (env.rank != 0) return nullptr;
+  if (env.token.empty() && env.world_size > 1)
+    LogWarn("rendezvous store without a token (MLTRAIN_INSECURE_RENDEZVOUS=1): any user of this host can read and "
+            "overwrite its keys");
+  KvServerOptions options;
+  options.address = env.master_addr;
+  options.port = env.master_port;
+  options.token = env.token;
+  options.max_connections = std::min(kKvMaxConnections, 4 * static_cast<size_t>(env.world_size) + 64);
+  return std::make_unique<KvServer>(std::move(options));
+}
+
+KvClient ConnectRendezvousStore(const RendezvousEnv& env, const KvServer* server, std::chrono::milliseconds timeout) {
+  return KvClient(env.master_addr, server != nullptr ? server->port() : env.master_port, env.token, timeout);
 }
 
 std::unique_ptr<Communicator> CreateCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options) {

@@ -8,7 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "trainer/kv_store.h"
+
 namespace mltrain {
+
+/// Shortest MLSCHED_RENDEZVOUS_TOKEN mltrain accepts (bytes); agentd's are 64 hex digits.
+inline constexpr size_t kMinRendezvousTokenBytes = 16;
 
 /// The torchrun/agentd rendezvous contract, read from the environment.
 struct RendezvousEnv {
@@ -19,15 +24,29 @@ struct RendezvousEnv {
   int master_port = 0;      ///< MASTER_PORT
   std::string job_id;       ///< MLSCHED_JOB_ID (scopes store keys; "standalone" when unset)
   std::string attempt;      ///< MLSCHED_ATTEMPT (scopes store keys; "0" when unset)
+  /// MLSCHED_RENDEZVOUS_TOKEN: the attempt's secret, required by the store on every connection.
+  /// Empty only for a single rank or with MLTRAIN_INSECURE_RENDEZVOUS=1. Never log it.
+  std::string token;
 
   /// Store key prefix: a process of another job or a stale attempt cannot join this one.
   std::string KeyScope() const { return "mlsched/" + job_id + "/" + attempt + "/"; }
 };
 
-/// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, MLSCHED_JOB_ID, MLSCHED_ATTEMPT.
-/// Missing WORLD_SIZE means a single rank. Throws std::invalid_argument naming the variable when a
-/// value is malformed or out of range, or when MASTER_ADDR/MASTER_PORT are missing for world > 1.
+/// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, MLSCHED_JOB_ID, MLSCHED_ATTEMPT,
+/// MLSCHED_RENDEZVOUS_TOKEN. Missing WORLD_SIZE means a single rank. Throws std::invalid_argument
+/// naming the variable when a value is malformed or out of range, or when, for world > 1,
+/// MASTER_ADDR/MASTER_PORT are missing or the token is missing (unless MLTRAIN_INSECURE_RENDEZVOUS=1)
+/// or not kMinRendezvousTokenBytes..kKvMaxTokenBytes long. Error messages never contain the token.
 RendezvousEnv ReadRendezvousEnv();
+
+/// Rank 0: starts the job's rendezvous store on MASTER_ADDR:MASTER_PORT (bound to the addresses
+/// MASTER_ADDR resolves to), requiring env.token on every connection and admitting 4 connections
+/// per rank plus 64, at most kKvMaxConnections. Other ranks: nullptr. Throws std::runtime_error
+/// when it cannot listen.
+std::unique_ptr<KvServer> StartRendezvousStore(const RendezvousEnv& env);
+
+/// A client of the job's store (on rank 0, of `server`'s actual port) presenting env.token.
+KvClient ConnectRendezvousStore(const RendezvousEnv& env, const KvServer* server, std::chrono::milliseconds timeout);
 
 /// Collectives over the ranks of one job. Every call is collective (all ranks must call it in the
 /// same order with the same sizes). Every wait has a deadline: a peer that dies or does not answer

@@ -76,8 +76,8 @@ std::string LocalAddressToward(const std::string& master_addr) {
 
 GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options)
     : env_(env), options_(options) {
-  if (env_.rank == 0) server_ = std::make_unique<KvServer>(env_.master_port);
-  KvClient client(env_.master_addr, server_ ? server_->port() : env_.master_port, options_.rendezvous_timeout);
+  server_ = StartRendezvousStore(env_);
+  KvClient client = ConnectRendezvousStore(env_, server_.get(), options_.rendezvous_timeout);
   ScopedKvStore store(client, env_.KeyScope() + "gloo/");
   gloo::transport::tcp::attr attr;
   attr.hostname = LocalAddressToward(env_.master_addr);

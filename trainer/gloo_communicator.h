@@ -19,7 +19,7 @@ namespace mltrain {
 /// (the legacy classes measured 5-50x faster than the newer gloo::allreduce entry point on this
 /// machine). Both reduce every element on exactly one rank and then distribute it, so all ranks get
 /// bit-identical sums; plain AllreduceRing adds in a per-rank order, which lets replicas drift. Rank 0 serves
-/// the rendezvous store (KvServer); every rank publishes its Gloo address there under the job's key
+/// the rendezvous store (KvServer, token-protected); every rank publishes its Gloo address there under the job's key
 /// scope and connects a full mesh. Gloo errors and timeouts surface as PeerLostError.
 class GlooCommunicator final : public Communicator {
  public:

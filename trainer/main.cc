@@ -1,5 +1,5 @@
 // mltrain: data-parallel MLP training on Fashion-MNIST. Rank and world size come from the
-// torchrun/agentd environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).
+// torchrun/agentd environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, MLSCHED_RENDEZVOUS_TOKEN, ...).
 // Exit codes: 0 done, 1 error, 2 usage, 75 preempted (checkpointed, requeue), 76 peer lost.
 #include <unistd.h>
 

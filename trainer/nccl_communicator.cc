@@ -24,8 +24,8 @@ void CheckCuda(cudaError_t err, const char* what) {
 NcclCommunicator::NcclCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options, int device)
     : env_(env), options_(options), device_(device) {
   CheckCuda(cudaSetDevice(device_), "cudaSetDevice");
-  if (env_.rank == 0) server_ = std::make_unique<KvServer>(env_.master_port);
-  KvClient client(env_.master_addr, server_ ? server_->port() : env_.master_port, options_.rendezvous_timeout);
+  server_ = StartRendezvousStore(env_);
+  KvClient client = ConnectRendezvousStore(env_, server_.get(), options_.rendezvous_timeout);
   const std::string key = env_.KeyScope() + "nccl/unique_id";
   ncclUniqueId id;
   if (env_.rank == 0) {

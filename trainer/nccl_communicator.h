@@ -14,7 +14,8 @@ namespace mltrain {
 
 /// NCCL communicator on one GPU per rank. Unlike the CPU backends, every span passed to a
 /// collective must be DEVICE memory on `device` (AllGatherWord takes and returns host values).
-/// Rendezvous: rank 0 serves the key-value store (KvServer on MASTER_PORT) and publishes the NCCL
+/// Rendezvous: rank 0 serves the key-value store (KvServer on MASTER_ADDR:MASTER_PORT, requiring
+/// MLSCHED_RENDEZVOUS_TOKEN) and publishes the NCCL
 /// unique id under the job's key scope; the others read it within the rendezvous deadline.
 /// The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective are
 /// polled (ncclCommGetAsyncError, cudaStreamQuery) against a deadline, and on an error or timeout

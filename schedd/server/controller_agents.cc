@@ -7,6 +7,7 @@
 
 #include "schedd/server/controller.h"
 #include "schedd/server/convert.h"
+#include "schedd/server/rendezvous_token.h"
 
 namespace mlsched::server {
 
@@ -82,6 +83,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
 
   v1::JobSpec spec;
   if (auto blob = store_.LoadSpec(j.id)) spec.ParseFromString(*blob);
+  const std::string rendezvous_token = NewRendezvousToken();  // this attempt's, on every node; never logged
   for (const auto& [node, count] : local) {
     v1::SchedulerMessage m;
     auto* p = m.mutable_prepare();
@@ -95,6 +97,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
     p->set_local_world_size(count);
     p->set_master_addr(j.placement.master_addr());
     p->set_master_port(j.placement.master_port());
+    p->set_rendezvous_token(rendezvous_token);
     for (const auto& t : j.placement.tasks()) {
       if (t.node() != node) continue;
       auto* l = p->add_tasks();

@@ -67,6 +67,27 @@ TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
   CHECK(plan.value->script.empty());
 }
 
+TEST_CASE("every rank's environment, and nothing else in the plan, carries the rendezvous token", "[plan]") {
+  TempDir dir;
+  const std::string token = "5eed" + std::string(60, 'e');
+  auto p = MakePrepare(dir, 14, {{0}, {1}});
+  p.set_rendezvous_token(token);
+  auto plan = PlanAttempt(p, Ctx(dir));
+  REQUIRE(plan);
+  for (const auto& r : plan.value->ranks) {
+    CHECK(EnvOf(r, "MLSCHED_RENDEZVOUS_TOKEN") == token);
+    // What the agent logs about a task (executable, argv, paths) never holds it.
+    std::string shown = r.request.executable + r.request.workdir + r.request.stdout_path + r.request.stderr_path;
+    for (const auto& a : r.request.argv) shown += a;
+    CHECK(shown.find(token) == std::string::npos);
+  }
+  CHECK((plan.value->dir + plan.value->script).find(token) == std::string::npos);
+  p.clear_rendezvous_token();
+  auto without = PlanAttempt(p, Ctx(dir));
+  REQUIRE(without);
+  CHECK(EnvOf(without.value->ranks[0], "MLSCHED_RENDEZVOUS_TOKEN") == "<unset>");
+}
+
 TEST_CASE("a batch script is written to the attempt directory", "[plan]") {
   TempDir dir;
   auto p = MakePrepare(dir, 13, {{}});

@@ -2,7 +2,13 @@
 // signals, fencing on re-registration, reconnection with buffered exits, eviction, shutdown.
 #include <pwd.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <sstream>
 
 #include "agentd/agent.h"
 #include "fake_schedd.h"
@@ -106,7 +112,62 @@ int32_t Launch(FakeSchedd& schedd, const TempDir& dir, int64_t job, const std::s
   return s->task_started().pid();
 }
 
+/// Copies everything the default logger writes, at every level, while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)), level_(spdlog::default_logger()->level()) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+    spdlog::default_logger()->set_level(spdlog::level::trace);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+    spdlog::default_logger()->set_level(level_);
+  }
+  std::string Text() {
+    spdlog::default_logger()->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  spdlog::level::level_enum level_;
+};
+
 }  // namespace
+
+TEST_CASE("every rank gets the attempt's rendezvous token, which the agent never logs", "[session]") {
+  LogCapture logs;  // outlives the agent, whose threads log into it
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  Agent agent(Config(dir));
+  agent.Start();
+  REQUIRE(schedd.WaitFor(Registers()));
+  const std::string token = "70c3" + std::string(60, 'b');
+  auto m = Prepare(dir, 50, 1, "printf %s \"$MLSCHED_RENDEZVOUS_TOKEN\" > token-$RANK.txt", {{0}, {1}});
+  m.mutable_prepare()->set_rendezvous_token(token);
+  REQUIRE(schedd.Send(m));
+  auto r = schedd.WaitFor(PrepareResult(50));
+  REQUIRE(r);
+  REQUIRE(r->prepare_result().ok());
+  REQUIRE(schedd.Send(Commit(50, 1)));
+  REQUIRE(schedd.WaitFor(Exited(50, 0)));
+  REQUIRE(schedd.WaitFor(Exited(50, 1)));
+  CHECK(ReadFile(dir.Str("token-0.txt")) == token);
+  CHECK(ReadFile(dir.Str("token-1.txt")) == token);
+  // A prepare that fails is logged with its error; the token is not part of it.
+  m.mutable_prepare()->set_job_id(51);
+  m.mutable_prepare()->mutable_spec()->set_workdir("/no/such/dir");
+  REQUIRE(schedd.Send(m));
+  auto refused = schedd.WaitFor(PrepareResult(51));
+  REQUIRE(refused);
+  CHECK_FALSE(refused->prepare_result().ok());
+  CHECK(refused->prepare_result().error().find(token) == std::string::npos);
+  const std::string text = logs.Text();
+  CHECK(text.find("prepared 2 task(s)") != std::string::npos);  // the capture saw the agent's logs
+  CHECK(text.find(token) == std::string::npos);
+}
 
 TEST_CASE("register, prepare, commit and task exits", "[session]") {
   TempDir dir;

@@ -95,6 +95,16 @@ TEST_CASE("task environment: rendezvous variables override the exported environm
   CHECK(strings == std::vector<std::string>{"A=1", "D="});
 }
 
+TEST_CASE("task environment: the rendezvous token comes from the scheduler only", "[env]") {
+  TaskEnvInput in;
+  in.spec_env = {{"MLSCHED_RENDEZVOUS_TOKEN", "exported-with-the-job-so-mlq-shows-it"}};
+  CHECK(BuildTaskEnvironment(in).count("MLSCHED_RENDEZVOUS_TOKEN") == 0);
+  in.scheduler_env = {{"MLSCHED_RENDEZVOUS_TOKEN", "not-from-prepare-env-either"}};
+  CHECK(BuildTaskEnvironment(in).count("MLSCHED_RENDEZVOUS_TOKEN") == 0);
+  in.rendezvous_token = std::string(64, 'a');
+  CHECK(BuildTaskEnvironment(in)["MLSCHED_RENDEZVOUS_TOKEN"] == std::string(64, 'a'));
+}
+
 TEST_CASE("GPU model names from nvidia-smi", "[node]") {
   CHECK(GpuTypeFromName("NVIDIA H100 80GB HBM3") == "h100");
   CHECK(GpuTypeFromName("NVIDIA A100-SXM4-80GB") == "a100");

@@ -31,23 +31,37 @@ TEST_CASE("a 3-task gang starts on three agents with distinct ranks and one rend
   fs::path out = c.Dir() / "out";
   fs::create_directories(out);
   int64_t id = c.Submit({"-n", "3", "-c", "1", "-D", out.string(), "-J", "env-check", "--wrap",
-                         "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $MLSCHED_JOB_ID\" > rank-$RANK.txt"});
+                         "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $MLSCHED_JOB_ID "
+                         "$MLSCHED_RENDEZVOUS_TOKEN\" > rank-$RANK.txt"});
   REQUIRE(c.WaitState(id, "COMPLETED"));
   std::set<std::string> ranks, rest;
+  std::string token;
   for (int r = 0; r < 3; ++r) {
     std::istringstream in(ReadFile(out / ("rank-" + std::to_string(r) + ".txt")));
     std::string rank, world, local, addr, port, job;
-    in >> rank >> world >> local >> addr >> port >> job;
+    in >> rank >> world >> local >> addr >> port >> job >> token;
     ranks.insert(rank);
-    rest.insert(world + " " + addr + " " + port + " " + job);
+    rest.insert(world + " " + addr + " " + port + " " + job + " " + token);
     CHECK(local == "0");  // one task per node
   }
   CHECK(ranks == std::set<std::string>{"0", "1", "2"});
-  REQUIRE(rest.size() == 1);  // same world size, master and job everywhere
+  REQUIRE(rest.size() == 1);  // same world size, master, job and rendezvous secret everywhere
   CHECK(rest.begin()->rfind("3 127.0.0.1 ", 0) == 0);
+  CHECK(token.size() == 64);
   auto job = c.Job(id);
   CHECK(job["tasks"] == 3);
   CHECK(job["exit_code"] == 0);
+  // The secret shows up nowhere else: not in mlq, nor in the daemons' debug logs or state.
+  CHECK(job.dump().find(token) == std::string::npos);
+  CHECK(c.Tool("mlq", {"--all", "--json"}).out.find(token) == std::string::npos);
+  auto shown = c.Tool("mladmin", {"show", "job", std::to_string(id), "--json"});
+  CHECK(shown.exit_code == 0);
+  CHECK(shown.out.find(token) == std::string::npos);
+  for (const auto& f : fs::recursive_directory_iterator(c.Dir())) {
+    if (!f.is_regular_file() || f.path().parent_path() == out) continue;
+    INFO(f.path());
+    CHECK(ReadFile(f.path()).find(token) == std::string::npos);
+  }
 }
 
 TEST_CASE("a gang larger than free capacity waits with reason Resources, starting none of its tasks", "[e2e]") {

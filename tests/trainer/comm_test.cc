@@ -18,7 +18,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-RendezvousEnv Env(int rank, int world, int port, const std::string& attempt = "1") {
+const std::string kToken = "comm-test-token-0123456789abcdef";
+
+RendezvousEnv Env(int rank, int world, int port, const std::string& attempt = "1", const std::string& token = kToken) {
   RendezvousEnv e;
   e.rank = rank;
   e.world_size = world;
@@ -26,6 +28,7 @@ RendezvousEnv Env(int rank, int world, int port, const std::string& attempt = "1
   e.master_port = port;
   e.job_id = "comm-test";
   e.attempt = attempt;
+  e.token = token;
   return e;
 }
 
@@ -62,15 +65,17 @@ void OnRanks(int world, const std::function<void(Communicator&)>& body, const st
 }  // namespace
 
 TEST_CASE("Key-value store: set, get, wait with a deadline", "[trainer][comm]") {
-  KvServer server(0);
-  KvClient client("127.0.0.1", server.port(), 2s);
+  KvServerOptions options;
+  options.token = kToken;
+  KvServer server(options);
+  KvClient client("127.0.0.1", server.port(), kToken, 2s);
   client.Set("a", std::string("x\0y", 3));
   CHECK(client.TryGet("a") == std::string("x\0y", 3));
   CHECK_FALSE(client.TryGet("b"));
   auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(client.WaitAll({"a", "b"}, 300ms), PeerLostError);
   CHECK(std::chrono::steady_clock::now() - start < 2s);
-  KvClient nobody("127.0.0.1", testing::FreePort(), 300ms);
+  KvClient nobody("127.0.0.1", testing::FreePort(), kToken, 300ms);
   CHECK_THROWS_WITH(nobody.Set("k", "v"), Catch::Contains("unreachable"));
 }
 
@@ -105,12 +110,24 @@ TEST_CASE("Gloo collectives over 3 ranks on loopback", "[trainer][comm]") {
 TEST_CASE("A rank that never arrives, or belongs to another attempt, fails the rendezvous in time", "[trainer][comm]") {
   int port = testing::FreePort();
   auto start = std::chrono::steady_clock::now();
-  auto stale = std::async(std::launch::async, [=] {
-    // Same job, stale attempt: its keys live in another scope, so it cannot join attempt 1.
-    CHECK_THROWS_AS(CreateCommunicator(Env(1, 2, port, "0"), Options(1500ms)), PeerLostError);
+  std::latch serving(1);
+  auto stale = std::async(std::launch::async, [=, &serving] {
+    // Same job, stale attempt: it has another attempt's token, so the store refuses it at once.
+    serving.wait();
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(CreateCommunicator(Env(1, 2, port, "0", "stale-attempt-token-0123456789"), Options(1500ms)),
+                      Catch::Contains("wrong rendezvous token"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
   });
-  CHECK_THROWS_AS(CreateCommunicator(Env(0, 2, port), Options(1500ms)), PeerLostError);
+  auto rank0 = std::async(std::launch::async, [=] {
+    CHECK_THROWS_AS(CreateCommunicator(Env(0, 2, port), Options(1500ms)), PeerLostError);
+  });
+  // Rank 0's store is up once its port accepts connections.
+  KvClient probe("127.0.0.1", port, kToken, 2s);
+  probe.TryGet("probe");
+  serving.count_down();
   stale.get();
+  rank0.get();
   CHECK(std::chrono::steady_clock::now() - start < 8s);
 }
 
@@ -121,6 +138,27 @@ TEST_CASE("Rendezvous env is validated", "[trainer][comm]") {
   ::setenv("RANK", "1", 1);
   ::unsetenv("MASTER_ADDR");
   CHECK_THROWS_WITH(ReadRendezvousEnv(), Catch::Contains("MASTER_ADDR"));
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  ::unsetenv("MLSCHED_RENDEZVOUS_TOKEN");
+  ::unsetenv("MLTRAIN_INSECURE_RENDEZVOUS");
+  CHECK_THROWS_WITH(ReadRendezvousEnv(), Catch::Contains("MLSCHED_RENDEZVOUS_TOKEN must be set"));
+  ::setenv("MLSCHED_RENDEZVOUS_TOKEN", "short-secret", 1);
+  try {
+    ReadRendezvousEnv();
+    FAIL("a 12-byte token was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("16 to 256 bytes") != std::string::npos);
+    CHECK(std::string(e.what()).find("short-secret") == std::string::npos);  // never echo the secret
+  }
+  ::setenv("MLSCHED_RENDEZVOUS_TOKEN", kToken.c_str(), 1);
+  CHECK(ReadRendezvousEnv().token == kToken);
+  ::unsetenv("MLSCHED_RENDEZVOUS_TOKEN");
+  ::setenv("MLTRAIN_INSECURE_RENDEZVOUS", "1", 1);
+  CHECK(ReadRendezvousEnv().token.empty());
+  ::unsetenv("MLTRAIN_INSECURE_RENDEZVOUS");
+  ::unsetenv("MASTER_ADDR");
+  ::unsetenv("MASTER_PORT");
   ::unsetenv("WORLD_SIZE");
   ::unsetenv("RANK");
   CHECK(ReadRendezvousEnv().world_size == 1);

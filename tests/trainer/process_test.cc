@@ -47,6 +47,7 @@ TEST_CASE("4 ranks over Gloo give the parameters of 1 rank with the same global 
   auto four = RunRanks(4, SmallRunArgs(dir / "four"), {"--max-steps", "6"}, dir / "four");
   INFO(DescribeLogs(dir / "four", 4));
   REQUIRE(four == std::vector<int>(4, 0));
+  CHECK(DescribeLogs(dir / "four", 4).find(TestRendezvousToken()) == std::string::npos);  // the secret is never logged
   TrainingState a = LoadLatest(dir / "one"), b = LoadLatest(dir / "four");
   REQUIRE(a.step == 6);
   REQUIRE(b.step == 6);
@@ -161,6 +162,31 @@ TEST_CASE("A rank that never arrives makes the others exit 76 after the rendezvo
   CHECK(r1.Wait(20) == kExitPeerLost);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
   CHECK(ReadFile(dir / "r1.log").find("rendezvous") != std::string::npos);
+}
+
+TEST_CASE("Ranks without a rendezvous token refuse to start unless the store may be open", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto args = SmallRunArgs(dir / "ckpt");
+  args.insert(args.end(), {"--max-steps", "2"});
+  int port = FreePort();
+  auto env = RankEnv(0, 2, port);
+  env.erase("MLSCHED_RENDEZVOUS_TOKEN");
+  Child alone(args, env, dir / "alone.log");
+  CHECK(alone.Wait(20) == 2);
+  CHECK(ReadFile(dir / "alone.log").find("MLSCHED_RENDEZVOUS_TOKEN must be set") != std::string::npos);
+  // MLTRAIN_INSECURE_RENDEZVOUS=1: an unauthenticated store, with a warning.
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto e = RankEnv(r, 2, port);
+    e.erase("MLSCHED_RENDEZVOUS_TOKEN");
+    e["MLTRAIN_INSECURE_RENDEZVOUS"] = "1";
+    ranks.push_back(std::make_unique<Child>(args, e, dir / ("open." + std::to_string(r) + ".log")));
+  }
+  INFO(DescribeLogs(dir / "open", 2));
+  CHECK(ranks[0]->Wait(60) == 0);
+  CHECK(ranks[1]->Wait(60) == 0);
+  CHECK(ReadFile(dir / "open.0.log").find("rendezvous store without a token") != std::string::npos);
 }
 
 TEST_CASE("Default settings reach 88.5% test accuracy within 20 epochs", "[trainer][process][quality]") {

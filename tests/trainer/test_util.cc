@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -89,10 +90,24 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+const std::string& TestRendezvousToken() {
+  static const std::string token = [] {
+    std::random_device rd;
+    std::string hex;
+    for (int i = 0; i < 8; ++i) {
+      char buf[9];
+      std::snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(rd()));
+      hex += buf;
+    }
+    return hex;
+  }();
+  return token;
+}
+
 std::map<std::string, std::string> RankEnv(int rank, int world, int port, const std::string& job) {
   return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(rank)},
           {"LOCAL_WORLD_SIZE", std::to_string(world)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
-          {"MLSCHED_JOB_ID", job}, {"MLSCHED_ATTEMPT", "1"}};
+          {"MLSCHED_JOB_ID", job}, {"MLSCHED_ATTEMPT", "1"}, {"MLSCHED_RENDEZVOUS_TOKEN", TestRendezvousToken()}};
 }
 
 }  // namespace mltrain::testing

@@ -45,7 +45,12 @@ class Child {
 
 std::string ReadFile(const std::string& path);
 
-/// Env of rank `rank` of `world` ranks for a rendezvous at 127.0.0.1:port.
+/// A random 64-hex-digit rendezvous token, drawn once per test process (every rank of every run
+/// started by this process shares it, as the ranks of one attempt do).
+const std::string& TestRendezvousToken();
+
+/// Env of rank `rank` of `world` ranks for a rendezvous at 127.0.0.1:port, with
+/// MLSCHED_RENDEZVOUS_TOKEN = TestRendezvousToken().
 std::map<std::string, std::string> RankEnv(int rank, int world, int port, const std::string& job = "test-job");
 
 }  // namespace mltrain::testing
