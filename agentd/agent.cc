@@ -1,4 +1,5 @@
 #include "agentd/agent.h"
+#include "agentd/safe_files.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -27,11 +28,14 @@ v1::Pool PoolOf(const std::string& pool) {
 }
 
 // Reads a task's progress from the status file it keeps (MLSCHED_STATUS_FILE; mltrain's JSON with
-// last_checkpoint_unix_s and step). Missing or unparsable files leave the fields at 0.
+// last_checkpoint_unix_s and step). The file is the user's: read only if it is a regular file of at
+// most kMaxStatusFileBytes, without following symlinks or blocking (a FIFO there is refused).
+// Missing, refused or unparsable files leave the fields at 0.
 void ReadTaskStatus(const std::string& path, v1::RunningTask* t) {
-  std::ifstream in(path);
-  if (!in) return;
-  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  fs::path p(path);
+  std::string text;
+  if (!ReadRegularFileAt(p.parent_path().string(), p.filename().string(), kMaxStatusFileBytes, &text).empty()) return;
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return;
   if (auto it = j.find("last_checkpoint_unix_s"); it != j.end() && it->is_number())
     t->set_last_checkpoint_time(it->get<int64_t>());

@@ -1,4 +1,5 @@
 #include "agentd/launch_plan.h"
+#include "agentd/safe_files.h"
 
 #include <grp.h>
 #include <pwd.h>
@@ -160,6 +161,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   if (auto e = CheckParentDir(r->request.stdout_path, "stdout"); !e.empty()) return e;
   if (auto e = CheckParentDir(r->request.stderr_path, "stderr"); !e.empty()) return e;
   r->request.env = ToEnvStrings(env);
+  r->request.umask = spec.has_umask() ? static_cast<mode_t>(spec.umask() & 0777) : 022;
   return "";
 }
 
@@ -216,29 +218,11 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
 }
 
 std::string WriteAttemptFiles(const PlannedAttempt& plan) {
-  std::error_code ec;
-  fs::create_directories(plan.dir, ec);
-  if (ec) return "cannot create " + plan.dir + ": " + ec.message();
-  chmod(plan.dir.c_str(), 0700);
-  if (plan.chown_dir && chown(plan.dir.c_str(), plan.uid, plan.gid) != 0)
-    return "cannot give " + plan.dir + " to uid " + std::to_string(plan.uid) + ": " + std::strerror(errno);
-  if (plan.script.empty()) return "";
-  std::string path = plan.dir + "/script";
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << plan.script;
-    if (!out) return "cannot write batch script " + path;
-  }
-  if (chmod(path.c_str(), 0700) != 0) return "cannot chmod " + path + ": " + std::strerror(errno);
-  if (plan.chown_dir && chown(path.c_str(), plan.uid, plan.gid) != 0)
-    return "cannot give " + path + " to uid " + std::to_string(plan.uid) + ": " + std::strerror(errno);
-  return "";
+  return CreateAttemptDir(plan.dir, plan.script, plan.chown_dir, plan.uid, plan.gid);
 }
 
 void RemoveAttemptFiles(const std::string& dir) {
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  if (ec) spdlog::warn("cannot remove {}: {}", dir, ec.message());
+  if (std::string err = RemoveTree(dir); !err.empty()) spdlog::warn("cannot remove {}: {}", dir, err);
 }
 
 }  // namespace mlsched::agent

@@ -50,7 +50,7 @@ const char* StepName(Step s) {
 
 // Opens `path` for appending and moves it onto `target` (1 or 2).
 bool RedirectTo(const char* path, int target) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0666);  // the umask applies
   if (fd < 0) return false;
   if (fd != target) {
     if (dup2(fd, target) < 0) return false;
@@ -86,6 +86,7 @@ void MarkDescriptorsCloseOnExec() {
   // After the credential change: changing uid/gid clears the parent-death signal.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) ChildFail(err_fd, Step::kPdeathsig);
   if (getppid() != parent) _exit(127);  // the agent died between fork and prctl
+  umask(req.umask & 0777);
   int in = open("/dev/null", O_RDONLY);
   if (in < 0 || (in != 0 && (dup2(in, 0) < 0 || close(in) < 0))) ChildFail(err_fd, Step::kStdin);
   if (!RedirectTo(req.stdout_path.c_str(), 1)) ChildFail(err_fd, Step::kStdout);

@@ -15,12 +15,13 @@ struct LaunchRequest {
   std::vector<std::string> argv;   // argv[0] included
   std::vector<std::string> env;    // "KEY=VALUE"
   std::string workdir;             // absolute; the child chdirs here after switching user
-  std::string stdout_path;         // absolute; opened O_WRONLY|O_CREAT|O_APPEND, mode 0644
+  std::string stdout_path;         // absolute; opened by the task's user O_WRONLY|O_CREAT|O_APPEND, mode 0666 & ~umask
   std::string stderr_path;         // absolute; the same file as stdout when equal
   bool switch_user = false;        // agent runs as root and the task must not: setgroups/setgid/setuid
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;       // supplementary groups (getgrouplist of the user)
+  mode_t umask = 022;              // the submitter's umask, set in the child before anything is created
 };
 
 /// How a task ended, in the protocol's terms.

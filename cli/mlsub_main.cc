@@ -1,5 +1,6 @@
 // mlsub: submit a gang job to schedd (like sbatch). The grammar lives in submit_options.h (shared
 // with #MLSUB directives); this file only does I/O and the RPC.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   SubmitContext ctx;
   std::error_code ec;
   ctx.cwd = std::filesystem::current_path(ec).string();
+  const mode_t mask = ::umask(022);  // read it (there is no getter) and put it back
+  ::umask(mask);
+  ctx.umask = static_cast<uint32_t>(mask);
   if (ec && !args.value->options.chdir) {
     std::cerr << "mlsub: cannot determine the current directory (" << ec.message() << "); give -D/--chdir\n";
     return kExitUsage;

@@ -203,6 +203,7 @@ Parsed<v1::JobSpec> BuildJobSpec(const SubmitOptions& opts, const SubmitPayload&
   std::string workdir = dir.lexically_normal().string();
   while (workdir.size() > 1 && workdir.back() == '/') workdir.pop_back();
   spec.set_workdir(workdir);
+  if (ctx.umask) spec.set_umask(*ctx.umask & 0777);
   auto env = ResolveExport(opts.export_env.value_or("ALL"), ctx.env);
   if (!env) {
     out.error = Where(opts, "export") + env.error;

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct SubmitPayload {
 struct SubmitContext {
   std::string cwd;
   Environment env;
+  std::optional<uint32_t> umask;  // the submitter's umask (sent so tasks create files as it would)
 };
 
 /// Local validation limits (absurd sizes are refused before reaching schedd; schedd checks

@@ -97,6 +97,7 @@ TEST_CASE("a batch script is written to the attempt directory", "[plan]") {
   REQUIRE(plan);
   CHECK(plan.value->ranks[0].request.executable == "/bin/sh");
   CHECK(plan.value->ranks[0].request.argv[1] == dir.Str("work/jobs/13.1/script"));
+  std::filesystem::create_directories(dir.Str("work/jobs"));  // the agent makes it at start (only the attempt dir is made per job)
   REQUIRE(WriteAttemptFiles(*plan.value).empty());
   CHECK(ReadFile(dir.Str("work/jobs/13.1/script")) == "echo no shebang\n");
 

@@ -120,7 +120,7 @@ TEST_CASE("the command line overrides directives, and directive values keep thei
       return p;
     };
   };
-  SubmitContext ctx{"/home/u", {}};
+  SubmitContext ctx{"/home/u", {}, std::nullopt};
   auto args = ParseSubmitArgs({"-n", "3", "job.sh"});
   REQUIRE(args);
   auto sub = PrepareSubmission(*args.value, ctx, read("#!/bin/sh\n#MLSUB -n 2 -J fromfile\ntrue\n"), [] { return ""; });
@@ -143,7 +143,7 @@ TEST_CASE("the command line overrides directives, and directive values keep thei
 TEST_CASE("directives in a script read from stdin are named 'stdin'", "[cli][directives]") {
   auto args = ParseSubmitArgs({});
   REQUIRE(args);
-  auto sub = PrepareSubmission(*args.value, SubmitContext{"/tmp", {}}, nullptr,
+  auto sub = PrepareSubmission(*args.value, SubmitContext{"/tmp", {}, std::nullopt}, nullptr,
                                [] { return std::string("#!/bin/sh\n#MLSUB --bogus\n"); });
   REQUIRE_FALSE(sub);
   CHECK(sub.error == "stdin:2: unknown option '--bogus' in #MLSUB directive");

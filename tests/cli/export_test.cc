@@ -62,13 +62,13 @@ TEST_CASE("the export reaches the spec, and errors name the directive line", "[c
   SubmitPayload p;
   p.kind = SubmitPayload::Kind::kWrap;
   p.script = "true";
-  auto s = BuildJobSpec(o, p, SubmitContext{"/", kEnv});
+  auto s = BuildJobSpec(o, p, SubmitContext{"/", kEnv, std::nullopt});
   REQUIRE(s);
   CHECK(s.value->env().size() == 1);
   CHECK(s.value->env().at("A") == "1");
   o.export_env = "9x";
   o.origin["export"] = "job.sh:4";
-  CHECK(BuildJobSpec(o, p, SubmitContext{"/", kEnv}).error ==
+  CHECK(BuildJobSpec(o, p, SubmitContext{"/", kEnv, std::nullopt}).error ==
         "job.sh:4: bad --export item '9x': not a variable name, VAR=value, ALL or NONE");
 }
 

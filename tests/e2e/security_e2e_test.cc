@@ -242,3 +242,18 @@ TEST_CASE("agents are bound to the node their certificate names", "[e2e][securit
   CHECK(n1_cpus() == n1_before);
   c.Tool("mlcancel", {std::to_string(job)});
 }
+
+TEST_CASE("output files honour the submitter's umask", "[e2e][security]") {
+  Cluster c;
+  c.StartAgent("n1", 1);
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  for (auto [mask, mode] : {std::pair{"077", 0600}, std::pair{"022", 0644}}) {
+    RunResult r = Run({"sh", "-c", std::string("umask ") + mask + " && exec " + MLSCHED_MLSUB_BIN + " --parsable -D " +
+                                       out.string() + " -o umask-" + mask + ".out --wrap 'echo hi'"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(c.WaitState(std::stoll(r.out), "COMPLETED"));
+    CHECK((static_cast<int>(fs::status(out / ("umask-" + std::string(mask) + ".out")).permissions()) & 0777) == mode);
+  }
+}

@@ -47,7 +47,7 @@ TEST_CASE("an idle connection does not block a scrape", "[security][metrics]") {
   ::close(idle);
 }
 
-TEST_CASE("connections past the cap are closed; the server keeps answering", "[security][metrics]") {
+TEST_CASE("connections past the cap are closed and the server keeps answering", "[security][metrics]") {
   mlsched::MetricsHttpServer server("127.0.0.1", 0, [] { return std::string("up 1\n"); });
   std::vector<int> idle;
   for (int i = 0; i < mlsched::kMetricsMaxConnections; ++i) idle.push_back(Connect(server.Port()));
