@@ -257,3 +257,82 @@ TEST_CASE("output files honour the submitter's umask", "[e2e][security]") {
     CHECK((static_cast<int>(fs::status(out / ("umask-" + std::string(mask) + ".out")).permissions()) & 0777) == mode);
   }
 }
+
+namespace {
+const char* kEnforcedPolicy = R"(enforce_associations = true
+default_partition = "default"
+default_qos = "normal"
+operators = ["root"]
+
+[[partitions]]
+name = "default"
+
+[[qos]]
+name = "normal"
+
+[[qos]]
+name = "high"
+
+[[accounts]]
+name = "physics"
+users = ["root"]
+
+[[accounts]]
+name = "open"
+users = ["nobody"]
+allow_qos = ["normal"]
+)";
+}  // namespace
+
+TEST_CASE("on TCP nobody cannot charge root's account or raise its priority or pick a foreign QoS or read root's env",
+          "[e2e][security]") {
+  if (!CanSwitchUsers()) {
+    WARN("SKIPPED: cannot switch to uid 65534 (needs root and setpriv)");
+    return;
+  }
+  Cluster c(kEnforcedPolicy, Transport::kTls);
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  fs::permissions(out, fs::perms::all);
+  setenv("MLSCHED_E2E_SECRET", "topsecret-4711", 1);
+  int64_t root_job = c.Submit({"-H", "-A", "physics", "-D", out.string(), "--wrap", "echo $MLSCHED_E2E_SECRET"});
+  unsetenv("MLSCHED_E2E_SECRET");
+  const std::string before = c.Tool("mlq", {"-h", "-t", "all", "-o", "%i %a %T"}).out;
+  auto as_nobody = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"--parsable", "-H", "-D", out.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--wrap", "true"});
+    return c.ToolAs(kNobody, "mlsub", args);
+  };
+
+  RunResult r = as_nobody({"-A", "physics"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("may not use account physics") && Catch::Contains("policy.toml:"));
+  r = as_nobody({"--nice", "-10000"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("nice"));
+  r = as_nobody({"--qos", "high"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("high"));
+  CHECK(c.Tool("mlq", {"-h", "-t", "all", "-o", "%i %a %T"}).out == before);  // none of them made a job
+
+  r = as_nobody({});  // no -A: nobody's own (default) account
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(c.Job(std::stoll(r.out)).value("account", "") == "open");
+
+  for (std::vector<std::string> read : {std::vector<std::string>{"mlq", "--json", "-j", std::to_string(root_job)},
+                                        std::vector<std::string>{"mladmin", "show", "job", std::to_string(root_job), "--json"},
+                                        std::vector<std::string>{"mlq", "--explain", std::to_string(root_job)}}) {
+    std::string tool = read.front();
+    read.erase(read.begin());
+    RunResult seen = c.ToolAs(kNobody, tool, read);
+    INFO(tool << " " << seen.err);
+    CHECK(seen.exit_code == 0);
+    CHECK(seen.out.find("topsecret-4711") == std::string::npos);
+    CHECK(seen.out.find("MLSCHED_E2E_SECRET") == std::string::npos);
+  }
+  // The owner still sees it.
+  CHECK(c.Tool("mladmin", {"show", "job", std::to_string(root_job), "--json"}).out.find("topsecret-4711") !=
+        std::string::npos);
+}
