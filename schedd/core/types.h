@@ -366,6 +366,24 @@ inline PartitionPolicy MakePartition(std::string name) {
   p.name = std::move(name);
   return p;
 }
+/// Named limits on user input (the policy's [limits]); schedd refuses over-limit input with an
+/// error naming the field and the limit. Sizes in bytes.
+struct InputLimits {
+  int64_t max_name_bytes = 1024;            // job name
+  int64_t max_script_bytes = 4 << 20;       // batch script (Slurm's default max_script_size, 4 MiB)
+  int64_t max_env_bytes = 1 << 20;          // environment, keys and values together
+  int32_t max_env_vars = 4096;
+  int64_t max_argv_bytes = 128 << 10;       // argv, all arguments together
+  int32_t max_argv = 4096;
+  int64_t max_field_bytes = 4096;           // any other text field (paths, patterns, names, expressions)
+  int32_t max_list_items = 256;             // gpu types, fallback tiers
+  int32_t max_ids_per_request = 10000;      // job ids and references in one cancel/query/dependency
+  int64_t max_array_bytes = 256 << 20;      // array elements x spec size stored by one submission
+  int32_t max_pending_jobs_per_user = 10000;  // Slurm's MaxSubmitJobs (pending + held); 0 = none
+  int32_t submit_rate_per_user = 100;       // sustained submissions/s per user (token bucket); 0 = none
+  int32_t submit_burst_per_user = 1000;     // bucket size: submissions accepted at once
+};
+
 struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
@@ -385,6 +403,7 @@ struct PolicySet {
   VictimOrder victim_order = VictimOrder::kLeastLostWork;  // QoS preemption (preemption.h)
   PlacementPolicy placement;
   std::vector<WarmPool> warm_pools;
+  InputLimits limits;                   // [limits]; root, schedd's user and operators skip the per-user ones
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.

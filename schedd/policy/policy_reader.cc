@@ -130,7 +130,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
-                   "preemption", "warm_pools"},
+                   "preemption", "warm_pools", "limits"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -147,6 +147,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("priority", [&](const toml::table& t) { ReadPriority(t, p.weights); });
   section("fairshare", [&](const toml::table& t) { ReadFairshare(t, p.fairshare); });
   section("placement", [&](const toml::table& t) { ReadPlacement(t, p.placement); });
+  section("limits", [&](const toml::table& t) { ReadLimits(t, p.limits); });
   section("pricing", [&](const toml::table& t) { ReadPricing(t, p.placement); });
   section("preemption", [&](const toml::table& t) {
     CheckKeys(t, {"victim_order"}, "[preemption]");
@@ -208,6 +209,30 @@ void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   Dur(t, "resolution", b.resolution, ctx);
   Bool(t, "keep_plans", b.keep_plans, ctx);
   if (b.resolution < 1) Error(t.get("resolution")->source(), "'resolution' in [backfill]: must be at least 1 second");
+}
+
+void PolicyReader::ReadLimits(const toml::table& t, core::InputLimits& l) {
+  const std::string ctx = "[limits]";
+  CheckKeys(t, {"max_name_bytes", "max_script_bytes", "max_env_bytes", "max_env_vars", "max_argv_bytes", "max_argv",
+                "max_field_bytes", "max_list_items", "max_ids_per_request", "max_array_bytes",
+                "max_pending_jobs_per_user", "submit_rate_per_user", "submit_burst_per_user"},
+            ctx);
+  Int(t, "max_name_bytes", l.max_name_bytes, 1, ctx);
+  Int(t, "max_script_bytes", l.max_script_bytes, 1, ctx);
+  Int(t, "max_env_bytes", l.max_env_bytes, 0, ctx);
+  Int32(t, "max_env_vars", l.max_env_vars, 0, ctx);
+  Int(t, "max_argv_bytes", l.max_argv_bytes, 1, ctx);
+  Int32(t, "max_argv", l.max_argv, 1, ctx);
+  Int(t, "max_field_bytes", l.max_field_bytes, 64, ctx);
+  Int32(t, "max_list_items", l.max_list_items, 1, ctx);
+  Int32(t, "max_ids_per_request", l.max_ids_per_request, 1, ctx);
+  Int(t, "max_array_bytes", l.max_array_bytes, 1, ctx);
+  Int32(t, "max_pending_jobs_per_user", l.max_pending_jobs_per_user, 0, ctx);
+  Int32(t, "submit_rate_per_user", l.submit_rate_per_user, 0, ctx);
+  Int32(t, "submit_burst_per_user", l.submit_burst_per_user, 1, ctx);
+  // A request must fit in schedd's largest gRPC message (kMaxRequestBytes, 16 MiB).
+  if (l.max_script_bytes + l.max_env_bytes + l.max_argv_bytes > (16 << 20))
+    Error(t.source(), ctx + ": max_script_bytes + max_env_bytes + max_argv_bytes must be at most 16 MiB (schedd's request limit)");
 }
 
 void PolicyReader::ReadPriority(const toml::table& t, core::PriorityWeights& w) {

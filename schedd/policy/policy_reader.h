@@ -42,6 +42,7 @@ class PolicyReader {
                  const std::function<void(const toml::table&, const std::string&)>& fn);
 
   void ReadScheduler(const toml::table& t, core::PolicySet& p);
+  void ReadLimits(const toml::table& t, core::InputLimits& l);
   void ReadBackfill(const toml::table& t, core::BackfillPolicy& b);
   void ReadPriority(const toml::table& t, core::PriorityWeights& w);
   void ReadFairshare(const toml::table& t, core::FairsharePolicy& f);

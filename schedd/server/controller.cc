@@ -21,6 +21,7 @@ const char* StatusCodeName(Status::Code c) {
     case Status::kPermissionDenied: return "PERMISSION_DENIED";
     case Status::kFailedPrecondition: return "FAILED_PRECONDITION";
     case Status::kInternal: return "INTERNAL";
+    case Status::kResourceExhausted: return "RESOURCE_EXHAUSTED";
   }
   return "UNKNOWN";
 }
@@ -51,6 +52,11 @@ Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobS
 
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
     : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
+
+core::InputLimits Controller::Limits() {
+  std::lock_guard lk(mu_);
+  return policy_.limits;
+}
 
 void Controller::CountInternalError() {
   if (metrics_) metrics_->CountInternalError();
@@ -269,10 +275,47 @@ Controller::JobRec Controller::NewRec(int64_t id, const Caller& caller, const v1
   return j;
 }
 
+Status Controller::CheckSizesLocked(const v1::JobSpec& spec, int64_t* jobs_out) {
+  const core::InputLimits& l = policy_.limits;
+  if (std::string err = CheckSpecLimits(spec, l); !err.empty()) return {Status::kInvalidArgument, err};
+  int64_t jobs = 1;
+  if (!spec.array().empty()) {
+    core::ArrayRequest arr;
+    if (auto err = core::ParseArray(spec.array(), cfg_.max_array_size, &arr)) return {Status::kInvalidArgument, "array: " + *err};
+    jobs = static_cast<int64_t>(arr.task_ids.size());
+    const int64_t bytes = jobs * static_cast<int64_t>(spec.ByteSizeLong());
+    if (bytes > l.max_array_bytes)
+      return {Status::kInvalidArgument, "array of " + std::to_string(jobs) + " elements stores " + std::to_string(bytes) +
+                                            " bytes; the limit is " + std::to_string(l.max_array_bytes) +
+                                            " (policy [limits] max_array_bytes): use a smaller array or script"};
+  }
+  *jobs_out = jobs;
+  return {};
+}
+
+Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t now) {
+  const core::InputLimits& l = policy_.limits;
+  if (caller.privileged) return {};
+  int32_t& pending = pending_by_user_[caller.user];
+  if (l.max_pending_jobs_per_user > 0 && pending + jobs > l.max_pending_jobs_per_user)
+    return {Status::kResourceExhausted, "user " + caller.user + " has " + std::to_string(pending) +
+                                            " pending jobs; the limit is " + std::to_string(l.max_pending_jobs_per_user) +
+                                            " (policy [limits] max_pending_jobs_per_user)"};
+  if (!submit_rate_.Take(caller.user, now, l))
+    return {Status::kResourceExhausted, "user " + caller.user + " submits faster than " +
+                                            std::to_string(l.submit_rate_per_user) +
+                                            " jobs/s (policy [limits] submit_rate_per_user); retry in a second"};
+  pending += static_cast<int32_t>(jobs);
+  return {};
+}
+
 Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id) {
   {
     std::lock_guard lk(mu_);
+    int64_t jobs = 1;
+    if (Status st = CheckSizesLocked(spec, &jobs); !st.ok()) return st;
     if (Status st = ValidateSpec(spec, caller); !st.ok()) return st;
+    if (Status st = AdmitUserLocked(caller, jobs, now); !st.ok()) return st;
   }
   if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id);
   JobRow row = NewRow(caller, spec, now);
@@ -300,19 +343,21 @@ void Controller::CancelOne(JobRec& j, int64_t now) {
 
 v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now) {
   v1::CancelJobsResponse resp;
+  const bool listed = !req.job_ids().empty() || !req.job_refs().empty();
+  Selection sel;
+  if (listed) sel = SelectJobs(req.job_ids(), req.job_refs());  // reads the store without the lock
   std::lock_guard lk(mu_);
   std::vector<JobRec*> selected;
   std::set<int> states(req.states().begin(), req.states().end());
   auto state_ok = [&](const JobRec& j) { return states.empty() || states.count(ToProtoState(j.state)); };
-  if (!req.job_ids().empty() || !req.job_refs().empty()) {
-    std::vector<std::string> errors;
-    const std::vector<int64_t> ids = SelectJobsLocked(req.job_ids(), req.job_refs(), &errors);
-    for (const std::string& e : errors) resp.add_errors(e);
-    for (int64_t id : ids) {
+  if (listed) {
+    for (const std::string& e : sel.errors) resp.add_errors(e);
+    for (int64_t id : sel.ids) {
       JobRec* j = Find(id);
       if (!j) {
-        auto row = store_.LoadJob(id);
-        resp.add_errors("job " + std::to_string(id) + (row ? ": already " + row->state : ": no such job"));
+        auto row = sel.rows.find(id);
+        const bool known = row != sel.rows.end() && row->second;
+        resp.add_errors("job " + std::to_string(id) + (known ? ": already " + row->second->state : ": no such job"));
         continue;
       }
       if (!req.user().empty() && j->user != req.user()) continue;
@@ -361,9 +406,8 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
 std::vector<v1::JobInfo> Controller::List(const Caller& caller, const v1::ListJobsRequest& req) {
   std::set<int64_t> ids;
   if (!req.job_ids().empty() || !req.job_refs().empty()) {
-    std::lock_guard lk(mu_);
-    std::vector<std::string> errors;  // unknown references simply list nothing, like squeue -j
-    for (int64_t id : SelectJobsLocked(req.job_ids(), req.job_refs(), &errors)) ids.insert(id);
+    // Unknown references simply list nothing, like squeue -j; the store is read without the lock.
+    for (int64_t id : SelectJobs(req.job_ids(), req.job_refs()).ids) ids.insert(id);
     if (ids.empty()) ids.insert(-1);  // a selection that matched nothing lists nothing
   }
   std::set<std::string> users(req.users().begin(), req.users().end());

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "schedd/core/pools.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
+#include "schedd/server/admission.h"
 #include "schedd/server/metrics.h"
 #include "schedd/server/store.h"
 
@@ -52,7 +54,7 @@ bool MaySeeDetails(const Caller& c, uint32_t uid, const std::string& user);
 
 /// Outcome of a request; codes map one-to-one onto gRPC status codes.
 struct Status {
-  enum Code { kOk, kInvalidArgument, kNotFound, kPermissionDenied, kFailedPrecondition, kInternal };
+  enum Code { kOk, kInvalidArgument, kNotFound, kPermissionDenied, kFailedPrecondition, kInternal, kResourceExhausted };
   Code code = kOk;
   std::string message;
   bool ok() const { return code == kOk; }
@@ -129,6 +131,8 @@ class Controller {
   size_t JobsInMemory();
   /// Counters and histograms are updated here from now on (optional; not owned).
   void SetMetrics(SchedMetrics* m) { metrics_ = m; }
+  /// The policy's input limits ([limits]) in force now.
+  core::InputLimits Limits();
   /// Counts a request that failed inside schedd (mlsched_internal_errors_total), when metrics are on.
   void CountInternalError();
   /// The gauges of a scrape: jobs by state and partition, GPUs by pool, nodes by state.
@@ -190,6 +194,12 @@ class Controller {
   void Persist(const JobRec& j, const std::string& event = "", const std::string& detail = "");
   bool CanControl(const Caller& c, const JobRec& j) const;
   Status ValidateSpec(v1::JobSpec& spec, const Caller& caller);
+  /// The policy's [limits] on a submitted spec, before anything else looks at it: every field's
+  /// size, and an array's elements x spec size. `jobs` gets the number of jobs it would create.
+  Status CheckSizesLocked(const v1::JobSpec& spec, int64_t* jobs);
+  /// For unprivileged callers: the submission rate and the pending-job count ([limits]); on
+  /// success the `jobs` are counted as pending until the next cycle recounts.
+  Status AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t now);
   void CancelOne(JobRec& j, int64_t now);
   /// A new job's row (spec left to the caller) and in-memory record, PENDING (or held) at `now`.
   static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);
@@ -217,11 +227,15 @@ class Controller {
   /// The accounting row of the job's current attempt (end/outcome filled by the caller).
   AttemptRow AttemptOf(const JobRec& j) const;
   // controller_deps.cc: dependencies and arrays
+  /// Where jobs no longer in memory are looked up: the store, or rows loaded beforehand.
+  using RowLookup = std::function<std::optional<JobRow>(int64_t)>;
+  /// Looks rows up in the store (under the lock only for inputs of bounded size).
+  RowLookup StoreRows();
   /// Ids of every element of array `array_job_id` (empty when it is not an array job id).
-  std::vector<int64_t> ArrayElementsLocked(int64_t array_job_id);
+  std::vector<int64_t> ArrayElementsLocked(int64_t array_job_id, const RowLookup& rows);
   /// Job ids a reference names ("12": the job, or every element of array 12; "12_3": one element);
   /// empty with `*error` set when there is no such job.
-  std::vector<int64_t> ResolveRefLocked(const core::JobRef& ref, std::string* error);
+  std::vector<int64_t> ResolveRefLocked(const core::JobRef& ref, std::string* error, const RowLookup& rows);
   /// Parses spec.dependency and fills spec.dependencies with resolved job ids; INVALID_ARGUMENT
   /// naming the term when the text is bad or a job does not exist.
   Status ResolveDependencyLocked(v1::JobSpec& spec);
@@ -230,7 +244,17 @@ class Controller {
   /// Ids selected by explicit ids (array ids expanded) and references; bad references in `errors`.
   std::vector<int64_t> SelectJobsLocked(const google::protobuf::RepeatedField<int64_t>& ids,
                                         const google::protobuf::RepeatedPtrField<std::string>& refs,
-                                        std::vector<std::string>* errors);
+                                        std::vector<std::string>* errors, const RowLookup& rows);
+  /// What a caller's id list selects, and the rows of jobs no longer in memory that it needed.
+  struct Selection {
+    std::vector<int64_t> ids;
+    std::vector<std::string> errors;
+    std::map<int64_t, std::optional<JobRow>> rows;  // loaded from the store with the lock released
+  };
+  /// SelectJobsLocked for caller-supplied lists (at most [limits] max_ids_per_request, checked by
+  /// the caller): takes the lock itself and reads the store only with the lock released.
+  Selection SelectJobs(const google::protobuf::RepeatedField<int64_t>& ids,
+                       const google::protobuf::RepeatedPtrField<std::string>& refs);
   /// Records the final state of job `id` (from disk) when it is not in memory.
   void RememberFinishedLocked(int64_t id);
   /// Drops `expired` final jobs from memory, keeping the states that pending jobs depend on.
@@ -253,6 +277,10 @@ class Controller {
   std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
   std::map<std::string, NodeRec> nodes_;   // by name
   std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
+  // Admission ([limits]): submissions per user (token buckets), and PENDING jobs per user, recounted
+  // every cycle and raised by each accepted submission in between (so it never undercounts).
+  SubmitRateLimiter submit_rate_;
+  std::map<std::string, int32_t> pending_by_user_;
   std::map<int64_t, core::JobState> finished_;
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on

@@ -155,6 +155,9 @@ void Controller::RunCycle(int64_t now) {
       if (n.connected && !n.down) up[core::PoolName(n.node.pool)] += 1;
     eviction_rates_.Advance(now, up);
     snap = Snapshot(now);
+    pending_by_user_.clear();  // the exact count; submissions until the next cycle add to it
+    for (const auto& [id, j] : jobs_)
+      if (j.state == core::JobState::kPending) pending_by_user_[j.user] += 1;
     AccrueUsageLocked(snap, now);
     snap.usage = usage_;
     policy = policy_;

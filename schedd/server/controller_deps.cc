@@ -11,13 +11,13 @@
 
 namespace mlsched::server {
 
-std::vector<int64_t> Controller::ArrayElementsLocked(int64_t array_job_id) {
+std::vector<int64_t> Controller::ArrayElementsLocked(int64_t array_job_id, const RowLookup& rows) {
   // Elements have consecutive ids from the array job id; any one in memory tells their number.
   int32_t count = 0;
   if (auto it = jobs_.lower_bound(array_job_id); it != jobs_.end() && it->second.spec.array.job_id == array_job_id) {
     count = it->second.spec.array.task_count;
   } else if (!Find(array_job_id)) {
-    if (auto row = store_.LoadJob(array_job_id)) {  // an array that ended long ago
+    if (auto row = rows(array_job_id)) {  // an array that ended long ago
       v1::JobSpec spec;
       spec.ParseFromString(row->spec);
       if (spec.array_index().array_job_id() == array_job_id) count = spec.array_index().task_count();
@@ -28,12 +28,12 @@ std::vector<int64_t> Controller::ArrayElementsLocked(int64_t array_job_id) {
   return ids;
 }
 
-std::vector<int64_t> Controller::ResolveRefLocked(const core::JobRef& ref, std::string* error) {
+std::vector<int64_t> Controller::ResolveRefLocked(const core::JobRef& ref, std::string* error, const RowLookup& rows) {
   const std::string text = std::to_string(ref.job) + (ref.array_task ? "_" + std::to_string(*ref.array_task) : "");
-  std::vector<int64_t> elements = ArrayElementsLocked(ref.job);
+  std::vector<int64_t> elements = ArrayElementsLocked(ref.job, rows);
   if (!ref.array_task) {
     if (!elements.empty()) return elements;  // an array job id: every element
-    if (Find(ref.job) || store_.LoadJob(ref.job)) return {ref.job};
+    if (Find(ref.job) || rows(ref.job)) return {ref.job};
     *error = "job " + text + ": no such job";
     return {};
   }
@@ -45,7 +45,7 @@ std::vector<int64_t> Controller::ResolveRefLocked(const core::JobRef& ref, std::
     int32_t task = -1;
     if (const JobRec* j = Find(id)) {
       task = j->spec.array.task_id;
-    } else if (auto row = store_.LoadJob(id)) {
+    } else if (auto row = rows(id)) {
       v1::JobSpec spec;
       spec.ParseFromString(row->spec);
       task = spec.array_index().task_id();
@@ -75,7 +75,7 @@ Status Controller::ResolveDependencyLocked(v1::JobSpec& spec) {
     d->set_type(core::DependencyTypeName(term.type));
     for (const core::JobRef& ref : term.jobs) {
       std::string error;
-      const std::vector<int64_t> ids = ResolveRefLocked(ref, &error);
+      const std::vector<int64_t> ids = ResolveRefLocked(ref, &error, StoreRows());
       if (ids.empty()) return {Status::kInvalidArgument, "dependency " + spec.dependency() + ": " + error};
       for (int64_t id : ids) {
         d->add_job_ids(id);
@@ -119,9 +119,13 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   return {};
 }
 
+Controller::RowLookup Controller::StoreRows() {
+  return [this](int64_t id) { return store_.LoadJob(id); };
+}
+
 std::vector<int64_t> Controller::SelectJobsLocked(const google::protobuf::RepeatedField<int64_t>& ids,
                                                   const google::protobuf::RepeatedPtrField<std::string>& refs,
-                                                  std::vector<std::string>* errors) {
+                                                  std::vector<std::string>* errors, const RowLookup& rows) {
   std::vector<int64_t> out;
   std::set<int64_t> seen;
   auto add = [&](const std::vector<int64_t>& found) {
@@ -129,17 +133,45 @@ std::vector<int64_t> Controller::SelectJobsLocked(const google::protobuf::Repeat
       if (seen.insert(id).second) out.push_back(id);
   };
   for (int64_t id : ids) {
-    std::vector<int64_t> elements = ArrayElementsLocked(id);
+    std::vector<int64_t> elements = ArrayElementsLocked(id, rows);
     add(elements.empty() ? std::vector<int64_t>{id} : elements);  // unknown ids: the caller reports
   }
   for (const std::string& text : refs) {
     auto ref = core::ParseJobRef(text);
     std::string error = "job '" + text + "': not a job id (expected N or N_TASK)";
-    std::vector<int64_t> found = ref ? ResolveRefLocked(*ref, &error) : std::vector<int64_t>{};
+    std::vector<int64_t> found = ref ? ResolveRefLocked(*ref, &error, rows) : std::vector<int64_t>{};
     if (found.empty()) errors->push_back(error);
     add(found);
   }
   return out;
+}
+
+Controller::Selection Controller::SelectJobs(const google::protobuf::RepeatedField<int64_t>& ids,
+                                            const google::protobuf::RepeatedPtrField<std::string>& refs) {
+  // Rounds: resolve under the lock from memory and the rows loaded so far, noting which rows it
+  // asked for; load those from the store with the lock released; again, until nothing is missing
+  // (an old array's head, then its elements). The store is never read under the lock here.
+  Selection sel;
+  size_t max_rows = 0;
+  for (int round = 0;; ++round) {
+    std::set<int64_t> missing;
+    RowLookup lookup = [&](int64_t id) -> std::optional<JobRow> {
+      if (auto it = sel.rows.find(id); it != sel.rows.end()) return it->second;
+      missing.insert(id);
+      return std::nullopt;
+    };
+    {
+      std::lock_guard lk(mu_);
+      max_rows = 4 * static_cast<size_t>(policy_.limits.max_ids_per_request);
+      sel.errors.clear();
+      sel.ids = SelectJobsLocked(ids, refs, &sel.errors, lookup);
+    }
+    if (missing.empty() || round == 3 || sel.rows.size() >= max_rows) return sel;
+    for (int64_t id : missing) {
+      if (sel.rows.size() >= max_rows) break;
+      sel.rows[id] = store_.LoadJob(id);
+    }
+  }
 }
 
 void Controller::ExpireLocked(const std::vector<int64_t>& expired) {

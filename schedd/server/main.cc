@@ -192,7 +192,10 @@ int main(int argc, char** argv) {
     builder.RegisterService(&jobs);
     builder.RegisterService(&admin);
     builder.RegisterService(&gateway);
-    builder.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+    // Checked by gRPC before any handler runs (before authentication): 16 MiB holds the largest spec
+    // the policy's [limits] allow (script + environment + argv, checked by the loader).
+    constexpr int kMaxRequestBytes = 16 << 20;
+    builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server) throw std::runtime_error("cannot start the gRPC server (is " + listen_tcp + " in use?)");
     listener.Start(server.get());

@@ -13,6 +13,14 @@ int64_t WallNow() {
 
 namespace {
 
+// INVALID_ARGUMENT when a request lists more job ids and references than [limits] allows.
+grpc::Status CheckIdCount(Controller& ctl, int count) {
+  const int32_t limit = ctl.Limits().max_ids_per_request;
+  if (count <= limit) return grpc::Status::OK;
+  return {grpc::StatusCode::INVALID_ARGUMENT, "request lists " + std::to_string(count) + " job ids; the limit is " +
+                                                  std::to_string(limit) + " (policy [limits] max_ids_per_request)"};
+}
+
 grpc::Status ToGrpc(const Status& s) {
   switch (s.code) {
     case Status::kOk: return grpc::Status::OK;
@@ -21,6 +29,7 @@ grpc::Status ToGrpc(const Status& s) {
     case Status::kPermissionDenied: return {grpc::StatusCode::PERMISSION_DENIED, s.message};
     case Status::kFailedPrecondition: return {grpc::StatusCode::FAILED_PRECONDITION, s.message};
     case Status::kInternal: return {grpc::StatusCode::INTERNAL, s.message};
+    case Status::kResourceExhausted: return {grpc::StatusCode::RESOURCE_EXHAUSTED, s.message};
   }
   return {grpc::StatusCode::UNKNOWN, s.message};
 }
@@ -56,6 +65,7 @@ grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::Canc
   return Guard(ctl_, "CancelJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/CancelJobs", &c); !st.ok()) return st;
+    if (auto st = CheckIdCount(ctl_, req->job_ids_size() + req->job_refs_size()); !st.ok()) return st;
     *resp = ctl_.Cancel(c, *req, WallNow());
     return grpc::Status::OK;
   });
@@ -65,6 +75,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   return Guard(ctl_, "ListJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListJobs", &c); !st.ok()) return st;
+    if (auto st = CheckIdCount(ctl_, req->job_ids_size() + req->job_refs_size()); !st.ok()) return st;
     auto jobs = ctl_.List(c, *req);  // others' jobs without env, script, argv
     resp->mutable_jobs()->Reserve(static_cast<int>(jobs.size()));
     for (auto& j : jobs) *resp->add_jobs() = std::move(j);

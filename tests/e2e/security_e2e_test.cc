@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -335,4 +336,35 @@ TEST_CASE("on TCP nobody cannot charge root's account or raise its priority or p
   // The owner still sees it.
   CHECK(c.Tool("mladmin", {"show", "job", std::to_string(root_job), "--json"}).out.find("topsecret-4711") !=
         std::string::npos);
+}
+
+TEST_CASE("oversized input and long id lists are refused at once and nobody else is hurt", "[e2e][security]") {
+  Cluster c;
+  c.StartAgent("n1", 1);
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  int64_t mine = c.Submit({"-H", "-D", out.string(), "--wrap", "true"});
+
+  std::vector<std::string> ids;
+  for (int i = 1; i <= 120000; ++i) ids.push_back(std::to_string(i));
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = c.Tool("mlcancel", ids);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("max_ids_per_request"));
+  CHECK(took < 5);
+  CHECK(c.State(mine) == "PENDING");
+
+  // A 100 KB job name (20 MiB made mlq fail for everyone before), and a request past the 16 MiB message limit.
+  r = c.Tool("mlsub", {"-H", "-D", out.string(), "-J", std::string(100000, 'n'), "--wrap", "true"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("max_name_bytes"));
+  fs::path big = out / "big.sh";
+  std::ofstream(big) << "#!/bin/sh\n" << std::string(17 << 20, '#') << "\n";
+  r = c.Tool("mlsub", {"-H", "-D", out.string(), big.string()});
+  CHECK(r.exit_code != 0);
+  // Everyone else is still served, the node is still up.
+  CHECK(c.Tool("mlq", {}).exit_code == 0);
+  CHECK(c.State(mine) == "PENDING");
+  CHECK(c.Nodes()[0].value("state", "") != "DOWN");
 }
