@@ -109,7 +109,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
-        "users, pricing, placement, preemption, warm_pools"}},
+        "users, pricing, placement, preemption, warm_pools, limits"}},
       {"warm pool for an unknown QoS and pool",
        "[[warm_pools]]\npool = \"warm\"\nnodes = 2\nqos = \"vip\"\n",
        {"p.toml:2:8: [[warm_pools]] #1: 'pool' must be \"on-demand\", \"spot\" or \"reserved\" (got \"warm\")",
