@@ -2,6 +2,7 @@
 // attacked the way a local user could (as `nobody`, or with hand-made gRPC calls), against root's
 // jobs. Each attack must fail with a clear error and change nothing.
 #include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -242,6 +243,24 @@ TEST_CASE("agents are bound to the node their certificate names", "[e2e][securit
   CHECK(c.State(job) == "RUNNING");
   CHECK(n1_cpus() == n1_before);
   c.Tool("mlcancel", {std::to_string(job)});
+}
+
+TEST_CASE("an agent refuses a schedd whose certificate is not from its cluster CA", "[e2e][security]") {
+  Cluster real("", Transport::kTls);  // the agent's cluster: its CA and node certificate
+  Cluster fake("", Transport::kTls);  // a rogue schedd with a CA of its own
+  real.MakeNodeCertificate("n9");
+  fs::path work = real.Dir() / "n9";
+  fs::create_directories(work);
+  const std::string log = (real.Dir() / "n9.log").string();
+  pid_t agent = Spawn({MLSCHED_AGENTD_BIN, "--server", fake.TlsAddress(), "--name", "n9", "--cpus", "1", "--mem", "1G",
+                       "--work-dir", work.string(), "--tls-cert", (real.TlsDir() / "nodes/n9.pem").string(), "--tls-key",
+                       (real.TlsDir() / "nodes/n9.key").string(), "--tls-ca", (real.TlsDir() / "ca.pem").string()},
+                      log);
+  // It keeps trying and failing the TLS handshake; the fake schedd never sees a node.
+  CHECK(WaitFor([&] { return ReadFile(log).find("certificate verify failed") != std::string::npos; }, 15));
+  CHECK(fake.Nodes().empty());
+  kill(agent, SIGTERM);
+  waitpid(agent, nullptr, 0);
 }
 
 TEST_CASE("output files honour the submitter's umask", "[e2e][security]") {
