@@ -12,18 +12,12 @@ namespace core = mlsched::core;
 
 namespace {
 
-struct World {
-  TempDir dir;
-  std::unique_ptr<Store> store = std::make_unique<Store>(dir.path.string());
-  RecordingSink sink;
-  ControllerConfig cfg;
-  std::unique_ptr<Controller> ctl;
-  int64_t now = 1'000'000;
+struct World : ControllerWorld {
   Caller alice = User("alice", 1001);
 
   explicit World(int nodes = 3, int cpus = 4) {
     cfg.heartbeat_timeout_s = 30;
-    ctl = std::make_unique<Controller>(*store, sink, core::PolicySet{}, cfg);
+    Start(core::PolicySet{});
     for (int i = 1; i <= nodes; ++i) ctl->OnRegister(NodeReg("n" + std::to_string(i), cpus), now);
   }
   int64_t Submit(v1::JobSpec spec, Caller who) {

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+#include <stdexcept>
+
+#include "schedd/policy/policy_loader.h"
 #include "schedd/server/controller.h"
 
 namespace mlsched::server::testing {
@@ -41,6 +45,25 @@ struct RecordingSink : AgentSink {
     return out;
   }
   void Clear() { sent.clear(); }
+};
+
+/// A policy from TOML text, named `name` in errors; throws std::runtime_error listing the errors.
+inline core::PolicySet PolicyFromText(const std::string& text, const std::string& name) {
+  auto r = mlsched::policy::ParsePolicy(text, name);
+  if (!r.ok()) throw std::runtime_error(r.ErrorText());
+  return *r.policy;
+}
+
+/// A controller over a fresh store in a temp dir with a recording sink; tests derive their
+/// worlds from it and call Start with their policy.
+struct ControllerWorld {
+  TempDir dir;
+  std::unique_ptr<Store> store = std::make_unique<Store>(dir.path.string());
+  RecordingSink sink;
+  ControllerConfig cfg;
+  std::unique_ptr<Controller> ctl;
+  int64_t now = 1'000'000;
+  void Start(core::PolicySet policy) { ctl = std::make_unique<Controller>(*store, sink, std::move(policy), cfg); }
 };
 
 inline v1::RegisterNode NodeReg(const std::string& name, int cpus, int gpus = 0, const std::string& gpu_type = "h100") {

@@ -13,24 +13,11 @@ namespace core = mlsched::core;
 
 namespace {
 
-core::PolicySet Load(const std::string& text) {
-  auto r = mlsched::policy::ParsePolicy(text, "limits.toml");
-  INFO(r.ErrorText());
-  REQUIRE(r.ok());
-  return *r.policy;
-}
-
-struct World {
-  TempDir dir;
-  std::unique_ptr<Store> store = std::make_unique<Store>(dir.path.string());
-  RecordingSink sink;
-  ControllerConfig cfg;
-  std::unique_ptr<Controller> ctl;
-  int64_t now = 1'000'000;
+struct World : ControllerWorld {
   Caller alice = User("alice", 1001);
 
   explicit World(const std::string& policy = "enforce_associations = false\n") {
-    ctl = std::make_unique<Controller>(*store, sink, Load(policy), cfg);
+    Start(PolicyFromText(policy, "limits.toml"));
   }
   Status Submit(const v1::JobSpec& spec, const Caller& who) {
     int64_t id = 0;

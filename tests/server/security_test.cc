@@ -68,26 +68,13 @@ std::string LineOf(const std::string& text, const std::string& needle) {
   return "cluster.toml:" + std::to_string(1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
 }
 
-core::PolicySet Load(const std::string& text) {
-  auto r = mlsched::policy::ParsePolicy(text, "cluster.toml");
-  INFO(r.ErrorText());
-  REQUIRE(r.ok());
-  return *r.policy;
-}
+core::PolicySet Load(const std::string& text) { return PolicyFromText(text, "cluster.toml"); }
 
-struct World {
-  TempDir dir;
-  std::unique_ptr<Store> store = std::make_unique<Store>(dir.path.string());
-  RecordingSink sink;
-  ControllerConfig cfg;
-  std::unique_ptr<Controller> ctl;
-  int64_t now = 1'000'000;
+struct World : ControllerWorld {
   Caller alice = User("alice", 1001), bob = User("bob", 1002), dave = User("dave", 1004);
   Caller ops = User("ops", 1003, true);
 
-  explicit World(const std::string& policy = kPolicy) {
-    ctl = std::make_unique<Controller>(*store, sink, Load(policy), cfg);
-  }
+  explicit World(const std::string& policy = kPolicy) { Start(Load(policy)); }
   // Submits `spec` as `who` with the given account, QoS and partition ("" = none given).
   Status Try(const Caller& who, const std::string& account, const std::string& qos = "",
              const std::string& partition = "", int64_t* id = nullptr) {
