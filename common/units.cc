@@ -71,7 +71,7 @@ Parsed<int64_t> ParseCpus(const std::string& text) {
   }
   char* end = nullptr;
   double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || *end != '\0' || v < 0 || v > 1e9)
+  if (t.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1e9)
     return Fail<int64_t>("bad CPU count '" + text + "': expected a number like 2 or 0.5");
   return Ok<int64_t>(static_cast<int64_t>(std::llround(v * 1000)));
 }
@@ -81,11 +81,16 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   const std::string bad = "bad time limit '" + text + "': expected M, M:S, H:M:S, D-H, D-H:M:S, or 30s/10m/4h/2d";
   if (t == "unlimited" || t == "infinite") return Ok<int64_t>(0);
   if (t.empty()) return Fail<int64_t>(bad);
+  // Every component is checked against the limit before it is multiplied (at most 86400), so no
+  // intermediate value can overflow.
+  const std::string too_long = "time limit '" + text + "' is too long (at most 1000 years)";
+  auto within = [](int64_t v) { return v <= kMaxDurationSeconds; };
   char last = t.back();
   if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
     auto v = ParseUint(t.substr(0, t.size() - 1));
     if (!v) return Fail<int64_t>(bad);
     int64_t mult = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
+    if (!within(*v) || !within(*v * mult)) return Fail<int64_t>(too_long);
     return Ok<int64_t>(*v * mult);
   }
   int64_t days = 0;
@@ -94,6 +99,7 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   if (auto dash = t.find('-'); dash != std::string::npos) {
     auto d = ParseUint(t.substr(0, dash));
     if (!d) return Fail<int64_t>(bad);
+    if (!within(*d)) return Fail<int64_t>(too_long);
     days = *d;
     rest = t.substr(dash + 1);
     has_days = true;
@@ -104,6 +110,7 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
     size_t colon = rest.find(':', start);
     auto v = ParseUint(rest.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
     if (!v) return Fail<int64_t>(bad);
+    if (!within(*v)) return Fail<int64_t>(too_long);
     parts.push_back(*v);
     if (colon == std::string::npos) break;
     start = colon + 1;
@@ -119,6 +126,7 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   } else {
     secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
   }
+  if (!within(days * 86400 + secs)) return Fail<int64_t>(too_long);
   return Ok<int64_t>(days * 86400 + secs);
 }
 

@@ -24,8 +24,13 @@ Parsed<int64_t> ParseMemory(const std::string& text);
 /// CPU count to millicores: "2" -> 2000, "0.5" -> 500, "1500m" -> 1500.
 Parsed<int64_t> ParseCpus(const std::string& text);
 
+/// Longest duration ParseDuration accepts: 1,000 years. Larger values (and components that would
+/// overflow 64-bit seconds) are errors; job time limits are capped far lower when validated.
+inline constexpr int64_t kMaxDurationSeconds = int64_t{1000} * 365 * 86400;
+
 /// Time limit to seconds. Slurm's formats: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S";
 /// also "90s", "30m", "4h", "2d". "UNLIMITED"/"infinite" gives 0 (meaning: the partition maximum).
+/// Over kMaxDurationSeconds is an error ("time limit '...' is too long").
 Parsed<int64_t> ParseDuration(const std::string& text);
 
 /// Seconds as squeue prints them: "M:SS", "H:MM:SS" or "D-HH:MM:SS".
