@@ -136,6 +136,7 @@ std::vector<uint8_t> EncodeShard(const std::vector<ShardTensor>& tensors, const 
   std::memcpy(out.data() + 8, text.data(), text.size());
   uint8_t* data = out.data() + 8 + text.size();
   for (const ShardTensor& t : tensors) {
+    if (t.values.empty()) continue;  // data() may be null: memcpy's arguments must not be
     std::memcpy(data, t.values.data(), t.values.size() * sizeof(float));
     data += t.values.size() * sizeof(float);
   }

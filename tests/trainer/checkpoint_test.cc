@@ -282,3 +282,14 @@ TEST_CASE("A manifest's shard keys stay inside the step directory", "[trainer][c
     CHECK_FALSE(ParseManifest(Bytes("[]"), &error));
   }
 }
+
+TEST_CASE("Empty tensors encode and decode", "[trainer][checkpoint][fuzz]") {
+  // Found by fuzz/checkpoint_shard_fuzz.cc: EncodeShard passed an empty vector's null data() to
+  // memcpy (UB even for 0 bytes); a rank whose block is empty writes such a tensor.
+  auto blob = EncodeShard({{"params", 4, 4, {}}, {"first_moment", 0, 4, {1.0f, 2.0f}}}, {});
+  auto back = DecodeShard(blob);
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].name == "first_moment");
+  CHECK(back[1].values.empty());
+  CHECK(back[1].begin == 4);
+}
