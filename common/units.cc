@@ -162,28 +162,41 @@ std::string FormatTimestamp(int64_t t) {
 }
 
 Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text) {
-  std::vector<std::string> out;
   auto lb = text.find('[');
   if (lb == std::string::npos) return Ok<std::vector<std::string>>({text});
   auto rb = text.find(']', lb);
   if (rb == std::string::npos) return Fail<std::vector<std::string>>("bad hostlist '" + text + "': missing ']'");
   std::string prefix = text.substr(0, lb), suffix = text.substr(rb + 1), body = text.substr(lb + 1, rb - lb - 1);
+  struct Range {
+    size_t width;  // digits of the range's first number: members are zero-padded to it
+    int64_t first, last;
+  };
+  std::vector<Range> ranges;
+  size_t names = 0;
   size_t start = 0;
-  while (start <= body.size()) {
+  while (start <= body.size()) {  // check every range (and the total) before expanding any
     size_t comma = body.find(',', start);
     std::string item = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     auto dash = item.find('-');
     std::string lo = item.substr(0, dash), hi = dash == std::string::npos ? lo : item.substr(dash + 1);
     auto a = ParseUint(lo), b = ParseUint(hi);
-    if (!a || !b || *b < *a || *b - *a > 100000)
+    if (!a || !b || *b < *a || *b - *a > kMaxHostlistRange)
       return Fail<std::vector<std::string>>("bad hostlist '" + text + "': bad range '" + item + "'");
-    for (int64_t i = *a; i <= *b; ++i) {
-      std::string n = std::to_string(i);
-      if (n.size() < lo.size()) n = std::string(lo.size() - n.size(), '0') + n;
-      out.push_back(prefix + n + suffix);
-    }
+    if (static_cast<size_t>(*b - *a) >= kMaxHostlistNames - names)
+      return Fail<std::vector<std::string>>("bad hostlist '" + text + "': more than " + std::to_string(kMaxHostlistNames) + " names");
+    names += static_cast<size_t>(*b - *a) + 1;
+    ranges.push_back({lo.size(), *a, *b});
     if (comma == std::string::npos) break;
     start = comma + 1;
+  }
+  std::vector<std::string> out;
+  out.reserve(names);
+  for (const Range& r : ranges) {
+    for (int64_t i = r.first; i <= r.last; ++i) {
+      std::string n = std::to_string(i);
+      if (n.size() < r.width) n = std::string(r.width - n.size(), '0') + n;
+      out.push_back(prefix + n + suffix);
+    }
   }
   return Ok(std::move(out));
 }

@@ -42,6 +42,12 @@ std::string FormatBytes(int64_t bytes);
 /// Unix time as "YYYY-MM-DDTHH:MM:SS" in local time, or "N/A" for 0.
 std::string FormatTimestamp(int64_t unix_seconds);
 
+/// Most names one range of a hostlist may expand to (plus one: "[0-100000]" is accepted).
+inline constexpr int64_t kMaxHostlistRange = 100000;
+/// Most names a whole hostlist may expand to; more is an error (a few KB of "[0-99999,0-99999,...]"
+/// would otherwise ask for tens of millions of strings).
+inline constexpr size_t kMaxHostlistNames = 1000000;
+
 /// Expands a Slurm hostlist like "gpu-[01-03,07]" into gpu-01, gpu-02, gpu-03, gpu-07.
 Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text);
 
