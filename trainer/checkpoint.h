@@ -125,8 +125,9 @@ class CheckpointManager {
   bool Save(const TrainingState& state) { return Commit(state, WriteShard(state)); }
 
   /// Rank 0: the newest valid checkpoint (LATEST first, then older manifests, newest first).
-  /// Step directories without a manifest, or whose shards are missing, truncated or fail their
-  /// CRC, are skipped with a warning. Throws std::runtime_error when a valid checkpoint belongs to
+  /// Step directories without a valid manifest (ParseManifest), or whose shards are missing,
+  /// truncated, fail their CRC, are malformed (DecodeShard) or do not tile the tensors
+  /// (AssembleTensors), are skipped with a warning. Throws std::runtime_error when a valid checkpoint belongs to
   /// a different model (`expected_config["layers"]` or optimizer differ).
   std::optional<TrainingState> Load(const nlohmann::json& expected_config);
 
