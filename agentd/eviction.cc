@@ -3,10 +3,7 @@
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
-#include <cctype>
 #include <ctime>
-#include <nlohmann/json.hpp>
 
 namespace mlsched::agent {
 namespace {
@@ -16,63 +13,7 @@ size_t AppendBody(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
-std::string Trim(std::string s) {
-  auto not_space = [](unsigned char c) { return !std::isspace(c); };
-  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
-  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
-  return s;
-}
-
 }  // namespace
-
-std::optional<int64_t> ParseUtcTimestamp(const std::string& text) {
-  std::tm tm{};
-  int consumed = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &consumed) != 6)
-    return std::nullopt;
-  std::string rest = text.substr(static_cast<size_t>(consumed));
-  if (!rest.empty() && rest[0] == '.') {
-    size_t i = 1;
-    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) ++i;
-    rest = rest.substr(i);
-  }
-  if (rest != "Z" && rest != "+00:00" && rest != "") return std::nullopt;
-  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
-      tm.tm_sec > 60)
-    return std::nullopt;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&tm));
-}
-
-std::optional<EvictionNoticeInfo> ParseEvictionResponse(long http_status, const std::string& body, int64_t now,
-                                                        std::string* problem) {
-  if (http_status == 404) return std::nullopt;
-  if (http_status != 200) {
-    *problem = "metadata endpoint answered HTTP " + std::to_string(http_status);
-    return std::nullopt;
-  }
-  std::string text = Trim(body);
-  std::string upper = text;
-  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
-  if (upper == "FALSE") return std::nullopt;
-  if (upper == "TRUE") return EvictionNoticeInfo{now + kGcpNoticeSeconds, "gcp-preempted"};
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_object() && json.contains("action") && json["action"].is_string()) {
-    std::string action = json["action"].get<std::string>();
-    auto deadline = json.contains("time") && json["time"].is_string()
-                        ? ParseUtcTimestamp(json["time"].get<std::string>())
-                        : std::optional<int64_t>(now);
-    if (!deadline) {
-      *problem = "instance-action has an unreadable time: " + text;
-      return std::nullopt;
-    }
-    return EvictionNoticeInfo{*deadline, "aws-instance-action"};
-  }
-  *problem = "unrecognized eviction metadata body: '" + text.substr(0, 200) + "'";
-  return std::nullopt;
-}
 
 EvictionPoller::EvictionPoller(std::string url, std::chrono::milliseconds interval, NoticeFn on_notice)
     : url_(std::move(url)), interval_(interval), on_notice_(std::move(on_notice)) {}
@@ -140,7 +81,7 @@ std::string EvictionPoller::FetchImdsToken() {
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
-  return rc == CURLE_OK && status == 200 ? Trim(body) : "";
+  return rc == CURLE_OK && status == 200 ? TrimBlanks(body) : "";
 }
 
 void EvictionPoller::Loop() {

@@ -25,6 +25,9 @@ struct EvictionNoticeInfo {
 /// Seconds between GCP's preempted flag and the instance stopping.
 inline constexpr int64_t kGcpNoticeSeconds = 30;
 
+/// `s` without leading and trailing whitespace.
+std::string TrimBlanks(std::string s);
+
 /// "2026-11-22T21:00:00Z" (UTC, optional fractional seconds) -> seconds since epoch.
 std::optional<int64_t> ParseUtcTimestamp(const std::string& text);
 

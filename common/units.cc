@@ -71,7 +71,7 @@ Parsed<int64_t> ParseCpus(const std::string& text) {
   }
   char* end = nullptr;
   double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || *end != '\0' || v < 0 || v > 1e9)
+  if (t.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1e9)
     return Fail<int64_t>("bad CPU count '" + text + "': expected a number like 2 or 0.5");
   return Ok<int64_t>(static_cast<int64_t>(std::llround(v * 1000)));
 }
@@ -81,11 +81,16 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   const std::string bad = "bad time limit '" + text + "': expected M, M:S, H:M:S, D-H, D-H:M:S, or 30s/10m/4h/2d";
   if (t == "unlimited" || t == "infinite") return Ok<int64_t>(0);
   if (t.empty()) return Fail<int64_t>(bad);
+  // Every component is checked against the limit before it is multiplied (at most 86400), so no
+  // intermediate value can overflow.
+  const std::string too_long = "time limit '" + text + "' is too long (at most 1000 years)";
+  auto within = [](int64_t v) { return v <= kMaxDurationSeconds; };
   char last = t.back();
   if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
     auto v = ParseUint(t.substr(0, t.size() - 1));
     if (!v) return Fail<int64_t>(bad);
     int64_t mult = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
+    if (!within(*v) || !within(*v * mult)) return Fail<int64_t>(too_long);
     return Ok<int64_t>(*v * mult);
   }
   int64_t days = 0;
@@ -94,6 +99,7 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   if (auto dash = t.find('-'); dash != std::string::npos) {
     auto d = ParseUint(t.substr(0, dash));
     if (!d) return Fail<int64_t>(bad);
+    if (!within(*d)) return Fail<int64_t>(too_long);
     days = *d;
     rest = t.substr(dash + 1);
     has_days = true;
@@ -104,6 +110,7 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
     size_t colon = rest.find(':', start);
     auto v = ParseUint(rest.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
     if (!v) return Fail<int64_t>(bad);
+    if (!within(*v)) return Fail<int64_t>(too_long);
     parts.push_back(*v);
     if (colon == std::string::npos) break;
     start = colon + 1;
@@ -119,6 +126,7 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   } else {
     secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
   }
+  if (!within(days * 86400 + secs)) return Fail<int64_t>(too_long);
   return Ok<int64_t>(days * 86400 + secs);
 }
 
@@ -154,28 +162,41 @@ std::string FormatTimestamp(int64_t t) {
 }
 
 Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text) {
-  std::vector<std::string> out;
   auto lb = text.find('[');
   if (lb == std::string::npos) return Ok<std::vector<std::string>>({text});
   auto rb = text.find(']', lb);
   if (rb == std::string::npos) return Fail<std::vector<std::string>>("bad hostlist '" + text + "': missing ']'");
   std::string prefix = text.substr(0, lb), suffix = text.substr(rb + 1), body = text.substr(lb + 1, rb - lb - 1);
+  struct Range {
+    size_t width;  // digits of the range's first number: members are zero-padded to it
+    int64_t first, last;
+  };
+  std::vector<Range> ranges;
+  size_t names = 0;
   size_t start = 0;
-  while (start <= body.size()) {
+  while (start <= body.size()) {  // check every range (and the total) before expanding any
     size_t comma = body.find(',', start);
     std::string item = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     auto dash = item.find('-');
     std::string lo = item.substr(0, dash), hi = dash == std::string::npos ? lo : item.substr(dash + 1);
     auto a = ParseUint(lo), b = ParseUint(hi);
-    if (!a || !b || *b < *a || *b - *a > 100000)
+    if (!a || !b || *b < *a || *b - *a > kMaxHostlistRange)
       return Fail<std::vector<std::string>>("bad hostlist '" + text + "': bad range '" + item + "'");
-    for (int64_t i = *a; i <= *b; ++i) {
-      std::string n = std::to_string(i);
-      if (n.size() < lo.size()) n = std::string(lo.size() - n.size(), '0') + n;
-      out.push_back(prefix + n + suffix);
-    }
+    if (static_cast<size_t>(*b - *a) >= kMaxHostlistNames - names)
+      return Fail<std::vector<std::string>>("bad hostlist '" + text + "': more than " + std::to_string(kMaxHostlistNames) + " names");
+    names += static_cast<size_t>(*b - *a) + 1;
+    ranges.push_back({lo.size(), *a, *b});
     if (comma == std::string::npos) break;
     start = comma + 1;
+  }
+  std::vector<std::string> out;
+  out.reserve(names);
+  for (const Range& r : ranges) {
+    for (int64_t i = r.first; i <= r.last; ++i) {
+      std::string n = std::to_string(i);
+      if (n.size() < r.width) n = std::string(r.width - n.size(), '0') + n;
+      out.push_back(prefix + n + suffix);
+    }
   }
   return Ok(std::move(out));
 }

@@ -24,8 +24,13 @@ Parsed<int64_t> ParseMemory(const std::string& text);
 /// CPU count to millicores: "2" -> 2000, "0.5" -> 500, "1500m" -> 1500.
 Parsed<int64_t> ParseCpus(const std::string& text);
 
+/// Longest duration ParseDuration accepts: 1,000 years. Larger values (and components that would
+/// overflow 64-bit seconds) are errors; job time limits are capped far lower when validated.
+inline constexpr int64_t kMaxDurationSeconds = int64_t{1000} * 365 * 86400;
+
 /// Time limit to seconds. Slurm's formats: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S";
 /// also "90s", "30m", "4h", "2d". "UNLIMITED"/"infinite" gives 0 (meaning: the partition maximum).
+/// Over kMaxDurationSeconds is an error ("time limit '...' is too long").
 Parsed<int64_t> ParseDuration(const std::string& text);
 
 /// Seconds as squeue prints them: "M:SS", "H:MM:SS" or "D-HH:MM:SS".
@@ -36,6 +41,12 @@ std::string FormatBytes(int64_t bytes);
 
 /// Unix time as "YYYY-MM-DDTHH:MM:SS" in local time, or "N/A" for 0.
 std::string FormatTimestamp(int64_t unix_seconds);
+
+/// Most names one range of a hostlist may expand to (plus one: "[0-100000]" is accepted).
+inline constexpr int64_t kMaxHostlistRange = 100000;
+/// Most names a whole hostlist may expand to; more is an error (a few KB of "[0-99999,0-99999,...]"
+/// would otherwise ask for tens of millions of strings).
+inline constexpr size_t kMaxHostlistNames = 1000000;
 
 /// Expands a Slurm hostlist like "gpu-[01-03,07]" into gpu-01, gpu-02, gpu-03, gpu-07.
 Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text);

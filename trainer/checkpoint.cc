@@ -1,9 +1,6 @@
 #include "trainer/checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -15,9 +12,7 @@
 namespace mltrain {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "checkpoint tensors are written little-endian");
-
-constexpr const char* kFormat = "mltrain-checkpoint-v1";
+const std::string kFormat(kCheckpointFormat);
 
 std::string ShardKey(int64_t step, int rank) { return StepDir(step) + "/shard-" + std::to_string(rank); }
 std::string ManifestKey(int64_t step) { return StepDir(step) + "/manifest.json"; }
@@ -38,67 +33,6 @@ int64_t ParseStepDir(const std::string& key) {
   std::string digits = key.substr(5, slash == std::string::npos ? std::string::npos : slash - 5);
   if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
   return std::stoll(digits);
-}
-
-uint32_t Crc32(std::span<const uint8_t> blob) {
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  return static_cast<uint32_t>(crc32_z(crc, blob.data(), blob.size()));
-}
-
-std::vector<uint8_t> EncodeShard(const std::vector<ShardTensor>& tensors, const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header;
-  nlohmann::json meta(metadata);
-  uint64_t offset = 0;
-  for (const ShardTensor& t : tensors) {
-    uint64_t bytes = t.values.size() * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", {t.values.size()}}, {"data_offsets", {offset, offset + bytes}}};
-    meta[t.name + ".begin"] = std::to_string(t.begin);
-    meta[t.name + ".total"] = std::to_string(t.total);
-    offset += bytes;
-  }
-  header["__metadata__"] = meta;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::vector<uint8_t> out(8 + text.size() + offset);
-  uint64_t len = text.size();
-  std::memcpy(out.data(), &len, 8);
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  uint8_t* data = out.data() + 8 + text.size();
-  for (const ShardTensor& t : tensors) {
-    std::memcpy(data, t.values.data(), t.values.size() * sizeof(float));
-    data += t.values.size() * sizeof(float);
-  }
-  return out;
-}
-
-std::vector<ShardTensor> DecodeShard(std::span<const uint8_t> blob) {
-  if (blob.size() < 8) throw std::runtime_error("shard is truncated (no header length)");
-  uint64_t len = 0;
-  std::memcpy(&len, blob.data(), 8);
-  if (len > blob.size() - 8) throw std::runtime_error("shard is truncated (header length " + std::to_string(len) + ")");
-  nlohmann::json header = nlohmann::json::parse(blob.begin() + 8, blob.begin() + 8 + static_cast<std::ptrdiff_t>(len), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) throw std::runtime_error("shard header is not valid JSON");
-  const uint64_t data_size = blob.size() - 8 - len;
-  const uint8_t* data = blob.data() + 8 + len;
-  nlohmann::json meta = header.value("__metadata__", nlohmann::json::object());
-  std::vector<ShardTensor> out;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    if (info.value("dtype", "") != "F32") throw std::runtime_error("shard tensor '" + name + "' is not F32");
-    uint64_t b = info.at("data_offsets").at(0).get<uint64_t>(), e = info.at("data_offsets").at(1).get<uint64_t>();
-    if (b > e || e > data_size || (e - b) % sizeof(float) != 0)
-      throw std::runtime_error("shard tensor '" + name + "' has data offsets outside the blob");
-    ShardTensor t;
-    t.name = name;
-    t.values.resize((e - b) / sizeof(float));
-    std::memcpy(t.values.data(), data + b, e - b);
-    t.begin = std::stoll(meta.at(name + ".begin").get<std::string>());
-    t.total = std::stoll(meta.at(name + ".total").get<std::string>());
-    if (t.begin < 0 || t.begin + static_cast<int64_t>(t.values.size()) > t.total)
-      throw std::runtime_error("shard tensor '" + name + "' has a range outside its buffer");
-    out.push_back(std::move(t));
-  }
-  return out;
 }
 
 CheckpointManager::CheckpointManager(ObjectStore& store, Communicator& comm, int keep_last)
@@ -194,53 +128,54 @@ std::optional<TrainingState> CheckpointManager::TryLoadStep(int64_t step, const 
     LogWarn("skipping " + store_.Describe() + "/" + StepDir(step) + ": no manifest (incomplete checkpoint)");
     return std::nullopt;
   }
-  nlohmann::json manifest = nlohmann::json::parse(manifest_blob->begin(), manifest_blob->end(), nullptr, false);
-  if (manifest.is_discarded() || manifest.value("format", "") != kFormat || !manifest.contains("shards")) {
-    LogWarn("skipping " + StepDir(step) + ": manifest.json is not a " + std::string(kFormat) + " manifest");
+  std::string error;
+  std::optional<CheckpointManifest> manifest = ParseManifest(*manifest_blob, &error);
+  if (!manifest) {
+    LogWarn("skipping " + StepDir(step) + ": " + error);
     return std::nullopt;
   }
-  const nlohmann::json& config = manifest["config"];
+  const nlohmann::json& config = manifest->config;
   if (config.value("layers", nlohmann::json()) != expected.value("layers", nlohmann::json()) ||
       config.value("optimizer", "") != expected.value("optimizer", ""))
     throw std::runtime_error("checkpoint " + store_.Describe() + "/" + StepDir(step) + " was written for layers " +
                              config.value("layers", nlohmann::json()).dump() + " with " + config.value("optimizer", "?") +
                              "; this run has " + expected.value("layers", nlohmann::json()).dump() + " with " +
                              expected.value("optimizer", "?") + " (use another --checkpoint-url)");
-  TrainingState state;
-  state.step = manifest.at("step").get<int64_t>();
-  state.epoch = manifest.at("epoch").get<int64_t>();
-  state.sample_cursor = manifest.at("sample_cursor").get<int64_t>();
-  state.seed = manifest.at("seed").get<uint64_t>();
-  state.config = config;
-  const int64_t total = manifest.at("parameter_count").get<int64_t>();
-  std::map<std::string, std::vector<float>*> targets{
-      {"params", &state.params}, {"first_moment", &state.first_moment}, {"second_moment", &state.second_moment}};
-  std::map<std::string, int64_t> covered;
-  for (const nlohmann::json& shard : manifest["shards"]) {
-    const std::string key = StepDir(step) + "/" + shard.at("key").get<std::string>();
+  std::vector<ShardTensor> pieces;
+  for (const ManifestShard& shard : manifest->shards) {
+    const std::string key = StepDir(step) + "/" + shard.key;  // shard.key is confined (IsSafeShardKey)
     auto blob = store_.Get(key);
-    if (!blob || blob->size() != shard.at("bytes").get<uint64_t>() || Crc32(*blob) != shard.at("crc32").get<uint32_t>()) {
+    if (!blob || blob->size() != shard.bytes || Crc32(*blob) != shard.crc32) {
       LogWarn("skipping " + StepDir(step) + ": shard " + key + (blob ? " fails its size/CRC-32 check" : " is missing"));
       return std::nullopt;
     }
-    for (ShardTensor& t : DecodeShard(*blob)) {
-      auto it = targets.find(t.name);
-      if (it == targets.end() || t.total != total) throw std::runtime_error("shard " + key + " has an unexpected tensor '" + t.name + "'");
-      if (it->second->empty()) it->second->assign(static_cast<size_t>(total), 0.0f);
-      std::copy(t.values.begin(), t.values.end(), it->second->begin() + t.begin);
-      covered[t.name] += static_cast<int64_t>(t.values.size());
-    }
-  }
-  for (const auto& [name, count] : covered) {
-    if (count != total) {
-      LogWarn("skipping " + StepDir(step) + ": tensor " + name + " covers " + std::to_string(count) + " of " + std::to_string(total) + " elements");
+    try {
+      for (ShardTensor& t : DecodeShard(*blob)) pieces.push_back(std::move(t));
+    } catch (const std::runtime_error& e) {
+      LogWarn("skipping " + StepDir(step) + ": shard " + key + " is malformed: " + e.what());
       return std::nullopt;
     }
   }
-  if (state.params.size() != static_cast<size_t>(total)) {
+  std::map<std::string, std::vector<float>> tensors;
+  try {
+    tensors = AssembleTensors(std::move(pieces), manifest->parameter_count);
+  } catch (const std::runtime_error& e) {
+    LogWarn("skipping " + StepDir(step) + ": " + e.what());
+    return std::nullopt;
+  }
+  if (tensors.count("params") == 0) {
     LogWarn("skipping " + StepDir(step) + ": no parameters");
     return std::nullopt;
   }
+  TrainingState state;
+  state.step = manifest->step;
+  state.epoch = manifest->epoch;
+  state.sample_cursor = manifest->sample_cursor;
+  state.seed = manifest->seed;
+  state.config = config;
+  state.params = std::move(tensors["params"]);
+  if (tensors.count("first_moment")) state.first_moment = std::move(tensors["first_moment"]);
+  if (tensors.count("second_moment")) state.second_moment = std::move(tensors["second_moment"]);
   return state;
 }
 

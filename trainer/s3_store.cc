@@ -21,28 +21,6 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return (v != nullptr && *v != '\0') ? std::string(v) : fallback;
 }
 
-std::string XmlUnescape(std::string s) {
-  static const std::pair<const char*, const char*> kEntities[] = {
-      {"&quot;", "\""}, {"&apos;", "'"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}};
-  for (const auto& [from, to] : kEntities) {
-    for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += std::strlen(to)) s.replace(pos, std::strlen(from), to);
-  }
-  return s;
-}
-
-/// Every text of <tag>...</tag> in an S3 XML response, in order.
-std::vector<std::string> XmlTexts(const std::string& xml, const std::string& tag) {
-  std::vector<std::string> out;
-  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
-  for (size_t pos = 0; (pos = xml.find(open, pos)) != std::string::npos;) {
-    size_t end = xml.find(close, pos);
-    if (end == std::string::npos) break;
-    out.push_back(XmlUnescape(xml.substr(pos + open.size(), end - pos - open.size())));
-    pos = end + close.size();
-  }
-  return out;
-}
-
 size_t WriteBody(char* p, size_t size, size_t n, void* user) {
   static_cast<std::string*>(user)->append(p, size * n);
   return size * n;
@@ -276,11 +254,10 @@ std::vector<std::string> S3Store::List(const std::string& prefix) {
                       "/?" + CanonicalQuery(q);
     Response r = Send("GET", url, {}, "");
     if (r.status != 200) throw std::runtime_error("S3 LIST " + Describe() + ": HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300));
-    for (const std::string& k : XmlTexts(r.body, "Key")) keys.push_back(k.substr(root.size()));
-    auto truncated = XmlTexts(r.body, "IsTruncated");
-    auto next = XmlTexts(r.body, "NextContinuationToken");
-    if (truncated.empty() || truncated.front() != "true" || next.empty()) break;
-    token = next.front();
+    S3ListPage page = ParseListObjectsV2(r.body, root);
+    keys.insert(keys.end(), page.keys.begin(), page.keys.end());
+    if (page.next_token.empty()) break;
+    token = page.next_token;
   }
   return keys;
 }

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "trainer/object_store.h"
 
@@ -39,6 +40,20 @@ std::string Sha256Hex(std::span<const uint8_t> data);
 /// Sorted, encoded canonical query string ("a=1&b=x%2Fy"): libcurl 7.88 signs the query exactly as
 /// given, so the URL must carry it in SigV4's canonical order.
 std::string CanonicalQuery(const std::map<std::string, std::string>& params);
+
+/// Every text of <tag>...</tag> in an S3 XML answer, in order, with the five predefined XML
+/// entities unescaped. Tags are matched literally (S3 writes no attributes on the ones we read).
+std::vector<std::string> XmlTexts(const std::string& xml, const std::string& tag);
+
+/// One page of a ListObjectsV2 answer.
+struct S3ListPage {
+  std::vector<std::string> keys;  ///< without the store's root ("prefix/")
+  std::string next_token;         ///< NextContinuationToken when IsTruncated is "true", else empty
+};
+
+/// Parses a ListObjectsV2 answer of a listing under `root` (the store's "prefix/", or ""). Keys
+/// that do not start with `root` are dropped. Never throws.
+S3ListPage ParseListObjectsV2(const std::string& xml, const std::string& root);
 
 /// An ObjectStore on one bucket/prefix. Requests are signed by libcurl (CURLOPT_AWS_SIGV4,
 /// "aws:amz:REGION:s3") with x-amz-content-sha256 set to the payload hash; transient failures

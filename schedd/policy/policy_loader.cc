@@ -48,9 +48,13 @@ std::optional<core::Duration> ParseDuration(std::string_view text) {
       if (colon == std::string_view::npos) break;
       pos = colon + 1;
     }
-    if (parts.size() == 2) return days * 86400 + parts[0] * 60 + parts[1];
-    if (parts.size() == 3) return days * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2];
-    return std::nullopt;
+    // days <= kMaxDuration (checked by the recursive call) and parts < 10^9: no overflow.
+    core::Duration total = 0;
+    if (parts.size() == 2) total = days * 86400 + parts[0] * 60 + parts[1];
+    else if (parts.size() == 3) total = days * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2];
+    else return std::nullopt;
+    if (total > kMaxDuration) return std::nullopt;
+    return total;
   }
   int64_t total = 0;
   size_t i = 0;
@@ -73,6 +77,8 @@ std::optional<core::Duration> ParseDuration(std::string_view text) {
     } else if (start != 0) {
       return std::nullopt;  // "1h30": a bare number only alone
     }
+    // n < 10^12 and unit <= 604800, so n * unit < 2^63; total stays <= kMaxDuration.
+    if (n * unit > kMaxDuration - total) return std::nullopt;
     total += n * unit;
   }
   return total;

@@ -37,8 +37,13 @@ PolicyLoadResult ParsePolicy(std::string_view text, const std::string& source_na
 /// Reads and parses the file at `path` (an unreadable file is one error at 0:0).
 PolicyLoadResult LoadPolicyFile(const std::string& path);
 
+/// Longest duration a policy may give (1000 years), as a string or as integer seconds: larger
+/// values are errors, so that neither parsing nor the scheduler's time arithmetic can overflow.
+inline constexpr core::Duration kMaxDuration = int64_t{1000} * 365 * 86400;
+
 /// Parses a duration: an integer number of seconds, or a string of number+unit groups with units
-/// s, m, h, d, w ("90", "45m", "1d12h"), or Slurm's "[D-]HH:MM:SS" / "MM:SS". nullopt if invalid.
+/// s, m, h, d, w ("90", "45m", "1d12h"), or Slurm's "[D-]HH:MM:SS" / "MM:SS". nullopt if invalid
+/// or over kMaxDuration.
 std::optional<core::Duration> ParseDuration(std::string_view text);
 
 }  // namespace mlsched::policy

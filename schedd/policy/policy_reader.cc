@@ -67,6 +67,9 @@ void PolicyReader::Dur(const toml::table& t, const char* key, core::Duration& ou
   if (!n) return;
   if (auto i = n->value_exact<int64_t>()) {
     if (*i < 0) return Error(n->source(), std::string("'") + key + "' in " + ctx + ": must be >= 0 seconds");
+    if (*i > kMaxDuration)
+      return Error(n->source(), std::string("'") + key + "' in " + ctx + ": must be at most " +
+                                    std::to_string(kMaxDuration) + " seconds (1000 years)");
     out = *i;
     return;
   }

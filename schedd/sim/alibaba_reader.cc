@@ -35,7 +35,7 @@ std::string MapPod(const std::vector<std::string_view>& f, TraceJob& job) {
   if (f.size() != 11) return "expected 11 fields, found " + std::to_string(f.size());
   int64_t cpu = 0, mem = 0, gpus = 0, gpu_milli = 0, created = 0, deleted = 0, scheduled = -1;
   if (!ParseInt(f[1], cpu) || cpu < 0) return "bad cpu_milli '" + std::string(f[1]) + "'";
-  if (!ParseInt(f[2], mem) || mem < 0) return "bad memory_mib '" + std::string(f[2]) + "'";
+  if (!ParseInt(f[2], mem) || mem < 0 || mem > kMaxTraceMemoryMib) return "bad memory_mib '" + std::string(f[2]) + "'";
   if (!ParseInt(f[3], gpus) || gpus < 0) return "bad num_gpu '" + std::string(f[3]) + "'";
   if (!ParseInt(f[4], gpu_milli) || gpu_milli < 0 || gpu_milli > 1000) {
     return "bad gpu_milli '" + std::string(f[4]) + "'";

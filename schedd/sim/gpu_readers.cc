@@ -50,7 +50,7 @@ std::string MapPhilly(const std::vector<std::string_view>& f, const GpuTaskShape
   if (!ParseDouble(f[1], duration) || !(duration >= 0) || duration > 1e12) {
     return "bad duration '" + std::string(f[1]) + "'";
   }
-  if (!ParseInt(f[2], gpus) || gpus <= 0 || gpus > 1000000) {
+  if (!ParseInt(f[2], gpus) || gpus <= 0 || gpus > kMaxTraceGangGpus) {
     return "bad num_gpus '" + std::string(f[2]) + "' (want a positive integer)";
   }
   if (f[4].empty()) return "empty cluster id";
@@ -141,7 +141,7 @@ Trace ReadPollux(const std::string& path, const ReaderOptions& options,
       error = "expected 5 fields, found " + std::to_string(f.size());
     } else if (!ParseInt(f[1], time) || time < 0) {
       error = "bad time '" + std::string(f[1]) + "'";
-    } else if (!ParseInt(f[3], replicas) || replicas <= 0) {
+    } else if (!ParseInt(f[3], replicas) || replicas <= 0 || replicas > kMaxTraceGangGpus) {
       error = "bad num_replicas '" + std::string(f[3]) + "'";
     } else if (!ParseInt(f[4], batch) || batch <= 0) {
       error = "bad batch_size '" + std::string(f[4]) + "'";
@@ -179,7 +179,7 @@ std::vector<core::Node> ReadAlibabaNodes(const std::string& path) {
     auto f = SplitFields(line, ',');
     int64_t cpu = 0, mem = 0, gpu = 0;
     if (f.size() != 5 || f[0].empty() || !ParseInt(f[1], cpu) || cpu <= 0 ||
-        !ParseInt(f[2], mem) || mem < 0 || !ParseInt(f[3], gpu) || gpu < 0 ||
+        !ParseInt(f[2], mem) || mem < 0 || mem > kMaxTraceMemoryMib || !ParseInt(f[3], gpu) || gpu < 0 ||
         (gpu > 0 && f[4].empty())) {
       throw TraceError(reader.Origin() + ": malformed node record '" + line + "'");
     }

@@ -11,6 +11,13 @@
 
 namespace mlsched::sim {
 
+/// Most GPUs (one-GPU tasks) one Philly or Pollux job may ask for; more is a malformed record
+/// (a gang's task count is 32-bit).
+inline constexpr int64_t kMaxTraceGangGpus = 1000000;
+/// Largest memory_mib of an Alibaba node or pod (1 PiB); more is malformed, so that the byte
+/// count (MiB << 20) cannot overflow.
+inline constexpr int64_t kMaxTraceMemoryMib = int64_t{1} << 30;
+
 /// Shape of the per-GPU task a GPU gang is made of.
 struct GpuTaskShape {
   int64_t cpu_millis_per_gpu = 1000;  // millicores per task (one task per GPU)

@@ -35,6 +35,7 @@ std::string MapRecord(const int64_t f[kSwfFields], int64_t machine_procs, TraceJ
   if (run < 0) return "unknown run time (field 4)";
   const int64_t size = requested > 0 ? requested : allocated;
   if (size <= 0) return "no processor count (fields 8 and 5 are both <= 0)";
+  if (size > kMaxSwfProcessors) return "job size " + std::to_string(size) + " is above the limit of " + std::to_string(kMaxSwfProcessors);
   if (machine_procs > 0 && size > machine_procs) {
     return "job needs " + std::to_string(size) + " processors but the machine has " +
            std::to_string(machine_procs);
@@ -106,6 +107,10 @@ Trace ReadSwf(const std::string& path, const ReaderOptions& options, const SwfOp
   if (machine <= 0) {
     throw TraceError(path + ": machine size unknown: no '; MaxProcs:' or '; MaxNodes:' header "
                             "(pass the processor count explicitly)");
+  }
+  if (machine > kMaxSwfProcessors) {
+    throw TraceError(path + ": machine size " + std::to_string(machine) + " is above the limit of " +
+                     std::to_string(kMaxSwfProcessors) + " processors");
   }
   core::Node node;
   node.name = "swf-0";

@@ -8,6 +8,11 @@
 
 namespace mlsched::sim {
 
+/// Largest machine (and so job) size accepted, in processors: about a billion, so that the
+/// node's millicores (x1000) and memory (1 GiB per processor) fit in 64 bits. A larger header
+/// value or --processors is a TraceError; a larger job is a malformed record.
+inline constexpr int64_t kMaxSwfProcessors = int64_t{1} << 30;
+
 /// SWF-specific choices.
 struct SwfOptions {
   /// Machine size in processors; 0 = from the header (MaxProcs, else MaxNodes).

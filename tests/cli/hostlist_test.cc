@@ -79,3 +79,19 @@ TEST_CASE("compression is the inverse of ExpandHostlist", "[cli][hostlist]") {
     CHECK(ExpandAll(compressed) == names);
   }
 }
+
+// Found by fuzz/hostlist_fuzz.cc (out of memory under libFuzzer's 2 GB limit): 3 KB of
+// "n[0-99999,0-99999,...]" asked for 40 million names. The whole list is now capped.
+TEST_CASE("a hostlist expanding to too many names is an error", "[cli][hostlist][fuzz]") {
+  std::string big = "n[";
+  for (int i = 0; i < 400; ++i) big += (i ? "," : "") + std::string("0-99999");
+  auto r = ExpandHostlist(big + "]");
+  CHECK_FALSE(r);
+  CHECK_THAT(r.error, Catch::Contains("more than 1000000 names"));
+  std::string exact = "n[";
+  for (int i = 0; i < 10; ++i) exact += (i ? "," : "") + std::string("0-99999");
+  CHECK(ExpandHostlist(exact + "]").value->size() == mlsched::kMaxHostlistNames);
+  CHECK_FALSE(ExpandHostlist(exact + ",7]"));
+  CHECK(ExpandHostlist("n[0-100000]").value->size() == 100001);
+  CHECK_FALSE(ExpandHostlist("n[0-100001]"));
+}

@@ -9,7 +9,7 @@ using namespace mlsched::cli;
 
 namespace {
 
-const SubmitContext kCtx{"/home/alice/proj", {{"PATH", "/usr/bin"}, {"HOME", "/home/alice"}}};
+const SubmitContext kCtx{"/home/alice/proj", {{"PATH", "/usr/bin"}, {"HOME", "/home/alice"}}, std::nullopt};
 
 SubmitArgs Args(const std::vector<std::string>& args) {
   auto r = ParseSubmitArgs(args);

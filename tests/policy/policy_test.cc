@@ -195,3 +195,23 @@ TEST_CASE("durations: seconds, unit groups and Slurm clock forms", "[policy]") {
     CHECK(policy::ParseDuration(row.text) == row.seconds);
   }
 }
+
+// Found by review and confirmed with fuzz/units_fuzz.cc (UBSan): unit groups were summed without
+// a bound, so "999999999999w" x 16 overflowed int64. Durations are now capped at kMaxDuration,
+// and so are integer seconds in a policy file.
+TEST_CASE("durations beyond 1000 years are invalid, not overflows", "[policy][fuzz]") {
+  std::string many;
+  for (int i = 0; i < 16; ++i) many += "999999999999w";
+  CHECK_FALSE(policy::ParseDuration(many));
+  CHECK_FALSE(policy::ParseDuration("999999999999w"));  // 6e17 s: fits int64, but over the cap
+  CHECK_FALSE(policy::ParseDuration("999999999999-00:00:00"));
+  CHECK(policy::ParseDuration(std::to_string(policy::kMaxDuration)) == policy::kMaxDuration);
+  CHECK_FALSE(policy::ParseDuration(std::to_string(policy::kMaxDuration + 1)));
+  CHECK(policy::ParseDuration("52000w") == int64_t{52000} * 7 * 86400);
+  auto r = ParsePolicy("[backfill]\nwindow = 9223372036854775807\n", "p.toml");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.ErrorText(), Catch::Contains("p.toml:2:") && Catch::Contains("at most"));
+  r = ParsePolicy("[backfill]\nwindow = \"" + many + "\"\n", "p.toml");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.ErrorText(), Catch::Contains("invalid duration"));
+}

@@ -172,3 +172,37 @@ TEST_CASE("formats are detected from the name or the CSV header", "[sim][reader]
   CHECK(DetectFormat(DataDir() + "/traces/openb_pod_list_default.csv.gz") == "alibaba");
   CHECK_THROWS_AS(DetectFormat(WriteTemp("x.csv", "a,b,c\n")), TraceError);
 }
+
+// Found by fuzz/trace_fuzz.cc (UBSan signed overflow, and its shape checks): sizes near 2^63 in a
+// downloaded trace must be malformed records or errors, not wrapped capacities and task counts.
+TEST_CASE("trace sizes that would overflow 64-bit capacities are rejected", "[sim][reader][fuzz]") {
+  const std::string job = "1 0 -1 100 4 -1 -1 4 200 -1 -1 1 -1 -1 -1 -1 -1 -1\n";
+  for (const char* procs : {"9223372036854775807", "10021474836480", "1073741825"}) {
+    const std::string path = WriteTemp("big.swf", std::string("; MaxProcs: ") + procs + "\n" + job);
+    CHECK_THROWS_WITH(ReadSwf(path, {}), Catch::Contains("above the limit"));
+  }
+  CHECK(ReadSwf(WriteTemp("max.swf", "; MaxProcs: 1073741824\n" + job), {}).nodes[0].capacity.memory_bytes ==
+        kMaxSwfProcessors << 30);
+  // A job before any header (machine size still unknown) is bounded by the limit too.
+  Trace late = ReadSwf(WriteTemp("late.swf", "1 0 -1 100 4 -1 -1 9223372036854775807 200 -1 -1 1 -1 -1 -1 -1 -1 -1\n"
+                                             "; MaxProcs: 16\n"),
+                       {});
+  CHECK(late.skipped == 1);
+  CHECK_THAT(late.issues[0], Catch::Contains("above the limit"));
+
+  const std::string nodes_header = "sn,cpu_milli,memory_mib,gpu,model\n";
+  CHECK_THROWS_WITH(ReadAlibabaNodes(WriteTemp("n.csv", nodes_header + "n0,1000,9223372036854775807,0,\n")),
+                    Catch::Contains("malformed node record"));
+  const std::string nodes = WriteTemp("n.csv", nodes_header + "n0,1000,1024,0,\n");
+  Trace pods = ReadAlibaba(WriteTemp("p.csv",
+                                     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                                     "deletion_time,scheduled_time\n"
+                                     "p,1000,9223372036854775807,0,0,,LS,Running,0,10,0\n"),
+                           nodes, {});
+  CHECK(pods.jobs.empty());
+  CHECK_THAT(pods.issues.at(0), Catch::Contains("bad memory_mib"));
+  Trace pollux = ReadPollux(WriteTemp("w.csv", "name,time,application,num_replicas,batch_size\nx,1,bert,3000000000,2\n"), {},
+                            {{"bert", 60}});
+  CHECK(pollux.jobs.empty());
+  CHECK_THAT(pollux.issues.at(0), Catch::Contains("bad num_replicas"));
+}

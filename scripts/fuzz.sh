@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ with clang-14 (ASan + UBSan) in build-fuzz/ and runs each
+# for SECONDS (default 20) from its seed corpus, one target at a time with one job.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]        e.g. scripts/fuzz.sh 20; scripts/fuzz.sh 600 policy
+# New inputs go to build-fuzz/corpus/TARGET (fuzz/corpus/ is only read), crash reproducers to
+# build-fuzz/crashes/TARGET/, each run's log to build-fuzz/logs/TARGET.log. Prints executions,
+# executions/s and coverage per target; exits 1 when any target crashed. Without clang++-14 or its
+# fuzzer runtime (Debian: clang-14, libclang-rt-14-dev) it says so and exits 0.
+# Environment: MLSCHED_FUZZ_BUILD_DIR (build-fuzz), MLSCHED_FUZZ_JOBS (build jobs, 1),
+# MLSCHED_FUZZ_ARGS (extra libFuzzer flags).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECS="${1:-20}"
+[ $# -gt 0 ] && shift
+case "$SECS" in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2; exit 2 ;; esac
+BUILD_DIR="${MLSCHED_FUZZ_BUILD_DIR:-build-fuzz}"
+CC_BIN=clang-14
+CXX_BIN=clang++-14
+
+if ! command -v "$CXX_BIN" >/dev/null 2>&1; then
+  echo "fuzz.sh: $CXX_BIN not found; skipping the fuzz pass (install clang-14 and libclang-rt-14-dev)"
+  exit 0
+fi
+probe_dir="$(mktemp -d)"
+trap 'rm -rf "$probe_dir"' EXIT
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe_dir/probe.cc"
+if ! "$CXX_BIN" -fsanitize=fuzzer,address,undefined "$probe_dir/probe.cc" -o "$probe_dir/probe" >/dev/null 2>&1; then
+  echo "fuzz.sh: $CXX_BIN cannot link -fsanitize=fuzzer,address,undefined (libclang-rt-14-dev missing?); skipping the fuzz pass"
+  exit 0
+fi
+
+start=$(date +%s)
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  CC="$CC_BIN" CXX="$CXX_BIN" cmake -G Ninja -S . -B "$BUILD_DIR" -DMLSCHED_FUZZ=ON -DMLSCHED_WERROR=ON >/dev/null
+fi
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  ninja -C "$BUILD_DIR" build.ninja >/dev/null  # re-runs CMake when fuzz/CMakeLists.txt changed
+  read -r -a targets <"$BUILD_DIR/fuzz_targets.txt"
+fi
+ninja -C "$BUILD_DIR" -j"${MLSCHED_FUZZ_JOBS:-1}" "${targets[@]/%/_fuzz}"
+built=$(date +%s)
+echo "fuzz.sh: built ${#targets[@]} targets in $((built - start)) s; running each for ${SECS} s"
+
+# libFuzzer's final figures: "stat::number_of_executed_units: N" and the last "cov: N" status line.
+final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
+last_cov() { { grep -o 'cov: [0-9]*' "$1" || true; } | tail -1 | cut -d' ' -f2; }
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  corpus="$BUILD_DIR/corpus/$t" crashes="$BUILD_DIR/crashes/$t" log="$BUILD_DIR/logs/$t.log"
+  mkdir -p "$corpus" "$crashes" "$BUILD_DIR/logs"
+  args=(-max_total_time="$SECS" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$crashes/")
+  [ -f "fuzz/dict/$t.dict" ] && args+=(-dict="fuzz/dict/$t.dict")
+  # shellcheck disable=SC2206
+  args+=(${MLSCHED_FUZZ_ARGS:-})
+  t0=$(date +%s)
+  rc=0
+  "$BUILD_DIR/fuzz/${t}_fuzz" "${args[@]}" "$corpus" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+  secs=$(($(date +%s) - t0))
+  execs=$(final_stat number_of_executed_units "$log")
+  rate=$(final_stat average_exec_per_sec "$log")
+  cov=$(last_cov "$log")
+  result=ok
+  if [ "$rc" -ne 0 ]; then
+    result="CRASH (rc $rc)"
+    failed+=("$t")
+    echo "---- $t crashed; the end of $log:"
+    tail -40 "$log"
+    ls "$crashes"
+  fi
+  summary+=("$(printf '%-20s %6s %12s %9s %7s  %s' "$t" "$secs" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$result")")
+done
+
+printf '%-20s %6s %12s %9s %7s  %s\n' target seconds execs execs/s cov result
+printf '%s\n' "${summary[@]}"
+echo "fuzz.sh: total $(($(date +%s) - start)) s (build $((built - start)) s)"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: crashes in: ${failed[*]} (reproducers in $BUILD_DIR/crashes/; rerun one with $BUILD_DIR/fuzz/TARGET_fuzz FILE)"
+  exit 1
+fi
