@@ -3,6 +3,7 @@
 // by pids.max and killed whole, a daemon that left the process group and forged another task's
 // MLSCHED_* variables still killed through the cgroup, devices denied, CPU limits written, stale
 // cgroups of a previous agent killed and every directory removed afterwards.
+#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -380,4 +381,35 @@ TEST_CASE("a new agent kills and removes the task cgroups a previous one left be
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
   CHECK(CgroupGone(*real.cg, k));
+}
+
+TEST_CASE("a task running as another user cannot move itself out of its cgroup", "[cgroup][root]") {
+  RealCgroups real({});
+  if (!real.skip.empty()) {
+    WARN(real.skip);
+    return;
+  }
+  struct passwd* pw = getpwnam("nobody");
+  REQUIRE(pw != nullptr);
+  TempDir dir;
+  std::filesystem::permissions(dir.path, std::filesystem::perms::all);
+  Sup s(real.cg.get());
+  // Every hierarchy's root cgroup.procs, and the agent's own cgroup's.
+  std::string cmd;
+  for (const auto& d : real.cg->DirsOf({26, 1, 0})) {
+    auto own = std::filesystem::path(d).parent_path().parent_path().parent_path();
+    cmd += "echo $$ > " + (own / "cgroup.procs").string() + " || echo refused; ";
+  }
+  auto req = Shell(dir, cmd + "exit 0");
+  req.switch_user = true;
+  req.uid = pw->pw_uid;
+  req.gid = pw->pw_gid;
+  req.groups = {pw->pw_gid};
+  s.sup.Spawn({26, 1, 0}, req);
+  REQUIRE(s.Exited({26, 1, 0}));
+  std::string out = ReadFile(dir.Str("out.txt"));
+  size_t refused = 0;
+  for (size_t at = out.find("refused"); at != std::string::npos; at = out.find("refused", at + 1)) ++refused;
+  CHECK(refused == real.cg->DirsOf({26, 1, 0}).size());
+  CHECK(out.find("Permission denied") != std::string::npos);
 }
