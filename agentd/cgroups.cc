@@ -25,6 +25,7 @@ namespace mlsched::agent {
 namespace {
 
 constexpr int64_t kCpuPeriodUs = 100000;  // CFS period for the quota: 100 ms
+constexpr std::string_view kAgentLeaf = "agentd";  // v2: where agentd moves itself to delegate
 
 std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
@@ -140,6 +141,7 @@ bool TaskCgroup::Freeze(bool frozen) const {
 }
 
 void TaskCgroup::KillAll() const {
+  if (Pids().empty()) return;
   if (version_ == 2 && has_kill_) {
     if (auto err = WriteFile(track_dir_ + "/cgroup.kill", "1"); err.empty()) return;
   }
@@ -178,6 +180,14 @@ bool TaskCgroup::Remove() {
 
 Cgroups::Cgroups(CgroupLayout layout, std::string base) : layout_(std::move(layout)), base_(std::move(base)) {
   if (layout_.version == 1) track_controller_ = layout_.v1_dirs.count("freezer") ? "freezer" : layout_.v1_dirs.begin()->first;
+  // Already moved into its leaf by an earlier Init() of this process: the cgroup it left is agentd's.
+  if (layout_.version == 2 && layout_.v2_dir.size() > kAgentLeaf.size() + 1 &&
+      layout_.v2_dir.ends_with("/" + std::string(kAgentLeaf))) {
+    layout_.v2_dir.resize(layout_.v2_dir.size() - kAgentLeaf.size() - 1);
+    std::string& path = layout_.paths[""];
+    if (path.ends_with("/" + std::string(kAgentLeaf))) path.resize(path.size() - kAgentLeaf.size() - 1);
+    if (path.empty()) path = "/";
+  }
 }
 
 std::string Cgroups::BaseName(const std::string& node, const std::string& work_dir) {
@@ -238,9 +248,10 @@ std::string Cgroups::EnableV2Controllers() {
   if (auto err = WriteFile(own + "/cgroup.subtree_control", ctl); !err.empty()) {
     // "No internal processes": a non-root cgroup with members cannot delegate. Move agentd into a
     // leaf of its own cgroup and try again.
-    if (auto e = MakeDir(own + "/agentd", true); !e.empty()) return e;
-    if (auto e = WriteFile(own + "/agentd/cgroup.procs", "0"); !e.empty()) return e;
-    spdlog::info("cgroups: moved agentd into {}/agentd to delegate controllers", own);
+    const std::string leaf = own + "/" + std::string(kAgentLeaf);
+    if (auto e = MakeDir(leaf, true); !e.empty()) return e;
+    if (auto e = WriteFile(leaf + "/cgroup.procs", "0"); !e.empty()) return e;
+    spdlog::info("cgroups: moved agentd into {} to delegate controllers", leaf);
     if (auto e = WriteFile(own + "/cgroup.subtree_control", ctl); !e.empty())
       return e + " (other processes share agentd's cgroup: run agentd in a cgroup of its own, e.g. systemd "
                  "Delegate=yes)";
@@ -261,7 +272,11 @@ std::string Cgroups::Init() {
 std::string Cgroups::WriteLimits(const TaskKey& key, const TaskLimits& limits) const {
   const bool v2 = layout_.version == 2;
   auto dir = [&](const char* controller) { return layout_.Has(controller) ? DirOf(v2 ? "" : controller, key) : ""; };
-  std::vector<std::pair<std::string, std::string>> writes;  // file, value; in this order
+  struct Write {
+    std::string file, value;
+    bool required = true;  // else a failure is logged and the task runs without that limit
+  };
+  std::vector<Write> writes;  // in this order
   if (std::string d = dir("memory"); !d.empty() && limits.memory_bytes > 0) {
     std::string bytes = std::to_string(limits.memory_bytes);
     // No swapping past the limit either: memory+swap gets the same limit on v1, swap 0 on v2.
@@ -276,8 +291,9 @@ std::string Cgroups::WriteLimits(const TaskKey& key, const TaskLimits& limits) c
       writes.push_back({d + "/cpu.max", quota + " " + std::to_string(kCpuPeriodUs)});
     } else {
       writes.push_back({d + "/cpu.shares", std::to_string(std::max<int64_t>(2, limits.cpu_millis * 1024 / 1000))});
-      writes.push_back({d + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs)});
-      writes.push_back({d + "/cpu.cfs_quota_us", quota});
+      // v1 refuses a quota above an ancestor's (agentd in a CPU-limited container): weight only then.
+      writes.push_back({d + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs), false});
+      writes.push_back({d + "/cpu.cfs_quota_us", quota, false});
     }
   }
   if (std::string d = dir("pids"); !d.empty() && limits.pids_max > 0)
@@ -291,8 +307,12 @@ std::string Cgroups::WriteLimits(const TaskKey& key, const TaskLimits& limits) c
                                                  std::to_string(minor(st.st_rdev)) + " rwm"});
     }
   }
-  for (const auto& [file, value] : writes)
-    if (auto err = WriteFile(file, value); !err.empty()) return err;
+  for (const auto& w : writes) {
+    std::string err = WriteFile(w.file, w.value);
+    if (err.empty()) continue;
+    if (w.required) return err;
+    spdlog::warn("task {}: {} (this limit is not applied)", key.ToString(), err);
+  }
   return "";
 }
 

@@ -85,8 +85,9 @@ class Cgroups {
   /// Creates <base> in each hierarchy and, on v2, enables the memory, cpu and pids controllers down
   /// to it. When agentd's own v2 cgroup holds processes it cannot delegate controllers: agentd then
   /// moves itself into a leaf "<own>/agentd" (the only process must be agentd, e.g. a systemd
-  /// service with Delegate=yes). Task cgroups left by a previous agent with the same base are
-  /// killed and removed. Returns "" or an error naming the file.
+  /// service with Delegate=yes); a layout detected from inside that leaf is taken as its parent.
+  /// Task cgroups left by a previous agent with the same base are killed and removed. Returns ""
+  /// or an error naming the file.
   std::string Init();
 
   /// Creates the task's cgroup, writes `limits` and opens its join descriptors. Errors name the

@@ -168,6 +168,12 @@ TEST_CASE("task cgroups are recognised from /proc/PID/cgroup, not from the envir
   CHECK_FALSE(cg.TaskOfCgroupFile("6:freezer:/mlsched-n2-00000000/12.3/rank4\n"));
   CHECK_FALSE(cg.TaskOfCgroupFile("6:freezer:/\n"));
   CHECK(cg.DirOf("memory", {12, 3, 4}) == "/sys/fs/cgroup/memory/process_api/abc/mlsched-n1-00000000/12.3/rank4");
+  // v2, detected after agentd moved itself into its leaf: task cgroups go beside the leaf.
+  auto v2 = ParseCgroupLayout("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/svc/agentd\n",
+                              Files({{"/sys/fs/cgroup/svc/agentd/cgroup.controllers", "memory cpu pids"}}));
+  Cgroups in_leaf(v2, "b");
+  CHECK(in_leaf.DirOf("", {1, 1, 0}) == "/sys/fs/cgroup/svc/b/1.1/rank0");
+  CHECK(in_leaf.TaskOfCgroupFile("0::/svc/b/1.1/rank0\n") == TaskKey{1, 1, 0});
   CHECK(Cgroups::BaseName("gpu/01", "/var/spool/x").rfind("mlsched-gpu_01-", 0) == 0);
   CHECK(Cgroups::BaseName("n1", "/a") != Cgroups::BaseName("n1", "/b"));
   CHECK(OutOfMemoryError(64 << 20, 1) ==
