@@ -130,9 +130,10 @@ void Agent::SetUpCgroups() {
     spdlog::warn("cgroups: cannot use {} ({}): tasks run without memory/CPU/device limits", layout.Summary(), err);
     return;
   }
-  if (layout.Missing().empty()) spdlog::info("{}", layout.Describe());
-  else spdlog::warn("{}", layout.Describe());
-  isolation_ = layout.Summary();
+  const CgroupLayout& used = cgroups->Layout();  // Init() may add v2 devices
+  if (used.Missing().empty()) spdlog::info("{}", used.Describe());
+  else spdlog::warn("{}", used.Describe());
+  isolation_ = used.Summary();
   cgroups_ = std::move(cgroups);
   supervisor_.UseCgroups(cgroups_.get());
 }

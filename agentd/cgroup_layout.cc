@@ -169,7 +169,7 @@ CgroupLayout DetectCgroups() {
 std::string CgroupLayout::Summary() const {
   if (version == 0) return "none";
   std::string out = "v" + std::to_string(version) + ":";
-  const char* const order[] = {"memory", "cpu", "pids", "devices", "freezer", "kill", "freeze"};
+  const char* const order[] = {"memory", "cpu", "pids", "devices", "freezer", "kill", "freeze"};  // same as Describe
   bool first = true;
   for (const char* c : order) {
     if (!Has(c)) continue;
@@ -185,7 +185,7 @@ std::string CgroupLayout::Missing() const {
   for (const char* c : limits)
     if (!Has(c)) missing.push_back(c);
   if (version == 2) {
-    missing.push_back("devices (cgroup v2 needs an eBPF device program; not implemented)");
+    if (!Has("devices")) missing.push_back("devices (cgroup v2 needs an eBPF device program, which could not be loaded)");
     if (!Has("kill") && !Has("freeze")) missing.push_back("kill (neither cgroup.kill nor cgroup.freeze)");
   } else {
     if (!Has("devices")) missing.push_back("devices");

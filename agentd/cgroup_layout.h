@@ -30,15 +30,16 @@ struct CgroupLayout {
   /// are recognised in /proc/PID/cgroup below it.
   std::map<std::string, std::string> paths;
   /// Usable controllers: on v1 the keys of v1_dirs; on v2 "memory", "cpu" and "pids" when listed in
-  /// cgroup.controllers, plus "kill" (cgroup.kill, Linux 5.14+) or else "freeze" (cgroup.freeze).
+  /// cgroup.controllers, plus "kill" (cgroup.kill, Linux 5.14+) or else "freeze" (cgroup.freeze),
+  /// and "devices" once Cgroups::Init() found it may load eBPF device programs.
   std::set<std::string> controllers;
 
   bool Has(const std::string& controller) const { return controllers.count(controller) > 0; }
   /// For registration and `mladmin nodes`: "v1:memory,cpu,pids,devices,freezer",
-  /// "v2:memory,cpu,pids,kill", or "none".
+  /// "v2:memory,cpu,pids,devices,kill", or "none".
   std::string Summary() const;
-  /// What is not enforced and why, e.g. "devices (cgroup v2 needs an eBPF device program; not
-  /// implemented)"; "" when everything is.
+  /// What is not enforced and why, e.g. "pids, devices (cgroup v2 needs an eBPF device program,
+  /// which could not be loaded)"; "" when everything is.
   std::string Missing() const;
   /// The log line at agent start: "cgroups: v1 memory, cpu, pids, devices, freezer" or
   /// "cgroups: none - tasks run without memory/CPU/device limits (...)".

@@ -1,11 +1,11 @@
 #include "agentd/cgroups.h"
+#include "agentd/device_filter.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -263,8 +263,10 @@ std::string Cgroups::Init() {
   if (layout_.version == 0) return "";
   for (const auto& d : BaseDirs())
     if (auto err = MakeDir(d, true); !err.empty()) return err;
-  if (layout_.version == 2)
+  if (layout_.version == 2) {
     if (auto err = EnableV2Controllers(); !err.empty()) return err;
+    if (CanFilterDevices()) layout_.controllers.insert("devices");  // an eBPF program per task cgroup
+  }
   if (int left = Clear(2000, false)) spdlog::warn("cgroups: {} stale task cgroup(s) could not be removed", left);
   return "";
 }
@@ -298,21 +300,22 @@ std::string Cgroups::WriteLimits(const TaskKey& key, const TaskLimits& limits) c
   }
   if (std::string d = dir("pids"); !d.empty() && limits.pids_max > 0)
     writes.push_back({d + "/pids.max", std::to_string(limits.pids_max)});
-  if (std::string d = dir("devices"); !d.empty() && !v2) {
-    for (const auto& dev : limits.deny_devices) {
-      struct stat st{};
-      if (stat(dev.c_str(), &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) continue;  // nothing to open
-      writes.push_back({d + "/devices.deny", std::string(S_ISCHR(st.st_mode) ? "c " : "b ") +
-                                                 std::to_string(major(st.st_rdev)) + ":" +
-                                                 std::to_string(minor(st.st_rdev)) + " rwm"});
-    }
-  }
+  std::vector<DeviceId> denied;  // a missing device node cannot be opened anyway
+  for (const auto& path : limits.deny_devices)
+    if (DeviceId dev; DeviceOf(path, &dev) && std::find(denied.begin(), denied.end(), dev) == denied.end())
+      denied.push_back(dev);
+  std::string devices = dir("devices");
+  if (!devices.empty() && !v2)
+    for (const auto& d : denied)
+      writes.push_back({devices + "/devices.deny", std::string(d.block ? "b " : "c ") + std::to_string(d.major) + ":" +
+                                                       std::to_string(d.minor) + " rwm"});
   for (const auto& w : writes) {
     std::string err = WriteFile(w.file, w.value);
     if (err.empty()) continue;
     if (w.required) return err;
     spdlog::warn("task {}: {} (this limit is not applied)", key.ToString(), err);
   }
+  if (!devices.empty() && v2 && !denied.empty()) return AttachDeviceDenyProgram(devices, denied);
   return "";
 }
 

@@ -1,11 +1,11 @@
 // Resource isolation with cgroups, as Slurm's task/cgroup: every task (rank) runs in its own
 // cgroup <own cgroup>/<base>/<job>.<attempt>/rank<r>, in every hierarchy used (one on v2), with
 // the limits of its request: memory (swap included where the kernel accounts it), CPU weight and
-// quota, a process/thread count and, on v1, no access to the GPUs of other ranks. When a task ends
-// every process left in its cgroup is killed (v2 cgroup.kill, or freeze, SIGKILL each, thaw), so
-// nothing escapes by leaving the process group, and membership, not the environment, tells which
-// task an orphan belongs to. The kernel's OOM kills in the cgroup turn an exit into
-// OUT_OF_MEMORY.
+// quota, a process/thread count and no access to the GPUs of other ranks (v1 devices.deny, v2 an
+// eBPF device program). When a task ends every process left in its cgroup is killed (v2
+// cgroup.kill, or freeze, SIGKILL each, thaw), so nothing escapes by leaving the process group,
+// and membership, not the environment, tells which task an orphan belongs to. The kernel's OOM
+// kills in the cgroup turn an exit into OUT_OF_MEMORY.
 #pragma once
 
 #include <sys/types.h>
@@ -83,9 +83,11 @@ class Cgroups {
   const CgroupLayout& Layout() const { return layout_; }
 
   /// Creates <base> in each hierarchy and, on v2, enables the memory, cpu and pids controllers down
-  /// to it. When agentd's own v2 cgroup holds processes it cannot delegate controllers: agentd then
-  /// moves itself into a leaf "<own>/agentd" (the only process must be agentd, e.g. a systemd
-  /// service with Delegate=yes); a layout detected from inside that leaf is taken as its parent.
+  /// to it; "devices" joins the layout's controllers there when this process may load eBPF cgroup
+  /// device programs (device_filter.h). When agentd's own v2 cgroup holds processes it cannot
+  /// delegate controllers: agentd then moves itself into a leaf "<own>/agentd" (the only process
+  /// must be agentd, e.g. a systemd service with Delegate=yes); a layout detected from inside that
+  /// leaf is taken as its parent.
   /// Task cgroups left by a previous agent with the same base are killed and removed. Returns ""
   /// or an error naming the file.
   std::string Init();

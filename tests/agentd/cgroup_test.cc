@@ -64,13 +64,15 @@ struct RealCgroups {
       return;
     }
     CgroupLayout l = layout ? *layout : DetectCgroups();
-    for (const auto& c : need)
-      if (!l.Has(c)) skip = "SKIPPED: no " + c + " controller (" + l.Describe() + ")";
-    if (l.version == 0) skip = "SKIPPED: " + l.Describe();
-    if (!skip.empty()) return;
+    if (l.version == 0) {
+      skip = "SKIPPED: " + l.Describe();
+      return;
+    }
     std::random_device rd;
     cg = std::make_unique<Cgroups>(l, "mlsched-test-" + std::to_string(rd() % 1000000000));
     if (auto err = cg->Init(); !err.empty()) skip = "SKIPPED: cannot create cgroups here: " + err;
+    for (const auto& c : need)  // after Init(), which may add v2 devices
+      if (!cg->Layout().Has(c)) skip = "SKIPPED: no " + c + " controller (" + cg->Layout().Describe() + ")";
   }
   ~RealCgroups() {
     if (cg) cg->Clear(3000, /*remove_base=*/true);
@@ -118,6 +120,35 @@ LaunchRequest Cmd(const TempDir& dir, std::vector<std::string> argv) {
 LaunchRequest Shell(const TempDir& dir, const std::string& cmd) { return Cmd(dir, {"/bin/sh", "-c", cmd}); }
 
 bool HavePython() { return access("/usr/bin/python3", X_OK) == 0; }
+
+// The layout from this host's cgroup2 mounts only: on a hybrid host, the (controller-less) unified
+// hierarchy, so the v2 code runs here too.
+CgroupLayout UnifiedOnly() {
+  std::string mountinfo, line;
+  std::istringstream in(ReadFile("/proc/self/mountinfo"));
+  while (std::getline(in, line))
+    if (line.find(" - cgroup2 ") != std::string::npos) mountinfo += line + "\n";
+  auto read = [](const std::string& p) -> std::optional<std::string> {
+    if (access(p.c_str(), F_OK) != 0) return std::nullopt;
+    return ReadFile(p);
+  };
+  return ParseCgroupLayout(mountinfo, ReadFile("/proc/self/cgroup"), read);
+}
+
+// Runs a task denied /dev/full (standing in for another rank's /dev/nvidiaN) and checks it cannot
+// open it while /dev/zero stays allowed.
+void CheckDevicesDenied(Cgroups* cg, const TaskKey& k) {
+  TempDir dir;
+  Sup s(cg);
+  auto req = Shell(dir, "head -c1 /dev/full >/dev/null && echo full-opened; head -c1 /dev/zero | wc -c");
+  req.limits.deny_devices = {"/dev/full", "/dev/no-such-device"};
+  s.sup.Spawn(k, req);
+  REQUIRE(s.Exited(k));
+  std::string out = ReadFile(dir.Str("out.txt"));
+  CHECK(out.find("Operation not permitted") != std::string::npos);
+  CHECK(out.find("full-opened") == std::string::npos);
+  CHECK(out.find("1\n") != std::string::npos);  // /dev/zero is still allowed
+}
 
 }  // namespace
 
@@ -308,41 +339,26 @@ TEST_CASE("CPU weight and quota come from the request", "[cgroup][root]") {
   CHECK(WaitUntil([&] { return CgroupGone(*real.cg, k); }, 3s));
 }
 
-TEST_CASE("a task cannot open the devices it was not given (v1 devices)", "[cgroup][root]") {
+TEST_CASE("a task cannot open the devices it was not given (v1 devices.deny, v2 eBPF)", "[cgroup][root]") {
   RealCgroups real({"devices"});
   if (!real.skip.empty()) {
     WARN(real.skip);
+  } else {
+    CheckDevicesDenied(real.cg.get(), {23, 1, 0});
+  }
+  auto v2 = UnifiedOnly();
+  if (v2.version != 2 || real.cg == nullptr || real.cg->Layout().version == 2) return;  // done above, or no cgroup2
+  RealCgroups unified({"devices"}, v2);
+  if (!unified.skip.empty()) {
+    WARN(unified.skip);
     return;
   }
-  if (real.cg->Layout().version != 1) {
-    WARN("SKIPPED: device limits need cgroup v1 here");
-    return;
-  }
-  TempDir dir;
-  Sup s(real.cg.get());
-  // /dev/full stands in for another rank's /dev/nvidiaN.
-  auto req = Shell(dir, "head -c1 /dev/full >/dev/null && echo full-opened; head -c1 /dev/zero | wc -c");
-  req.limits.deny_devices = {"/dev/full", "/dev/no-such-device"};
-  TaskKey k{23, 1, 0};
-  s.sup.Spawn(k, req);
-  REQUIRE(s.Exited(k));
-  std::string out = ReadFile(dir.Str("out.txt"));
-  CHECK(out.find("Operation not permitted") != std::string::npos);
-  CHECK(out.find("full-opened") == std::string::npos);
-  CHECK(out.find("1\n") != std::string::npos);  // /dev/zero is still allowed
+  CHECK(unified.cg->Layout().Summary().find("devices") != std::string::npos);
+  CheckDevicesDenied(unified.cg.get(), {23, 2, 0});
 }
 
 TEST_CASE("cgroup v2 without controllers still tracks and kills every process (cgroup.kill)", "[cgroup][root]") {
-  // Only the cgroup2 mounts: on a hybrid host this is the (controller-less) unified hierarchy.
-  std::string mountinfo, line;
-  std::istringstream in(ReadFile("/proc/self/mountinfo"));
-  while (std::getline(in, line))
-    if (line.find(" - cgroup2 ") != std::string::npos) mountinfo += line + "\n";
-  auto read = [](const std::string& p) -> std::optional<std::string> {
-    if (access(p.c_str(), F_OK) != 0) return std::nullopt;
-    return ReadFile(p);
-  };
-  auto layout = ParseCgroupLayout(mountinfo, ReadFile("/proc/self/cgroup"), read);
+  auto layout = UnifiedOnly();
   if (layout.version != 2) {
     WARN("SKIPPED: no cgroup2 hierarchy is mounted");
     return;
