@@ -330,7 +330,7 @@ Parsed<std::unique_ptr<TaskCgroup>> Cgroups::Create(const TaskKey& key, const Ta
     err = MakeDir(cg->attempt_dirs_[i], true);
     if (err.empty() && !ctl.empty()) err = WriteFile(cg->attempt_dirs_[i] + "/cgroup.subtree_control", ctl);
     if (err.empty()) err = MakeDir(cg->dirs_[i], false);
-    if (!err.empty() && i < cg->dirs_.size()) cg->dirs_.resize(i);  // remove only what was made here
+    if (!err.empty()) cg->dirs_.resize(i);  // remove only what was made here
   }
   if (err.empty()) err = WriteLimits(key, limits);
   for (size_t i = 0; i < cg->dirs_.size() && err.empty(); ++i) {
