@@ -77,6 +77,9 @@ Agent::Agent(AgentConfig config)
   plan_ctx_.work_dir = cfg_.work_dir;
   plan_ctx_.agent_is_root = geteuid() == 0;
   plan_ctx_.gpu_count = cfg_.node.GpuCount();
+  plan_ctx_.task_pids_max = cfg_.task_pids_max;
+  // GPU index i is /dev/nvidia<i> (nvidia-smi's order); denied to the ranks not given it.
+  for (int32_t i = 0; i < plan_ctx_.gpu_count; ++i) plan_ctx_.gpu_devices.push_back("/dev/nvidia" + std::to_string(i));
 }
 
 Agent::~Agent() {
@@ -106,9 +109,39 @@ void Agent::PrepareWorkDir() {
   }
 }
 
+void Agent::SetUpCgroups() {
+  if (cfg_.cgroups == CgroupMode::kOff) {
+    isolation_ = "off";
+    spdlog::warn("cgroups: off (--cgroups off) - tasks run without memory/CPU/device limits");
+    return;
+  }
+  CgroupLayout layout = DetectCgroups();
+  const bool required = cfg_.cgroups == CgroupMode::kRequired;
+  if (required && !(layout.Has("memory") && layout.Has("cpu") && layout.Has("pids")))
+    throw std::runtime_error("--cgroups required, but the memory, cpu and pids controllers are not all available: " +
+                             layout.Describe());
+  if (layout.version == 0) {
+    spdlog::warn("{}", layout.Describe());
+    return;
+  }
+  auto cgroups = std::make_unique<Cgroups>(layout, Cgroups::BaseName(cfg_.node.name, cfg_.work_dir));
+  if (std::string err = cgroups->Init(); !err.empty()) {
+    if (required) throw std::runtime_error("--cgroups required: " + err);
+    spdlog::warn("cgroups: cannot use {} ({}): tasks run without memory/CPU/device limits", layout.Summary(), err);
+    return;
+  }
+  const CgroupLayout& used = cgroups->Layout();  // Init() may add v2 devices
+  if (used.Missing().empty()) spdlog::info("{}", used.Describe());
+  else spdlog::warn("{}", used.Describe());
+  isolation_ = used.Summary();
+  cgroups_ = std::move(cgroups);
+  supervisor_.UseCgroups(cgroups_.get());
+}
+
 void Agent::Start() {
   if (started_) return;
   PrepareWorkDir();
+  SetUpCgroups();
   started_ = true;
   supervisor_.Start();
   session_ = std::thread([this] { SessionLoop(); });
@@ -141,6 +174,7 @@ void Agent::Shutdown() {
   }
   if (session_.joinable()) session_.join();
   supervisor_.Stop();
+  if (cgroups_) cgroups_->Clear(2000, /*remove_base=*/true);
   spdlog::info("agentd stopped");
 }
 
@@ -162,6 +196,7 @@ v1::AgentMessage Agent::MakeRegister() const {
   }
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
+  r->set_isolation(isolation_);
   FillRunning(supervisor_.Running(), "", r->mutable_running());
   return m;
 }

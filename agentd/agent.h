@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agentd/attempts.h"
+#include "agentd/cgroups.h"
 #include "agentd/eviction.h"
 #include "agentd/node_info.h"
 #include "agentd/metrics.h"
@@ -42,6 +43,8 @@ struct AgentConfig {
   std::chrono::milliseconds fence_grace{3000};    // stale tasks found at registration
   std::chrono::milliseconds backoff_initial{200};  // reconnect backoff, doubling ...
   std::chrono::milliseconds backoff_max{5000};     // ... up to this
+  CgroupMode cgroups = CgroupMode::kAuto;          // task isolation (agentd/cgroups.h)
+  int64_t task_pids_max = 16384;                   // pids.max of every task cgroup; 0 = none
 };
 
 class Agent {
@@ -53,14 +56,18 @@ class Agent {
   Agent& operator=(const Agent&) = delete;
 
   /// Prepares the work directory (locked with flock: one agent per directory; leftovers of a
-  /// previous run are removed), then starts the supervisor, the stream and the eviction poller.
-  /// Throws std::runtime_error naming the path on failure.
+  /// previous run are removed), sets up the task cgroups (config.cgroups; logs what is enforced),
+  /// then starts the supervisor, the stream and the eviction poller. Throws std::runtime_error
+  /// naming the path on failure, or what is missing with CgroupMode::kRequired.
   void Start();
   /// Terminates every task (SIGTERM, kill_grace, SIGKILL), reports their exits, closes the stream
   /// and stops all threads. Idempotent.
   void Shutdown();
   /// True while registered on a live stream.
   bool Connected() const { return connected_; }
+  /// The isolation registered with schedd: CgroupLayout::Summary() ("v1:memory,cpu,pids,devices,freezer"),
+  /// "none" when the kernel offers no cgroup, "off" with CgroupMode::kOff. Set by Start().
+  const std::string& Isolation() const { return isolation_; }
   /// Tasks running now.
   std::vector<RunningTaskInfo> Running() const { return supervisor_.Running(); }
   /// Counts task starts, exits and eviction notices here from now on (optional; not owned; set
@@ -85,6 +92,7 @@ class Agent {
   v1::AgentMessage MakeRegister() const;
   v1::AgentMessage MakeHeartbeat() const;
   void PrepareWorkDir();
+  void SetUpCgroups();
   // The stream (session.cc).
   void SessionLoop();
   bool RunConnection(const std::shared_ptr<grpc::Channel>& channel, int failures);
@@ -95,6 +103,8 @@ class Agent {
   PlanContext plan_ctx_;
   AttemptTable attempts_;
   Outbox outbox_;
+  std::unique_ptr<Cgroups> cgroups_;  // before supervisor_: it outlives the supervisor's use
+  std::string isolation_ = "none";
   ProcessSupervisor supervisor_;
   std::unique_ptr<EvictionPoller> eviction_;
   AgentMetrics* metrics_ = nullptr;

@@ -162,6 +162,12 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   if (auto e = CheckParentDir(r->request.stderr_path, "stderr"); !e.empty()) return e;
   r->request.env = ToEnvStrings(env);
   r->request.umask = spec.has_umask() ? static_cast<mode_t>(spec.umask() & 0777) : 022;
+  r->request.limits.memory_bytes = spec.memory_bytes_per_task();
+  r->request.limits.cpu_millis = spec.cpu_millis_per_task();
+  r->request.limits.pids_max = ctx.task_pids_max;
+  std::set<int32_t> own(r->gpus.begin(), r->gpus.end());
+  for (size_t i = 0; i < ctx.gpu_devices.size(); ++i)
+    if (!own.count(static_cast<int32_t>(i))) r->request.limits.deny_devices.push_back(ctx.gpu_devices[i]);
   return "";
 }
 

@@ -21,9 +21,12 @@ struct PlanContext {
   std::string work_dir;    // agent work directory; attempts live in <work_dir>/jobs/<job>.<attempt>
   bool agent_is_root = false;
   int32_t gpu_count = 0;   // devices 0..gpu_count-1 exist on this node
+  int64_t task_pids_max = 0;             // TaskLimits.pids_max of every task; 0 = none
+  std::vector<std::string> gpu_devices;  // device node of each GPU index (/dev/nvidiaN); empty = none
 };
 
-/// One rank, ready for ProcessSupervisor::Spawn.
+/// One rank, ready for ProcessSupervisor::Spawn. Its request's limits are the job's per-task
+/// memory and CPUs, the agent's pids limit, and every GPU device node of the node but its own.
 struct PlannedRank {
   int32_t rank = 0;
   std::vector<int32_t> gpus;

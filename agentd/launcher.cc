@@ -18,7 +18,7 @@ namespace mlsched::agent {
 namespace {
 
 // Steps of the child's set-up, reported with errno through the error pipe.
-enum class Step : int { kSetsid = 1, kGroups, kGid, kUid, kPdeathsig, kStdin, kStdout, kStderr, kChdir, kExec };
+enum class Step : int { kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kStdout, kStderr, kChdir, kExec };
 
 struct ChildError {
   int step;
@@ -27,6 +27,7 @@ struct ChildError {
 
 const char* StepName(Step s) {
   switch (s) {
+    case Step::kCgroup: return "join the task's cgroup";
     case Step::kSetsid: return "setsid";
     case Step::kGroups: return "setgroups";
     case Step::kGid: return "setgid";
@@ -69,8 +70,10 @@ void MarkDescriptorsCloseOnExec() {
 }
 
 // Runs in the forked child: async-signal-safe calls only, no allocation.
-[[noreturn]] void ChildMain(const LaunchRequest& req, char* const* argv, char* const* envp, int err_fd,
-                            pid_t parent) {
+[[noreturn]] void ChildMain(const LaunchRequest& req, std::span<const int> cgroup_fds, char* const* argv,
+                            char* const* envp, int err_fd, pid_t parent) {
+  for (int fd : cgroup_fds)  // before anything else, and while still root: "0" is the writer itself
+    if (write(fd, "0", 1) != 1) ChildFail(err_fd, Step::kCgroup);
   if (setsid() < 0) ChildFail(err_fd, Step::kSetsid);
   sigset_t none;
   sigemptyset(&none);
@@ -152,7 +155,7 @@ ExitReport DecodeWaitStatus(int status) {
   return r;
 }
 
-SpawnResult SpawnTask(const LaunchRequest& req) {
+SpawnResult SpawnTask(const LaunchRequest& req, std::span<const int> cgroup_fds) {
   SpawnResult result;
   if (req.argv.empty()) {
     result.failure = {127, false, "empty argv for " + req.executable};
@@ -182,7 +185,7 @@ SpawnResult SpawnTask(const LaunchRequest& req) {
   }
   if (pid == 0) {
     close(pipe_fds[0]);
-    ChildMain(req, argv.data(), envp.data(), pipe_fds[1], parent);
+    ChildMain(req, cgroup_fds, argv.data(), envp.data(), pipe_fds[1], parent);
   }
   close(pipe_fds[1]);
   ChildError err{};

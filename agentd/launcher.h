@@ -4,10 +4,20 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace mlsched::agent {
+
+/// The resources one task may use, enforced through its cgroup when agentd has one (cgroups.h).
+struct TaskLimits {
+  int64_t memory_bytes = 0;               // memory, swap included; 0 = no limit
+  int64_t cpu_millis = 0;                 // CPU weight and quota in millicores; 0 = neither
+  int64_t pids_max = 0;                   // processes and threads; 0 = no limit
+  std::vector<std::string> deny_devices;  // device nodes it may not open (other ranks' GPUs)
+};
 
 /// Everything needed to exec one task; built by the launch planner, consumed by SpawnTask.
 struct LaunchRequest {
@@ -22,6 +32,7 @@ struct LaunchRequest {
   gid_t gid = 0;
   std::vector<gid_t> groups;       // supplementary groups (getgrouplist of the user)
   mode_t umask = 022;              // the submitter's umask, set in the child before anything is created
+  TaskLimits limits;               // applied by the supervisor when it has cgroups; ignored otherwise
 };
 
 /// How a task ended, in the protocol's terms.
@@ -37,12 +48,14 @@ struct SpawnResult {
   ExitReport failure;  // meaningful when pid <= 0: exit code 126/127 like a shell, and the error
 };
 
-/// Forks and execs `req`. The child calls setsid(), resets signal mask and dispositions, switches
+/// Forks and execs `req`. The child first joins the cgroups whose cgroup.procs files are open in
+/// `cgroup_fds` (writing "0", while still root), so every process it ever forks is a member; then
+/// it calls setsid(), resets signal mask and dispositions, switches
 /// user, sets PR_SET_PDEATHSIG=SIGKILL (after the user switch, which would clear it), redirects the
 /// standard streams, chdirs and execs; every step's failure comes back through a close-on-exec pipe,
 /// so a returned pid has really exec'd. PDEATHSIG follows the calling thread: call it from a thread
 /// that lives as long as the tasks should. The child performs only async-signal-safe calls.
-SpawnResult SpawnTask(const LaunchRequest& req);
+SpawnResult SpawnTask(const LaunchRequest& req, std::span<const int> cgroup_fds = {});
 
 /// Searches `path_list` (colon-separated) for an executable regular file named `name`; "" if none.
 std::string FindOnPath(const std::string& name, const std::string& path_list);

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   double kill_grace_s = 10, eviction_interval_s = 5;
+  std::string cgroups = "auto";
+  int64_t task_pids_max = 16384;
   app.add_option("--server", server, "schedd address: unix:PATH or HOST:PORT (default $MLSCHED_SERVER, else unix:" +
                                           std::string(kDefaultSocket) + ")");
   app.add_option("--tls-cert", cfg_tls.cert, "On TCP: this node's certificate (PEM), naming the node")
@@ -68,6 +70,12 @@ int main(int argc, char** argv) {
   app.add_option("--kill-grace", kill_grace_s, "Seconds between SIGTERM and SIGKILL on abort and shutdown");
   app.add_option("--metrics-port", metrics_port, "Serve Prometheus node metrics on this port (0 = any free port)");
   app.add_option("--metrics-host", metrics_host, "Address the metrics endpoint binds to");
+  app.add_option("--cgroups", cgroups,
+                 "Task isolation: auto (the cgroup controllers the kernel offers), required (refuse to start "
+                 "without memory, cpu and pids) or off")
+      ->capture_default_str();
+  app.add_option("--task-pids-max", task_pids_max, "Processes and threads per task (cgroup pids.max); 0 = no limit")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
@@ -91,6 +99,11 @@ int main(int argc, char** argv) {
   }
   if (!agent::IsValidPool(pool)) return Fail("--pool must be on-demand, spot or reserved (got '" + pool + "')");
   if (kill_grace_s < 0 || eviction_interval_s <= 0) return Fail("--kill-grace must be >= 0 and --eviction-interval > 0");
+  auto cgroup_mode = agent::ParseCgroupMode(cgroups);
+  if (!cgroup_mode) return Fail("--cgroups must be auto, required or off (got '" + cgroups + "')");
+  if (task_pids_max < 0) return Fail("--task-pids-max must be >= 0");
+  cfg.cgroups = *cgroup_mode;
+  cfg.task_pids_max = task_pids_max;
   cfg.node.name = name;
   cfg.node.pool = pool;
   cfg.node.region = region;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 #include <system_error>
+#include <thread>
 
 namespace mlsched::agent {
 
@@ -120,6 +121,13 @@ void ProcessSupervisor::Stop() {
   }
   Wake();
   thread_.join();
+  if (adopt_orphans_) ReapOrphans();
+  for (int i = 0; i < 200 && !unremoved_.empty(); ++i) {  // up to 2 s for killed processes to go
+    RetryCgroupRemovals();
+    if (!unremoved_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (const auto& cg : unremoved_) spdlog::warn("cgroup {} could not be removed: processes remain", cg->Dir());
+  unremoved_.clear();
   if (adopt_orphans_) {
     ReapOrphans();
     prctl(PR_SET_CHILD_SUBREAPER, 0);
@@ -130,24 +138,46 @@ int ProcessSupervisor::PollTimeoutMs() const {
   std::optional<Clock::time_point> next;
   for (const auto& [k, c] : children_)
     if (c.kill_at && (!next || *c.kill_at < *next)) next = c.kill_at;
-  int cap = adopt_orphans_ ? 500 : -1;  // orphans are found by polling
+  int cap = adopt_orphans_ || !unremoved_.empty() ? 500 : -1;  // orphans and busy cgroups are polled
   if (!next) return cap;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
   int timeout = ms < 0 ? 0 : static_cast<int>(ms) + 1;
   return cap < 0 ? timeout : std::min(timeout, cap);
 }
 
+SpawnResult ProcessSupervisor::LaunchOne(const Queued& q, std::unique_ptr<TaskCgroup>* cgroup, int* pidfd) {
+  SpawnResult r;
+  if (cgroups_) {
+    auto cg = cgroups_->Create(q.key, q.request.limits);
+    if (!cg) {
+      r.failure = {127, false, cg.error};
+      return r;
+    }
+    *cgroup = std::move(*cg.value);
+  }
+  r = SpawnTask(q.request, *cgroup ? (*cgroup)->JoinFds() : std::span<const int>{});
+  if (*cgroup) (*cgroup)->CloseJoinFds();
+  *pidfd = r.pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, r.pid, 0)) : -1;
+  if (r.pid > 0 && *pidfd < 0) {  // cannot watch it: do not leave it running unsupervised
+    int err = errno;
+    kill(-r.pid, SIGKILL);
+    int status = 0;
+    waitpid(r.pid, &status, 0);
+    r.failure = {127, false, std::string("pidfd_open: ") + std::strerror(err)};
+    r.pid = -1;
+  }
+  if (r.pid <= 0 && *cgroup) {  // the child is gone (reaped): clean its cgroup
+    ExitReport ignored;
+    FinishCgroup(q.key, std::move(*cgroup), &ignored);
+  }
+  return r;
+}
+
 void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
   for (auto& q : batch) {
-    SpawnResult r = SpawnTask(q.request);
-    int pidfd = r.pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, r.pid, 0)) : -1;
-    if (r.pid > 0 && pidfd < 0) {  // cannot watch it: do not leave it running unsupervised
-      kill(-r.pid, SIGKILL);
-      int status = 0;
-      waitpid(r.pid, &status, 0);
-      r.failure = {127, false, std::string("pidfd_open: ") + std::strerror(errno)};
-      r.pid = -1;
-    }
+    std::unique_ptr<TaskCgroup> cgroup;
+    int pidfd = -1;
+    SpawnResult r = LaunchOne(q, &cgroup, &pidfd);
     if (r.pid <= 0) {
       spdlog::warn("task {}: launch failed: {}", q.key.ToString(), r.failure.error);
       on_exited_(q.key, 0, r.failure);
@@ -158,21 +188,42 @@ void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
       idle_cv_.notify_all();
       continue;
     }
+    std::string where = cgroup ? ", cgroup " + cgroup->Dir() : "";
     {
       std::lock_guard lk(mu_);
       --launching_;
-      children_[q.key] = Child{r.pid, pidfd, stopping_ ? std::optional(Clock::now()) : std::nullopt};
+      children_[q.key] =
+          Child{r.pid, pidfd, stopping_ ? std::optional(Clock::now()) : std::nullopt, std::move(cgroup)};
       if (stopping_) kill(-r.pid, SIGKILL);
     }
-    spdlog::info("task {}: started pid {} ({})", q.key.ToString(), r.pid, q.request.executable);
+    spdlog::info("task {}: started pid {} ({}{})", q.key.ToString(), r.pid, q.request.executable, where);
     on_started_(q.key, r.pid);
   }
+}
+
+void ProcessSupervisor::FinishCgroup(const TaskKey& key, std::unique_ptr<TaskCgroup> cg, ExitReport* report) {
+  if (int64_t kills = cg->OomKills(); kills > 0 && cg->MemoryLimit() > 0) {
+    if (report->exit_code != 0) report->error = OutOfMemoryError(cg->MemoryLimit(), kills);
+    spdlog::warn("task {}: the kernel's OOM killer ended {} process(es) at the {} byte limit", key.ToString(), kills,
+                 cg->MemoryLimit());
+  }
+  cg->KillAll();  // whatever is left: daemons that left the process group, forged environments
+  for (int i = 0; i < 20 && !cg->Pids().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!cg->Remove()) unremoved_.push_back(std::move(cg));
+}
+
+void ProcessSupervisor::RetryCgroupRemovals() {
+  std::erase_if(unremoved_, [](auto& cg) {
+    cg->KillAll();
+    return cg->Remove();
+  });
 }
 
 void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
   for (const auto& key : ready) {
     pid_t pid = 0;
     int status = 0;
+    std::unique_ptr<TaskCgroup> cgroup;
     {
       std::lock_guard lk(mu_);
       auto it = children_.find(key);
@@ -184,12 +235,14 @@ void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
       close(it->second.pidfd);
+      cgroup = std::move(it->second.cgroup);
       children_.erase(it);
       ++reporting_;
     }
     ExitReport report = DecodeWaitStatus(status);
-    spdlog::info("task {}: pid {} exited with {}{}", key.ToString(), pid, report.exit_code,
-                 report.signaled ? " (signal)" : "");
+    if (cgroup) FinishCgroup(key, std::move(cgroup), &report);
+    spdlog::info("task {}: pid {} exited with {}{}{}", key.ToString(), pid, report.exit_code,
+                 report.signaled ? " (signal)" : "", report.error.empty() ? "" : ": " + report.error);
     on_exited_(key, pid, report);
     std::lock_guard lk(mu_);
     --reporting_;
@@ -198,14 +251,20 @@ void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
 }
 
 void ProcessSupervisor::EscalateDue() {
-  std::lock_guard lk(mu_);
-  auto now = Clock::now();
-  for (auto& [k, c] : children_) {
-    if (!c.kill_at || *c.kill_at > now) continue;
-    spdlog::info("task {}: grace period over, SIGKILL to process group {}", k.ToString(), c.pid);
-    kill(-c.pid, SIGKILL);
-    c.kill_at.reset();
+  std::vector<TaskCgroup*> cgroups;  // killed outside the lock; only this thread removes children
+  {
+    std::lock_guard lk(mu_);
+    auto now = Clock::now();
+    for (auto& [k, c] : children_) {
+      if (!c.kill_at || *c.kill_at > now) continue;
+      spdlog::info("task {}: grace period over, SIGKILL to process group {}{}", k.ToString(), c.pid,
+                   c.cgroup ? " and cgroup " + c.cgroup->Dir() : "");
+      kill(-c.pid, SIGKILL);
+      if (c.cgroup) cgroups.push_back(c.cgroup.get());
+      c.kill_at.reset();
+    }
   }
+  for (auto* cg : cgroups) cg->KillAll();
 }
 
 void ProcessSupervisor::ReapOrphans() {
@@ -222,7 +281,8 @@ void ProcessSupervisor::ReapOrphans() {
     if (tasks.count(pid)) continue;  // a task leader: reaped through its pidfd
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) continue;  // an orphan that already ended
-    auto owner = TaskOfProcess(pid);
+    // With cgroups, membership says whose it is; the environment could be forged.
+    auto owner = cgroups_ ? cgroups_->TaskOf(pid) : TaskOfProcess(pid);
     if (owner && running.count(*owner)) continue;  // its task still runs: it may keep helpers
     spdlog::info("killing pid {} left behind by {}", pid, owner ? "task " + owner->ToString() : "an unknown task");
     kill(pid, SIGKILL);
@@ -265,6 +325,7 @@ void ProcessSupervisor::Loop() {
     ReapReady(ready);
     EscalateDue();
     if (adopt_orphans_) ReapOrphans();
+    RetryCgroupRemovals();
   }
 }
 

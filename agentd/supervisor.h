@@ -1,6 +1,7 @@
 // ProcessSupervisor: one long-lived thread that forks every task (so PR_SET_PDEATHSIG ties the
 // tasks to the agent's lifetime), waits for them through pidfds, and escalates terminations from
-// SIGTERM to SIGKILL after a grace period. All signals go to the task's whole process group.
+// SIGTERM to SIGKILL after a grace period. Signals go to the task's whole process group; with
+// cgroups, SIGKILL also goes to every process in the task's cgroup, wherever it moved.
 #pragma once
 
 #include <sys/types.h>
@@ -10,12 +11,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "agentd/cgroups.h"
 #include "agentd/launcher.h"
 #include "agentd/task_key.h"
 
@@ -45,6 +48,13 @@ class ProcessSupervisor {
   ProcessSupervisor(const ProcessSupervisor&) = delete;
   ProcessSupervisor& operator=(const ProcessSupervisor&) = delete;
 
+  /// Runs every task in its own cgroup from `cgroups` (not owned; set before Start()): created with
+  /// the request's limits before the fork, joined by the child before exec, killed as a whole when
+  /// the task's leader exits or is SIGKILLed, and removed once empty. A task whose cgroup cannot be
+  /// made is reported as a launch failure. An exit after the kernel's OOM killer struck in the
+  /// cgroup is reported with OutOfMemoryError(). Orphans are then attributed by cgroup membership
+  /// instead of their environment (which a process can forge).
+  void UseCgroups(Cgroups* cgroups) { cgroups_ = cgroups; }
   /// Starts the supervisor thread; throws std::system_error if the wake-up eventfd fails.
   void Start();
   /// Queues a launch. A key that is already running or queued is ignored (false).
@@ -71,6 +81,7 @@ class ProcessSupervisor {
     pid_t pid = 0;
     int pidfd = -1;
     std::optional<Clock::time_point> kill_at;  // SIGKILL deadline after a SIGTERM
+    std::unique_ptr<TaskCgroup> cgroup;        // with UseCgroups
   };
   struct Queued {
     TaskKey key;
@@ -80,6 +91,9 @@ class ProcessSupervisor {
   void Loop();
   void Wake();
   void LaunchQueued(std::deque<Queued> batch);
+  SpawnResult LaunchOne(const Queued& q, std::unique_ptr<TaskCgroup>* cgroup, int* pidfd);
+  void FinishCgroup(const TaskKey& key, std::unique_ptr<TaskCgroup> cgroup, ExitReport* report);
+  void RetryCgroupRemovals();
   void ReapReady(const std::vector<TaskKey>& ready);
   void EscalateDue();
   int PollTimeoutMs() const;  // requires mu_
@@ -95,6 +109,8 @@ class ProcessSupervisor {
   size_t reporting_ = 0;  // reaped, exit callback still running
   bool stopping_ = false;
   bool adopt_orphans_ = false;
+  Cgroups* cgroups_ = nullptr;
+  std::vector<std::unique_ptr<TaskCgroup>> unremoved_;  // ended tasks' cgroups not yet empty; supervisor thread
   int wake_fd_ = -1;
   std::thread thread_;
 };

@@ -17,12 +17,13 @@ std::string PoolName(v1::Pool pool);
 /// Allocated/total per GPU type: "h100:2/8", several types joined by ','; "0/0" without GPUs.
 std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capacity);
 
-/// The node table: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION REASON, one line per
-/// node sorted by name, columns left-aligned and separated by two spaces. CPUs in cores
-/// (fractions shown: "1.5/8"), MEM as allocated/total ("4G/64G").
+/// The node table: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION ISOLATION REASON, one
+/// line per node sorted by name, columns left-aligned and separated by two spaces. CPUs in cores
+/// (fractions shown: "1.5/8"), MEM as allocated/total ("4G/64G"), ISOLATION as the agent registered
+/// it ("v1:memory,cpu,pids,devices,freezer", "none", "off"; "-" from an agent that did not say).
 std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes);
 
-/// A node as JSON: name, pool, state, reason, region, zone, domain, address, cpu_millis,
+/// A node as JSON: name, pool, state, reason, region, zone, domain, address, isolation, cpu_millis,
 /// cpu_millis_allocated, memory_bytes, memory_bytes_allocated, gpus ([{type, count, allocated}]),
 /// last_heartbeat (Unix seconds), running_jobs.
 nlohmann::json NodeJson(const v1::NodeInfo& node);

@@ -104,7 +104,7 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
   app.footer("Draining, resuming, evicting and reloading the policy need root or an operator named in the policy.\n\n" +
              ExitCodesHelp());
 
-  auto* nodes = app.add_subcommand("nodes", "list nodes: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION REASON");
+  auto* nodes = app.add_subcommand("nodes", "list nodes: NODE POOL STATE CPUS(A/T) MEM GPUS(A/T) DOMAIN ZONE REGION ISOLATION REASON");
   nodes->add_flag("--json", a.json, "print a JSON array of node objects");
   nodes->callback([&] { action = [&](SchedClient& c) { return Nodes(c, a); }; });
 

@@ -197,6 +197,7 @@ v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) 
   n.info.set_domain(reg.domain());
   *n.info.mutable_capacity() = reg.capacity();
   n.info.set_address(reg.address());
+  n.info.set_isolation(reg.isolation());
   n.connected = true;
   n.down = false;
   n.last_heartbeat = now;
@@ -364,7 +365,11 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   if (t.exit_code() != 0) {
     std::string why = t.error().empty() ? "rank " + std::to_string(t.rank()) + " exited " + std::to_string(t.exit_code())
                                         : "rank " + std::to_string(t.rank()) + ": " + t.error();
-    EndAttempt(*j, core::JobState::kFailed, why, t.exit_code(), now, "failed");
+    // The agent's cgroup saw the kernel's OOM killer: Slurm's OUT_OF_MEMORY, kept as FAILED with
+    // the reason OutOfMemory and the agent's text ("... more than its 64 MiB memory limit ...").
+    const bool oom = t.error().rfind("OUT_OF_MEMORY", 0) == 0;
+    if (oom) why = "OutOfMemory: " + why;
+    EndAttempt(*j, core::JobState::kFailed, why, t.exit_code(), now, oom ? "out-of-memory" : "failed");
     return;
   }
   for (const auto& rt : j->tasks)

@@ -38,7 +38,7 @@ v1::Prepare MakePrepare(const TempDir& dir, int64_t job, std::vector<std::vector
   return p;
 }
 
-PlanContext Ctx(const TempDir& dir) { return PlanContext{"n1", dir.Str("work"), false, 4}; }
+PlanContext Ctx(const TempDir& dir) { return PlanContext{"n1", dir.Str("work"), false, 4, 0, {}}; }
 
 std::string EnvOf(const PlannedRank& r, const std::string& key) {
   for (const auto& kv : r.request.env)
@@ -65,6 +65,25 @@ TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
   CHECK(EnvOf(r1, "MLSCHED_STATUS_FILE") == dir.Str("work/jobs/12.1/status-1.json"));
   CHECK(plan.value->dir == dir.Str("work/jobs/12.1"));
   CHECK(plan.value->script.empty());
+}
+
+TEST_CASE("each rank's limits: the per-task request, the agent's pids limit, the other ranks' GPUs denied", "[plan]") {
+  TempDir dir;
+  auto p = MakePrepare(dir, 13, {{0, 1}, {3}});
+  p.mutable_spec()->set_memory_bytes_per_task(int64_t{4} << 30);
+  p.mutable_spec()->set_cpu_millis_per_task(2500);
+  auto ctx = Ctx(dir);
+  ctx.task_pids_max = 4096;
+  ctx.gpu_devices = {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"};
+  auto plan = PlanAttempt(p, ctx);
+  REQUIRE(plan);
+  const auto& l0 = plan.value->ranks[0].request.limits;
+  CHECK(l0.memory_bytes == int64_t{4} << 30);
+  CHECK(l0.cpu_millis == 2500);
+  CHECK(l0.pids_max == 4096);
+  CHECK(l0.deny_devices == std::vector<std::string>{"/dev/nvidia2", "/dev/nvidia3"});
+  CHECK(plan.value->ranks[1].request.limits.deny_devices ==
+        std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"});
 }
 
 TEST_CASE("every rank's environment, and nothing else in the plan, carries the rendezvous token", "[plan]") {

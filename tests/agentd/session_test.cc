@@ -411,3 +411,42 @@ TEST_CASE("as root, a batch script runs as the submitting user", "[session]") {
   CHECK_FALSE(refused->prepare_result().ok());
   CHECK(refused->prepare_result().error().find("'no-such-user-xyz'") != std::string::npos);
 }
+
+TEST_CASE("the node registers its isolation; a rank over its memory is reported OUT_OF_MEMORY", "[session][cgroup]") {
+  TempDir dir;
+  {
+    auto cfg = Config(dir);
+    cfg.cgroups = CgroupMode::kOff;
+    FakeSchedd schedd(dir.Str("schedd.sock"));
+    Agent agent(cfg);
+    agent.Start();
+    auto reg = schedd.WaitFor(Registers());
+    REQUIRE(reg);
+    CHECK(reg->register_().isolation() == "off");
+  }
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  Agent agent(Config(dir));
+  agent.Start();
+  auto reg = schedd.WaitFor(Registers());
+  REQUIRE(reg);
+  CHECK(reg->register_().isolation() == agent.Isolation());
+  if (geteuid() == 0 && DetectCgroups().version == 1) CHECK(agent.Isolation() == DetectCgroups().Summary());
+  if (geteuid() != 0) CHECK(agent.Isolation() == "none");  // it cannot create cgroups: said, not fatal
+  if (geteuid() != 0 || agent.Isolation().find("memory") == std::string::npos ||
+      access("/usr/bin/python3", X_OK) != 0) {
+    WARN("SKIPPED: needs root, the memory controller and /usr/bin/python3 (isolation: " << agent.Isolation() << ")");
+    return;
+  }
+  auto m = Prepare(dir, 60, 1, "exec /usr/bin/python3 -c \"x = b'a' * (300 << 20)\"", {{}});
+  m.mutable_prepare()->mutable_spec()->set_memory_bytes_per_task(64 << 20);
+  REQUIRE(schedd.Send(m));
+  auto r = schedd.WaitFor(PrepareResult(60));
+  REQUIRE(r);
+  REQUIRE(r->prepare_result().ok());
+  REQUIRE(schedd.Send(Commit(60, 1)));
+  auto ex = schedd.WaitFor(Exited(60, 0), 30s);
+  REQUIRE(ex);
+  CHECK(ex->task_exited().exit_code() == 128 + SIGKILL);
+  CHECK(ex->task_exited().error() ==
+        "OUT_OF_MEMORY: task used more than its 64 MiB memory limit (1 process killed by the kernel's OOM killer)");
+}

@@ -33,18 +33,20 @@ TEST_CASE("the node table shows allocated/total resources per node", "[cli][admi
   g = a.mutable_allocated()->add_gpus();
   g->set_type("h100");
   g->set_count(2);
+  a.set_isolation("v1:memory,cpu,pids,devices,freezer");
   auto b = Node("gpu-01", v1::POOL_ON_DEMAND, "DRAIN");
   b.set_reason("bad fan");
   std::string table = FormatNodeTable({a, b});
   CHECK(table ==
-        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  REASON\n"
-        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      bad fan\n"
-        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu\n");
+        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           REASON\n"
+        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   bad fan\n"
+        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer\n");
 }
 
 TEST_CASE("node JSON", "[cli][admin]") {
   auto n = Node("a1", v1::POOL_RESERVED, "IDLE");
   n.add_running_jobs(7);
+  n.set_isolation("none");
   auto* g = n.mutable_capacity()->add_gpus();
   g->set_type("l4");
   g->set_count(4);
@@ -52,6 +54,7 @@ TEST_CASE("node JSON", "[cli][admin]") {
   CHECK(j["name"] == "a1");
   CHECK(j["pool"] == "reserved");
   CHECK(j["state"] == "IDLE");
+  CHECK(j["isolation"] == "none");
   CHECK(j["cpu_millis"] == 64000);
   CHECK(j["cpu_millis_allocated"] == 1500);
   CHECK(j["memory_bytes"] == int64_t{512} << 30);

@@ -106,6 +106,47 @@ TEST_CASE("mlcancel kills every rank and leaves no process behind", "[e2e]") {
   for (pid_t p : pids) CHECK_FALSE(Alive(p));
 }
 
+TEST_CASE("cgroups: a task over --mem-per-task fails its job with OutOfMemory, an escaped forger dies on cancel",
+          "[e2e][cgroup]") {
+  Cluster c;
+  c.StartAgent("a1", 2);
+  auto nodes = c.Nodes();
+  REQUIRE(nodes.size() == 1);
+  const std::string isolation = nodes[0].value("isolation", "");
+  CHECK_FALSE(isolation.empty());
+  WARN("mladmin nodes:\n" << c.Tool("mladmin", {"nodes"}).out);
+  if (geteuid() != 0 || isolation.find("memory") == std::string::npos || access("/usr/bin/python3", X_OK) != 0) {
+    WARN("SKIPPED: needs root, the memory controller and /usr/bin/python3 (isolation: " << isolation << ")");
+    return;
+  }
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  int64_t hog = c.Submit({"--mem-per-task", "64M", "-D", out.string(), "--wrap",
+                          "exec /usr/bin/python3 -c \"x = b'a' * (300 << 20)\""});
+  REQUIRE(c.WaitState(hog, "FAILED", 30));
+  auto job = c.Job(hog);
+  WARN("mlq --json reason: " << job.value("reason", ""));
+  CHECK(job.value("reason", "").rfind("OutOfMemory: rank 0: OUT_OF_MEMORY: task used more than its 64 MiB memory limit", 0) ==
+        0);
+  CHECK(job.value("exit_code", 0) == 137);
+
+  // A daemon that leaves its job's process group and claims to belong to another running job.
+  int64_t victim = c.Submit({"-D", out.string(), "--wrap", "sleep 300"});
+  REQUIRE(c.WaitState(victim, "RUNNING"));
+  int64_t forger = c.Submit({"-D", out.string(), "--wrap",
+                             "(MLSCHED_JOB_ID=" + std::to_string(victim) +
+                                 " MLSCHED_ATTEMPT=1 MLSCHED_TASK_ID=0 setsid sleep 300 & echo $! > daemon.pid); sleep 300"});
+  REQUIRE(WaitFor([&] { return !ReadFile(out / "daemon.pid").empty(); }, 20));
+  pid_t daemon = std::stoi(ReadFile(out / "daemon.pid"));
+  CHECK(Alive(daemon));
+  CHECK(c.Tool("mlcancel", {std::to_string(forger)}).exit_code == 0);
+  REQUIRE(c.WaitState(forger, "CANCELLED", 20));
+  CHECK(WaitFor([&] { return !Alive(daemon); }, 5));
+  CHECK(c.State(victim) == "RUNNING");
+  CHECK(c.Tool("mlcancel", {std::to_string(victim)}).exit_code == 0);
+  REQUIRE(c.WaitState(victim, "CANCELLED", 20));
+}
+
 TEST_CASE("schedd killed with SIGKILL and restarted loses nothing and runs nothing twice", "[e2e]") {
   Cluster c;
   for (auto n : {"a1", "a2"}) c.StartAgent(n, 1);

@@ -141,6 +141,28 @@ TEST_CASE("a task failing fails the job and kills the other ranks", "[controller
   CHECK(w.Job(next).state() == v1::RUNNING);
 }
 
+TEST_CASE("a rank the kernel killed for memory fails the job with reason OutOfMemory", "[controller]") {
+  World w(1, 2);
+  auto reg = NodeReg("n1", 2);
+  reg.set_isolation("v1:memory,cpu,pids,devices,freezer");
+  w.ctl->OnRegister(reg, w.now);
+  CHECK(w.ctl->Nodes().at(0).isolation() == "v1:memory,cpu,pids,devices,freezer");
+  int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  auto m = Exited(id, 1, 0, 137);
+  m.mutable_task_exited()->set_signaled(true);
+  m.mutable_task_exited()->set_error(
+      "OUT_OF_MEMORY: task used more than its 64 MiB memory limit (1 process killed by the kernel's OOM killer)");
+  w.ctl->OnAgentMessage("n1", m, w.now + 1);
+  auto info = w.Job(id);
+  CHECK(info.state() == v1::FAILED);
+  CHECK(info.exit_code() == 137);
+  CHECK(info.reason() ==
+        "OutOfMemory: rank 0: OUT_OF_MEMORY: task used more than its 64 MiB memory limit (1 process killed by the "
+        "kernel's OOM killer)");
+}
+
 TEST_CASE("a silent node goes DOWN and its jobs are requeued on the others", "[controller]") {
   World w(3, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);
