@@ -66,13 +66,13 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
   for (const auto& n : nodes) sorted.push_back(&n);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name() < b->name(); });
   std::vector<std::vector<std::string>> rows{
-      {"NODE", "POOL", "STATE", "CPUS(A/T)", "MEM", "GPUS(A/T)", "DOMAIN", "ZONE", "REGION", "ISOLATION", "REASON"}};
+      {"NODE", "POOL", "STATE", "CPUS(A/T)", "MEM", "GPUS(A/T)", "DOMAIN", "ZONE", "REGION", "ISOLATION", "REJECTED", "REASON"}};
   for (const auto* n : sorted) {
     rows.push_back({n->name(), PoolName(n->pool()), n->state(),
                     FormatCores(n->allocated().cpu_millis()) + "/" + FormatCores(n->capacity().cpu_millis()),
                     FormatBytes(n->allocated().memory_bytes()) + "/" + FormatBytes(n->capacity().memory_bytes()),
                     GpuUsage(n->allocated(), n->capacity()), n->domain(), n->zone(), n->region(),
-                    n->isolation().empty() ? "-" : n->isolation(), n->reason()});
+                    n->isolation().empty() ? "-" : n->isolation(), std::to_string(n->rejected_reports()), n->reason()});
   }
   return RenderTable(rows);
 }
@@ -93,6 +93,7 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"domain", n.domain()},
       {"address", n.address()},
       {"isolation", n.isolation()},
+      {"rejected_reports", n.rejected_reports()},
       {"cpu_millis", n.capacity().cpu_millis()},
       {"cpu_millis_allocated", n.allocated().cpu_millis()},
       {"memory_bytes", n.capacity().memory_bytes()},

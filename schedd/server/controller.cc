@@ -503,6 +503,7 @@ std::vector<v1::NodeInfo> Controller::Nodes() {
   std::vector<v1::NodeInfo> out;
   for (const auto& [name, n] : nodes_) {
     v1::NodeInfo info = n.info;
+    info.set_rejected_reports(n.rejected_reports);
     const auto& u = used[name];
     *info.mutable_allocated() = ToProtoResources(u);
     std::string state;

@@ -186,6 +186,7 @@ class Controller {
     bool down = false;
     bool drained = false;
     int64_t last_heartbeat = 0;
+    int64_t rejected_reports = 0;  // RejectAgentMessage count since start (mladmin nodes)
   };
 
   // controller.cc: jobs

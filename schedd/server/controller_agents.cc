@@ -276,6 +276,7 @@ bool Controller::PlacedOn(const JobRec& j, const std::string& node, int32_t rank
 
 void Controller::RejectAgentMessage(const std::string& node, const std::string& what) {
   spdlog::warn("node {}: rejected {}: not placed on this node", node, what);
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.rejected_reports += 1;
   if (metrics_) metrics_->CountRejected("agent_message");
 }
 

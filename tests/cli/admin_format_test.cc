@@ -34,13 +34,14 @@ TEST_CASE("the node table shows allocated/total resources per node", "[cli][admi
   g->set_type("h100");
   g->set_count(2);
   a.set_isolation("v1:memory,cpu,pids,devices,freezer");
+  a.set_rejected_reports(3);
   auto b = Node("gpu-01", v1::POOL_ON_DEMAND, "DRAIN");
   b.set_reason("bad fan");
   std::string table = FormatNodeTable({a, b});
   CHECK(table ==
-        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           REASON\n"
-        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   bad fan\n"
-        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer\n");
+        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           REJECTED  REASON\n"
+        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   0         bad fan\n"
+        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer  3\n");
 }
 
 TEST_CASE("node JSON", "[cli][admin]") {
@@ -55,6 +56,7 @@ TEST_CASE("node JSON", "[cli][admin]") {
   CHECK(j["pool"] == "reserved");
   CHECK(j["state"] == "IDLE");
   CHECK(j["isolation"] == "none");
+  CHECK(j["rejected_reports"] == 0);
   CHECK(j["cpu_millis"] == 64000);
   CHECK(j["cpu_millis_allocated"] == 1500);
   CHECK(j["memory_bytes"] == int64_t{512} << 30);

@@ -219,6 +219,8 @@ TEST_CASE("agents are bound to the node their certificate names", "[e2e][securit
     s.mutable_task_started()->set_attempt(attempt);
     REQUIRE(n2.stream->Write(s));
     CHECK(WaitFor([&] { return Metric(c, "mlsched_rejected_requests_total{reason=\"agent_message\"}") >= 4; }, 10));
+    for (const auto& n : c.Nodes())  // mladmin nodes names the node that sent them
+      if (n.value("name", "") == "n2") CHECK(n.value("rejected_reports", 0) >= 4);
     CHECK(c.State(job) == "RUNNING");
     CHECK(c.Job(job).value("attempt", 0) == attempt);
     n2.Finish();
