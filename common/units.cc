@@ -1,5 +1,6 @@
 #include "common/units.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -172,7 +173,7 @@ Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text) {
     int64_t first, last;
   };
   std::vector<Range> ranges;
-  size_t names = 0;
+  size_t names = 0, bytes = 0;
   size_t start = 0;
   while (start <= body.size()) {  // check every range (and the total) before expanding any
     size_t comma = body.find(',', start);
@@ -185,6 +186,12 @@ Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text) {
     if (static_cast<size_t>(*b - *a) >= kMaxHostlistNames - names)
       return Fail<std::vector<std::string>>("bad hostlist '" + text + "': more than " + std::to_string(kMaxHostlistNames) + " names");
     names += static_cast<size_t>(*b - *a) + 1;
+    // Each name is at most prefix + suffix + max(width, digits of the last number) bytes; names,
+    // width <= 18 and the text's size keep this product far from overflowing.
+    bytes += (static_cast<size_t>(*b - *a) + 1) * (prefix.size() + suffix.size() + std::max(lo.size(), hi.size()));
+    if (bytes > kMaxHostlistBytes)
+      return Fail<std::vector<std::string>>("bad hostlist '" + text.substr(0, 200) + "': more than " +
+                                            std::to_string(kMaxHostlistBytes >> 20) + " MiB of names");
     ranges.push_back({lo.size(), *a, *b});
     if (comma == std::string::npos) break;
     start = comma + 1;

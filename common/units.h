@@ -47,8 +47,11 @@ inline constexpr int64_t kMaxHostlistRange = 100000;
 /// Most names a whole hostlist may expand to; more is an error (a few KB of "[0-99999,0-99999,...]"
 /// would otherwise ask for tens of millions of strings).
 inline constexpr size_t kMaxHostlistNames = 1000000;
+/// Most bytes of names a whole hostlist may expand to (a long prefix repeated a million times).
+inline constexpr size_t kMaxHostlistBytes = size_t{16} << 20;
 
-/// Expands a Slurm hostlist like "gpu-[01-03,07]" into gpu-01, gpu-02, gpu-03, gpu-07.
+/// Expands a Slurm hostlist like "gpu-[01-03,07]" into gpu-01, gpu-02, gpu-03, gpu-07. Errors:
+/// a missing ']', a bad range, more than kMaxHostlistNames names or kMaxHostlistBytes of them.
 Parsed<std::vector<std::string>> ExpandHostlist(const std::string& text);
 
 }  // namespace mlsched
