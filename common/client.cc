@@ -20,10 +20,13 @@ std::string MungePayloadFor(const std::string& service, const std::string& metho
 namespace {
 
 /// Adds a fresh MUNGE credential to every call; the credential binds the call's service and method.
+/// Not "blocking" to gRPC: the encode is one round trip to the local munged (~0.1 ms), run inline.
+/// (A blocking plugin runs on a gRPC thread pool that can still be alive when a CLI process exits:
+/// 1 in ~400 mlq runs then aborted with "double free" during exit.)
 class MungeCallCredentials final : public grpc::MetadataCredentialsPlugin {
  public:
   explicit MungeCallCredentials(std::string socket) : socket_(std::move(socket)) {}
-  bool IsBlocking() const override { return true; }
+  bool IsBlocking() const override { return false; }
   const char* GetType() const override { return "mlsched-munge"; }
   grpc::Status GetMetadata(grpc::string_ref service_url, grpc::string_ref method_name,
                            const grpc::AuthContext&, std::multimap<grpc::string, grpc::string>* metadata) override {
