@@ -12,7 +12,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
@@ -27,22 +26,9 @@ v1::Pool PoolOf(const std::string& pool) {
   return v1::POOL_UNSPECIFIED;
 }
 
-// Reads a task's progress from the status file it keeps (MLSCHED_STATUS_FILE; mltrain's JSON with
-// last_checkpoint_unix_s and step). The file is the user's: read only if it is a regular file of at
-// most kMaxStatusFileBytes, without following symlinks or blocking (a FIFO there is refused).
-// Missing, refused or unparsable files leave the fields at 0.
-void ReadTaskStatus(const std::string& path, v1::RunningTask* t) {
-  fs::path p(path);
-  std::string text;
-  if (!ReadRegularFileAt(p.parent_path().string(), p.filename().string(), kMaxStatusFileBytes, &text).empty()) return;
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return;
-  if (auto it = j.find("last_checkpoint_unix_s"); it != j.end() && it->is_number())
-    t->set_last_checkpoint_time(it->get<int64_t>());
-  if (auto it = j.find("step"); it != j.end() && it->is_number()) t->set_step(it->get<int64_t>());
-}
-
-void FillRunning(const std::vector<RunningTaskInfo>& running, const std::string& work_dir,
+// Running tasks with the progress they last wrote to their status files (read by `progress`'s own
+// thread; nullptr = none).
+void FillRunning(const std::vector<RunningTaskInfo>& running, const TaskProgressCache* progress,
                  google::protobuf::RepeatedPtrField<v1::RunningTask>* out) {
   for (const auto& r : running) {
     auto* t = out->Add();
@@ -50,7 +36,10 @@ void FillRunning(const std::vector<RunningTaskInfo>& running, const std::string&
     t->set_attempt(r.key.attempt);
     t->set_rank(r.key.rank);
     t->set_pid(r.pid);
-    if (!work_dir.empty()) ReadTaskStatus(StatusFilePath(work_dir, r.key), t);
+    if (!progress) continue;
+    TaskProgress p = progress->Get(r.key);
+    t->set_step(p.step);
+    t->set_last_checkpoint_time(p.last_checkpoint_unix_s);
   }
 }
 
@@ -72,7 +61,10 @@ Agent::Agent(AgentConfig config)
     : cfg_(std::move(config)),
       supervisor_([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
                   [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); },
-                  /*adopt_orphans=*/true) {
+                  /*adopt_orphans=*/true),
+      progress_([this] { return RunningKeys(); },
+                [this](const TaskKey& k) { return ReadTaskProgress(StatusFilePath(cfg_.work_dir, k)); },
+                std::chrono::seconds(1)) {
   plan_ctx_.node = cfg_.node.name;
   plan_ctx_.work_dir = cfg_.work_dir;
   plan_ctx_.agent_is_root = geteuid() == 0;
@@ -144,6 +136,7 @@ void Agent::Start() {
   SetUpCgroups();
   started_ = true;
   supervisor_.Start();
+  progress_.Start();
   session_ = std::thread([this] { SessionLoop(); });
   if (!cfg_.eviction_url.empty()) {
     eviction_ = std::make_unique<EvictionPoller>(cfg_.eviction_url, cfg_.eviction_interval,
@@ -173,9 +166,16 @@ void Agent::Shutdown() {
     }
   }
   if (session_.joinable()) session_.join();
+  progress_.Stop();
   supervisor_.Stop();
   if (cgroups_) cgroups_->Clear(2000, /*remove_base=*/true);
   spdlog::info("agentd stopped");
+}
+
+std::vector<TaskKey> Agent::RunningKeys() const {
+  std::vector<TaskKey> keys;
+  for (const auto& r : supervisor_.Running()) keys.push_back(r.key);
+  return keys;
 }
 
 v1::AgentMessage Agent::MakeRegister() const {
@@ -197,14 +197,14 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
   r->set_isolation(isolation_);
-  FillRunning(supervisor_.Running(), "", r->mutable_running());
+  FillRunning(supervisor_.Running(), nullptr, r->mutable_running());
   return m;
 }
 
 v1::AgentMessage Agent::MakeHeartbeat() const {
   v1::AgentMessage m;
   m.mutable_heartbeat()->set_time(static_cast<int64_t>(std::time(nullptr)));
-  FillRunning(supervisor_.Running(), cfg_.work_dir, m.mutable_heartbeat()->mutable_running());
+  FillRunning(supervisor_.Running(), &progress_, m.mutable_heartbeat()->mutable_running());
   return m;
 }
 

@@ -23,6 +23,7 @@
 #include "agentd/metrics.h"
 #include "agentd/outbox.h"
 #include "agentd/supervisor.h"
+#include "agentd/task_progress.h"
 
 namespace grpc {
 class Channel;
@@ -89,6 +90,7 @@ class Agent {
   void OnTaskStarted(const TaskKey& key, pid_t pid);
   void OnTaskExited(const TaskKey& key, const ExitReport& report);
   void OnEviction(const EvictionNoticeInfo& notice);
+  std::vector<TaskKey> RunningKeys() const;
   v1::AgentMessage MakeRegister() const;
   v1::AgentMessage MakeHeartbeat() const;
   void PrepareWorkDir();
@@ -106,6 +108,7 @@ class Agent {
   std::unique_ptr<Cgroups> cgroups_;  // before supervisor_: it outlives the supervisor's use
   std::string isolation_ = "none";
   ProcessSupervisor supervisor_;
+  TaskProgressCache progress_;  // status files, read off the heartbeat thread
   std::unique_ptr<EvictionPoller> eviction_;
   AgentMetrics* metrics_ = nullptr;
   std::atomic<bool> connected_{false};
