@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <csignal>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "common/units.h"
 #include "schedd/server/convert.h"
@@ -185,7 +188,7 @@ bool Controller::CanControl(const Caller& c, const JobRec& j) const {
   return c.privileged || IsOwner(c, j.uid, j.user);
 }
 
-Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
+Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const RowLookup& rows) {
   auto bad = [](std::string m) { return Status{Status::kInvalidArgument, std::move(m)}; };
   if (spec.ntasks() < 1) return bad("ntasks must be >= 1 (got " + std::to_string(spec.ntasks()) + ")");
   if (spec.ntasks() > 100000) return bad("ntasks must be <= 100000 (got " + std::to_string(spec.ntasks()) + ")");
@@ -220,7 +223,7 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller) {
   }
   if (spec.has_array_index() || (!spec.array().empty() && spec.array().size() > 256))
     return bad("array: array_index is set by the server; give --array as text (at most 256 characters)");
-  if (Status st = ResolveDependencyLocked(spec); !st.ok()) return st;
+  if (Status st = ResolveDependencyLocked(spec, rows); !st.ok()) return st;
   if (spec.checkpoint_interval_s() < 0) return bad("checkpoint interval must be >= 0 seconds");
   if (spec.spot().empty()) spec.set_spot(spec.checkpoint_interval_s() > 0 ? "allow" : "never");
   if (!core::ParseSpotPreference(spec.spot()))
@@ -310,12 +313,38 @@ Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t n
 }
 
 Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id) {
-  {
-    std::lock_guard lk(mu_);
-    int64_t jobs = 1;
-    if (Status st = CheckSizesLocked(spec, &jobs); !st.ok()) return st;
-    if (Status st = ValidateSpec(spec, caller); !st.ok()) return st;
-    if (Status st = AdmitUserLocked(caller, jobs, now); !st.ok()) return st;
+  // Rounds, as in SelectJobs: validate under the lock from memory and the rows loaded so far,
+  // noting the rows a dependency needed (jobs that ended long ago, an old array's elements); load
+  // them with the lock released; again until nothing is missing. The store is never read under
+  // the lock for what a caller wrote; at most 4 x [limits] max_ids_per_request rows are loaded.
+  std::map<int64_t, std::optional<JobRow>> loaded;
+  for (int round = 0;; ++round) {
+    std::set<int64_t> missing;
+    RowLookup lookup = [&](int64_t id) -> std::optional<JobRow> {
+      if (auto it = loaded.find(id); it != loaded.end()) return it->second;
+      missing.insert(id);
+      return std::nullopt;
+    };
+    v1::JobSpec checked = spec;
+    size_t max_rows = 0;
+    {
+      std::lock_guard lk(mu_);
+      int64_t jobs = 1;
+      if (Status st = CheckSizesLocked(checked, &jobs); !st.ok()) return st;
+      Status st = ValidateSpec(checked, caller, lookup);
+      max_rows = 4 * static_cast<size_t>(policy_.limits.max_ids_per_request);
+      const bool settled = missing.empty() || round == 3 || loaded.size() >= max_rows;
+      if (settled && !st.ok()) return st;
+      if (settled) {
+        if (st = AdmitUserLocked(caller, jobs, now); !st.ok()) return st;
+        spec = std::move(checked);
+        break;
+      }
+    }
+    for (int64_t id : missing) {
+      if (loaded.size() >= max_rows) break;
+      loaded[id] = store_.LoadJob(id);
+    }
   }
   if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id);
   JobRow row = NewRow(caller, spec, now);

@@ -194,7 +194,12 @@ class Controller {
   v1::JobInfo ToInfo(const JobRec& j) const;
   void Persist(const JobRec& j, const std::string& event = "", const std::string& detail = "");
   bool CanControl(const Caller& c, const JobRec& j) const;
-  Status ValidateSpec(v1::JobSpec& spec, const Caller& caller);
+  /// Where jobs no longer in memory are looked up: the store, or rows loaded beforehand.
+  using RowLookup = std::function<std::optional<JobRow>(int64_t)>;
+  /// Checks and completes a submitted spec (defaults from the partition, resolved dependencies);
+  /// jobs no longer in memory are looked up in `rows` (rows loaded beforehand, never the store
+  /// under the lock). INVALID_ARGUMENT / PERMISSION_DENIED naming the field.
+  Status ValidateSpec(v1::JobSpec& spec, const Caller& caller, const RowLookup& rows);
   /// The policy's [limits] on a submitted spec, before anything else looks at it: every field's
   /// size, and an array's elements x spec size. `jobs` gets the number of jobs it would create.
   Status CheckSizesLocked(const v1::JobSpec& spec, int64_t* jobs);
@@ -228,8 +233,6 @@ class Controller {
   /// The accounting row of the job's current attempt (end/outcome filled by the caller).
   AttemptRow AttemptOf(const JobRec& j) const;
   // controller_deps.cc: dependencies and arrays
-  /// Where jobs no longer in memory are looked up: the store, or rows loaded beforehand.
-  using RowLookup = std::function<std::optional<JobRow>(int64_t)>;
   /// Looks rows up in the store (under the lock only for inputs of bounded size).
   RowLookup StoreRows();
   /// Ids of every element of array `array_job_id` (empty when it is not an array job id).
@@ -239,7 +242,7 @@ class Controller {
   std::vector<int64_t> ResolveRefLocked(const core::JobRef& ref, std::string* error, const RowLookup& rows);
   /// Parses spec.dependency and fills spec.dependencies with resolved job ids; INVALID_ARGUMENT
   /// naming the term when the text is bad or a job does not exist.
-  Status ResolveDependencyLocked(v1::JobSpec& spec);
+  Status ResolveDependencyLocked(v1::JobSpec& spec, const RowLookup& rows);
   /// Stores one job per element of spec.array with consecutive ids; *job_id = the first.
   Status SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id);
   /// Ids selected by explicit ids (array ids expanded) and references; bad references in `errors`.
@@ -256,8 +259,8 @@ class Controller {
   /// the caller): takes the lock itself and reads the store only with the lock released.
   Selection SelectJobs(const google::protobuf::RepeatedField<int64_t>& ids,
                        const google::protobuf::RepeatedPtrField<std::string>& refs);
-  /// Records the final state of job `id` (from disk) when it is not in memory.
-  void RememberFinishedLocked(int64_t id);
+  /// Records the final state of job `id` (its row from `rows`) when it is not in memory.
+  void RememberFinishedLocked(int64_t id, const RowLookup& rows);
   /// Drops `expired` final jobs from memory, keeping the states that pending jobs depend on.
   void ExpireLocked(const std::vector<int64_t>& expired);
   /// After Recover: the final states of jobs that recovered jobs depend on.

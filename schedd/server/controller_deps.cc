@@ -56,13 +56,13 @@ std::vector<int64_t> Controller::ResolveRefLocked(const core::JobRef& ref, std::
   return {};
 }
 
-void Controller::RememberFinishedLocked(int64_t id) {
+void Controller::RememberFinishedLocked(int64_t id, const RowLookup& rows) {
   if (Find(id) || finished_.count(id)) return;
-  if (auto row = store_.LoadJob(id))
+  if (auto row = rows(id))
     if (auto st = core::ParseJobState(row->state); st && core::IsFinal(*st)) finished_[id] = *st;
 }
 
-Status Controller::ResolveDependencyLocked(v1::JobSpec& spec) {
+Status Controller::ResolveDependencyLocked(v1::JobSpec& spec, const RowLookup& rows) {
   spec.clear_dependencies();
   spec.clear_dependency_any();
   if (spec.dependency().empty()) return {};
@@ -75,11 +75,11 @@ Status Controller::ResolveDependencyLocked(v1::JobSpec& spec) {
     d->set_type(core::DependencyTypeName(term.type));
     for (const core::JobRef& ref : term.jobs) {
       std::string error;
-      const std::vector<int64_t> ids = ResolveRefLocked(ref, &error, StoreRows());
+      const std::vector<int64_t> ids = ResolveRefLocked(ref, &error, rows);
       if (ids.empty()) return {Status::kInvalidArgument, "dependency " + spec.dependency() + ": " + error};
       for (int64_t id : ids) {
         d->add_job_ids(id);
-        RememberFinishedLocked(id);
+        RememberFinishedLocked(id, rows);
       }
     }
   }
@@ -193,7 +193,7 @@ void Controller::RecoverDependenciesLocked() {
   for (const auto& [id, j] : jobs_)
     if (!core::IsFinal(j.state))
       for (const core::Dependency& d : j.spec.dependencies)
-        for (int64_t dep : d.jobs) RememberFinishedLocked(dep);
+        for (int64_t dep : d.jobs) RememberFinishedLocked(dep, StoreRows());  // at start, before serving
 }
 
 }  // namespace mlsched::server

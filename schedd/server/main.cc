@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
           ctl.RunCycle(now);
         } catch (const std::exception& e) {
           spdlog::error("scheduling loop: {}", e.what());
+          ctl.CountInternalError();  // e.g. the store failed; the next cycle tries again
         }
       }
     });

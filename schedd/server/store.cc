@@ -224,6 +224,10 @@ void Store::WriterLoop() {
       if (queue_.empty() && stop_) return;
       batch.swap(queue_);
     }
+    if (const bool refuse = refuse_writes_; refuse != refusing_) {
+      Exec(wdb_, refuse ? "PRAGMA query_only = 1;" : "PRAGMA query_only = 0;");
+      refusing_ = refuse;
+    }
     // One transaction for the whole batch (group commit); on failure, retry items one by one so
     // one bad write cannot fail its neighbours.
     std::exception_ptr batch_error;

@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -124,6 +125,12 @@ class Store {
   /// Schema version after migrations.
   int SchemaVersion();
 
+  /// While `refuse` is true, SQLite itself refuses every write on the writer connection (PRAGMA
+  /// query_only: "attempt to write a readonly database"), and each write's future carries that
+  /// StoreError. It is how tests play a full or read-only disk; reads keep working. Applied before
+  /// the next batch of writes.
+  void RefuseWrites(bool refuse) { refuse_writes_ = refuse; }
+
  private:
   using Work = std::function<void(sqlite3*)>;
   struct Item {
@@ -143,6 +150,8 @@ class Store {
   std::condition_variable cv_;
   std::deque<Item> queue_;
   bool stop_ = false;
+  std::atomic<bool> refuse_writes_{false};
+  bool refusing_ = false;  // the writer connection's query_only (writer thread)
   std::thread writer_;
 };
 

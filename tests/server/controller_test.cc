@@ -613,3 +613,40 @@ TEST_CASE("spot default: allow when the job checkpoints, else never; bad values 
     CHECK_THAT(st.message, Catch::Contains(want));
   }
 }
+
+TEST_CASE("dependencies on jobs and array elements that left memory resolve from rows loaded without the lock", "[server][deps]") {
+  World w;
+  v1::JobSpec arr = Spec(1);
+  arr.set_array("0-3");
+  arr.set_hold(true);
+  int64_t a = w.Submit(arr, w.alice);
+  int64_t single = w.Submit(Spec(1), w.alice);
+  v1::CancelJobsRequest cancel;
+  cancel.add_job_ids(a);
+  cancel.add_job_ids(single);
+  REQUIRE(w.ctl->Cancel(w.alice, cancel, w.now).cancelled_size() == 5);
+  w.ctl->Tick(w.now + w.cfg.min_job_age_s + 10);
+  REQUIRE(w.ctl->JobsInMemory() == 0);  // all five are on disk only now
+
+  auto deps_of = [&](const std::string& text) {
+    v1::JobSpec s = Spec(1);
+    s.set_dependency(text);
+    s.set_hold(true);
+    int64_t id = 0;
+    Status st = w.ctl->Submit(w.alice, s, w.now + w.cfg.min_job_age_s + 10, &id);
+    INFO(text << " -> " << st.message);
+    REQUIRE(st.ok());
+    return w.Job(id).spec().dependency();
+  };
+  // The element with task id 2 of the array, every element, and a plain job: all from disk (shown
+  // as mlq shows them: elements as ARRAY_TASK, a whole array by its id).
+  CHECK(deps_of("afterany:" + std::to_string(a) + "_2") == "afterany:" + std::to_string(a) + "_2");
+  CHECK(deps_of("afterany:" + std::to_string(a)) == "afterany:" + std::to_string(a));
+  CHECK(deps_of("afterany:" + std::to_string(single)) == "afterany:" + std::to_string(single));
+  v1::JobSpec bad = Spec(1);
+  bad.set_dependency("afterok:" + std::to_string(a) + "_9");
+  int64_t id = 0;
+  Status st = w.ctl->Submit(w.alice, bad, w.now + w.cfg.min_job_age_s + 10, &id);
+  CHECK(st.code == Status::kInvalidArgument);
+  CHECK_THAT(st.message, Catch::Contains("has no element 9"));
+}

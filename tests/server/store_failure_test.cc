@@ -1,0 +1,125 @@
+// A failing store (a full or read-only disk) never takes schedd down (issue 13): the request that
+// needed a write is refused with INTERNAL naming SQLite's error, the failure is logged and counted
+// (mlsched_internal_errors_total), an agent stream that needed a write is closed (the agent
+// reconnects), and reads keep being served. The real services over a real Unix socket.
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+
+#include "fixtures.h"
+#include "mlsched/v1/agent.grpc.pb.h"
+#include "mlsched/v1/jobs.grpc.pb.h"
+#include "schedd/server/auth.h"
+#include "schedd/server/metrics.h"
+#include "schedd/server/services.h"
+
+using namespace mlsched;
+using namespace mlsched::server;
+using namespace mlsched::server::testing;
+
+namespace {
+
+/// schedd's gRPC services over a store in a temp dir, on DIR/schedd.sock (callers are who the
+/// kernel says they are: this test's user).
+struct InProcessSchedd {
+  TempDir dir;
+  Store store{dir.path.string()};
+  PeerCredListener listener{(dir.path / "schedd.sock").string()};
+  Authenticator auth{&listener, AuthConfig{}, [](const std::string&) { return false; }};
+  AgentGateway gateway{auth};
+  Controller ctl{store, gateway, core::PolicySet{}, ControllerConfig{}};
+  SchedMetrics metrics;
+  JobServiceImpl jobs{ctl, auth};
+  std::unique_ptr<grpc::Server> server;
+  std::shared_ptr<grpc::Channel> channel;
+
+  InProcessSchedd() {
+    gateway.SetController(&ctl);
+    ctl.SetMetrics(&metrics);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&jobs);
+    builder.RegisterService(&gateway);
+    server = builder.BuildAndStart();
+    listener.Start(server.get());
+    channel = grpc::CreateChannel("unix:" + (dir.path / "schedd.sock").string(), grpc::InsecureChannelCredentials());
+  }
+  ~InProcessSchedd() {
+    listener.Stop();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  grpc::Status Submit(int64_t* id) {
+    auto stub = v1::JobService::NewStub(channel);
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec(1);
+    v1::SubmitJobResponse resp;
+    grpc::Status st = stub->SubmitJob(&ctx, req, &resp);
+    *id = resp.job_id();
+    return st;
+  }
+  grpc::Status List(v1::ListJobsResponse* resp) {
+    auto stub = v1::JobService::NewStub(channel);
+    grpc::ClientContext ctx;
+    return stub->ListJobs(&ctx, v1::ListJobsRequest{}, resp);
+  }
+  /// Opens an agent stream for node `name` and registers; the first answer, or the stream's end status.
+  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) {
+    auto stub = v1::AgentService::NewStub(channel);
+    grpc::ClientContext ctx;
+    auto stream = stub->Connect(&ctx);
+    v1::AgentMessage reg;
+    *reg.mutable_register_() = NodeReg(name, 4);
+    if (stream->Write(reg) && stream->Read(first)) {
+      stream->WritesDone();
+      ctx.TryCancel();
+      stream->Finish().ok();
+      return grpc::Status::OK;
+    }
+    stream->WritesDone();
+    return stream->Finish();
+  }
+  double InternalErrors() {
+    std::string text = metrics.Render(ctl.CollectGauges());
+    auto at = text.find("\nmlsched_internal_errors_total ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + std::strlen("\nmlsched_internal_errors_total ")));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a failing store refuses writes with INTERNAL and keeps schedd serving reads", "[server][security]") {
+  InProcessSchedd s;
+  s.ctl.Recover(WallNow());
+  int64_t first = 0;
+  REQUIRE(s.Submit(&first).ok());
+  CHECK(s.InternalErrors() == 0);
+
+  s.store.RefuseWrites(true);  // the disk is full from here on
+  int64_t id = 0;
+  grpc::Status st = s.Submit(&id);
+  CHECK(st.error_code() == grpc::StatusCode::INTERNAL);
+  CHECK_THAT(st.error_message(), Catch::Contains("SubmitJob") && Catch::Contains("readonly"));
+  // An agent registering needs a write too: its stream is closed, schedd stays up.
+  v1::SchedulerMessage answer;
+  st = s.Register("n1", &answer);
+  CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(st.error_message(), Catch::Contains("readonly"));
+  CHECK(s.InternalErrors() == 2);
+  // Reads are served; nothing half-written shows up.
+  v1::ListJobsResponse listed;
+  REQUIRE(s.List(&listed).ok());
+  REQUIRE(listed.jobs_size() == 1);
+  CHECK(listed.jobs(0).job_id() == first);
+  // The scheduling cycle, with nothing to write, goes on as well.
+  s.ctl.Tick(WallNow());
+  s.ctl.RunCycle(WallNow());
+
+  s.store.RefuseWrites(false);  // space freed: everything works again, nothing was lost
+  REQUIRE(s.Submit(&id).ok());
+  CHECK(id > first);
+  REQUIRE(s.Register("n1", &answer).ok());
+  CHECK(answer.has_registered());
+  listed.Clear();
+  REQUIRE(s.List(&listed).ok());
+  CHECK(listed.jobs_size() == 2);
+}
