@@ -1,6 +1,8 @@
 #include "schedd/server/admission.h"
 
 #include <algorithm>
+#include <cctype>
+#include <utility>
 
 namespace mlsched::server {
 
@@ -62,6 +64,43 @@ bool SubmitRateLimiter::Take(const std::string& user, int64_t now, const core::I
   if (b.tokens < 1) return false;
   b.tokens -= 1;
   return true;
+}
+
+}  // namespace mlsched::server
+
+namespace mlsched::server {
+
+std::string CheckRegistration(const v1::RegisterNode& reg) {
+  using L = RegistrationLimits;
+  const std::string& name = reg.name();
+  if (name.empty() || name.size() > L::kMaxNodeName)
+    return "node name has " + std::to_string(name.size()) + " bytes; it must have 1 to " +
+           std::to_string(L::kMaxNodeName);
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+      return "node name may hold only letters, digits, '.', '-' and '_'";
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"region", &reg.region()},
+                                     {"zone", &reg.zone()},
+                                     {"domain", &reg.domain()},
+                                     {"address", &reg.address()},
+                                     {"version", &reg.version()},
+                                     {"isolation", &reg.isolation()}})
+    if (value->size() > L::kMaxLabel)
+      return std::string("node ") + name + ": " + field + " has " + std::to_string(value->size()) +
+             " bytes; the limit is " + std::to_string(L::kMaxLabel);
+  const auto& cap = reg.capacity();
+  if (cap.cpu_millis() < 0 || cap.memory_bytes() < 0) return "node " + name + ": negative capacity";
+  if (cap.gpus_size() > L::kMaxGpuTypes)
+    return "node " + name + ": " + std::to_string(cap.gpus_size()) + " GPU types; the limit is " +
+           std::to_string(L::kMaxGpuTypes);
+  for (const auto& g : cap.gpus())
+    if (g.type().size() > L::kMaxLabel || g.count() < 0 || g.count() > L::kMaxGpusPerType)
+      return "node " + name + ": GPU entry out of range (type at most " + std::to_string(L::kMaxLabel) +
+             " bytes, count 0 to " + std::to_string(L::kMaxGpusPerType) + ")";
+  if (reg.running_size() > L::kMaxRunningTasks)
+    return "node " + name + ": " + std::to_string(reg.running_size()) + " running tasks; the limit is " +
+           std::to_string(L::kMaxRunningTasks);
+  return "";
 }
 
 }  // namespace mlsched::server

@@ -100,6 +100,27 @@ grpc::Status Authenticator::Reject(grpc::StatusCode code, std::string why, grpc:
   return {code, std::move(why)};
 }
 
+namespace {
+// At most `max` bytes of `text` for a log line or an error: bytes outside printable ASCII become
+// "\xNN", so a client's payload cannot forge log lines or terminal escapes.
+std::string Printable(const std::string& text, size_t max) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+}  // namespace
+
 grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, const std::string& rpc, Caller* out) const {
   struct ucred cred {};
   if (listener_ && listener_->Lookup(ctx->peer(), &cred)) {
@@ -114,7 +135,7 @@ grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, const std::st
     if (!r.ok()) return Reject(grpc::StatusCode::UNAUTHENTICATED, r.message, ctx);
     if (id.payload != rpc)
       return Reject(grpc::StatusCode::UNAUTHENTICATED,
-                    "MUNGE credential was made for '" + id.payload.substr(0, 80) + "', not for " + rpc, ctx);
+                    "MUNGE credential was made for '" + Printable(id.payload, 80) + "', not for " + rpc, ctx);
     out->uid = id.uid;
     out->gid = id.gid;
   }

@@ -65,6 +65,10 @@ void Controller::CountInternalError() {
   if (metrics_) metrics_->CountInternalError();
 }
 
+void Controller::CountRejected(const std::string& reason) {
+  if (metrics_) metrics_->CountRejected(reason);
+}
+
 void Controller::SetPolicy(core::PolicySet policy) {
   std::lock_guard lk(mu_);
   policy_ = std::move(policy);

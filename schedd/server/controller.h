@@ -135,6 +135,8 @@ class Controller {
   core::InputLimits Limits();
   /// Counts a request that failed inside schedd (mlsched_internal_errors_total), when metrics are on.
   void CountInternalError();
+  /// Counts a refused request (mlsched_rejected_requests_total{reason}), when metrics are on.
+  void CountRejected(const std::string& reason);
   /// The gauges of a scrape: jobs by state and partition, GPUs by pool, nodes by state.
   SchedMetrics::Gauges CollectGauges();
 

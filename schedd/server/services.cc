@@ -1,4 +1,5 @@
 #include "schedd/server/services.h"
+#include "schedd/server/admission.h"
 
 #include <spdlog/spdlog.h>
 
@@ -206,6 +207,10 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
   if (!stream->Read(&first)) return grpc::Status::OK;
   if (!first.has_register_() || first.register_().name().empty())
     return {grpc::StatusCode::INVALID_ARGUMENT, "the first message on the agent stream must be register with a node name"};
+  if (std::string err = CheckRegistration(first.register_()); !err.empty()) {
+    if (ctl_) ctl_->CountRejected("registration");
+    return {grpc::StatusCode::INVALID_ARGUMENT, "register: " + err};
+  }
   const std::string node = first.register_().name();
   std::string identity;
   if (auto st = auth_.AuthenticateAgent(ctx, node, &identity); !st.ok()) return st;

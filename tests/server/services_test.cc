@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "fixtures.h"
 #include "mlsched/v1/agent.grpc.pb.h"
 #include "mlsched/v1/jobs.grpc.pb.h"
@@ -63,12 +65,13 @@ struct InProcessSchedd {
     return stub->ListJobs(&ctx, v1::ListJobsRequest{}, resp);
   }
   /// Opens an agent stream for node `name` and registers; the first answer, or the stream's end status.
-  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) {
+  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) { return Register(NodeReg(name, 4), first); }
+  grpc::Status Register(const v1::RegisterNode& node, v1::SchedulerMessage* first) {
     auto stub = v1::AgentService::NewStub(channel);
     grpc::ClientContext ctx;
     auto stream = stub->Connect(&ctx);
     v1::AgentMessage reg;
-    *reg.mutable_register_() = NodeReg(name, 4);
+    *reg.mutable_register_() = node;
     if (stream->Write(reg) && stream->Read(first)) {
       stream->WritesDone();
       ctx.TryCancel();
@@ -78,11 +81,13 @@ struct InProcessSchedd {
     stream->WritesDone();
     return stream->Finish();
   }
-  double InternalErrors() {
+  /// The value of one series in the metrics text, e.g. Metric("mlsched_internal_errors_total"); -1 if absent.
+  double Metric(const std::string& series) {
     std::string text = metrics.Render(ctl.CollectGauges());
-    auto at = text.find("\nmlsched_internal_errors_total ");
-    return at == std::string::npos ? -1 : std::stod(text.substr(at + std::strlen("\nmlsched_internal_errors_total ")));
+    auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
   }
+  double InternalErrors() { return Metric("mlsched_internal_errors_total"); }
 };
 
 }  // namespace
@@ -122,4 +127,29 @@ TEST_CASE("a failing store refuses writes with INTERNAL and keeps schedd serving
   listed.Clear();
   REQUIRE(s.List(&listed).ok());
   CHECK(listed.jobs_size() == 2);
+}
+
+TEST_CASE("an agent registration with over-limit or malformed fields is refused and counted", "[server][security][limits]") {
+  InProcessSchedd s;
+  s.ctl.Recover(WallNow());
+  v1::SchedulerMessage answer;
+  auto refused = [&](v1::RegisterNode reg, const std::string& why) {
+    grpc::Status st = s.Register(reg, &answer);
+    INFO(why << " -> " << st.error_message());
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains(why));
+  };
+  refused(NodeReg(std::string(300, 'n'), 4), "node name has 300 bytes; it must have 1 to 253");
+  refused(NodeReg("n1/../../etc", 4), "only letters, digits");
+  refused(NodeReg("n1\x1b[2J", 4), "only letters, digits");
+  v1::RegisterNode big = NodeReg("n1", 4);
+  big.set_region(std::string(5000, 'r'));
+  refused(big, "region has 5000 bytes; the limit is 256");
+  v1::RegisterNode gpus = NodeReg("n1", 4, 1);
+  gpus.mutable_capacity()->mutable_gpus(0)->set_count(-3);
+  refused(gpus, "GPU entry out of range");
+  CHECK(s.Metric("mlsched_rejected_requests_total{reason=\"registration\"}") == 5);
+  CHECK(s.ctl.Nodes().empty());
+  REQUIRE(s.Register("n1.example-site_2", &answer).ok());
+  CHECK(answer.has_registered());
 }
