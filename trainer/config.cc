@@ -48,6 +48,15 @@ std::vector<int> TrainerConfig::Layers(int features, int classes) const {
   return layers;
 }
 
+Device ParseDevice(const std::string& name, int cuda_devices) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  if (name == "auto") return cuda_devices > 0 ? Device::kCuda : Device::kCpu;
+  throw std::invalid_argument("--device '" + name + "': expected cpu, cuda or auto");
+}
+
+std::string DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+
 nlohmann::json TrainerConfig::ToJson(int features, int classes) const {
   return {{"layers", Layers(features, classes)},
           {"optimizer", OptimizerKindName(optimizer.kind)},

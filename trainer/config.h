@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/dataset.h"
+#include "trainer/mlp.h"
 #include "trainer/optimizer.h"
 
 namespace mltrain {
@@ -25,6 +26,14 @@ CheckpointInterval ParseCheckpointInterval(const std::string& text);
 /// Parses "256,128" into hidden layer sizes; throws std::invalid_argument naming the value.
 std::vector<int> ParseHiddenSizes(const std::string& text);
 
+/// Where the model's maths runs (trainer/engine.h).
+enum class Device { kCpu, kCuda };
+
+/// Parses "cpu", "cuda" or "auto"; "auto" is cuda when `cuda_devices` > 0, else cpu. Throws
+/// std::invalid_argument naming the value otherwise.
+Device ParseDevice(const std::string& name, int cuda_devices);
+std::string DeviceName(Device d);
+
 struct TrainerConfig {
   // Data
   std::string data_dir = kDefaultFashionMnistDir;
@@ -39,6 +48,9 @@ struct TrainerConfig {
   bool zero1 = false;         ///< shard the optimizer state over ranks (ZeRO-1)
   OptimizerConfig optimizer;  ///< total_steps is filled in from epochs
   uint64_t seed = 1234;
+  Precision precision = Precision::kFp32;  ///< GEMM inputs: fp32, or bf16 with fp32 accumulation
+  Device device = Device::kCpu;
+  int cuda_device = 0;      ///< CUDA device ordinal (LOCAL_RANK under agentd/torchrun)
   // Checkpoints
   std::string checkpoint_url;  ///< empty: no checkpoints
   CheckpointInterval checkpoint_every;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "trainer/communicator.h"
+#include "trainer/engine.h"
 #include "trainer/log.h"
 #include "trainer/trainer.h"
 
@@ -18,8 +19,18 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return (v != nullptr && *v != '\0') ? v : fallback;
 }
 
-void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, std::string& optimizer, std::string& every,
-                bool& sync_checkpoints) {
+struct TextOptions {
+  std::string hidden = "256,128", optimizer = "adamw", every, device = "auto", precision = "fp32";
+  bool sync_checkpoints = false;
+};
+
+void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, TextOptions& t) {
+  std::string& hidden = t.hidden;
+  std::string& optimizer = t.optimizer;
+  std::string& every = t.every;
+  bool& sync_checkpoints = t.sync_checkpoints;
+  app.add_option("--device", t.device, "cpu, cuda, or auto (cuda when a GPU is visible)")->capture_default_str();
+  app.add_option("--precision", t.precision, "fp32, or bf16 (bf16 GEMM inputs, fp32 accumulation and master weights)")->capture_default_str();
   app.add_option("--data-dir", c.data_dir, "Directory with the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
   app.add_option("--train-limit", c.train_limit, "Use only the first N training samples (0: all)");
   app.add_option("--test-limit", c.test_limit, "Evaluate on the first N test samples (0: all)");
@@ -56,20 +67,25 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, std::string& hidden, s
 
 int main(int argc, char** argv) {
   mltrain::TrainerConfig config;
-  std::string hidden = "256,128", optimizer = "adamw", every;
-  bool sync_checkpoints = false;
+  TextOptions text;
   config.optimizer.warmup_steps = 200;
-  CLI::App app{"mltrain: data-parallel MLP training on Fashion-MNIST (Gloo on CPU)"};
+  CLI::App app{"mltrain: data-parallel MLP training on Fashion-MNIST (Gloo on CPU, NCCL on GPU)"};
   // A later repetition of an option wins, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  AddOptions(app, config, hidden, optimizer, every, sync_checkpoints);
+  AddOptions(app, config, text);
   CLI11_PARSE(app, argc, argv);
   std::unique_ptr<mltrain::Communicator> comm;
   try {
-    config.hidden = mltrain::ParseHiddenSizes(hidden);
-    config.async_checkpoints = !sync_checkpoints;
-    config.optimizer.kind = mltrain::ParseOptimizerKind(optimizer);
-    config.checkpoint_every = mltrain::ParseCheckpointInterval(every);
+    config.hidden = mltrain::ParseHiddenSizes(text.hidden);
+    config.async_checkpoints = !text.sync_checkpoints;
+    config.optimizer.kind = mltrain::ParseOptimizerKind(text.optimizer);
+    config.checkpoint_every = mltrain::ParseCheckpointInterval(text.every);
+    config.precision = mltrain::ParsePrecision(text.precision);
+    const int gpus = mltrain::CudaDeviceCount();
+    config.device = mltrain::ParseDevice(text.device, gpus);
+    if (config.device == mltrain::Device::kCuda && gpus == 0)
+      throw std::runtime_error(mltrain::CudaBuilt() ? "--device cuda: no CUDA device visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+                                                    : "--device cuda: this mltrain was built without CUDA");
     if (config.checkpoint_url.empty()) config.checkpoint_url = EnvOr("MLSCHED_CHECKPOINT_URL", "");
     if (config.status_file.empty()) config.status_file = EnvOr("MLSCHED_STATUS_FILE", "");
     mltrain::RendezvousEnv env = mltrain::ReadRendezvousEnv();
@@ -80,7 +96,12 @@ int main(int argc, char** argv) {
     options.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.rendezvous_timeout_s * 1000));
     options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.collective_timeout_s * 1000));
     options.allreduce_algorithm = config.allreduce_algorithm;
-    comm = mltrain::CreateCommunicator(env, options);
+    if (config.device == mltrain::Device::kCuda) {
+      config.cuda_device = env.local_rank % gpus;  // agentd's CUDA_VISIBLE_DEVICES leaves this rank's GPUs
+      comm = mltrain::CreateCudaCommunicator(env, options, config.cuda_device);
+    } else {
+      comm = mltrain::CreateCommunicator(env, options);
+    }
     mltrain::Trainer trainer(config, *comm);
     mltrain::RunResult result = trainer.Run();
     std::fflush(stdout);

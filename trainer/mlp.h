@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace mltrain {
@@ -13,6 +14,16 @@ struct BatchStats {
   double loss_sum = 0;
   int64_t correct = 0;
 };
+
+/// Arithmetic of the matrix products: fp32 throughout, or bf16 inputs with fp32 accumulation (what
+/// tensor cores do): weights, layer inputs and back-propagated gradients are rounded to bf16
+/// (round-to-nearest-even, math::RoundBf16) before each product; master weights, biases, the
+/// loss, the gradient buffer and the optimizer stay fp32.
+enum class Precision { kFp32, kBf16 };
+
+/// Parses "fp32" or "bf16"; throws std::invalid_argument naming the value otherwise.
+Precision ParsePrecision(const std::string& name);
+std::string PrecisionName(Precision p);
 
 /// Offsets of one dense layer's tensors inside the flat parameter buffer.
 struct LayerLayout {
@@ -27,7 +38,8 @@ struct LayerLayout {
 class Mlp {
  public:
   /// Throws std::invalid_argument when fewer than two sizes are given or a size is < 1.
-  explicit Mlp(std::vector<int> layer_sizes);
+  explicit Mlp(std::vector<int> layer_sizes, Precision precision = Precision::kFp32);
+  Precision precision() const { return precision_; }
 
   const std::vector<int>& layer_sizes() const { return sizes_; }
   const std::vector<LayerLayout>& layers() const { return layers_; }
@@ -47,13 +59,19 @@ class Mlp {
   BatchStats Evaluate(std::span<const float> params, const float* x, const uint8_t* y, int64_t n);
 
  private:
-  BatchStats Forward(const float* params, const float* x, const uint8_t* y, int n);
+  /// Logits of n samples into acts_.back(); with bf16, also fills xq_ and wq_ (rounded operands).
+  void Forward(const float* params, const float* x, int n);
+  /// Loss and accuracy of the logits in acts_.back(); unless grad_scale is 0, the scaled loss
+  /// gradient w.r.t. the logits goes to delta_.
+  BatchStats Loss(const uint8_t* y, int n, float grad_scale);
 
   std::vector<int> sizes_;
+  Precision precision_ = Precision::kFp32;
   std::vector<LayerLayout> layers_;
   size_t parameter_count_ = 0;
   std::vector<std::vector<float>> acts_;  // per layer output (post-ReLU for hidden, logits for last)
   std::vector<float> delta_, delta_prev_;
+  std::vector<float> xq_, wq_;  // bf16-rounded input and weights (Precision::kBf16 only)
 };
 
 }  // namespace mltrain

@@ -26,6 +26,14 @@ double LearningRateAt(const OptimizerConfig& c, int64_t step) {
   return c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine);
 }
 
+math::AdamWStep AdamWConstants(const OptimizerConfig& c, int64_t step) {
+  const double t = static_cast<double>(step + 1);
+  return math::AdamWStep{static_cast<float>(LearningRateAt(c, step)), static_cast<float>(c.beta1),
+                         static_cast<float>(c.beta2), static_cast<float>(1.0 - std::pow(c.beta1, t)),
+                         static_cast<float>(1.0 - std::pow(c.beta2, t)), static_cast<float>(c.eps),
+                         static_cast<float>(c.weight_decay)};
+}
+
 Optimizer::Optimizer(OptimizerConfig config, size_t parameter_count, size_t state_begin, size_t state_end)
     : config_(config), state_begin_(state_begin), state_end_(std::min(state_end, parameter_count)) {
   if (state_begin_ > state_end_) throw std::invalid_argument("Optimizer: state range begins after it ends");
@@ -41,28 +49,11 @@ void Optimizer::Step(std::span<float> params, std::span<const float> grads, int6
   const float lr = static_cast<float>(LearningRateAt(config_, step));
   const float wd = static_cast<float>(config_.weight_decay);
   if (config_.kind == OptimizerKind::kAdamW) {
-    const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2);
-    const double t = static_cast<double>(step + 1);
-    const float bc1 = static_cast<float>(1.0 - std::pow(config_.beta1, t));
-    const float bc2 = static_cast<float>(1.0 - std::pow(config_.beta2, t));
-    const float eps = static_cast<float>(config_.eps);
-    for (size_t i = begin; i < end; ++i) {
-      float g = grads[i];
-      float& m = m_[i - off];
-      float& v = v_[i - off];
-      m = b1 * m + (1.0f - b1) * g;
-      v = b2 * v + (1.0f - b2) * g * g;
-      float mhat = m / bc1, vhat = v / bc2;
-      params[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * params[i]);
-    }
+    const math::AdamWStep st = AdamWConstants(config_, step);
+    for (size_t i = begin; i < end; ++i) math::AdamWUpdate(st, grads[i], params[i], m_[i - off], v_[i - off]);
   } else {
     const float mu = static_cast<float>(config_.momentum);
-    for (size_t i = begin; i < end; ++i) {
-      float g = grads[i] + wd * params[i];
-      float& m = m_[i - off];
-      m = mu * m + g;
-      params[i] -= lr * m;
-    }
+    for (size_t i = begin; i < end; ++i) math::SgdMomentumUpdate(lr, mu, wd, grads[i], params[i], m_[i - off]);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/kernels_math.h"
+
 namespace mltrain {
 
 enum class OptimizerKind { kAdamW, kSgdMomentum };
@@ -29,6 +31,10 @@ struct OptimizerConfig {
 /// Learning rate for optimizer step `step` (0-based): linear warm-up over warmup_steps, then
 /// half-cosine decay to lr*min_lr_ratio at total_steps (SGDR, Loshchilov & Hutter 2017, one cycle).
 double LearningRateAt(const OptimizerConfig& config, int64_t step);
+
+/// The per-step AdamW constants for update number `step` (0-based): the scheduled learning rate,
+/// bias corrections 1 - beta^(step+1). Shared by the CPU loop and the CUDA kernel.
+math::AdamWStep AdamWConstants(const OptimizerConfig& config, int64_t step);
 
 /// Optimizer state for the elements [state_begin, state_end) of a flat parameter buffer: first
 /// moment (or SGD momentum) and second moment (AdamW only). With the full range every rank holds

@@ -1,6 +1,5 @@
 #include "trainer/trainer.h"
 
-#include <cblas.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -68,7 +67,6 @@ void RequestStop() { g_stop = 1; }
 
 Trainer::Trainer(TrainerConfig config, Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.Validate(comm_.world_size());
-  openblas_set_num_threads(config_.threads > 0 ? config_.threads : DefaultThreads());
 }
 
 Trainer::~Trainer() = default;
@@ -85,12 +83,22 @@ void Trainer::LoadData() {
 
 void Trainer::InitializeOrResume() {
   const auto model_json = config_.ToJson(train_.features, train_.num_classes);
-  model_ = std::make_unique<Mlp>(config_.Layers(train_.features, train_.num_classes));
-  const size_t P = model_->parameter_count();
+  const Mlp shape(config_.Layers(train_.features, train_.num_classes));
+  const size_t P = shape.parameter_count();
   state_block_ = config_.zero1 ? BlockRange(static_cast<int64_t>(P), comm_.rank(), comm_.world_size()) : SampleRange{0, static_cast<int64_t>(P)};
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, P, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
-  params_.assign(model_->parameter_count(), 0.0f);
-  grad_.assign(model_->parameter_count() + kExtras, 0.0f);
+  EngineOptions eo;
+  eo.layers = shape.layer_sizes();
+  eo.precision = config_.precision;
+  eo.optimizer = config_.optimizer;
+  eo.state_begin = static_cast<size_t>(state_block_.begin);
+  eo.state_end = static_cast<size_t>(state_block_.end);
+  eo.extras = kExtras;
+  eo.threads = config_.threads > 0 ? config_.threads : DefaultThreads();
+  eo.device = config_.cuda_device;
+  engine_ = config_.device == Device::kCuda ? MakeCudaEngine(eo) : MakeCpuEngine(eo);
+  extras_.assign(kExtras, 0.0f);
+  if (comm_.rank() == 0) LogInfo("compute: " + engine_->Describe() + ", " + std::to_string(P) + " parameters");
+  std::vector<float> params(P, 0.0f);
   if (!config_.checkpoint_url.empty()) {
     store_ = OpenObjectStore(config_.checkpoint_url, config_.multipart_threshold, config_.multipart_part_size);
     checkpoints_ = std::make_unique<CheckpointManager>(*store_, comm_, config_.keep_checkpoints);
@@ -110,27 +118,29 @@ void Trainer::InitializeOrResume() {
   if (load_error) std::rethrow_exception(load_error);
   if (header[0] < 0) throw std::runtime_error("rank 0 could not load the checkpoint from " + store_->Describe() + " (see its log)");
   if (header[0] == 0) {
-    model_->Initialize(params_, config_.seed);
+    shape.Initialize(params, config_.seed);
+    engine_->LoadParams(params);
     return;
   }
   // Full moments travel from rank 0; each rank keeps its state range (all of it without ZeRO-1).
-  std::vector<float> m(P, 0.0f), v(optimizer_->second_moment().empty() ? 0 : P, 0.0f);
+  const bool adamw = config_.optimizer.kind == OptimizerKind::kAdamW;
+  std::vector<float> m(P, 0.0f), v(adamw ? P : 0, 0.0f);
   if (resumed) {
-    params_ = resumed->params;
+    params = resumed->params;
     m = resumed->first_moment;
     if (!v.empty()) v = resumed->second_moment;
     if (resumed->config.value("batch_size", int64_t{0}) != config_.batch_size || resumed->seed != config_.seed)
       LogWarn("resuming with a different batch size or seed than the checkpoint: the trajectory will differ");
   }
   auto bytes = [](std::vector<float>& x) { return std::span<uint8_t>(reinterpret_cast<uint8_t*>(x.data()), x.size() * sizeof(float)); };
-  comm_.Broadcast(bytes(params_), 0);
+  comm_.Broadcast(bytes(params), 0);
   comm_.Broadcast(bytes(m), 0);
   comm_.Broadcast(bytes(v), 0);
-  auto keep = [&](const std::vector<float>& full, std::vector<float>& shard) {
-    if (!full.empty()) shard.assign(full.begin() + state_block_.begin, full.begin() + state_block_.end);
+  auto shard = [&](const std::vector<float>& full) {
+    return full.empty() ? std::span<const float>{} : std::span<const float>(full).subspan(static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.size()));
   };
-  keep(m, optimizer_->first_moment());
-  keep(v, optimizer_->second_moment());
+  engine_->LoadParams(params);
+  engine_->LoadMoments(shard(m), shard(v));
   step_ = header[1];
   last_checkpoint_step_ = step_;
   last_checkpoint_unix_ = UnixSeconds();
@@ -145,8 +155,7 @@ Trainer::StepStats Trainer::TrainStep() {
   }
   const int64_t batch_start = (step_ % steps_per_epoch_) * config_.batch_size;
   const SampleRange mine = RankSlice(config_.batch_size, comm_.rank(), comm_.world_size());
-  std::fill(grad_.begin(), grad_.end(), 0.0f);
-  const size_t P = model_->parameter_count();
+  engine_->ZeroGrad();
   const float scale = 1.0f / static_cast<float>(config_.batch_size);
   BatchStats local;
   for (int64_t m = 0; m < config_.grad_accum; ++m) {
@@ -159,37 +168,39 @@ Trainer::StepStats Trainer::TrainStep() {
       std::memcpy(batch_x_.data() + static_cast<size_t>(i) * train_.features, train_.Image(sample), sizeof(float) * train_.features);
       batch_y_[static_cast<size_t>(i)] = train_.labels[sample];
     }
-    BatchStats s = model_->ForwardBackward(params_, batch_x_.data(), batch_y_.data(), n, scale, {grad_.data(), P});
+    BatchStats s = engine_->ForwardBackward(batch_x_.data(), batch_y_.data(), n, scale);
     local.loss_sum += s.loss_sum;
     local.correct += s.correct;
   }
-  grad_[P + kLossSum] = static_cast<float>(local.loss_sum);
-  grad_[P + kCorrect] = static_cast<float>(local.correct);
-  grad_[P + kStopFlag] = StopRequested() ? 1.0f : 0.0f;
+  extras_[kLossSum] = static_cast<float>(local.loss_sum);
+  extras_[kCorrect] = static_cast<float>(local.correct);
+  extras_[kStopFlag] = StopRequested() ? 1.0f : 0.0f;
   const bool time_due = comm_.rank() == 0 && config_.checkpoint_every.seconds > 0 &&
                         MonoSeconds() - last_checkpoint_mono_ >= config_.checkpoint_every.seconds;
-  grad_[P + kCheckpointFlag] = time_due ? 1.0f : 0.0f;
+  extras_[kCheckpointFlag] = time_due ? 1.0f : 0.0f;
   const bool my_upload_done = pending_ && pending_->write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  grad_[P + kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
-  comm_.AllReduceSum(grad_);
-  optimizer_->Step(params_, {grad_.data(), P}, step_, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
-  if (config_.zero1) comm_.AllGather(params_);  // every rank's updated block to every rank
+  extras_[kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
+  engine_->SetExtras(extras_);
+  comm_.AllReduceSum(engine_->GradBuffer());  // the one gradient all-reduce of the step
+  engine_->GetExtras(extras_);
+  engine_->OptimizerStep(step_, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
+  if (config_.zero1) comm_.AllGather(engine_->ParamBuffer());  // every rank's updated block to every rank
   ++step_;
-  StepStats out{grad_[P + kLossSum], grad_[P + kCorrect], grad_[P + kStopFlag] > 0, grad_[P + kCheckpointFlag] > 0,
-                pending_.has_value() && grad_[P + kUploadsDone] > static_cast<float>(comm_.world_size()) - 0.5f};
+  StepStats out{extras_[kLossSum], extras_[kCorrect], extras_[kStopFlag] > 0, extras_[kCheckpointFlag] > 0,
+                pending_.has_value() && extras_[kUploadsDone] > static_cast<float>(comm_.world_size()) - 0.5f};
   if (config_.checkpoint_every.steps > 0 && step_ % config_.checkpoint_every.steps == 0) out.checkpoint = true;
   return out;
 }
 
-std::shared_ptr<TrainingState> Trainer::Snapshot() const {
+std::shared_ptr<TrainingState> Trainer::Snapshot() {
   auto state = std::make_shared<TrainingState>();
   state->step = step_;
   state->epoch = step_ / steps_per_epoch_;
   state->sample_cursor = step_ * config_.batch_size;
   state->seed = config_.seed;
-  state->params = params_;
-  state->first_moment = optimizer_->first_moment();
-  state->second_moment = optimizer_->second_moment();
+  state->params.assign(engine_->parameter_count(), 0.0f);
+  engine_->SaveParams(state->params);
+  engine_->SaveMoments(&state->first_moment, &state->second_moment);
   state->moment_offset = state_block_.begin;
   state->config = config_.ToJson(train_.features, train_.num_classes);
   return state;
@@ -320,7 +331,7 @@ RunResult Trainer::Finish(int exit_code, double train_seconds, int64_t samples_d
     return r;
   }
   if (exit_code == 0 && test_.count > 0) {
-    BatchStats t = model_->Evaluate(params_, test_.images.data(), test_.labels.data(), test_.count);
+    BatchStats t = engine_->Evaluate(test_.images.data(), test_.labels.data(), test_.count);
     r.test_accuracy = static_cast<double>(t.correct) / static_cast<double>(test_.count);
     r.test_loss = t.loss_sum / static_cast<double>(test_.count);
   }

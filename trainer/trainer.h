@@ -10,8 +10,7 @@
 #include "trainer/communicator.h"
 #include "trainer/config.h"
 #include "trainer/dataset.h"
-#include "trainer/mlp.h"
-#include "trainer/optimizer.h"
+#include "trainer/engine.h"
 #include "trainer/sampler.h"
 
 namespace mltrain {
@@ -51,7 +50,7 @@ class Trainer {
   void LoadData();
   void InitializeOrResume();
   StepStats TrainStep();
-  std::shared_ptr<TrainingState> Snapshot() const;
+  std::shared_ptr<TrainingState> Snapshot();
   /// Starts a checkpoint of the current step: in the background when async, else synchronously.
   void StartCheckpoint();
   /// Waits for this rank's in-flight shard write, then commits it (collective).
@@ -66,8 +65,7 @@ class Trainer {
   TrainerConfig config_;
   Communicator& comm_;
   Dataset train_, test_;
-  std::unique_ptr<Mlp> model_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ComputeEngine> engine_;  // model, gradient (+ kExtras trailing slots), optimizer
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<CheckpointManager> checkpoints_;
   struct PendingCheckpoint {
@@ -76,7 +74,7 @@ class Trainer {
     double started_mono = 0;
   };
   std::optional<PendingCheckpoint> pending_;
-  std::vector<float> params_, grad_;  // grad_ carries kExtras trailing slots
+  std::vector<float> extras_;           // host copy of the gradient buffer's trailing slots
   SampleRange state_block_;            // optimizer state elements this rank owns
   std::vector<float> batch_x_;
   std::vector<uint8_t> batch_y_;
