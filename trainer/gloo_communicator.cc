@@ -78,11 +78,31 @@ GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorO
     : env_(env), options_(options) {
   server_ = StartRendezvousStore(env_);
   KvClient client = ConnectRendezvousStore(env_, server_.get(), options_.rendezvous_timeout);
-  ScopedKvStore store(client, env_.KeyScope() + "gloo/");
   gloo::transport::tcp::attr attr;
   attr.hostname = LocalAddressToward(env_.master_addr);
   attr.ai_family = AF_INET;
   auto device = gloo::transport::tcp::CreateDevice(attr);
+  context_ = ConnectMesh(client, "gloo/", device);
+  // A second mesh whose pairs run in sync mode, for the per-step all-reduce: the calling thread
+  // reads and writes its sockets itself (blocking, within the context's timeout) instead of
+  // handing every message to Gloo's epoll loop thread. With one rank per core that hand-off (a
+  // wake-up and two context switches per message) cost more than the bytes: 2 ranks on 2 cores
+  // spent ~55 % of their time in the kernel. Gloo refuses sync pairs for its newer collectives
+  // (unbound buffers: all-gather, ...), so those keep the first mesh.
+  allreduce_context_ = context_;
+  if (options_.sync_io && env_.world_size > 1) {
+    allreduce_context_ = ConnectMesh(client, "gloo-sync/", device);
+    for (int peer = 0; peer < env_.world_size; ++peer)
+      if (peer != env_.rank) allreduce_context_->getPair(peer)->setSync(true, /*busyPoll=*/false);
+  }
+  // Everyone connected: rank 0 may now drop the store only after all ranks read from it, so keep
+  // the server for the communicator's lifetime (it also serves late readers of the NCCL id).
+  LogInfo("connected " + std::to_string(env_.world_size) + " ranks over Gloo TCP (" + attr.hostname + ")");
+}
+
+std::shared_ptr<gloo::Context> GlooCommunicator::ConnectMesh(KvClient& client, const std::string& prefix,
+                                                            std::shared_ptr<gloo::transport::Device>& device) {
+  ScopedKvStore store(client, env_.KeyScope() + prefix);
   auto context = std::make_shared<gloo::rendezvous::Context>(env_.rank, env_.world_size);
   context->setTimeout(options_.collective_timeout);
   try {
@@ -92,14 +112,12 @@ GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorO
   } catch (const std::exception& e) {
     throw PeerLostError(std::string("Gloo rendezvous failed: ") + e.what());
   }
-  context_ = context;
-  // Everyone connected: rank 0 may now drop the store only after all ranks read from it, so keep
-  // the server for the communicator's lifetime (it also serves late readers of the NCCL id).
-  LogInfo("connected " + std::to_string(env_.world_size) + " ranks over Gloo TCP (" + attr.hostname + ")");
+  return context;
 }
 
 GlooCommunicator::~GlooCommunicator() {
   allreduce_cache_.clear();
+  allreduce_context_.reset();
   context_.reset();
 }
 
@@ -124,9 +142,9 @@ void GlooCommunicator::AllReduceSum(std::span<float> data) {
       std::vector<float*> ptrs{data.data()};
       std::unique_ptr<gloo::Algorithm> algo;
       if (options_.allreduce_algorithm == "ring") {
-        algo = std::make_unique<gloo::AllreduceRingChunked<float>>(context_, ptrs, static_cast<int>(data.size()));
+        algo = std::make_unique<gloo::AllreduceRingChunked<float>>(allreduce_context_, ptrs, static_cast<int>(data.size()));
       } else {
-        algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context_, ptrs, static_cast<int>(data.size()));
+        algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(allreduce_context_, ptrs, static_cast<int>(data.size()));
       }
       it = allreduce_cache_.emplace(key, std::move(algo)).first;
     }
@@ -184,6 +202,7 @@ void GlooCommunicator::Abort() noexcept {
   if (aborted_) return;
   aborted_ = true;
   try {
+    if (allreduce_context_ && allreduce_context_ != context_) allreduce_context_->closeConnections();
     if (context_) context_->closeConnections();
   } catch (...) {
   }

@@ -11,6 +11,9 @@
 namespace gloo {
 class Context;
 class Algorithm;
+namespace transport {
+class Device;
+}
 }  // namespace gloo
 
 namespace mltrain {
@@ -40,11 +43,15 @@ class GlooCommunicator final : public Communicator {
  private:
   template <typename Fn>
   void Guard(const char* what, Fn&& fn);
+  /// Connects a full mesh of this job's ranks, rendezvousing under `prefix` in the job's key scope.
+  std::shared_ptr<gloo::Context> ConnectMesh(KvClient& client, const std::string& prefix,
+                                             std::shared_ptr<gloo::transport::Device>& device);
 
   RendezvousEnv env_;
   CommunicatorOptions options_;
   std::unique_ptr<KvServer> server_;  // rank 0 only
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo::Context> context_;            // async pairs: every collective but the all-reduce
+  std::shared_ptr<gloo::Context> allreduce_context_;  // sync pairs (CommunicatorOptions::sync_io), or context_
   // Legacy algorithms bind their buffers at construction: cache them per (pointer, count).
   std::map<std::pair<const void*, size_t>, std::unique_ptr<gloo::Algorithm>> allreduce_cache_;
   bool aborted_ = false;
