@@ -181,10 +181,16 @@ Trainer::StepStats Trainer::TrainStep() {
   const bool my_upload_done = pending_ && pending_->write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   extras_[kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
   engine_->SetExtras(extras_);
+  double t0 = MonoSeconds();
   comm_.AllReduceSum(engine_->GradBuffer());  // the one gradient all-reduce of the step
+  comm_seconds_ += MonoSeconds() - t0;
   engine_->GetExtras(extras_);
   engine_->OptimizerStep(step_, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
-  if (config_.zero1) comm_.AllGather(engine_->ParamBuffer());  // every rank's updated block to every rank
+  if (config_.zero1) {
+    t0 = MonoSeconds();
+    comm_.AllGather(engine_->ParamBuffer());  // every rank's updated block to every rank
+    comm_seconds_ += MonoSeconds() - t0;
+  }
   ++step_;
   StepStats out{extras_[kLossSum], extras_[kCorrect], extras_[kStopFlag] > 0, extras_[kCheckpointFlag] > 0,
                 pending_.has_value() && extras_[kUploadsDone] > static_cast<float>(comm_.world_size()) - 0.5f};
@@ -336,13 +342,14 @@ RunResult Trainer::Finish(int exit_code, double train_seconds, int64_t samples_d
     r.test_loss = t.loss_sum / static_cast<double>(test_.count);
   }
   r.wall_s = MonoSeconds() - start_mono_;
-  std::printf("%s at step %lld: test_accuracy %.4f test_loss %.4f samples/s %.0f wall %.1f s (%d rank%s, %s)\n",
+  std::printf("%s at step %lld: test_accuracy %.4f test_loss %.4f samples/s %.0f wall %.1f s, in collectives %.2f s (%d rank%s, %s)\n",
               exit_code == 0 ? "done" : "preempted", static_cast<long long>(step_), r.test_accuracy, r.test_loss, r.samples_per_s,
-              r.wall_s, comm_.world_size(), comm_.world_size() == 1 ? "" : "s", comm_.backend().c_str());
+              r.wall_s, comm_seconds_, comm_.world_size(), comm_.world_size() == 1 ? "" : "s", comm_.backend().c_str());
   std::fflush(stdout);
   if (!config_.metrics_out.empty()) {
     nlohmann::json m = {{"test_accuracy", r.test_accuracy}, {"test_loss", r.test_loss}, {"steps", r.steps},
                         {"samples_per_s", r.samples_per_s}, {"wall_s", r.wall_s}, {"train_s", train_seconds},
+                        {"collective_s", comm_seconds_},
                         {"world_size", comm_.world_size()}, {"preempted", exit_code == kExitPreempted},
                         {"last_checkpoint_step", last_checkpoint_step_}, {"final_train_loss", last_loss_}};
     WriteFileAtomically(config_.metrics_out, m.dump(2) + "\n");

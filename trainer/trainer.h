@@ -84,6 +84,7 @@ class Trainer {
   int64_t last_checkpoint_step_ = -1;
   double last_checkpoint_unix_ = 0, last_checkpoint_mono_ = 0, last_loss_ = 0, last_samples_per_s_ = 0;
   double start_mono_ = 0;
+  double comm_seconds_ = 0;  // rank's wall time inside the per-step collectives (waiting for peers included)
 };
 
 }  // namespace mltrain
