@@ -96,6 +96,7 @@ struct CommunicatorOptions {
   std::chrono::milliseconds rendezvous_timeout{60000};  ///< waiting for all ranks to arrive
   std::chrono::milliseconds collective_timeout{60000};  ///< one collective, end to end
   std::string allreduce_algorithm = "ring";             ///< "ring" or "halving-doubling"
+  bool shm_allreduce = true;  ///< all-reduce through shared memory when every rank shares one host
   bool sync_io = true;  ///< Gloo: collectives do their socket I/O on the calling thread (no loop-thread hand-off)
 };
 

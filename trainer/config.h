@@ -68,6 +68,7 @@ struct TrainerConfig {
   double rendezvous_timeout_s = 60;
   double collective_timeout_s = 60;
   std::string allreduce_algorithm = "ring";
+  bool shm_allreduce = true;  ///< same-host ranks all-reduce through shared memory
 
   /// Full layer sizes {784, hidden..., 10}.
   std::vector<int> Layers(int features, int classes) const;

@@ -15,7 +15,11 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <openssl/evp.h>
+
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include "trainer/log.h"
@@ -134,7 +138,75 @@ void GlooCommunicator::Guard(const char* what, Fn&& fn) {
   }
 }
 
+std::string GlooCommunicator::SharedMemoryName() const {
+  // Unguessable without the attempt's secret, and distinct per job, attempt and all-reduce size.
+  const std::string seed = env_.token + "\n" + env_.KeyScope();
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(seed.data(), seed.size(), digest, &len, EVP_sha256(), nullptr) != 1) return "";
+  static const char kHex[] = "0123456789abcdef";
+  std::string name = "/mltrain-";
+  for (unsigned int i = 0; i < 12 && i < len; ++i) {
+    name += kHex[digest[i] >> 4];
+    name += kHex[digest[i] & 15];
+  }
+  return name;
+}
+
+uint64_t GlooCommunicator::HostWord() {
+  // The kernel's boot id names the host (containers of one host share it but maybe not /dev/shm:
+  // opening the segment is checked on every rank below).
+  std::string id;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof(buf), f)) id = buf;
+    std::fclose(f);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  id += host;
+  return std::hash<std::string>{}(id);
+}
+
+void GlooCommunicator::SetUpSharedMemory(size_t capacity) {
+  shm_tried_ = true;
+  std::vector<uint64_t> hosts = AllGatherWord(HostWord());
+  for (uint64_t h : hosts)
+    if (h != hosts[0]) return;  // ranks on several hosts: Gloo over TCP
+  const std::string name = SharedMemoryName();
+  std::unique_ptr<ShmAllReducer> shm;
+  std::string error;
+  if (env_.rank == 0) {
+    try {
+      shm = ShmAllReducer::Create(name, env_.world_size, capacity);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (AllGatherWord(shm || env_.rank != 0 ? 1 : 0)[0] == 1) {
+    if (env_.rank != 0) {
+      try {
+        shm = ShmAllReducer::Open(name, env_.rank, env_.world_size, capacity);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    std::vector<uint64_t> ok = AllGatherWord(shm ? 1 : 0);
+    if (env_.rank == 0) ShmAllReducer::Unlink(name);  // every rank has mapped it (or given up)
+    for (uint64_t o : ok)
+      if (o != 1) shm.reset();
+  }
+  if (!error.empty()) LogWarn("shared-memory all-reduce unavailable (" + error + "); using Gloo over TCP");
+  shm_ = std::move(shm);
+  if (shm_ && env_.rank == 0) LogInfo("all ranks share this host: all-reduce through shared memory");
+}
+
 void GlooCommunicator::AllReduceSum(std::span<float> data) {
+  if (options_.shm_allreduce && !shm_tried_ && env_.world_size > 1) SetUpSharedMemory(data.size());
+  if (shm_ && data.size() <= shm_->capacity()) {  // the same decision on every rank: sizes agree
+    Guard("all-reduce", [&] { shm_->AllReduceSum(data, options_.collective_timeout); });
+    return;
+  }
   Guard("all-reduce", [&] {
     auto key = std::make_pair(static_cast<const void*>(data.data()), data.size());
     auto it = allreduce_cache_.find(key);

@@ -7,6 +7,7 @@
 
 #include "trainer/communicator.h"
 #include "trainer/kv_store.h"
+#include "trainer/shm_allreduce.h"
 
 namespace gloo {
 class Context;
@@ -43,6 +44,12 @@ class GlooCommunicator final : public Communicator {
  private:
   template <typename Fn>
   void Guard(const char* what, Fn&& fn);
+  /// Once, at the first all-reduce (collective): when every rank runs on this host, maps a
+  /// shared segment of `capacity` floats per rank (ShmAllReducer); on any failure all ranks keep
+  /// Gloo, with a warning.
+  void SetUpSharedMemory(size_t capacity);
+  std::string SharedMemoryName() const;
+  static uint64_t HostWord();
   /// Connects a full mesh of this job's ranks, rendezvousing under `prefix` in the job's key scope.
   std::shared_ptr<gloo::Context> ConnectMesh(KvClient& client, const std::string& prefix,
                                              std::shared_ptr<gloo::transport::Device>& device);
@@ -55,6 +62,8 @@ class GlooCommunicator final : public Communicator {
   // Legacy algorithms bind their buffers at construction: cache them per (pointer, count).
   std::map<std::pair<const void*, size_t>, std::unique_ptr<gloo::Algorithm>> allreduce_cache_;
   bool aborted_ = false;
+  bool shm_tried_ = false;
+  std::unique_ptr<ShmAllReducer> shm_;  // all-reduce when every rank shares this host
 };
 
 }  // namespace mltrain

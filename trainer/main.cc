@@ -61,6 +61,7 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, TextOptions& t) {
   app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "Seconds to wait for all ranks to arrive")->capture_default_str();
   app.add_option("--collective-timeout", c.collective_timeout_s, "Seconds one collective may take before the peer is declared lost")->capture_default_str();
   app.add_option("--allreduce", c.allreduce_algorithm, "Gloo all-reduce: ring or halving-doubling")->capture_default_str();
+  app.add_flag("!--no-shm-allreduce", c.shm_allreduce, "Ranks on one host all-reduce over Gloo TCP instead of shared memory");
 }
 
 }  // namespace
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     options.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.rendezvous_timeout_s * 1000));
     options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.collective_timeout_s * 1000));
     options.allreduce_algorithm = config.allreduce_algorithm;
+    options.shm_allreduce = config.shm_allreduce;
     if (config.device == mltrain::Device::kCuda) {
       config.cuda_device = env.local_rank % gpus;  // agentd's CUDA_VISIBLE_DEVICES leaves this rank's GPUs
       comm = mltrain::CreateCudaCommunicator(env, options, config.cuda_device);
