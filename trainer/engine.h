@@ -1,7 +1,8 @@
-// Where the model's maths runs: the host (OpenBLAS, CpuEngine) or one CUDA device (cuBLAS and the
-// kernels of trainer/cuda/, CudaEngine). The trainer sees flat fp32 buffers only: the parameters
-// (P elements), the gradient (P elements followed by `extras` scalars the trainer reduces with it)
-// and the optimizer moments of the state range [state_begin, state_end) (ZeRO-1 shard or all).
+// Where the model's maths runs: the host (OpenBLAS, CpuEngine, cpu_engine.cc) or one CUDA device
+// (cuBLAS and the kernels of trainer/cuda/cuda_engine.cu, CudaEngine). The trainer sees flat fp32
+// buffers only: the parameters (P elements), the gradient (P elements followed by `extras` scalars
+// the trainer reduces with it) and the optimizer moments of the state range [state_begin,
+// state_end) (ZeRO-1 shard or all).
 // On CUDA GradBuffer()/ParamBuffer() are device memory, to be handed to the NCCL communicator.
 #pragma once
 
@@ -40,9 +41,11 @@ class ComputeEngine {
   /// Adds grad_scale * d(sum of the n samples' losses)/d(params) to the gradient; x: n x features
   /// host floats, y: n host labels. Returns the batch's loss sum and correct count.
   virtual BatchStats ForwardBackward(const float* x, const uint8_t* y, int n, float grad_scale) = 0;
-  /// The buffer reduced each step: P gradient elements, then the extras (device memory on CUDA).
+  /// The buffer reduced each step: P gradient elements, then the extras (device memory on CUDA;
+  /// returned after the engine's queued work finished, so another stream, NCCL's, may use it).
   virtual std::span<float> GradBuffer() = 0;
-  /// The parameter buffer, for the ZeRO-1 all-gather (device memory on CUDA).
+  /// The parameter buffer, for the ZeRO-1 all-gather (device memory on CUDA, after the engine's
+  /// queued work finished; the engine assumes the caller writes it before the next forward pass).
   virtual std::span<float> ParamBuffer() = 0;
   /// Writes / reads the extras (host values) after the gradient in GradBuffer().
   virtual void SetExtras(std::span<const float> extras) = 0;

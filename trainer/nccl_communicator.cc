@@ -51,7 +51,19 @@ NcclCommunicator::NcclCommunicator(const RendezvousEnv& env, const CommunicatorO
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
+  if (comm_ != nullptr && !aborted_) {
+    // Non-blocking communicator: finalize (flushes outstanding work) and poll it against the
+    // deadline, then destroy; abort instead when a peer never finishes.
+    ncclResult_t state = ncclCommFinalize(comm_);
+    const auto deadline = std::chrono::steady_clock::now() + options_.collective_timeout;
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+    }
+    if (state == ncclSuccess) ncclCommDestroy(comm_);
+    else ncclCommAbort(comm_);
+  }
+  if (staging_ != nullptr) cudaFree(staging_);
   if (scratch_ != nullptr) cudaFree(scratch_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -72,7 +84,10 @@ void NcclCommunicator::Wait(const char* what, int result) {
     if (std::chrono::steady_clock::now() > deadline) fail("timed out (a peer died or did not arrive)");
     if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  // Then for the stream to drain, watching for asynchronous NCCL errors (a peer that died).
+  // Then for the stream to drain, watching for asynchronous NCCL errors (a peer that died). The
+  // first millisecond spins (a step's all-reduce takes tens of microseconds on NVLink, less than
+  // one sleep), then it polls every 50 us.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
   while (true) {
     cudaError_t q = cudaStreamQuery(stream_);
     if (q == cudaSuccess) return;
@@ -80,9 +95,13 @@ void NcclCommunicator::Wait(const char* what, int result) {
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
     if (async != ncclSuccess && async != ncclInProgress) fail(ncclGetErrorString(async));
-    if (std::chrono::steady_clock::now() > deadline)
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline)
       fail("timed out after " + std::to_string(options_.collective_timeout.count() / 1000.0) + " s (a peer died or stalled)");
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (now < spin_until)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -121,9 +140,24 @@ std::vector<uint64_t> NcclCommunicator::AllGatherWord(uint64_t word) {
   return out;
 }
 
+// Host bytes: root copies them to the device staging buffer, NCCL broadcasts that, the others copy
+// it back to their host buffer. The staging buffer only grows (resume broadcasts the parameters and
+// moments once; later calls carry one byte).
 void NcclCommunicator::Broadcast(std::span<uint8_t> bytes, int root) {
   if (bytes.empty()) return;
-  Wait("broadcast", ncclBroadcast(bytes.data(), bytes.data(), bytes.size(), ncclUint8, root, comm_, stream_));
+  if (bytes.size() > staging_bytes_) {
+    if (staging_ != nullptr) CheckCuda(cudaFree(staging_), "cudaFree(broadcast staging)");
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&staging_), bytes.size()), "cudaMalloc(broadcast staging)");
+    staging_bytes_ = bytes.size();
+  }
+  if (env_.rank == root)
+    CheckCuda(cudaMemcpyAsync(staging_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(broadcast H2D)");
+  Wait("broadcast", ncclBroadcast(staging_, staging_, bytes.size(), ncclUint8, root, comm_, stream_));
+  if (env_.rank == root) return;
+  CheckCuda(cudaMemcpyAsync(bytes.data(), staging_, bytes.size(), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync(broadcast D2H)");
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(broadcast D2H)");
 }
 
 void NcclCommunicator::Barrier() {

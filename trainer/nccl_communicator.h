@@ -12,8 +12,14 @@ struct CUstream_st;
 
 namespace mltrain {
 
-/// NCCL communicator on one GPU per rank. Unlike the CPU backends, every span passed to a
-/// collective must be DEVICE memory on `device` (AllGatherWord takes and returns host values).
+/// NCCL communicator on one GPU per rank. Buffer contract (unlike the CPU backends, which take host
+/// memory everywhere):
+///  - AllReduceSum, ReduceScatterSum and AllGather take DEVICE memory on `device` (the engine's
+///    GradBuffer()/ParamBuffer(), which return only after the engine's own stream drained);
+///  - Broadcast takes HOST memory (the trainer's resume header, parameters and moments; the
+///    checkpoint manager's commit byte), staged through a grow-only device buffer;
+///  - AllGatherWord takes and returns host values.
+/// Every call returns only after NCCL's stream drained, so the buffers may be used on any stream.
 /// Rendezvous: rank 0 serves the key-value store (KvServer on MASTER_ADDR:MASTER_PORT, requiring
 /// MLSCHED_RENDEZVOUS_TOKEN) and publishes the NCCL
 /// unique id under the job's key scope; the others read it within the rendezvous deadline.
@@ -35,6 +41,7 @@ class NcclCommunicator final : public Communicator {
   /// Grouped ncclBroadcast of each rank's block from that rank.
   void AllGather(std::span<float> data) override;
   std::vector<uint64_t> AllGatherWord(uint64_t word) override;
+  /// `bytes` is host memory (see the class comment).
   void Broadcast(std::span<uint8_t> bytes, int root) override;
   void Barrier() override;
   void Abort() noexcept override;
@@ -50,6 +57,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm* comm_ = nullptr;
   CUstream_st* stream_ = nullptr;
   float* scratch_ = nullptr;  // device scratch: barrier value and gathered words
+  uint8_t* staging_ = nullptr;  // device copy of Broadcast's host bytes (grow-only)
+  size_t staging_bytes_ = 0;
   bool aborted_ = false;
 };
 
