@@ -23,28 +23,41 @@ namespace {
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-/// Runs mltrain for one full epoch on `world` ranks (1 OpenBLAS thread each); returns train_s.
-double SecondsPerEpoch(int world, const TempDir& dir) {
+/// Runs mltrain for `epochs` full epochs on `world` ranks (1 OpenBLAS thread each, `extra` flags);
+/// returns train seconds per epoch and the seconds rank 0 spent in collectives per epoch.
+std::pair<double, double> SecondsPerEpoch(int world, const TempDir& dir, int epochs, const std::vector<std::string>& extra) {
   const std::string metrics = dir / ("epoch" + std::to_string(world) + ".json");
-  std::vector<std::string> args{MLTRAIN_BINARY, "--epochs", "1", "--threads", "1", "--log-every", "100000", "--metrics-out", metrics};
+  std::vector<std::string> args{MLTRAIN_BINARY, "--epochs", std::to_string(epochs), "--threads", "1", "--log-every", "100000",
+                                "--test-limit", "1", "--metrics-out", metrics};
+  args.insert(args.end(), extra.begin(), extra.end());
   int port = FreePort();
   std::vector<std::unique_ptr<Child>> ranks;
   for (int r = 0; r < world; ++r) {
     auto env = world == 1 ? std::map<std::string, std::string>{{"WORLD_SIZE", "1"}} : RankEnv(r, world, port, "bench");
+    env["LOCAL_WORLD_SIZE"] = std::to_string(world);
     ranks.push_back(std::make_unique<Child>(args, env, dir / ("epoch" + std::to_string(world) + "." + std::to_string(r) + ".log")));
   }
   for (auto& r : ranks) {
     if (r->Wait(600) != 0) throw std::runtime_error("mltrain failed; see " + (dir / "epoch*.log"));
   }
   auto m = nlohmann::json::parse(ReadFile(metrics));
-  return m.at("train_s").get<double>();
+  return {m.at("train_s").get<double>() / epochs, m.value("collective_s", 0.0) / epochs};
 }
 
-void BenchEpochs(const TempDir& dir) {
-  std::printf("\n== seconds per epoch (Fashion-MNIST 60k, 784-256-128-10, batch 128, AdamW, 1 OpenBLAS thread/rank) ==\n");
-  for (int world : {1, 2}) {
-    double s = SecondsPerEpoch(world, dir);
-    std::printf("  %d rank%s: %.2f s/epoch (%.0f samples/s)\n", world, world == 1 ? " " : "s", s, 60000.0 / s);
+void BenchEpochs(const TempDir& dir, bool quick) {
+  const int epochs = quick ? 1 : 3;
+  std::printf("\n== seconds per epoch (Fashion-MNIST 60k, 784-256-128-10, batch 128, AdamW, 1 OpenBLAS thread/rank, "
+              "mean of %d epochs; this machine has %u cores) ==\n", epochs, std::thread::hardware_concurrency());
+  std::printf("  %-6s %-22s %9s %12s %10s %14s\n", "ranks", "all-reduce", "s/epoch", "samples/s", "x 1 rank", "collectives s");
+  double one = 0;
+  for (int world : {1, 2, 4}) {
+    for (bool shm : {true, false}) {
+      if (world == 1 && !shm) continue;
+      auto [s, comm] = SecondsPerEpoch(world, dir, epochs, shm ? std::vector<std::string>{} : std::vector<std::string>{"--no-shm-allreduce"});
+      if (world == 1) one = s;
+      std::printf("  %-6d %-22s %9.2f %12.0f %9.2fx %14.2f\n", world, world == 1 ? "-" : shm ? "shared memory" : "Gloo TCP (sync pairs)",
+                  s, 60000.0 / s, one / s, comm);
+    }
   }
 }
 
@@ -179,7 +192,7 @@ int main(int argc, char** argv) {
     BenchAllReduce(quick);
     BenchCheckpoints(dir, quick);
     BenchPreemption(dir);
-    BenchEpochs(dir);
+    BenchEpochs(dir, quick);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "benchmark failed: %s\n", e.what());
     return 1;
