@@ -4,6 +4,7 @@
 
 #include <array>
 #include <charconv>
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -59,8 +60,10 @@ std::optional<std::string> ParseTerm(const std::string& term, DependencyTerm* ou
   return std::nullopt;
 }
 
-// Adds the ids of one --array item ("7", "0-99", "1-11:2") to `ids`.
-std::optional<std::string> ParseArrayItem(const std::string& item, int32_t max_elements, std::set<int32_t>* ids) {
+// Appends the ids of one --array item ("7", "0-99", "1-11:2") to `ids` (duplicates across items are
+// removed by the caller). Items are counted with their overlaps, so the work for any text is
+// bounded by max_elements appends (overlapping items cannot multiply it).
+std::optional<std::string> ParseArrayItem(const std::string& item, int32_t max_elements, std::vector<int32_t>* ids) {
   const std::string bad = "bad --array item '" + item + "' (expected N, A-B or A-B:STEP)";
   const size_t colon = item.find(':');
   const std::string range = item.substr(0, colon);
@@ -80,7 +83,7 @@ std::optional<std::string> ParseArrayItem(const std::string& item, int32_t max_e
   const int64_t count = (static_cast<int64_t>(*last) - *first) / step + 1;
   if (count + static_cast<int64_t>(ids->size()) > max_elements)
     return "--array '" + item + "' makes more than " + std::to_string(max_elements) + " elements";
-  for (int64_t v = *first; v <= *last; v += step) ids->insert(static_cast<int32_t>(v));
+  for (int64_t v = *first; v <= *last; v += step) ids->push_back(static_cast<int32_t>(v));
   return std::nullopt;
 }
 
@@ -151,10 +154,12 @@ std::optional<std::string> ParseArray(const std::string& text, int32_t max_eleme
   }
   const std::string list = text.substr(0, pct);
   if (list.empty()) return "empty --array (expected e.g. 0-99%10)";
-  std::set<int32_t> ids;
+  std::vector<int32_t> ids;
   for (const std::string& item : Split(list, ','))
     if (auto err = ParseArrayItem(item, max_elements, &ids)) return err;
-  out->task_ids.assign(ids.begin(), ids.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  out->task_ids = std::move(ids);
   return std::nullopt;
 }
 

@@ -86,6 +86,21 @@ TEST_CASE("bad array text names what is wrong", "[core][array]") {
   }
 }
 
+TEST_CASE("overlapping array items count with their overlaps so they cannot multiply the work", "[core][array][fuzz]") {
+  // Found by the submit fuzz target: "5-551551" repeated in one --array made mlsub insert half a
+  // million ids per repetition (each within the limit on its own) and time out.
+  ArrayRequest a;
+  auto err = ParseArray("0-9,5-14", 15, &a);
+  REQUIRE(err);
+  CHECK_THAT(*err, Catch::Contains("more than 15 elements"));
+  REQUIRE_FALSE(ParseArray("0-9,5-14", 20, &a));
+  CHECK(a.task_ids.size() == 15);  // duplicates still appear once
+  CHECK(a.task_ids.back() == 14);
+  err = ParseArray("75,5-551551,5-551551,5-551551", kMaxArrayTaskId + 1, &a);
+  REQUIRE(err);
+  CHECK_THAT(*err, Catch::Contains("makes more than 1000000 elements"));
+}
+
 TEST_CASE("each dependency type against each state of the job it names", "[core][dependency]") {
   struct Row {
     DependencyType type;
