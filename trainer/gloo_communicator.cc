@@ -72,6 +72,29 @@ std::string LocalAddressToward(const std::string& master_addr) {
   return buf;
 }
 
+/// Bytes of the one legacy message each rank sends every peer right after connecting (see below).
+constexpr size_t kSendBufferBytes = size_t{1} << 20;
+
+/// Gloo's legacy Pair::send sets SO_SNDBUF to the largest legacy message sent on that socket so far
+/// (which also switches off the kernel's send-buffer autotuning), while the unbound-buffer path of
+/// alltoallv/allgatherv never raises it. After a tiny first legacy message (a barrier, a broadcast
+/// header, the ZeRO-1 flags all-reduce) those collectives moved a few KiB per event-loop turn, 50 to
+/// 300x slower than with autotuning (1-4 MiB over loopback). One kSendBufferBytes legacy message to
+/// every peer sizes every socket first: 2 MiB of send buffer (the kernel doubles the request and
+/// caps it at 2x net.core.wmem_max, 8 MiB here, 416 KiB with the usual default).
+void SizeSendBuffers(gloo::Context& context) {
+  const int world = context.size, me = context.rank;
+  std::vector<char> out(kSendBufferBytes), in(kSendBufferBytes);
+  const int slot = context.nextSlot();
+  for (int step = 1; step < world; ++step) {  // step s: send to me+s, receive from me-s
+    auto recv = context.getPair((me + world - step) % world)->createRecvBuffer(slot, in.data(), in.size());
+    auto send = context.getPair((me + step) % world)->createSendBuffer(slot, out.data(), out.size());
+    send->send();
+    recv->waitRecv();
+    send->waitSend();
+  }
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options)
@@ -87,6 +110,7 @@ GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorO
   context->setTimeout(options_.collective_timeout);
   try {
     context->connectFullMesh(store, device);
+    SizeSendBuffers(*context);
   } catch (const PeerLostError&) {
     throw;
   } catch (const std::exception& e) {
