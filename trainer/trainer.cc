@@ -171,7 +171,14 @@ Trainer::StepStats Trainer::TrainStep() {
   grad_[P + kCheckpointFlag] = time_due ? 1.0f : 0.0f;
   const bool my_upload_done = pending_ && pending_->write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   grad_[P + kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
-  comm_.AllReduceSum(grad_);
+  if (config_.zero1) {
+    // Each rank updates only its block of the parameters: the gradient is reduce-scattered (half
+    // the bytes of an all-reduce); the loss, counts and flags are summed on every rank.
+    comm_.ReduceScatterSum({grad_.data(), P});
+    comm_.AllReduceSum({grad_.data() + P, static_cast<size_t>(kExtras)});
+  } else {
+    comm_.AllReduceSum(grad_);
+  }
   optimizer_->Step(params_, {grad_.data(), P}, step_, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));
   if (config_.zero1) comm_.AllGather(params_);  // every rank's updated block to every rank
   ++step_;
