@@ -62,8 +62,9 @@ class Communicator {
 
   /// In place: data becomes the element-wise sum over ranks.
   virtual void AllReduceSum(std::span<float> data) = 0;
-  /// In place: this rank's block of data becomes the element-wise sum of that block over ranks;
-  /// other blocks are left unspecified.
+  /// In place: this rank's block of data, BlockRange(data.size(), rank(), world_size()), becomes the
+  /// element-wise sum of that block over ranks; other blocks are left unspecified. Any length (the
+  /// same on every rank), including 0 and lengths below the world size (then some blocks are empty).
   virtual void ReduceScatterSum(std::span<float> data) = 0;
   /// In place: each rank contributes its block of data; afterwards every block is filled on all ranks.
   virtual void AllGather(std::span<float> data) = 0;

@@ -9,6 +9,7 @@
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast_one_to_all.h>
 #include <gloo/rendezvous/context.h>
@@ -17,6 +18,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -76,6 +78,29 @@ std::string LocalAddressToward(const std::string& master_addr) {
   return buf;
 }
 
+/// Bytes of the one legacy message each rank sends every peer right after connecting (see below).
+constexpr size_t kSendBufferBytes = size_t{1} << 20;
+
+/// Gloo's legacy Pair::send sets SO_SNDBUF to the largest legacy message sent on that socket so far
+/// (which also switches off the kernel's send-buffer autotuning), while the unbound-buffer path of
+/// alltoallv/allgatherv never raises it. After a tiny first legacy message (a barrier, a broadcast
+/// header, the ZeRO-1 flags all-reduce) those collectives moved a few KiB per event-loop turn, 50 to
+/// 300x slower than with autotuning (1-4 MiB over loopback). One kSendBufferBytes legacy message to
+/// every peer sizes every socket first: 2 MiB of send buffer (the kernel doubles the request and
+/// caps it at 2x net.core.wmem_max, 8 MiB here, 416 KiB with the usual default).
+void SizeSendBuffers(gloo::Context& context) {
+  const int world = context.size, me = context.rank;
+  std::vector<char> out(kSendBufferBytes), in(kSendBufferBytes);
+  const int slot = context.nextSlot();
+  for (int step = 1; step < world; ++step) {  // step s: send to me+s, receive from me-s
+    auto recv = context.getPair((me + world - step) % world)->createRecvBuffer(slot, in.data(), in.size());
+    auto send = context.getPair((me + step) % world)->createSendBuffer(slot, out.data(), out.size());
+    send->send();
+    recv->waitRecv();
+    send->waitSend();
+  }
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options)
@@ -111,6 +136,7 @@ std::shared_ptr<gloo::Context> GlooCommunicator::ConnectMesh(KvClient& client, c
   context->setTimeout(options_.collective_timeout);
   try {
     context->connectFullMesh(store, device);
+    SizeSendBuffers(*context);
   } catch (const PeerLostError&) {
     throw;
   } catch (const std::exception& e) {
@@ -225,10 +251,34 @@ void GlooCommunicator::AllReduceSum(std::span<float> data) {
 }
 
 void GlooCommunicator::ReduceScatterSum(std::span<float> data) {
-  // Gloo's legacy ReduceScatterHalvingDoubling returned wrong blocks for non-power-of-two worlds
-  // on this snapshot (checked in comm_test), so the reduced blocks come from the all-reduce: the
-  // same result at up to 2x the bytes of a true reduce-scatter.
-  AllReduceSum(data);
+  // Not Gloo's legacy ReduceScatterHalvingDoubling: for a world that is not a power of two its
+  // smaller binary block sends with no handshake, so back-to-back calls reduce a later call's data
+  // (trainer/README.md, tests/trainer/gloo_reduce_scatter_repro.cc). Instead one alltoallv moves
+  // block q of every rank to rank q (each rank sends and receives (world-1)/world of the buffer,
+  // half the bytes of an all-reduce), and the owner adds the world copies in rank order.
+  if (data.empty()) return;
+  Guard("reduce-scatter", [&] {
+    const int world = env_.world_size;
+    const auto count = static_cast<int64_t>(data.size());
+    std::vector<int64_t> send_counts(static_cast<size_t>(world));
+    for (int q = 0; q < world; ++q) send_counts[static_cast<size_t>(q)] = BlockRange(count, q, world).size();
+    const SampleRange mine = BlockRange(count, env_.rank, world);
+    const auto block = static_cast<size_t>(mine.size());
+    // One spare element: alltoallv memcpy's this rank's own (possibly empty) block, so the output
+    // pointer must not be null even when this rank owns nothing.
+    reduce_scatter_scratch_.resize(block * static_cast<size_t>(world) + 1);
+    gloo::AlltoallvOptions opts(context_);
+    opts.setInput(data.data(), send_counts);
+    opts.setOutput(reduce_scatter_scratch_.data(), std::vector<int64_t>(static_cast<size_t>(world), mine.size()));
+    gloo::alltoallv(opts);
+    float* out = data.data() + mine.begin;
+    const float* copies = reduce_scatter_scratch_.data();
+    std::copy(copies, copies + block, out);
+    for (int q = 1; q < world; ++q) {
+      const float* in = copies + static_cast<size_t>(q) * block;
+      for (size_t i = 0; i < block; ++i) out[i] += in[i];
+    }
+  });
 }
 
 void GlooCommunicator::AllGather(std::span<float> data) {

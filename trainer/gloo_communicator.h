@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "trainer/communicator.h"
 #include "trainer/kv_store.h"
@@ -22,9 +23,12 @@ namespace mltrain {
 /// Gloo TCP transport with the legacy AllreduceRingChunked / AllreduceHalvingDoubling algorithms
 /// (the legacy classes measured 5-50x faster than the newer gloo::allreduce entry point on this
 /// machine). Both reduce every element on exactly one rank and then distribute it, so all ranks get
-/// bit-identical sums; plain AllreduceRing adds in a per-rank order, which lets replicas drift. Rank 0 serves
-/// the rendezvous store (KvServer, token-protected); every rank publishes its Gloo address there under the job's key
-/// scope and connects a full mesh. Gloo errors and timeouts surface as PeerLostError.
+/// bit-identical sums; plain AllreduceRing adds in a per-rank order, which lets replicas drift.
+/// ReduceScatterSum is gloo::alltoallv plus a local sum in rank order (Gloo's legacy
+/// ReduceScatterHalvingDoubling is wrong for worlds that are not a power of two: trainer/README.md);
+/// AllGather is gloo::allgatherv. Rank 0 serves the rendezvous store (KvServer, token-protected);
+/// every rank publishes its Gloo address there under the job's key scope and connects a full mesh.
+/// Gloo errors and timeouts surface as PeerLostError.
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options);
@@ -61,6 +65,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> allreduce_context_;  // sync pairs (CommunicatorOptions::sync_io), or context_
   // Legacy algorithms bind their buffers at construction: cache them per (pointer, count).
   std::map<std::pair<const void*, size_t>, std::unique_ptr<gloo::Algorithm>> allreduce_cache_;
+  std::vector<float> reduce_scatter_scratch_;  // world copies of this rank's block, then summed
   bool aborted_ = false;
   bool shm_tried_ = false;
   std::unique_ptr<ShmAllReducer> shm_;  // all-reduce when every rank shares this host

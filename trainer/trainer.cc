@@ -182,7 +182,16 @@ Trainer::StepStats Trainer::TrainStep() {
   extras_[kUploadsDone] = my_upload_done ? 1.0f : 0.0f;
   engine_->SetExtras(extras_);
   double t0 = MonoSeconds();
-  comm_.AllReduceSum(engine_->GradBuffer());  // the one gradient all-reduce of the step
+  const std::span<float> grad = engine_->GradBuffer();  // P gradient elements, then the extras
+  const size_t P = engine_->parameter_count();
+  if (config_.zero1) {
+    // Each rank updates only its block of the parameters: the gradient is reduce-scattered (half
+    // the bytes of an all-reduce); the loss, counts and flags are summed on every rank.
+    comm_.ReduceScatterSum(grad.first(P));
+    comm_.AllReduceSum(grad.subspan(P));
+  } else {
+    comm_.AllReduceSum(grad);  // the one gradient all-reduce of the step
+  }
   comm_seconds_ += MonoSeconds() - t0;
   engine_->GetExtras(extras_);
   engine_->OptimizerStep(step_, static_cast<size_t>(state_block_.begin), static_cast<size_t>(state_block_.end));

@@ -33,7 +33,10 @@ struct RunResult {
 /// Each step: every rank computes the gradient of its disjoint slice of the global batch (split
 /// into grad_accum micro-batches) scaled by 1/batch_size, then one all-reduce of the flat gradient
 /// buffer (with the loss, correct count, stop flag and checkpoint flag appended) gives every rank
-/// the global mean gradient, and every rank applies the same optimizer update.
+/// the global mean gradient, and every rank applies the same optimizer update. With ZeRO-1
+/// (config.zero1) the gradient is reduce-scattered instead (each rank gets the mean gradient of its
+/// BlockRange block only), the appended figures are all-reduced on their own, each rank updates its
+/// block with its shard of the optimizer state, and an all-gather gives every rank all parameters.
 class Trainer {
  public:
   Trainer(TrainerConfig config, Communicator& comm);

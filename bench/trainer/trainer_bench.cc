@@ -1,5 +1,6 @@
-// mltrain benchmarks: seconds per epoch (1 and 2 ranks), Gloo all-reduce GB/s beside memcpy,
-// checkpoint write MB/s (directory, and s3rver when tools/s3 is installed), SIGTERM-to-exit-75.
+// mltrain benchmarks: seconds per epoch (1 and 2 ranks), Gloo all-reduce (and reduce-scatter +
+// all-gather) GB/s beside memcpy, checkpoint write MB/s (directory, and s3rver when tools/s3 is
+// installed), SIGTERM-to-exit-75.
 // Usage: trainer_bench [--quick]   (--quick: fewer repetitions, smaller buffers)
 #include <signal.h>
 
@@ -63,9 +64,10 @@ void BenchEpochs(const TempDir& dir, bool quick) {
 
 void BenchAllReduce(bool quick) {
   std::printf("\n== Gloo all-reduce over loopback, 2 ranks (algbw = bytes/time; busbw = algbw * 2(n-1)/n) ==\n");
+  std::printf("  (rs+allgather: ReduceScatterSum then AllGather, the same result as an all-reduce)\n");
   std::printf("  %8s %12s %12s %12s %12s %14s\n", "MiB", "algorithm", "time ms", "algbw GB/s", "busbw GB/s", "memcpy GB/s");
   std::vector<size_t> sizes_mib = quick ? std::vector<size_t>{1, 16} : std::vector<size_t>{1, 4, 16, 64};
-  for (std::string algorithm : {"ring", "halving-doubling"}) {
+  for (std::string algorithm : {"ring", "halving-doubling", "rs+allgather"}) {
     for (size_t mib : sizes_mib) {
       const size_t count = mib * (1u << 20) / sizeof(float);
       const int reps = quick ? 3 : (mib >= 16 ? 5 : 20);
@@ -81,13 +83,18 @@ void BenchAllReduce(bool quick) {
           env.job_id = "bench";
           env.attempt = "0";
           CommunicatorOptions options;
-          options.allreduce_algorithm = algorithm;
+          options.allreduce_algorithm = algorithm == "rs+allgather" ? "ring" : algorithm;
           auto comm = CreateCommunicator(env, options);
           std::vector<float> data(count, 1.0f);
-          comm->AllReduceSum(data);  // warm-up (connects buffers)
+          auto sum = [&] {
+            if (algorithm != "rs+allgather") return comm->AllReduceSum(data);
+            comm->ReduceScatterSum(data);
+            comm->AllGather(data);
+          };
+          sum();  // warm-up (connects buffers)
           comm->Barrier();
           auto t0 = Clock::now();
-          for (int i = 0; i < reps; ++i) comm->AllReduceSum(data);
+          for (int i = 0; i < reps; ++i) sum();
           double t = Seconds(t0) / reps;
           comm->Barrier();
           return t;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <future>
 #include <latch>
+#include <sstream>
 #include <thread>
 
 #include "tests/trainer/test_util.h"
@@ -104,6 +105,60 @@ TEST_CASE("Gloo collectives over 3 ranks on loopback", "[trainer][comm]") {
       comm.Broadcast(bytes, 2);
       REQUIRE(bytes == std::vector<uint8_t>(5, 2));
     }, algorithm);
+  }
+}
+
+namespace {
+
+/// Integer-valued input of `rank` in [-1000, 1000], so sums over up to 5 ranks are exact in float.
+float RsInput(int rank, size_t i, int round) {
+  return static_cast<float>(static_cast<int64_t>((i * 37 + static_cast<size_t>(rank) * 101 + static_cast<size_t>(round) * 7) % 2001) - 1000);
+}
+
+/// On one rank: for every length, 3 rounds of ReduceScatterSum back to back on one buffer (no other
+/// collective between them), then an AllReduceSum of each round's input; returns the first element
+/// of this rank's block where they (or the all-reduce and the exact sum) disagree, or "" if none.
+/// Every rank makes the same calls whatever it finds, so a mismatch cannot stall its peers.
+std::string ReduceScatterMismatch(Communicator& comm, const std::vector<size_t>& lengths) {
+  const int r = comm.rank(), world = comm.world_size();
+  std::string first;
+  constexpr int kRounds = 3;
+  for (size_t n : lengths) {
+    const SampleRange mine = BlockRange(static_cast<int64_t>(n), r, world);
+    std::vector<float> data(n);
+    std::vector<std::vector<float>> blocks(kRounds);
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t i = 0; i < n; ++i) data[i] = RsInput(r, i, round);
+      comm.ReduceScatterSum(data);
+      blocks[round].assign(data.begin() + mine.begin, data.begin() + mine.end);
+    }
+    for (int round = 0; round < kRounds && n > 0; ++round) {
+      for (size_t i = 0; i < n; ++i) data[i] = RsInput(r, i, round);
+      comm.AllReduceSum(data);
+      for (auto i = static_cast<size_t>(mine.begin); i < static_cast<size_t>(mine.end); ++i) {
+        float exact = 0, got = blocks[round][i - static_cast<size_t>(mine.begin)];
+        for (int q = 0; q < world; ++q) exact += RsInput(q, i, round);
+        if ((got == data[i] && data[i] == exact) || !first.empty()) continue;
+        std::ostringstream out;
+        out << "world " << world << ", length " << n << ", round " << round << ", rank " << r << ", element " << i
+            << ": reduce-scatter " << got << ", all-reduce " << data[i] << ", exact " << exact;
+        first = out.str();
+      }
+    }
+  }
+  return first;
+}
+
+}  // namespace
+
+TEST_CASE("ReduceScatterSum leaves on every rank its BlockRange of the all-reduce for 2 to 5 ranks", "[trainer][comm]") {
+  // Lengths below the world size (some ranks own nothing), not divisible by it, and about the MLP's
+  // 235,146 parameters.
+  const std::vector<size_t> lengths{0, 1, 2, 3, 4, 5, 7, 13, 64, 1001, 235146};
+  for (int world = 2; world <= 5; ++world) {
+    std::vector<std::string> mismatch(static_cast<size_t>(world));
+    OnRanks(world, [&](Communicator& comm) { mismatch[static_cast<size_t>(comm.rank())] = ReduceScatterMismatch(comm, lengths); });
+    for (const auto& m : mismatch) CHECK(m == "");
   }
 }
 

@@ -56,11 +56,15 @@ TEST_CASE("4 ranks over Gloo give the parameters of 1 rank with the same global 
   // The run did move the parameters (the comparison is not vacuous).
   CHECK(RelativeError(b.params, LoadLatest(dir / "four").params) == 0);
   CHECK(b.params != std::vector<float>(b.params.size(), b.params[0]));
-  // ZeRO-1 changes where the optimizer state lives, not the arithmetic: bit-identical to plain DP.
+  // ZeRO-1 shards the optimizer state and reduce-scatters the gradient: the same sums as the ring
+  // all-reduce of plain DP, added in another order (rank order), so equal up to rounding.
   REQUIRE(RunRanks(4, SmallRunArgs(dir / "zero"), {"--max-steps", "6", "--zero1"}, dir / "zero") == std::vector<int>(4, 0));
   TrainingState z = LoadLatest(dir / "zero");
-  CHECK(z.params == b.params);
-  CHECK(z.second_moment == b.second_moment);
+  REQUIRE(z.step == 6);
+  INFO("ZeRO-1 vs plain DP: params " << RelativeError(z.params, b.params) << ", second moment " << RelativeError(z.second_moment, b.second_moment));
+  CHECK(RelativeError(z.params, b.params) <= 1e-6);
+  CHECK(RelativeError(z.second_moment, b.second_moment) <= 1e-5);
+  CHECK(RelativeError(z.params, a.params) <= 1e-5);
 }
 
 TEST_CASE("Stopping at step K and resuming is bit-identical to an uninterrupted run", "[trainer][process]") {
