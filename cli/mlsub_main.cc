@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -87,7 +89,13 @@ int main(int argc, char** argv) {
   const int timeout_s = 30;
   SchedClient client(sub.value->options.server.value_or(""), timeout_s);
   int64_t job_id = 0;
-  RpcStatus st = client.SubmitJob(sub.value->spec, &job_id);
+  // Transient failures (schedd restarting, an answer lost) are retried with the same submission
+  // key, so a retry never makes a second job: $MLSCHED_SUBMIT_RETRY seconds, default 15.
+  double retry_s = 15;
+  if (const char* r = std::getenv("MLSCHED_SUBMIT_RETRY"); r && *r) retry_s = std::max(0.0, std::atof(r));
+  RpcStatus st = client.SubmitJob(sub.value->spec, &job_id, retry_s, [&](const RpcStatus& failed, double wait_s) {
+    std::cerr << "mlsub: " << failed.message << "; retrying in " << wait_s << " s\n";
+  });
   if (!st.ok()) {
     std::cerr << DescribeRpcError("mlsub", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);

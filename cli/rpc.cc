@@ -1,6 +1,14 @@
 #include "cli/rpc.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
 
 #include "cli/exit_codes.h"
 #include "common/client.h"
@@ -38,13 +46,44 @@ SchedClient::~SchedClient() = default;
 
 const std::string& SchedClient::Address() const { return impl_->address; }
 
-RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id) {
+std::string NewSubmissionKey() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string key;
+  for (unsigned char b : bytes) {
+    key += kHex[b >> 4];
+    key += kHex[b & 15];
+  }
+  return key;
+}
+
+RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s,
+                                 const std::function<void(const RpcStatus&, double)>& on_retry) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
-  v1::SubmitJobResponse resp;
-  RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); });
-  *job_id = resp.job_id();
-  return st;
+  req.set_submission_key(NewSubmissionKey());
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(retry_s);
+  double wait_s = 0.25;
+  for (;;) {
+    v1::SubmitJobResponse resp;
+    RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); });
+    *job_id = resp.job_id();
+    const bool transient = st.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
+                           st.code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED);
+    if (st.ok() || !transient ||
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s) > give_up)
+      return st;
+    if (on_retry) on_retry(st, wait_s);
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+    wait_s = std::min(wait_s * 2, 4.0);
+  }
 }
 
 RpcStatus SchedClient::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,7 +33,12 @@ class SchedClient {
   /// The resolved address ("unix:/path" or "host:port").
   const std::string& Address() const;
 
-  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id);
+  /// Submits with a fresh random submission key (128 bits, hex) and retries UNAVAILABLE and
+  /// DEADLINE_EXCEEDED answers with the same key, backing off 0.25 s doubling to 4 s, for at most
+  /// `retry_s` seconds: schedd stores the job once however many tries reach it (a lost answer, a
+  /// restart). `on_retry(status, wait_s)` is told before each wait.
+  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s = 0,
+                      const std::function<void(const RpcStatus&, double)>& on_retry = {});
   RpcStatus ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   RpcStatus CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp);
   RpcStatus GetJob(int64_t job_id, v1::JobInfo* job);
@@ -47,6 +53,9 @@ class SchedClient {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// A random submission key: 32 hex digits from getrandom(2).
+std::string NewSubmissionKey();
 
 /// The error line for a failed call, prefixed with the tool's name. schedd's message is printed as
 /// is; unreachable and timed-out calls name the address:

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <map>
 #include <optional>
@@ -316,7 +317,18 @@ Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t n
   return {};
 }
 
-Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id) {
+Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id,
+                          const std::string& submission_key) {
+  if (submission_key.size() > 64 ||
+      !std::all_of(submission_key.begin(), submission_key.end(),
+                   [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; }))
+    return {Status::kInvalidArgument, "submission key: at most 64 letters, digits, '-', '_' or '.'"};
+  // A retry of a submission that was stored (its answer lost): the same job, no new admission.
+  if (!submission_key.empty())
+    if (auto id = store_.LookupSubmission(caller.user, caller.uid, submission_key)) {
+      *job_id = *id;
+      return {};
+    }
   // Rounds, as in SelectJobs: validate under the lock from memory and the rows loaded so far,
   // noting the rows a dependency needed (jobs that ended long ago, an old array's elements); load
   // them with the lock released; again until nothing is missing. The store is never read under
@@ -350,11 +362,13 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
       loaded[id] = store_.LoadJob(id);
     }
   }
-  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id);
+  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id, submission_key);
   JobRow row = NewRow(caller, spec, now);
   row.spec = spec.SerializeAsString();
-  int64_t id = store_.InsertJob(std::move(row)).get();  // durable from here on
-  {
+  row.submission_key = submission_key;
+  const InsertedJob inserted = store_.InsertJob(std::move(row)).get();  // durable from here on
+  const int64_t id = inserted.id;
+  if (!inserted.existed) {  // else a concurrent retry with the same key stored it first
     std::lock_guard lk(mu_);
     jobs_.emplace(id, NewRec(id, caller, spec, now));
   }

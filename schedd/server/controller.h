@@ -83,8 +83,11 @@ class Controller {
 
   // ---- JobService ----
   /// Validates and durably stores a job; returns its id, or INVALID_ARGUMENT naming the field, or
-  /// PERMISSION_DENIED naming the association rule (and policy line) that refuses it.
-  Status Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id);
+  /// PERMISSION_DENIED naming the association rule (and policy line) that refuses it. With a
+  /// `submission_key` (at most 64 bytes of [A-Za-z0-9._-]) the call is idempotent: a key this user
+  /// already used (Store::kSubmissionKeyTtl) returns that job's id and creates nothing.
+  Status Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id,
+                const std::string& submission_key = "");
   /// Cancels (or signals) the selected jobs; per-job errors in the response.
   v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now);
   /// Jobs matching the filters: live ones plus recently finished; explicit ids also from disk.
@@ -246,7 +249,8 @@ class Controller {
   /// naming the term when the text is bad or a job does not exist.
   Status ResolveDependencyLocked(v1::JobSpec& spec, const RowLookup& rows);
   /// Stores one job per element of spec.array with consecutive ids; *job_id = the first.
-  Status SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id);
+  Status SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id,
+                     const std::string& submission_key);
   /// Ids selected by explicit ids (array ids expanded) and references; bad references in `errors`.
   std::vector<int64_t> SelectJobsLocked(const google::protobuf::RepeatedField<int64_t>& ids,
                                         const google::protobuf::RepeatedPtrField<std::string>& refs,

@@ -86,11 +86,13 @@ Status Controller::ResolveDependencyLocked(v1::JobSpec& spec, const RowLookup& r
   return {};
 }
 
-Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id) {
+Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id,
+                               const std::string& submission_key) {
   core::ArrayRequest arr;
   if (auto err = core::ParseArray(spec.array(), cfg_.max_array_size, &arr))
     return {Status::kInvalidArgument, "array: " + *err};
-  const JobRow row = NewRow(caller, spec, now);
+  JobRow row = NewRow(caller, spec, now);
+  row.submission_key = submission_key;
   auto element = [spec, arr](int64_t first, size_t i) {
     v1::JobSpec e = spec;
     auto* a = e.mutable_array_index();
@@ -102,10 +104,13 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
     a->set_task_max(arr.task_ids.back());
     return e;
   };
-  const int64_t first =
+  const InsertedJob inserted =
       store_.InsertJobArray(row, arr.task_ids.size(), [element](int64_t f, size_t i) {
         return element(f, i).SerializeAsString();
       }).get();  // durable from here on
+  const int64_t first = inserted.id;
+  *job_id = first;
+  if (inserted.existed) return {};  // a concurrent retry with the same key stored it first
   {
     std::lock_guard lk(mu_);
     for (size_t i = 0; i < arr.task_ids.size(); ++i) {

@@ -55,7 +55,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/SubmitJob", &c); !st.ok()) return st;
     int64_t id = 0;
-    Status s = ctl_.Submit(c, req->spec(), WallNow(), &id);
+    Status s = ctl_.Submit(c, req->spec(), WallNow(), &id, req->submission_key());
     resp->set_job_id(id);
     return ToGrpc(s);
   });

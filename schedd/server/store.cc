@@ -113,7 +113,29 @@ const char* const kMigrations[] = {
     // 4: how often each job was preempted (QoS) and evicted (spot), for placement and mlq.
     "ALTER TABLE jobs ADD COLUMN preempt_count INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN evictions INTEGER NOT NULL DEFAULT 0;",
+    // 5: idempotent submissions: the client's key -> the job it created (pruned after kSubmissionKeyTtl).
+    "CREATE TABLE submissions (user TEXT NOT NULL, uid INTEGER NOT NULL, key TEXT NOT NULL,"
+    "  job_id INTEGER NOT NULL, time INTEGER NOT NULL, PRIMARY KEY (user, uid, key));"
+    "CREATE INDEX submissions_by_time ON submissions(time);",
 };
+
+// In the writer's transaction: the job an earlier submission with row's key created, if any; else
+// records `id` for the key (and forgets keys older than kSubmissionKeyTtl).
+std::optional<int64_t> ExistingSubmission(sqlite3* db, const JobRow& row) {
+  if (row.submission_key.empty()) return std::nullopt;
+  Stmt q(db, "SELECT job_id FROM submissions WHERE user=? AND uid=? AND key=?");
+  q.BindText(1, row.user).Bind(2, row.uid).BindText(3, row.submission_key);
+  if (q.Step()) return q.Int(0);
+  return std::nullopt;
+}
+
+void RecordSubmission(sqlite3* db, const JobRow& row, int64_t id) {
+  if (row.submission_key.empty()) return;
+  Stmt prune(db, "DELETE FROM submissions WHERE time < ?");
+  prune.Bind(1, row.submit_time - kSubmissionKeyTtl).Step();
+  Stmt ins(db, "INSERT INTO submissions(user, uid, key, job_id, time) VALUES (?,?,?,?,?)");
+  ins.BindText(1, row.user).Bind(2, row.uid).BindText(3, row.submission_key).Bind(4, id).Bind(5, row.submit_time).Step();
+}
 
 }  // namespace
 
@@ -258,29 +280,40 @@ void Store::WriterLoop() {
   }
 }
 
-std::future<int64_t> Store::InsertJob(JobRow row) {
-  auto p = std::make_shared<std::promise<int64_t>>();
-  auto id = std::make_shared<int64_t>(0);
+std::future<InsertedJob> Store::InsertJob(JobRow row) {
+  auto p = std::make_shared<std::promise<InsertedJob>>();
+  auto out = std::make_shared<InsertedJob>();
   Enqueue(
-      [row = std::move(row), id](sqlite3* db) {
+      [row = std::move(row), out](sqlite3* db) {
+        if (auto existing = ExistingSubmission(db, row)) {
+          *out = InsertedJob{*existing, true};
+          return;
+        }
         Stmt s(db,
                "INSERT INTO jobs(spec, user, uid, gid, state, reason, submit_time, attempt, requeue_count) "
                "VALUES (?,?,?,?,?,?,?,?,?)");
         s.Bind(1, row.spec).BindText(2, row.user).Bind(3, row.uid).Bind(4, row.gid).BindText(5, row.state)
             .BindText(6, row.reason).Bind(7, row.submit_time).Bind(8, row.attempt).Bind(9, row.requeue_count);
         s.Step();
-        *id = sqlite3_last_insert_rowid(db);
+        *out = InsertedJob{sqlite3_last_insert_rowid(db), false};
+        RecordSubmission(db, row, out->id);
       },
-      [p, id](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*id); });
+      [p, out](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*out); });
   return p->get_future();
 }
 
-std::future<int64_t> Store::InsertJobArray(JobRow row, size_t count,
-                                           std::function<std::string(int64_t, size_t)> spec_of) {
-  auto p = std::make_shared<std::promise<int64_t>>();
+std::future<InsertedJob> Store::InsertJobArray(JobRow row, size_t count,
+                                               std::function<std::string(int64_t, size_t)> spec_of) {
+  auto p = std::make_shared<std::promise<InsertedJob>>();
   auto first = std::make_shared<int64_t>(0);
+  auto existed = std::make_shared<bool>(false);
   Enqueue(
-      [row = std::move(row), count, spec_of = std::move(spec_of), first](sqlite3* db) {
+      [row = std::move(row), count, spec_of = std::move(spec_of), first, existed](sqlite3* db) {
+        if (auto existing = ExistingSubmission(db, row)) {
+          *first = *existing;
+          *existed = true;
+          return;
+        }
         Stmt s(db,
                "INSERT INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, attempt, requeue_count) "
                "VALUES (?,?,?,?,?,?,?,?,?,?)");
@@ -299,8 +332,9 @@ std::future<int64_t> Store::InsertJobArray(JobRow row, size_t count,
               .Bind(10, row.requeue_count);
           s.Step();
         }
+        RecordSubmission(db, row, *first);
       },
-      [p, first](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*first); });
+      [p, first, existed](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(InsertedJob{*first, *existed}); });
   return p->get_future();
 }
 
@@ -429,6 +463,14 @@ std::vector<JobRow> Store::LoadJobs(int64_t finished_since) {
   std::vector<JobRow> out;
   while (s.Step()) out.push_back(ReadJob(s));
   return out;
+}
+
+std::optional<int64_t> Store::LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_, "SELECT job_id FROM submissions WHERE user=? AND uid=? AND key=?");
+  s.BindText(1, user).Bind(2, uid).BindText(3, key);
+  if (!s.Step()) return std::nullopt;
+  return s.Int(0);
 }
 
 std::optional<JobRow> Store::LoadJob(int64_t id) {

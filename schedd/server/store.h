@@ -37,7 +37,18 @@ struct JobRow {
   std::string placement;
   int32_t preempt_count = 0;  // QoS preemptions so far
   int32_t evictions = 0;      // spot evictions so far
+  std::string submission_key;  // insert only: the client's idempotency key ("" = none)
 };
+
+/// What an insert did: the job's id (an array's first), and whether a job with the same
+/// (user, uid, submission_key) existed already, in which case nothing was inserted.
+struct InsertedJob {
+  int64_t id = 0;
+  bool existed = false;
+};
+
+/// How long submission keys are remembered (seconds): a retry after that creates a new job.
+inline constexpr int64_t kSubmissionKeyTtl = 7 * 86400;
 
 /// One launch attempt of a job: the accounting record (like a sacct step). Written when the
 /// attempt starts (end_time 0) and completed when it ends.
@@ -88,12 +99,14 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  /// Inserts a new job; the id is assigned by the database (monotonic). Ready once durable.
-  std::future<int64_t> InsertJob(JobRow row);
+  /// Inserts a new job; the id is assigned by the database (monotonic). Ready once durable. With
+  /// row.submission_key set, the key is recorded in the same transaction, and a key the same user
+  /// already used (within kSubmissionKeyTtl) inserts nothing and gives the existing id.
+  std::future<InsertedJob> InsertJob(JobRow row);
   /// Inserts `count` jobs in one transaction with consecutive ids (a job array); row i is `row` with
   /// spec `spec_of(first_id, i)`. `spec_of` runs on the writer thread. Ready with the first id once
   /// durable.
-  std::future<int64_t> InsertJobArray(JobRow row, size_t count,
+  std::future<InsertedJob> InsertJobArray(JobRow row, size_t count,
                                       std::function<std::string(int64_t first_id, size_t i)> spec_of);
   /// Writes every mutable column of an existing job (state, times, placement, ...) and, when
   /// `event_kind` is not empty, an event row in the same transaction. Ready once durable.
@@ -114,6 +127,8 @@ class Store {
 
   /// Jobs not in a final state, plus final jobs that ended at or after `finished_since`.
   std::vector<JobRow> LoadJobs(int64_t finished_since);
+  /// The job a (user, uid, key) submission created, if remembered (reader connection).
+  std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key);
   /// One job by id from disk, if present.
   std::optional<JobRow> LoadJob(int64_t id);
   /// Every job that ended in [start, end), for reports.

@@ -115,11 +115,18 @@ TEST_CASE("mladmin policy check needs no schedd: 0 with a summary, 1 with FILE:L
   CHECK(r.out.empty());
 }
 
+TEST_CASE("mlsub retries an unreachable schedd with backoff and then exits 3", "[cli][tools]") {
+  auto r = Run("MLSCHED_SUBMIT_RETRY=1 " + kMlsub + " --wrap true");
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("; retrying in 0.25 s") && Catch::Contains("; retrying in 0.5 s") &&
+                        Catch::Contains("mlsub: cannot reach schedd at unix:"));
+}
+
 TEST_CASE("an unreachable schedd exits 3 and names the address", "[cli][tools]") {
   for (const auto& [tool, args] : std::vector<std::pair<std::string, std::string>>{
            {kMlsub, "--wrap true"}, {kMlq, ""}, {kMlcancel, "5"}, {kMladmin, "nodes"}, {kMladmin, "policy reload"},
            {kMlq, "--explain 5"}}) {
-    auto r = Run(tool + " " + args);
+    auto r = Run("MLSCHED_SUBMIT_RETRY=0 " + tool + " " + args);
     INFO(tool);
     CHECK(r.exit_code == 3);
     CHECK_THAT(r.err, Catch::Contains(": cannot reach schedd at unix:") && Catch::Contains("no-schedd.sock"));

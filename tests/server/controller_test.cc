@@ -650,3 +650,32 @@ TEST_CASE("dependencies on jobs and array elements that left memory resolve from
   CHECK(st.code == Status::kInvalidArgument);
   CHECK_THAT(st.message, Catch::Contains("has no element 9"));
 }
+
+TEST_CASE("a retried submission with the same key returns the same job and admits nothing twice", "[server][idempotency]") {
+  World w;
+  int64_t a = 0, b = 0, c = 0;
+  REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now, &a, "key-1").ok());
+  REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now + 5, &b, "key-1").ok());
+  CHECK(a == b);
+  REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now, &c, "key-2").ok());
+  CHECK(c != a);
+  v1::ListJobsRequest all;
+  CHECK(w.ctl->List(Root(), all).size() == 2);
+  v1::JobSpec arr = Spec(1);
+  arr.set_array("0-3");
+  int64_t first = 0, again = 0;
+  REQUIRE(w.ctl->Submit(w.alice, arr, w.now, &first, "array-1").ok());
+  REQUIRE(w.ctl->Submit(w.alice, arr, w.now, &again, "array-1").ok());
+  CHECK(again == first);
+  CHECK(w.ctl->List(Root(), all).size() == 6);
+  int64_t id = 0;
+  Status bad = w.ctl->Submit(w.alice, Spec(1), w.now, &id, "no spaces allowed");
+  CHECK(bad.code == Status::kInvalidArgument);
+  CHECK_THAT(bad.message, Catch::Contains("submission key"));
+  // After a restart (a new controller over the same store) the key still names the job.
+  w.ctl.reset();
+  w.Start(core::PolicySet{});
+  w.ctl->Recover(w.now + 10);
+  REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now + 10, &b, "key-1").ok());
+  CHECK(b == a);
+}

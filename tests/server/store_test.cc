@@ -20,9 +20,9 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
     r.spec = "spec-a";
     r.user = "alice";
     r.submit_time = 100;
-    a = s.InsertJob(r).get();
+    a = s.InsertJob(r).get().id;
     r.spec = "spec-b";
-    b = s.InsertJob(r).get();
+    b = s.InsertJob(r).get().id;
     CHECK(b > a);
     JobRow upd = *s.LoadJob(a);
     upd.state = "RUNNING";
@@ -49,7 +49,7 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
 TEST_CASE("store groups concurrent inserts and loses none", "[store]") {
   TempDir dir;
   Store s(dir.path.string());
-  std::vector<std::future<int64_t>> f;
+  std::vector<std::future<InsertedJob>> f;
   for (int i = 0; i < 500; ++i) {
     JobRow r;
     r.spec = "x";
@@ -57,7 +57,7 @@ TEST_CASE("store groups concurrent inserts and loses none", "[store]") {
     f.push_back(s.InsertJob(r));
   }
   std::set<int64_t> ids;
-  for (auto& x : f) ids.insert(x.get());
+  for (auto& x : f) ids.insert(x.get().id);
   CHECK(ids.size() == 500);
   CHECK(s.LoadJobs(0).size() == 500);
 }
@@ -68,7 +68,7 @@ TEST_CASE("store keeps finished jobs out of the live load unless recent", "[stor
   JobRow r;
   r.spec = "x";
   r.user = "u";
-  int64_t id = s.InsertJob(r).get();
+  int64_t id = s.InsertJob(r).get().id;
   JobRow done = *s.LoadJob(id);
   done.state = "COMPLETED";
   done.end_time = 1000;
@@ -88,10 +88,10 @@ TEST_CASE("store array inserts get consecutive ids even beside other inserts", "
   Store s(dir.path.string());
   JobRow r;
   r.user = "alice";
-  const int64_t before = s.InsertJob(r).get();
+  const int64_t before = s.InsertJob(r).get().id;
   auto array = s.InsertJobArray(r, 5, [](int64_t first, size_t i) { return std::to_string(first) + "_" + std::to_string(i); });
-  const int64_t after = s.InsertJob(r).get();
-  const int64_t first = array.get();
+  const int64_t after = s.InsertJob(r).get().id;
+  const int64_t first = array.get().id;
   CHECK(first == before + 1);
   CHECK(after == first + 5);
   for (size_t i = 0; i < 5; ++i)
@@ -135,4 +135,48 @@ TEST_CASE("the state directory is private: 0700, state.db and its WAL files 0600
     CHECK(mode(shared) == 0755);
     CHECK(mode(shared / "state.db") == 0600);
   }
+}
+
+TEST_CASE("a submission key stores one job per user however often it is retried, across restarts", "[store][idempotency]") {
+  TempDir dir;
+  JobRow r;
+  r.spec = "x";
+  r.user = "alice";
+  r.uid = 1001;
+  r.submit_time = 1000;
+  r.submission_key = "3f2a9c";
+  int64_t id = 0;
+  {
+    Store s(dir.path.string());
+    InsertedJob first = s.InsertJob(r).get();
+    CHECK_FALSE(first.existed);
+    id = first.id;
+    std::vector<std::future<InsertedJob>> retries;  // the same request, again and again, in one group commit
+    for (int i = 0; i < 5; ++i) retries.push_back(s.InsertJob(r));
+    for (auto& f : retries) {
+      InsertedJob again = f.get();
+      CHECK(again.existed);
+      CHECK(again.id == id);
+    }
+    JobRow bob = r;
+    bob.user = "bob";
+    bob.uid = 1002;
+    CHECK(s.InsertJob(bob).get().id != id);  // keys are per user
+    JobRow array = r;
+    array.submission_key = "array-key";
+    auto a = s.InsertJobArray(array, 3, [](int64_t, size_t) { return std::string("e"); }).get();
+    CHECK(s.InsertJobArray(array, 3, [](int64_t, size_t) { return std::string("e"); }).get().id == a.id);
+    CHECK(s.LoadJobs(0).size() == 5);  // alice's job, bob's, 3 array elements
+  }
+  Store s(dir.path.string());
+  CHECK(s.LookupSubmission("alice", 1001, "3f2a9c") == id);
+  CHECK_FALSE(s.LookupSubmission("alice", 1001, "other"));
+  CHECK_FALSE(s.LookupSubmission("mallory", 1001, "3f2a9c"));
+  CHECK(s.InsertJob(r).get().id == id);
+  // Keys are forgotten after kSubmissionKeyTtl (pruned by a later insert).
+  JobRow later = r;
+  later.submission_key = "later";
+  later.submit_time = r.submit_time + kSubmissionKeyTtl + 1;
+  s.InsertJob(later).get();
+  CHECK_FALSE(s.LookupSubmission("alice", 1001, "3f2a9c"));
 }
