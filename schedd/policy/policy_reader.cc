@@ -342,7 +342,12 @@ core::AccountPolicy PolicyReader::ReadAccount(const toml::table& t, const std::s
   Int(t, "shares", a.shares, 0, ctx);
   int64_t cpus = 0;
   Int(t, "max_cpus", cpus, 0, ctx);
-  a.max_cpu_millis = cpus * 1000;
+  constexpr int64_t kMaxCpus = int64_t{1} << 40;  // cores; x 1000 millicores stays far from overflow
+  if (cpus > kMaxCpus)
+    Error(t.get("max_cpus")->source(), "'max_cpus' in " + ctx + ": must be <= " + std::to_string(kMaxCpus) + ", got " +
+                                           std::to_string(cpus));
+  else
+    a.max_cpu_millis = cpus * 1000;
   Int(t, "max_gpus", a.max_gpus, 0, ctx);
   Int32(t, "max_running_jobs", a.max_running_jobs, 0, ctx);
   ReadAccountUsers(t, ctx, a);

@@ -199,6 +199,16 @@ TEST_CASE("durations: seconds, unit groups and Slurm clock forms", "[policy]") {
 // Found by review and confirmed with fuzz/units_fuzz.cc (UBSan): unit groups were summed without
 // a bound, so "999999999999w" x 16 overflowed int64. Durations are now capped at kMaxDuration,
 // and so are integer seconds in a policy file.
+TEST_CASE("an account's max_cpus too large for millicores is an error, not an overflow", "[policy][fuzz]") {
+  // Found by the policy fuzz target: max_cpus * 1000 overflowed int64 (UBSan).
+  auto r = ParsePolicy("[[accounts]]\nname = \"prod\"\nmax_cpus = 4095555555555555556\n", "p.toml");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.ErrorText(), Catch::Contains("p.toml:3:") && Catch::Contains("'max_cpus'") && Catch::Contains("must be <="));
+  auto ok = ParsePolicy("[[accounts]]\nname = \"prod\"\nmax_cpus = 4096\n", "p.toml");
+  REQUIRE(ok.ok());
+  CHECK(ok.policy->accounts.back().max_cpu_millis == 4096000);
+}
+
 TEST_CASE("durations beyond 1000 years are invalid, not overflows", "[policy][fuzz]") {
   std::string many;
   for (int i = 0; i < 16; ++i) many += "999999999999w";
