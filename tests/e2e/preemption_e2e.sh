@@ -29,11 +29,12 @@ cluster_up
 OUT="$MLSCHED_STATE/out"
 export MLTRAIN="$BIN/trainer/mltrain"
 low=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J low -n 2 -c 2 --qos low -t 10:00 --checkpoint-interval 2s -o 'low-%j-%t.out' \
-  --wrap 'exec "$MLTRAIN" --epochs 3 --threads 1 --checkpoint-url "$MLSCHED_CHECKPOINT_URL/low-$MLSCHED_JOB_ID" --checkpoint-every 2s --metrics-out "metrics-$RANK.json"')
+  --wrap 'exec "$MLTRAIN" --epochs 40 --threads 1 --checkpoint-url "$MLSCHED_CHECKPOINT_URL/low-$MLSCHED_JOB_ID" --checkpoint-every 2s --metrics-out "metrics-$RANK.json"')
 wait_for "$low" RUNNING 30
 say "low job $low running; waiting for its first checkpoint"
 for _ in $(seq 1 300); do
   grep -q '"last_checkpoint_step":[1-9]' "$MLSCHED_STATE"/agents/*/jobs/"$low".1/status-0.json 2>/dev/null && break
+  [ "$(field "$low" %T)" = RUNNING ] || fail "low job $low is $(field "$low" %T) before its first checkpoint (too short to preempt?)"
   sleep 0.2
 done
 grep -q 'checkpoint .* committed' "$OUT/low-$low-0.out" || fail "low job $low never checkpointed"
