@@ -227,9 +227,14 @@ void GlooCommunicator::SetUpSharedMemory(size_t capacity) {
   if (shm_ && env_.rank == 0) LogInfo("all ranks share this host: all-reduce through shared memory");
 }
 
+bool GlooCommunicator::UseSharedMemory(size_t count) {
+  // The first collective's size sets the segment's capacity (the gradient buffer in practice).
+  if (options_.shm_allreduce && !shm_tried_ && env_.world_size > 1) SetUpSharedMemory(std::max<size_t>(count, 4096));
+  return shm_ && count <= shm_->capacity();  // the same decision on every rank: sizes agree
+}
+
 void GlooCommunicator::AllReduceSum(std::span<float> data) {
-  if (options_.shm_allreduce && !shm_tried_ && env_.world_size > 1) SetUpSharedMemory(data.size());
-  if (shm_ && data.size() <= shm_->capacity()) {  // the same decision on every rank: sizes agree
+  if (UseSharedMemory(data.size())) {
     Guard("all-reduce", [&] { shm_->AllReduceSum(data, options_.collective_timeout); });
     return;
   }
@@ -257,6 +262,10 @@ void GlooCommunicator::ReduceScatterSum(std::span<float> data) {
   // block q of every rank to rank q (each rank sends and receives (world-1)/world of the buffer,
   // half the bytes of an all-reduce), and the owner adds the world copies in rank order.
   if (data.empty()) return;
+  if (UseSharedMemory(data.size())) {
+    Guard("reduce-scatter", [&] { shm_->ReduceScatterSum(data, options_.collective_timeout); });
+    return;
+  }
   Guard("reduce-scatter", [&] {
     const int world = env_.world_size;
     const auto count = static_cast<int64_t>(data.size());
@@ -282,6 +291,10 @@ void GlooCommunicator::ReduceScatterSum(std::span<float> data) {
 }
 
 void GlooCommunicator::AllGather(std::span<float> data) {
+  if (UseSharedMemory(data.size())) {
+    Guard("all-gather", [&] { shm_->AllGather(data, options_.collective_timeout); });
+    return;
+  }
   Guard("all-gather", [&] {
     std::vector<size_t> counts(env_.world_size);
     for (int r = 0; r < env_.world_size; ++r) counts[r] = static_cast<size_t>(BlockRange(static_cast<int64_t>(data.size()), r, env_.world_size).size());

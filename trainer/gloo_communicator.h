@@ -67,6 +67,9 @@ class GlooCommunicator final : public Communicator {
   std::map<std::pair<const void*, size_t>, std::unique_ptr<gloo::Algorithm>> allreduce_cache_;
   std::vector<float> reduce_scatter_scratch_;  // world copies of this rank's block, then summed
   bool aborted_ = false;
+  /// Sets up shared memory on the first call (collective) and says whether a collective of
+  /// `count` floats goes through it; the same answer on every rank.
+  bool UseSharedMemory(size_t count);
   bool shm_tried_ = false;
   std::unique_ptr<ShmAllReducer> shm_;  // all-reduce when every rank shares this host
 };

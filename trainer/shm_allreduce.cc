@@ -26,21 +26,27 @@ std::runtime_error SysError(const std::string& what, const std::string& name) {
 }
 }  // namespace
 
-/// Segment layout: this header, then world_size slots of `capacity` floats (one per rank's input),
-/// then the reduced buffer of `capacity` floats. Counters sit on their own cache lines.
+/// Segment layout: this header, then two buffer sets (call g uses set g % 2), each world_size slots
+/// of `capacity` floats (one per rank's input) and one shared buffer of `capacity` floats (reduced
+/// blocks, gathered blocks). Counters sit on their own cache lines.
+///
+/// Why two sets: every call passes at least one barrier, and a rank arrives at call g's first
+/// barrier only after its reads of call g-1 are done; so when a rank writes set g % 2 in call g, all
+/// reads of call g-2 (the last user of that set) are over. One barrier per reduce-scatter,
+/// all-gather and small all-reduce, instead of a second one to protect the buffers.
 struct ShmAllReducer::Header {
   uint64_t magic;
   uint64_t world_size;
   uint64_t capacity;
   struct alignas(kAlign) Rank {
-    std::atomic<uint64_t> arrived;  // 2g+1: input of call g copied; 2g+2: block of call g reduced
+    std::atomic<uint64_t> arrived;  // barriers passed (the same sequence on every rank)
     std::atomic<int64_t> pid;
   } ranks[kMaxRanks];
 };
 
 size_t ShmAllReducer::SegmentBytes(int world_size, size_t capacity) {
   size_t slot = (capacity * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-  return sizeof(Header) + slot * (static_cast<size_t>(world_size) + 1);
+  return sizeof(Header) + 2 * slot * (static_cast<size_t>(world_size) + 1);
 }
 
 ShmAllReducer::ShmAllReducer(void* base, size_t bytes, int rank, int world_size, size_t capacity)
@@ -122,26 +128,56 @@ void ShmAllReducer::Arrive(uint64_t value, std::chrono::steady_clock::time_point
   }
 }
 
-void ShmAllReducer::AllReduceSum(std::span<float> data, std::chrono::milliseconds timeout) {
-  if (data.size() > capacity_) throw std::invalid_argument("shared-memory all-reduce: buffer larger than the segment");
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+ShmAllReducer::Buffers ShmAllReducer::Begin(size_t count, const char* what) {
+  if (count > capacity_) throw std::invalid_argument(std::string("shared-memory ") + what + ": buffer larger than the segment");
   const size_t slot = (capacity_ * sizeof(float) + kAlign - 1) / kAlign * kAlign / sizeof(float);
-  float* slots = reinterpret_cast<float*>(static_cast<char*>(base_) + sizeof(Header));
-  float* reduced = slots + slot * static_cast<size_t>(world_);
-  const uint64_t g = generation_++;
-  std::memcpy(slots + slot * static_cast<size_t>(rank_), data.data(), data.size_bytes());
-  Arrive(2 * g + 1, deadline);  // every input is in place (and every rank finished call g-1)
-  const SampleRange mine = BlockRange(static_cast<int64_t>(data.size()), rank_, world_);
-  // reduced = slot 0 + slot 1 + ... in rank order for every element (one vectorizable pass per rank).
-  float* out = reduced + mine.begin;
-  const size_t n = static_cast<size_t>(mine.size());
-  std::memcpy(out, slots + mine.begin, n * sizeof(float));
+  float* set = reinterpret_cast<float*>(static_cast<char*>(base_) + sizeof(Header)) +
+               (generation_++ % 2) * slot * (static_cast<size_t>(world_) + 1);
+  return {set, slot, set + slot * static_cast<size_t>(world_)};
+}
+
+void ShmAllReducer::SumInRankOrder(const Buffers& b, size_t begin, size_t n, float* out) const {
+  // out = slot 0 + slot 1 + ... in rank order for every element: every rank computes any element
+  // the same way, so all paths (all-reduce, reduce-scatter) give bit-identical sums.
+  std::memcpy(out, b.slots + begin, n * sizeof(float));
   for (int r = 1; r < world_; ++r) {
-    const float* in = slots + slot * static_cast<size_t>(r) + mine.begin;
+    const float* in = b.slots + b.slot * static_cast<size_t>(r) + begin;
     for (size_t i = 0; i < n; ++i) out[i] += in[i];
   }
-  Arrive(2 * g + 2, deadline);  // every block is reduced
-  std::memcpy(data.data(), reduced, data.size_bytes());
+}
+
+void ShmAllReducer::AllReduceSum(std::span<float> data, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Buffers b = Begin(data.size(), "all-reduce");
+  std::memcpy(b.slots + b.slot * static_cast<size_t>(rank_), data.data(), data.size_bytes());
+  Arrive(++phase_, deadline);  // every input is in place
+  if (data.size() <= kSmallAllReduce) {  // reducing it all on every rank is cheaper than a barrier
+    SumInRankOrder(b, 0, data.size(), data.data());
+    return;
+  }
+  const SampleRange mine = BlockRange(static_cast<int64_t>(data.size()), rank_, world_);
+  SumInRankOrder(b, static_cast<size_t>(mine.begin), static_cast<size_t>(mine.size()), b.shared + mine.begin);
+  Arrive(++phase_, deadline);  // every block is reduced
+  std::memcpy(data.data(), b.shared, data.size_bytes());
+}
+
+void ShmAllReducer::ReduceScatterSum(std::span<float> data, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Buffers b = Begin(data.size(), "reduce-scatter");
+  std::memcpy(b.slots + b.slot * static_cast<size_t>(rank_), data.data(), data.size_bytes());
+  Arrive(++phase_, deadline);
+  const SampleRange mine = BlockRange(static_cast<int64_t>(data.size()), rank_, world_);
+  SumInRankOrder(b, static_cast<size_t>(mine.begin), static_cast<size_t>(mine.size()), data.data() + mine.begin);
+}
+
+void ShmAllReducer::AllGather(std::span<float> data, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Buffers b = Begin(data.size(), "all-gather");
+  const SampleRange mine = BlockRange(static_cast<int64_t>(data.size()), rank_, world_);
+  std::memcpy(b.shared + mine.begin, data.data() + mine.begin, static_cast<size_t>(mine.size()) * sizeof(float));
+  Arrive(++phase_, deadline);
+  std::memcpy(data.data(), b.shared, static_cast<size_t>(mine.begin) * sizeof(float));
+  std::memcpy(data.data() + mine.end, b.shared + mine.end, (data.size() - static_cast<size_t>(mine.end)) * sizeof(float));
 }
 
 }  // namespace mltrain

@@ -1,5 +1,6 @@
-// The shared-memory all-reduce for same-host ranks: sums equal to the exact ones and identical on
-// every rank for 2-5 ranks and awkward lengths, back-to-back calls, segments planted by others
+// The shared-memory collectives for same-host ranks: sums equal to the exact ones and identical on
+// every rank for 2-5 ranks and awkward lengths, back-to-back calls, reduce-scatter and all-gather
+// equal to the all-reduce bit for bit, segments planted by others
 // refused, and a dead or missing peer reported instead of waited for forever.
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "trainer/log.h"
+#include "trainer/sampler.h"
 #include "trainer/shm_allreduce.h"
 
 using namespace mltrain;
@@ -55,6 +57,53 @@ TEST_CASE("shared-memory all-reduce gives every rank the exact sum for 2 to 5 ra
       for (size_t i = 0; i < count; ++i) exact = exact && data[0][i] == static_cast<float>(i % 97) * rank_sum + 2.0f * world;
       CHECK(exact);
       for (int r = 1; r < world; ++r) CHECK(data[static_cast<size_t>(r)] == data[0]);
+    }
+  }
+}
+
+TEST_CASE("shared-memory reduce-scatter and all-gather match the all-reduce bit for bit, back to back", "[trainer][comm][shm]") {
+  // Random values (rounding depends on the order of the sum), calls interleaved AR, RS, AR, AG as in
+  // a ZeRO-1 step, so both buffer sets are reused while peers may still be a call behind.
+  for (int world : {2, 3, 5}) {
+    for (size_t count : {size_t{1}, size_t{7}, size_t{5000}, size_t{235151}}) {
+      const std::string name = UniqueName();
+      std::vector<std::unique_ptr<ShmAllReducer>> ranks(static_cast<size_t>(world));
+      const size_t capacity = std::max<size_t>(count, 2);  // the small all-reduce has 2 floats
+      ranks[0] = ShmAllReducer::Create(name, world, capacity);
+      for (int r = 1; r < world; ++r) ranks[static_cast<size_t>(r)] = ShmAllReducer::Open(name, r, world, capacity);
+      ShmAllReducer::Unlink(name);
+      std::vector<int> failures(static_cast<size_t>(world), 0);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < world; ++r) {
+        threads.emplace_back([&, r] {
+          ShmAllReducer& comm = *ranks[static_cast<size_t>(r)];
+          const SampleRange mine = BlockRange(static_cast<int64_t>(count), r, world);
+          for (int step = 0; step < 6; ++step) {
+            std::vector<float> grad(count);
+            std::mt19937 gen(static_cast<uint32_t>(1000 * step + r));
+            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+            for (auto& g : grad) g = u(gen);
+            std::vector<float> all = grad, scattered = grad;
+            comm.AllReduceSum(all, 10s);
+            comm.ReduceScatterSum(scattered, 10s);
+            for (int64_t i = mine.begin; i < mine.end; ++i)
+              if (scattered[static_cast<size_t>(i)] != all[static_cast<size_t>(i)]) ++failures[static_cast<size_t>(r)];
+            std::vector<float> small{static_cast<float>(r), 1.0f};
+            comm.AllReduceSum(small, 10s);
+            if (small[0] != static_cast<float>(world * (world - 1) / 2) || small[1] != static_cast<float>(world)) ++failures[static_cast<size_t>(r)];
+            // Every rank contributes its block of `all` (already equal on every rank) with a
+            // rank-specific twist that the gather must carry to everyone else.
+            std::vector<float> params(count, -1.0f);
+            for (int64_t i = mine.begin; i < mine.end; ++i) params[static_cast<size_t>(i)] = all[static_cast<size_t>(i)] + static_cast<float>(step);
+            comm.AllGather(params, 10s);
+            for (size_t i = 0; i < count; ++i)
+              if (params[i] != all[i] + static_cast<float>(step)) ++failures[static_cast<size_t>(r)];
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      INFO("world " << world << " count " << count);
+      for (int f : failures) CHECK(f == 0);
     }
   }
 }
