@@ -51,13 +51,19 @@ void BenchEpochs(const TempDir& dir, bool quick) {
               "mean of %d epochs; this machine has %u cores) ==\n", epochs, std::thread::hardware_concurrency());
   std::printf("  %-6s %-22s %9s %12s %10s %14s\n", "ranks", "all-reduce", "s/epoch", "samples/s", "x 1 rank", "collectives s");
   double one = 0;
+  struct Variant {
+    const char* name;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Variant> variants{{"shared memory", {}},
+                                      {"shared memory, ZeRO-1", {"--zero1"}},
+                                      {"Gloo TCP (sync pairs)", {"--no-shm-allreduce"}}};
   for (int world : {1, 2, 4}) {
-    for (bool shm : {true, false}) {
-      if (world == 1 && !shm) continue;
-      auto [s, comm] = SecondsPerEpoch(world, dir, epochs, shm ? std::vector<std::string>{} : std::vector<std::string>{"--no-shm-allreduce"});
+    for (const Variant& v : variants) {
+      if (world == 1 && !v.flags.empty()) continue;
+      auto [s, comm] = SecondsPerEpoch(world, dir, epochs, v.flags);
       if (world == 1) one = s;
-      std::printf("  %-6d %-22s %9.2f %12.0f %9.2fx %14.2f\n", world, world == 1 ? "-" : shm ? "shared memory" : "Gloo TCP (sync pairs)",
-                  s, 60000.0 / s, one / s, comm);
+      std::printf("  %-6d %-22s %9.2f %12.0f %9.2fx %14.2f\n", world, world == 1 ? "-" : v.name, s, 60000.0 / s, one / s, comm);
     }
   }
 }
