@@ -59,6 +59,7 @@ v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report)
 
 Agent::Agent(AgentConfig config)
     : cfg_(std::move(config)),
+      outbox_(cfg_.work_dir.empty() ? "" : cfg_.work_dir + "/outbox"),
       supervisor_([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
                   [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); },
                   /*adopt_orphans=*/true),
@@ -133,6 +134,7 @@ void Agent::SetUpCgroups() {
 void Agent::Start() {
   if (started_) return;
   PrepareWorkDir();
+  outbox_.Load();  // reports a previous agent left unacknowledged go out first
   SetUpCgroups();
   started_ = true;
   supervisor_.Start();
@@ -204,6 +206,7 @@ v1::AgentMessage Agent::MakeRegister() const {
 v1::AgentMessage Agent::MakeHeartbeat() const {
   v1::AgentMessage m;
   m.mutable_heartbeat()->set_time(static_cast<int64_t>(std::time(nullptr)));
+  m.mutable_heartbeat()->set_unsent_reports(static_cast<uint32_t>(outbox_.Unsent()));
   FillRunning(supervisor_.Running(), &progress_, m.mutable_heartbeat()->mutable_running());
   return m;
 }
@@ -215,6 +218,7 @@ void Agent::HandleMessage(const v1::SchedulerMessage& msg) {
     case v1::SchedulerMessage::kCommit: HandleCommit(msg.commit()); break;
     case v1::SchedulerMessage::kAbort: HandleAbort(msg.abort()); break;
     case v1::SchedulerMessage::kSignal: HandleSignal(msg.signal()); break;
+    case v1::SchedulerMessage::kAck: outbox_.Ack(msg.ack().seq()); break;
     default: spdlog::warn("ignoring an empty or unknown message from schedd"); break;
   }
 }

@@ -146,13 +146,11 @@ void Agent::WriterLoop(Connection& conn, const std::atomic<bool>& closed) {
     auto until = std::min(next_heartbeat, Clock::now() + std::chrono::milliseconds(200));
     auto m = outbox_.Pop(until);
     if (m) {
-      if (closed || !conn.stream->Write(*m)) {
-        outbox_.PushFront(std::move(*m));
-        return;
-      }
+      // A report that fails to go out stays unacknowledged: the next connection sends it again.
+      if (closed || !conn.stream->Write(*m)) return;
       continue;
     }
-    if (draining_ && outbox_.Size() == 0) {
+    if (draining_ && outbox_.Size() == 0 && outbox_.Unacked() == 0) {
       conn.stream->WritesDone();  // schedd ends the call; the reader then sees the end
       return;
     }

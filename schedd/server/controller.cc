@@ -117,7 +117,34 @@ JobRow Controller::ToRow(const JobRec& j, bool /*with_spec*/) const {
 }
 
 void Controller::Persist(const JobRec& j, const std::string& event, const std::string& detail) {
-  store_.UpdateJob(ToRow(j), event, detail).get();
+  try {
+    store_.UpdateJob(ToRow(j), event, detail).get();
+  } catch (...) {
+    unpersisted_jobs_.insert(j.id);
+    throw;
+  }
+  unpersisted_jobs_.erase(j.id);
+}
+
+void Controller::FlushUnpersisted() {
+  std::lock_guard lk(mu_);
+  FlushUnpersistedLocked();
+}
+
+void Controller::FlushUnpersistedLocked() {
+  while (!unpersisted_attempts_.empty()) {
+    store_.SaveAttempt(unpersisted_attempts_.back()).get();  // INSERT OR REPLACE: a repeat is harmless
+    unpersisted_attempts_.pop_back();
+  }
+  for (auto it = unpersisted_jobs_.begin(); it != unpersisted_jobs_.end();) {
+    const int64_t id = *it++;
+    if (auto j = jobs_.find(id); j != jobs_.end()) {
+      Persist(j->second, "resync", "written again after a failed store write");
+      spdlog::info("job {}: state {} written after an earlier store failure", id, core::JobStateName(j->second.state));
+    } else {
+      unpersisted_jobs_.erase(id);
+    }
+  }
 }
 
 v1::JobInfo Controller::ToInfo(const JobRec& j) const {

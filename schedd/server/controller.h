@@ -108,7 +108,14 @@ class Controller {
   // ---- AgentService ----
   /// A (re-)registration: updates the node, returns what the agent may keep running.
   v1::Registered OnRegister(const v1::RegisterNode& reg, int64_t now);
+  /// One agent report or heartbeat. Returns once its effect is durable; throws when the store
+  /// fails (the memory state is then written again by FlushUnpersisted or the next Tick).
   void OnAgentMessage(const std::string& node, const v1::AgentMessage& msg, int64_t now);
+  /// Writes job rows and attempt rows whose write failed earlier (a full disk): after it returns,
+  /// the store agrees with memory. Throws the store's error when it still fails. The agent
+  /// gateway calls it before acknowledging a report, so an acknowledged report's effect is on disk
+  /// even if an earlier attempt to write it failed.
+  void FlushUnpersisted();
   void OnDisconnect(const std::string& node, int64_t now);
 
   // ---- the loop ----
@@ -197,7 +204,9 @@ class Controller {
   // controller.cc: jobs
   JobRow ToRow(const JobRec& j, bool with_spec = false) const;
   v1::JobInfo ToInfo(const JobRec& j) const;
+  /// Writes j's row (and an event); on failure remembers j as unpersisted and rethrows.
   void Persist(const JobRec& j, const std::string& event = "", const std::string& detail = "");
+  void FlushUnpersistedLocked();
   bool CanControl(const Caller& c, const JobRec& j) const;
   /// Where jobs no longer in memory are looked up: the store, or rows loaded beforehand.
   using RowLookup = std::function<std::optional<JobRow>(int64_t)>;
@@ -287,6 +296,10 @@ class Controller {
   std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
   std::map<std::string, NodeRec> nodes_;   // by name
   std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
+  // Writes that failed (the store threw) after memory had changed: written again before the next
+  // acknowledgement to an agent and on every Tick, so memory and disk converge.
+  std::set<int64_t> unpersisted_jobs_;
+  std::vector<AttemptRow> unpersisted_attempts_;
   // Admission ([limits]): submissions per user (token buckets), and PENDING jobs per user, recounted
   // every cycle and raised by each accepted submission in between (so it never undercounts).
   SubmitRateLimiter submit_rate_;

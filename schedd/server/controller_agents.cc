@@ -164,7 +164,8 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     acct.lost_work_s = now - std::max(j.start_time, j.last_checkpoint);
   j.clean_stop = false;
   j.last_checkpoint = 0;
-  if (j.attempt > 0) store_.SaveAttempt(acct).get();
+  // Memory first, then the store: if a write fails, memory is whole and is written again later
+  // (FlushUnpersisted), never left half-way.
   if (final_state == core::JobState::kPending) {
     j.state = core::JobState::kPending;
     j.requeue_count += 1;
@@ -175,6 +176,15 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     j.reason = reason;
     j.exit_code = exit_code;
     j.end_time = now;
+  }
+  if (j.attempt > 0) {
+    try {
+      store_.SaveAttempt(acct).get();
+    } catch (...) {
+      unpersisted_attempts_.push_back(acct);
+      unpersisted_jobs_.insert(j.id);
+      throw;
+    }
   }
   Persist(j, event, reason);
   if (metrics_) {
@@ -389,7 +399,9 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
     if (j && j->state == core::JobState::kRunning && j->attempt == r.attempt())
       j->last_checkpoint = std::max(j->last_checkpoint, r.last_checkpoint_time());
   }
-  // A started task missing from two consecutive heartbeats of its node is lost.
+  // A started task missing from two consecutive heartbeats of its node is lost, unless reports
+  // are still queued behind the heartbeat on the agent (its exit may be among them).
+  if (hb.unsent_reports() > 0) return;
   std::vector<int64_t> lost;
   for (auto& [id, j] : jobs_) {
     if (j.state != core::JobState::kRunning) continue;
@@ -481,6 +493,13 @@ void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
 
 void Controller::Tick(int64_t now) {
   std::lock_guard lk(mu_);
+  if (!unpersisted_jobs_.empty() || !unpersisted_attempts_.empty()) {
+    try {
+      FlushUnpersistedLocked();
+    } catch (const std::exception& e) {
+      spdlog::warn("{} job(s) still not written to the store: {}", unpersisted_jobs_.size(), e.what());
+    }
+  }
   for (auto& [name, n] : nodes_)
     if (!n.down && now - n.last_heartbeat > cfg_.heartbeat_timeout_s)
       MarkNodeDown(n, "no heartbeat for " + std::to_string(now - n.last_heartbeat) + " s", now);

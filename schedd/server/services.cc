@@ -292,7 +292,20 @@ void AgentGateway::Serve(const std::string& node, const v1::RegisterNode& reg, S
     }
   } stop{session, writer};
   v1::AgentMessage msg;
-  while (stream->Read(&msg)) ctl_->OnAgentMessage(node, msg, WallNow());
+  while (stream->Read(&msg)) {
+    ctl_->OnAgentMessage(node, msg, WallNow());  // throws when the store fails: no ack then
+    if (msg.seq() == 0) continue;
+    // The report's effect is durable (the controller waits for the store), and so is any earlier
+    // state whose write had failed (a repeat of a report finds it already applied in memory).
+    ctl_->FlushUnpersisted();
+    v1::SchedulerMessage ack;
+    ack.mutable_ack()->set_seq(msg.seq());
+    {
+      std::lock_guard lk(session.mu);
+      session.outbox.push_back(std::move(ack));
+    }
+    session.cv.notify_one();
+  }
 }
 
 }  // namespace mlsched::server

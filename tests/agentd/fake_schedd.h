@@ -1,10 +1,12 @@
 // An in-process fake schedd: a real gRPC server on a Unix socket implementing AgentService.Connect.
 // It answers each registration with `registered` (heartbeat 1 s, the configured keep list), records
-// every agent message, and lets the test send scheduler messages on the current stream.
+// every agent message, acknowledges reliable reports (unless told not to), and lets the test send
+// scheduler messages on the current stream.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -53,6 +55,12 @@ class FakeSchedd final : public v1::AgentService::Service {
         std::lock_guard wl(write_mu_);
         stream->Write(reply);
       }
+      if (m.seq() != 0 && ack_) {
+        v1::SchedulerMessage ack;
+        ack.mutable_ack()->set_seq(m.seq());
+        std::lock_guard wl(write_mu_);
+        stream->Write(ack);
+      }
       std::lock_guard lk(mu_);
       received_.push_back(m);
       cv_.notify_all();
@@ -63,6 +71,9 @@ class FakeSchedd final : public v1::AgentService::Service {
     cv_.notify_all();
     return grpc::Status::OK;
   }
+
+  /// Whether reliable reports are acknowledged (default: yes), as if they were made durable.
+  void SetAck(bool ack) { ack_ = ack; }
 
   /// Sends `msg` on the current stream; false when no agent is connected.
   bool Send(const v1::SchedulerMessage& msg) {
@@ -114,6 +125,7 @@ class FakeSchedd final : public v1::AgentService::Service {
   std::condition_variable cv_;
   grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream_ = nullptr;
   std::vector<v1::AgentMessage> received_;
+  std::atomic<bool> ack_{true};
   int ended_ = 0;
 };
 

@@ -330,6 +330,50 @@ TEST_CASE("schedd restart: tasks keep running, exits are buffered, stale attempt
   CHECK(WaitUntil([&] { return GroupGone(kept); }, 2s));
 }
 
+TEST_CASE("a task exit schedd never acknowledged is reported again after its restart and after an agent restart", "[session]") {
+  // The exactly-once scenario: the agent sent the exit, schedd crashed before making it durable.
+  TempDir dir;
+  const std::string sock = dir.Str("schedd.sock");
+  auto schedd = std::make_unique<FakeSchedd>(sock);
+  auto agent = std::make_unique<Agent>(Config(dir));
+  agent->Start();
+  REQUIRE(schedd->WaitFor(Registers()));
+  Launch(*schedd, dir, 40, "sleep 0.5");  // its task_started is acknowledged
+  schedd->SetAck(false);
+  auto first = schedd->WaitFor(Exited(40, 0));
+  REQUIRE(first);
+  CHECK(first->seq() > 0);
+  schedd->Stop();  // crashes with the report received but not durable
+  REQUIRE(WaitUntil([&] { return !agent->Connected(); }));
+
+  schedd = std::make_unique<FakeSchedd>(sock);
+  schedd->SetAck(false);
+  REQUIRE(schedd->WaitFor(Registers()));
+  auto again = schedd->WaitFor(Exited(40, 0));
+  REQUIRE(again);
+  CHECK(again->seq() == first->seq());
+  CHECK(again->task_exited().exit_code() == 0);
+  CHECK(schedd->Count([](const v1::AgentMessage& m) { return m.has_task_started(); }) == 0);  // acknowledged before
+
+  // The agent restarts too: the report waits on disk and goes out first on the next stream.
+  agent.reset();
+  schedd->Stop();
+  schedd = std::make_unique<FakeSchedd>(sock);
+  agent = std::make_unique<Agent>(Config(dir));
+  agent->Start();
+  REQUIRE(schedd->WaitFor(Registers()));
+  auto after_restart = schedd->WaitFor(Exited(40, 0));
+  REQUIRE(after_restart);
+  CHECK(after_restart->seq() == first->seq());
+  // Acknowledged now (the fake acks by default): a reconnect does not send it again.
+  REQUIRE(WaitUntil([&] { return std::filesystem::is_empty(dir.Str("work/outbox")); }));
+  schedd->Stop();
+  schedd = std::make_unique<FakeSchedd>(sock);
+  REQUIRE(schedd->WaitFor(Registers()));
+  std::this_thread::sleep_for(300ms);
+  CHECK(schedd->Count([](const v1::AgentMessage& m) { return m.has_task_exited(); }) == 0);
+}
+
 TEST_CASE("shutdown terminates tasks and reports their exits", "[session]") {
   TempDir dir;
   FakeSchedd schedd(dir.Str("schedd.sock"));

@@ -153,3 +153,82 @@ TEST_CASE("an agent registration with over-limit or malformed fields is refused 
   REQUIRE(s.Register("n1.example-site_2", &answer).ok());
   CHECK(answer.has_registered());
 }
+
+namespace {
+
+/// One agent's stream to the in-process schedd, driven by the test.
+struct AgentStream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>> stream;
+  AgentStream(InProcessSchedd& s, const std::string& node) {
+    stream = v1::AgentService::NewStub(s.channel)->Connect(&ctx);
+    v1::AgentMessage reg;
+    *reg.mutable_register_() = NodeReg(node, 4);
+    v1::SchedulerMessage answer;
+    REQUIRE(stream->Write(reg));
+    REQUIRE(stream->Read(&answer));
+    REQUIRE(answer.has_registered());
+  }
+  /// The next scheduler message of type `kind`, skipping others; false when the stream ends.
+  bool ReadUntil(v1::SchedulerMessage::MsgCase kind, v1::SchedulerMessage* out) {
+    while (stream->Read(out))
+      if (out->msg_case() == kind) return true;
+    return false;
+  }
+  bool Send(v1::AgentMessage m, uint64_t seq) {
+    m.set_seq(seq);
+    return stream->Write(m);
+  }
+};
+
+v1::AgentMessage TaskExit(int64_t job, int32_t attempt, int32_t code) {
+  v1::AgentMessage m;
+  m.mutable_task_exited()->set_job_id(job);
+  m.mutable_task_exited()->set_attempt(attempt);
+  m.mutable_task_exited()->set_exit_code(code);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a task exit is acknowledged only once durable and a repeat after a store failure completes the job once", "[server][exactly-once]") {
+  InProcessSchedd s;
+  s.ctl.Recover(WallNow());
+  int64_t id = 0;
+  {
+    auto agent = std::make_unique<AgentStream>(s, "n1");
+    REQUIRE(s.Submit(&id).ok());
+    s.ctl.RunCycle(WallNow());
+    v1::SchedulerMessage m;
+    REQUIRE(agent->ReadUntil(v1::SchedulerMessage::kPrepare, &m));
+    v1::AgentMessage ok;
+    ok.mutable_prepare_result()->set_job_id(id);
+    ok.mutable_prepare_result()->set_attempt(1);
+    ok.mutable_prepare_result()->set_ok(true);
+    REQUIRE(agent->Send(ok, 0));
+    REQUIRE(agent->ReadUntil(v1::SchedulerMessage::kCommit, &m));
+    v1::AgentMessage started;
+    started.mutable_task_started()->set_job_id(id);
+    started.mutable_task_started()->set_attempt(1);
+    REQUIRE(agent->Send(started, 1));
+    REQUIRE(agent->ReadUntil(v1::SchedulerMessage::kAck, &m));
+    CHECK(m.ack().seq() == 1);
+
+    s.store.RefuseWrites(true);  // the exit arrives while the disk is full
+    REQUIRE(agent->Send(TaskExit(id, 1, 0), 2));
+    CHECK_FALSE(agent->ReadUntil(v1::SchedulerMessage::kAck, &m));  // closed, never acknowledged
+    CHECK(agent->stream->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  }
+  REQUIRE(s.store.LoadJob(id));
+  CHECK(s.store.LoadJob(id)->state == "RUNNING");  // not durable, so not acknowledged
+
+  s.store.RefuseWrites(false);
+  AgentStream again(s, "n1");  // the agent reconnects and sends the unacknowledged report again
+  REQUIRE(again.Send(TaskExit(id, 1, 0), 2));
+  v1::SchedulerMessage m;
+  REQUIRE(again.ReadUntil(v1::SchedulerMessage::kAck, &m));
+  CHECK(m.ack().seq() == 2);
+  // Memory already had it COMPLETED; the acknowledgement waited until the disk did too.
+  CHECK(s.store.LoadJob(id)->state == "COMPLETED");
+  again.ctx.TryCancel();
+}
