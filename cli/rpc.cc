@@ -24,6 +24,13 @@ struct SchedClient::Impl {
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::AdminService::Stub> admin;
 
+  /// A new channel (and stubs): after a transient failure, the next attempt connects at once.
+  void Reconnect() {
+    channel = MakeChannel(address);
+    jobs = v1::JobService::NewStub(channel);
+    admin = v1::AdminService::NewStub(channel);
+  }
+
   // Runs one unary call with fresh credentials and deadline.
   template <typename F>
   RpcStatus Call(F&& f) {
@@ -37,9 +44,7 @@ struct SchedClient::Impl {
 SchedClient::SchedClient(const std::string& server_flag, int timeout_s) : impl_(std::make_unique<Impl>()) {
   impl_->address = ResolveServerAddress(server_flag);
   impl_->timeout_s = timeout_s;
-  impl_->channel = MakeChannel(impl_->address);
-  impl_->jobs = v1::JobService::NewStub(impl_->channel);
-  impl_->admin = v1::AdminService::NewStub(impl_->channel);
+  impl_->Reconnect();
 }
 
 SchedClient::~SchedClient() = default;
@@ -83,6 +88,7 @@ RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, doubl
     if (on_retry) on_retry(st, wait_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
     wait_s = std::min(wait_s * 2, 4.0);
+    impl_->Reconnect();
   }
 }
 

@@ -50,6 +50,10 @@ class MungeCallCredentials final : public grpc::MetadataCredentialsPlugin {
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+  // A private subchannel: a client that retries with a fresh channel connects at once, instead of
+  // sharing a subchannel that fails fast with a stale TRANSIENT_FAILURE until gRPC's reconnect
+  // backoff (up to 120 s) expires.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (IsUnixAddress(address)) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   auto tls = MakeTlsChannelCredentials(TlsFiles{ResolveClientCaFile(), "", ""});
   auto munge = grpc::MetadataCredentialsFromPlugin(std::make_unique<MungeCallCredentials>(ResolveMungeSocket()));
