@@ -1,6 +1,7 @@
 // Loads a scheduler policy (TOML, format in policies/README.md) into core::PolicySet.
 // All or nothing: a file with any error yields no policy, only the list of errors, each
-// "FILE:LINE:COL: message". Unknown keys are errors.
+// "FILE:LINE:COL: message". Unknown keys are errors. The one loader of policy files: schedd,
+// mladmin policy check and the simulator (mlsim) all read a policy through it.
 #pragma once
 
 #include <cstdint>
