@@ -19,8 +19,8 @@
 #include "schedd/core/types.h"
 #include "schedd/sim/fleet.h"
 #include "schedd/sim/metrics.h"
-#include "schedd/sim/policy_file.h"
 #include "schedd/sim/preemption_workload.h"
+#include "schedd/sim/sim_config.h"
 #include "schedd/sim/simulator.h"
 
 namespace {
@@ -36,7 +36,7 @@ struct Args {
   std::vector<uint64_t> seeds = {1, 2, 3};
   std::vector<double> rates = {0.0, 0.05, 0.2};  // spot evictions per node-hour
   std::string policy = std::string(MLSCHED_SIM_POLICY_DIR) + "/qos-preempt.toml";
-  std::string cluster = std::string(MLSCHED_SIM_POLICY_DIR) + "/spot-gpu-fleet.toml";
+  std::string cluster = std::string(MLSCHED_SIM_CLUSTER_DIR) + "/spot-gpu-fleet.toml";
   bool per_seed = false;
 };
 
@@ -193,7 +193,7 @@ void PrintRow(const std::string& label, const std::string& order, const Figures&
 int main(int argc, char** argv) {
   try {
     const Args args = Parse(argc, argv);
-    const mlsched::core::PolicySet base = sim::ReadPolicyFile(args.policy, nullptr);
+    const mlsched::core::PolicySet base = *sim::ReadPolicy(args.policy).policy;
     const sim::Fleet fleet0 = sim::ReadClusterFile(args.cluster);
     sim::PreemptionWorkload workload;
     workload.jobs = args.jobs;

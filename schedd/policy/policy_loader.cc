@@ -98,6 +98,7 @@ PolicyLoadResult ParsePolicy(std::string_view text, const std::string& source_na
   core::PolicySet policy = reader.Read(root);
   if (reader.errors().empty()) {
     result.policy = std::move(policy);
+    result.simulation = reader.simulation();
   } else {
     result.errors = reader.errors();
   }

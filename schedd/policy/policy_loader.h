@@ -1,8 +1,10 @@
 // Loads a scheduler policy (TOML, format in policies/README.md) into core::PolicySet.
 // All or nothing: a file with any error yields no policy, only the list of errors, each
-// "FILE:LINE:COL: message". Unknown keys are errors.
+// "FILE:LINE:COL: message". Unknown keys are errors. The one loader of policy files: schedd,
+// mladmin policy check and the simulator (mlsim) all read a policy through it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,9 +24,23 @@ struct PolicyError {
   std::string ToString() const;
 };
 
+/// The policy's [simulation] table: settings only the simulator (mlsim) has. schedd validates them
+/// like every other key and then ignores them, so that one file serves both. Each mirrors an mlsim
+/// option; unset = the option's value (mlsim's command line wins over the file).
+struct SimulationSettings {
+  bool exact_runtimes = false;                         // --exact-runtimes: time limit = run time
+  bool predict_runtimes = false;                       // --predict-runtimes (users' history)
+  std::optional<int32_t> predict_history;              // --predict-history: run times averaged, >= 1
+  std::optional<double> predict_scale;                 // --predict-scale: prediction = scale x mean, > 0
+  std::optional<core::Duration> cycle_period;          // --cycle-period: 0 = a cycle on events only
+  std::optional<core::Duration> checkpoint_interval;   // --checkpoint-interval: 0 = restart
+  std::optional<uint64_t> seed;                        // --seed of spot evictions
+};
+
 /// Either a complete policy or every error found (never both, never a partial policy).
 struct PolicyLoadResult {
   std::optional<core::PolicySet> policy;
+  SimulationSettings simulation;  // the [simulation] table (meaningful only when ok())
   std::vector<PolicyError> errors;
   bool ok() const { return policy.has_value(); }
   /// Every error's ToString(), one per line.

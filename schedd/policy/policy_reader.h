@@ -21,6 +21,8 @@ class PolicyReader {
   /// Reads the whole policy; errors() lists every problem (then the result must be discarded).
   core::PolicySet Read(const toml::table& root);
   const std::vector<PolicyError>& errors() const { return errors_; }
+  /// The [simulation] table read by Read() (defaults when the file has none).
+  const SimulationSettings& simulation() const { return simulation_; }
 
  private:
   void Error(const toml::source_region& where, std::string message);
@@ -68,9 +70,12 @@ class PolicyReader {
   void ReadPlacement(const toml::table& t, core::PlacementPolicy& p);
   void ReadPricing(const toml::table& t, core::PlacementPolicy& p);
   core::WarmPool ReadWarmPool(const toml::table& t, const std::string& ctx);
+  // simulation_reader.cc
+  void ReadSimulation(const toml::table& t, SimulationSettings& s);
 
   std::string file_;
   std::vector<PolicyError> errors_;
+  SimulationSettings simulation_;
 };
 
 }  // namespace mlsched::policy

@@ -18,7 +18,10 @@ int main(int argc, char** argv) {
   app.add_option("--trace", c.trace_path, "trace file (plain or .gz)")->required();
   app.add_option("--format", c.format, "trace format (default: detected)")
       ->check(CLI::IsMember({"swf", "philly", "pollux", "alibaba"}));
-  app.add_option("--policy", c.policy_path, "policy file (TOML)")->check(CLI::ExistingFile);
+  app.add_option("--policy", c.policy_path,
+                 "policy file, the same as schedd's --policy (policies/README.md); its [simulation] "
+                 "table holds mlsim-only settings, which the options below override")
+      ->check(CLI::ExistingFile);
   app.add_option("--backfill", c.backfill, "backfill mode, overriding the policy")
       ->check(CLI::IsMember({"none", "easy", "conservative"}));
   app.add_option("--backfill-order", c.backfill_order, "order of backfill candidates")

@@ -7,7 +7,6 @@
 
 #include "schedd/sim/gpu_readers.h"
 #include "schedd/sim/line_reader.h"
-#include "schedd/sim/policy_file.h"
 #include "schedd/sim/swf_reader.h"
 
 namespace mlsched::sim {
@@ -88,10 +87,33 @@ Fleet BuildFleet(const SimConfig& config, const Trace& trace) {
   return UniformFleet(16, 32, 256, 4, config.gpu_type, 0);
 }
 
-core::PolicySet LoadPolicy(const SimConfig& config, const Trace& trace,
-                           std::map<std::string, double>* shares) {
-  core::PolicySet policy;
-  if (!config.policy_path.empty()) policy = ReadPolicyFile(config.policy_path, shares);
+policy::PolicyLoadResult ReadPolicy(const std::string& path) {
+  if (path.empty()) {
+    policy::PolicyLoadResult defaults;
+    defaults.policy = core::PolicySet{};
+    return defaults;
+  }
+  policy::PolicyLoadResult r = policy::LoadPolicyFile(path);
+  if (!r.ok()) {
+    std::string text = r.ErrorText();
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    throw std::runtime_error(text);
+  }
+  return r;
+}
+
+SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file) {
+  config.exact_runtimes = config.exact_runtimes || file.exact_runtimes;
+  config.predict_runtimes = config.predict_runtimes || file.predict_runtimes;
+  if (!config.predict_history) config.predict_history = file.predict_history.value_or(2);
+  if (!config.predict_scale) config.predict_scale = file.predict_scale.value_or(1.0);
+  if (!config.seed) config.seed = file.seed.value_or(1);
+  if (!config.cycle_period_s) config.cycle_period_s = file.cycle_period.value_or(0);
+  if (!config.checkpoint_interval_s) config.checkpoint_interval_s = file.checkpoint_interval.value_or(0);
+  return config;
+}
+
+core::PolicySet ApplyOverrides(core::PolicySet policy, const SimConfig& config, const Trace& trace) {
   if (!config.backfill.empty()) SetBackfillMode(policy, config.backfill);
   if (!config.backfill_order.empty()) SetBackfillOrder(policy, config.backfill_order);
   if (!config.queue_order.empty()) SetQueueOrder(policy, config.queue_order);
@@ -103,6 +125,77 @@ core::PolicySet LoadPolicy(const SimConfig& config, const Trace& trace,
   return policy;
 }
 
+core::PolicySet LoadPolicy(const SimConfig& config, const Trace& trace,
+                           std::map<std::string, double>* shares) {
+  core::PolicySet policy = ApplyOverrides(std::move(*ReadPolicy(config.policy_path).policy), config, trace);
+  if (shares != nullptr) *shares = AccountShares(policy);
+  return policy;
+}
+
+std::map<std::string, double> AccountShares(const core::PolicySet& policy) {
+  std::map<std::string, double> shares;
+  for (const auto& a : policy.accounts) shares[a.name] = static_cast<double>(a.shares);
+  return shares;
+}
+
+void SetBackfillMode(core::PolicySet& policy, const std::string& mode) {
+  auto m = core::ParseBackfillMode(mode);
+  if (!m) throw std::invalid_argument("unknown backfill mode '" + mode + "' (want none, easy or conservative)");
+  policy.backfill.mode = *m;
+}
+
+void SetBackfillOrder(core::PolicySet& policy, const std::string& order) {
+  if (order == "queue") {
+    policy.backfill.order = core::BackfillOrder::kQueue;
+  } else if (order == "shortest-first") {
+    policy.backfill.order = core::BackfillOrder::kShortestFirst;
+  } else {
+    throw std::invalid_argument("unknown backfill order '" + order + "' (want queue or shortest-first)");
+  }
+}
+
+void SetQueueOrder(core::PolicySet& policy, const std::string& order) {
+  if (order == "fifo") {
+    policy.queue_order = core::QueueOrder::kFifo;
+  } else if (order == "multifactor") {
+    policy.queue_order = core::QueueOrder::kMultifactor;
+  } else {
+    throw std::invalid_argument("unknown queue order '" + order + "' (want fifo or multifactor)");
+  }
+}
+
+void SetVictimOrder(core::PolicySet& policy, const std::string& order) {
+  if (order == "least-lost-work") {
+    policy.victim_order = core::VictimOrder::kLeastLostWork;
+  } else if (order == "youngest-first") {
+    policy.victim_order = core::VictimOrder::kYoungestFirst;
+  } else {
+    throw std::invalid_argument("unknown victim order '" + order +
+                                "' (want least-lost-work or youngest-first)");
+  }
+}
+
+const char* VictimOrderName(core::VictimOrder order) {
+  return order == core::VictimOrder::kYoungestFirst ? "youngest-first" : "least-lost-work";
+}
+
+std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
+  std::string out = policy.queue_order == core::QueueOrder::kFifo ? "fifo" : "multifactor";
+  if (policy.backfill.mode != core::BackfillMode::kNone) {
+    out += std::string("+") + core::BackfillModeName(policy.backfill.mode);
+    if (policy.backfill.order == core::BackfillOrder::kShortestFirst) out += "(shortest-first)";
+    if (policy.backfill.mode == core::BackfillMode::kConservative && policy.backfill.keep_plans) {
+      out += "(keep-plans)";
+    }
+  }
+  for (const auto& q : policy.qos) {
+    if (q.preempt.empty()) continue;
+    out += std::string(", ") + VictimOrderName(policy.victim_order) + " victims";
+    break;
+  }
+  return out;
+}
+
 std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& config) {
   std::string out = DescribeSchedulingPolicy(policy);
   if (config.exact_runtimes) out += ", exact run times";
@@ -110,17 +203,22 @@ std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& confi
   return out;
 }
 
-Replay RunReplay(const SimConfig& config) {
+Replay RunReplay(const SimConfig& command_line) {
   Replay r;
+  policy::PolicyLoadResult file = ReadPolicy(command_line.policy_path);
+  const SimConfig config = WithSimulationSettings(command_line, file.simulation);
   r.trace = LoadTrace(config);
   r.fleet = BuildFleet(config, r.trace);
-  r.policy = LoadPolicy(config, r.trace, &r.shares);
-  if (config.predict_runtimes) r.predictor = std::make_unique<UserHistoryPredictor>(config.predict_history, config.predict_scale);
+  r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
+  r.shares = AccountShares(r.policy);
+  if (config.predict_runtimes) {
+    r.predictor = std::make_unique<UserHistoryPredictor>(*config.predict_history, *config.predict_scale);
+  }
   SimOptions options;
   options.policy = r.policy;
-  options.cycle_period_s = config.cycle_period_s;
-  options.seed = config.seed;
-  options.checkpoint_interval_s = config.checkpoint_interval_s;
+  options.cycle_period_s = *config.cycle_period_s;
+  options.seed = *config.seed;
+  options.checkpoint_interval_s = *config.checkpoint_interval_s;
   options.predictor = r.predictor.get();
   options.record_series = config.record_series;
   r.result = Simulate(r.trace, r.fleet, options);
@@ -128,7 +226,7 @@ Replay RunReplay(const SimConfig& config) {
   r.info.trace = r.trace.name;
   r.info.format = r.trace.format;
   r.info.policy = DescribePolicy(r.policy, config);
-  r.info.seed = config.seed;
+  r.info.seed = *config.seed;
   r.info.nodes = static_cast<int64_t>(r.fleet.nodes.size());
   r.info.skipped_records = r.trace.skipped;
   return r;

@@ -4,9 +4,11 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "schedd/core/types.h"
+#include "schedd/policy/policy_loader.h"
 #include "schedd/sim/fleet.h"
 #include "schedd/sim/metrics.h"
 #include "schedd/sim/predictor.h"
@@ -16,23 +18,25 @@
 
 namespace mlsched::sim {
 
-/// Everything the command line can set.
+/// Everything the command line can set. The settings a policy file's [simulation] table may also
+/// give (policy::SimulationSettings) are optional here: unset = the file's value, else the default
+/// in the comment (RunReplay resolves them with WithSimulationSettings).
 struct SimConfig {
   std::string trace_path;
   std::string format;             // swf | philly | pollux | alibaba; "" = detect from the file
-  std::string policy_path;        // TOML policy file; "" = the core's defaults (FIFO)
+  std::string policy_path;        // policy file, schedd's format; "" = the core's defaults (FIFO)
   std::string backfill;           // none | easy | conservative; "" = as the policy says
   std::string backfill_order;     // queue | shortest-first; "" = as the policy says
   std::string queue_order;        // fifo | multifactor; "" = as the policy says
   std::string victim_order;       // least-lost-work | youngest-first; "" = as the policy says
   bool keep_plans = false;        // conservative: keep previous plans (pyss); else as the policy
-  bool exact_runtimes = false;    // time limit = run time
-  bool predict_runtimes = false;  // time limits the core plans with from users' history
-  int predict_history = 2;        // run times averaged per user
-  double predict_scale = 1.0;     // prediction = scale x mean
-  uint64_t seed = 1;
-  core::Duration cycle_period_s = 0;
-  core::Duration checkpoint_interval_s = 0;
+  bool exact_runtimes = false;    // time limit = run time (or the file's exact_runtimes)
+  bool predict_runtimes = false;  // time limits the core plans with from users' history (or the file's)
+  std::optional<int> predict_history;       // run times averaged per user (2)
+  std::optional<double> predict_scale;      // prediction = scale x mean (1.0)
+  std::optional<uint64_t> seed;             // seed of spot evictions (1)
+  std::optional<core::Duration> cycle_period_s;         // 0: a cycle on events only (0)
+  std::optional<core::Duration> checkpoint_interval_s;  // 0: evicted jobs restart (0)
   bool strict = false;            // a malformed record is fatal
   // Fleet: a cluster file, or uniform nodes, or (SWF, Alibaba) what the trace implies.
   std::string cluster_path;
@@ -70,16 +74,49 @@ Trace LoadTrace(const SimConfig& config);
 /// traces) 16 nodes x 4 GPUs, the Pollux experiments' cluster. Throws std::runtime_error.
 Fleet BuildFleet(const SimConfig& config, const Trace& trace);
 
-/// The policy file (if any) with the --backfill override; partition limits are widened to the
-/// longest time limit in the trace so that no job is rejected for its limit. Throws
-/// std::runtime_error naming the file and key on a bad policy.
+/// Reads a policy file with schedd's loader (policy::LoadPolicyFile), so that mlsim replays exactly
+/// the file schedd runs; "" = the core's defaults. The result is ok(). Throws std::runtime_error
+/// listing every error, one "FILE:LINE:COL: message" per line.
+policy::PolicyLoadResult ReadPolicy(const std::string& path);
+
+/// `config` with every setting it leaves unset taken from the policy file's [simulation] table,
+/// else from the defaults in SimConfig's comments: all of its optionals are set afterwards.
+SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file);
+
+/// `policy` with the command line's overrides (--backfill, --queue-order, ...); partition limits
+/// are widened to the longest time limit in the trace so that no job is rejected for its limit.
+core::PolicySet ApplyOverrides(core::PolicySet policy, const SimConfig& config, const Trace& trace);
+
+/// ReadPolicy(config.policy_path) then ApplyOverrides ([simulation] is RunReplay's to apply).
+/// `shares` (optional) receives AccountShares. Throws std::runtime_error on a bad policy.
 core::PolicySet LoadPolicy(const SimConfig& config, const Trace& trace,
                            std::map<std::string, double>* shares = nullptr);
 
-/// A short description of the scheduling policy ("fifo", "fifo+easy", ...).
+/// account -> shares of the policy's [[accounts]]: the fairness report's shares.
+std::map<std::string, double> AccountShares(const core::PolicySet& policy);
+
+/// Applies --backfill none|easy|conservative. Throws std::invalid_argument on an unknown mode.
+void SetBackfillMode(core::PolicySet& policy, const std::string& mode);
+/// Applies --backfill-order queue|shortest-first. Throws std::invalid_argument otherwise.
+void SetBackfillOrder(core::PolicySet& policy, const std::string& order);
+/// Applies --queue-order fifo|multifactor. Throws std::invalid_argument otherwise.
+void SetQueueOrder(core::PolicySet& policy, const std::string& order);
+/// Applies --victim-order (the policy's [preemption] victim_order): "least-lost-work"
+/// (core::VictimOrder::kLeastLostWork) or "youngest-first" (kYoungestFirst). Throws
+/// std::invalid_argument otherwise.
+void SetVictimOrder(core::PolicySet& policy, const std::string& order);
+/// "least-lost-work" | "youngest-first".
+const char* VictimOrderName(core::VictimOrder order);
+
+/// "fifo", "fifo+easy", ... from the policy's settings; with QoS preemption, the victim order is
+/// appended (", youngest-first victims").
+std::string DescribeSchedulingPolicy(const core::PolicySet& policy);
+
+/// DescribeSchedulingPolicy plus the run-time options (", exact run times", ...).
 std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& config);
 
-/// Loads, simulates and measures.
+/// Loads (the policy file first: its [simulation] table may change how the trace is read),
+/// simulates and measures. Throws on a bad trace, fleet or policy.
 Replay RunReplay(const SimConfig& config);
 
 }  // namespace mlsched::sim

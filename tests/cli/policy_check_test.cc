@@ -33,6 +33,19 @@ TEST_CASE("policy check accepts the shipped policies with a one-line summary", "
   CHECK(g.ok);
 }
 
+TEST_CASE("policy check accepts the simulator's policies as schedd would", "[cli][policy]") {
+  // mlsim reads schedd's policy files (schedd/sim/README.md), so its experiments are valid policies.
+  int checked = 0;
+  for (const auto& e : fs::directory_iterator(MLSCHED_SOURCE_DIR "/schedd/sim/policies")) {
+    if (e.path().extension() != ".toml") continue;
+    auto r = CheckPolicyFile(e.path().string());
+    INFO(e.path().string() << ": " << (r.errors.empty() ? std::string() : r.errors.front()));
+    CHECK(r.ok);
+    ++checked;
+  }
+  CHECK(checked >= 4);
+}
+
 TEST_CASE("policy check of an empty file is the built-in default", "[cli][policy]") {
   auto r = CheckPolicyFile(Write("empty.toml", "").string());
   REQUIRE(r.ok);

@@ -96,6 +96,30 @@ TEST_CASE("placement, pricing and victim order are read", "[policy]") {
   CHECK(r.policy->warm_pools[0].borrow_limit == 3600);
 }
 
+TEST_CASE("the [simulation] table is validated and kept apart for mlsim", "[policy]") {
+  auto r = ParsePolicy("[scheduler]\nqueue_order = \"multifactor\"\n"
+                       "[simulation]\nexact_runtimes = true\npredict_history = 4\npredict_scale = 0.5\n"
+                       "cycle_period = \"5m\"\ncheckpoint_interval = 900\nseed = 42\n",
+                       "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  const policy::SimulationSettings& s = r.simulation;
+  CHECK(s.exact_runtimes);
+  CHECK_FALSE(s.predict_runtimes);
+  CHECK(s.predict_history == 4);
+  CHECK(s.predict_scale == 0.5);
+  CHECK(s.cycle_period == 300);
+  CHECK(s.checkpoint_interval == 900);
+  CHECK(s.seed == 42u);
+  CHECK(r.policy->queue_order == core::QueueOrder::kMultifactor);  // the policy itself is unchanged
+  // Absent: nothing set (mlsim's own defaults then apply).
+  auto none = ParsePolicy("", "empty.toml");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.simulation.exact_runtimes);
+  CHECK_FALSE(none.simulation.predict_history.has_value());
+  CHECK_FALSE(none.simulation.seed.has_value());
+}
+
 TEST_CASE("an empty file is the built-in default policy", "[policy]") {
   auto r = ParsePolicy("", "empty.toml");
   REQUIRE(r.ok());
@@ -109,7 +133,20 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
-        "users, pricing, placement, preemption, warm_pools, limits"}},
+        "users, pricing, placement, preemption, warm_pools, limits, simulation"}},
+      {"misspelt [simulation] key", "[simulation]\nseed = 3\npredict_runtime = true\n",
+       {"p.toml:3:1: unknown key 'predict_runtime' in [simulation]; expected one of: exact_runtimes, "
+        "predict_runtimes, predict_history, predict_scale, cycle_period, checkpoint_interval, seed"}},
+      {"bad [simulation] values",
+       "[simulation]\npredict_history = 0\npredict_scale = 0\ncycle_period = \"often\"\nseed = -1\n"
+       "exact_runtimes = \"yes\"\n",
+       {"p.toml:6:18: 'exact_runtimes' in [simulation]: expected true or false, got a string",
+        "p.toml:2:19: 'predict_history' in [simulation]: must be >= 1, got 0",
+        "p.toml:3:17: 'predict_scale' in [simulation]: must be > 0",
+        "p.toml:4:16: 'cycle_period' in [simulation]: invalid duration 'often'; expected seconds or e.g. \"90s\", "
+        "\"45m\", \"4h\", \"7d\", \"1-12:00:00\"",
+        "p.toml:5:8: 'seed' in [simulation]: must be >= 0, got -1"}},
+      {"[simulation] not a table", "simulation = 1\n", {"p.toml:1:14: 'simulation': expected a table ([simulation])"}},
       {"warm pool for an unknown QoS and pool",
        "[[warm_pools]]\npool = \"warm\"\nnodes = 2\nqos = \"vip\"\n",
        {"p.toml:2:8: [[warm_pools]] #1: 'pool' must be \"on-demand\", \"spot\" or \"reserved\" (got \"warm\")",

@@ -1,14 +1,14 @@
 // QoS preemption in the simulator: the core's PreemptDecisions are applied (victims stop after
 // their grace time, lose the work since their last checkpoint and are requeued keeping their
 // submit time), checkpoints reach the core, checkpoint-aware victim choice loses no more work than
-// youngest-first, and the policy file's preemption keys.
+// youngest-first, and the policy file's preemption keys (read by schedd's loader, as mlsim does).
 #include <catch2/catch.hpp>
 
 #include <string>
 
 #include "schedd/sim/metrics.h"
-#include "schedd/sim/policy_file.h"
 #include "schedd/sim/preemption_workload.h"
+#include "schedd/sim/sim_config.h"
 #include "schedd/sim/simulator.h"
 #include "test_util.h"
 
@@ -46,13 +46,13 @@ Trace MakeTrace(std::vector<TraceJob> jobs) {
 /// "high" may preempt "low"; GPU-only billing; victims get `grace` seconds.
 mlsched::core::PolicySet TwoQos(Duration grace, const std::string& order = "least-lost-work") {
   const std::string path = WriteTemp("qos-" + order + "-" + std::to_string(grace) + ".toml",
-                                     "victim_order = \"" + order + "\"\n"
                                      "default_qos = \"low\"\n"
-                                     "[fairshare]\nbilling = { cpu = 0.0, gpu = 1.0 }\n"
+                                     "[preemption]\nvictim_order = \"" + order + "\"\n"
+                                     "[fairshare]\nbilling_weights = { cpu = 0.0, gpu = 1.0 }\n"
                                      "[[qos]]\nname = \"high\"\npreempt = [\"low\"]\n"
-                                     "[[qos]]\nname = \"low\"\ngrace_time_s = " +
+                                     "[[qos]]\nname = \"low\"\ngrace_time = " +
                                          std::to_string(grace) + "\n");
-  return ReadPolicyFile(path, nullptr);
+  return *ReadPolicy(path).policy;
 }
 
 SimOptions WithPolicy(mlsched::core::PolicySet policy) {
@@ -198,13 +198,14 @@ TEST_CASE("on a generated spot workload, lost work is accounted exactly and chec
 
 TEST_CASE("policy file: QoS preemption keys and victim_order", "[sim][preemption][policy]") {
   const std::string good = WriteTemp("preempt-good.toml",
-                                     "victim_order = \"youngest-first\"\n"
+                                     "default_qos = \"low\"\n"
+                                     "[preemption]\nvictim_order = \"youngest-first\"\n"
                                      "[[qos]]\nname = \"high\"\npreempt = [\"low\", \"scavenger\"]\n"
                                      "[[qos]]\nname = \"low\"\npreempt = [\"scavenger\"]\n"
-                                     "preempt_mode = \"cancel\"\ngrace_time_s = 30\n"
-                                     "preempt_exempt_time_s = 600\nmax_preemptions = 2\n"
+                                     "preempt_mode = \"cancel\"\ngrace_time = \"30s\"\n"
+                                     "preempt_exempt_time = \"10m\"\nmax_preemptions = 2\n"
                                      "[[qos]]\nname = \"scavenger\"\n");
-  mlsched::core::PolicySet p = ReadPolicyFile(good, nullptr);
+  mlsched::core::PolicySet p = *ReadPolicy(good).policy;
   CHECK(p.victim_order == VictimOrder::kYoungestFirst);
   REQUIRE(p.qos.size() == 3);
   CHECK(p.qos[0].preempt == std::vector<std::string>{"low", "scavenger"});
@@ -217,13 +218,13 @@ TEST_CASE("policy file: QoS preemption keys and victim_order", "[sim][preemption
   SetVictimOrder(p, "least-lost-work");  // mlsim --victim-order
   CHECK(p.victim_order == VictimOrder::kLeastLostWork);
   CHECK_THROWS_AS(SetVictimOrder(p, "oldest-first"), std::invalid_argument);
-  CHECK(ReadPolicyFile(WriteTemp("no-order.toml", "queue_order = \"fifo\"\n"), nullptr).victim_order ==
+  CHECK(ReadPolicy(WriteTemp("no-order.toml", "[scheduler]\nqueue_order = \"fifo\"\n")).policy->victim_order ==
         VictimOrder::kLeastLostWork);
 
   auto error_of = [](const std::string& name, const std::string& text) -> std::string {
     const std::string path = WriteTemp(name, text);
     try {
-      ReadPolicyFile(path, nullptr);
+      ReadPolicy(path);
     } catch (const std::runtime_error& e) {
       std::string what = e.what();
       CHECK(what.find(path) != std::string::npos);  // every error names the file
@@ -231,16 +232,17 @@ TEST_CASE("policy file: QoS preemption keys and victim_order", "[sim][preemption
     }
     return "";
   };
-  CHECK_THAT(error_of("bad-order.toml", "victim_order = \"oldest-first\"\n"),
-             Catch::Contains("victim_order") && Catch::Contains("oldest-first"));
-  CHECK_THAT(error_of("int-order.toml", "victim_order = 3\n"), Catch::Contains("victim_order"));
-  CHECK_THAT(error_of("unknown-qos.toml", "[[qos]]\nname = \"high\"\npreempt = [\"nope\"]\n"),
-             Catch::Contains("preempt: no QoS named 'nope'"));
-  CHECK_THAT(error_of("cycle.toml", "[[qos]]\nname = \"a\"\npreempt = [\"b\"]\n"
+  CHECK_THAT(error_of("bad-order.toml", "[preemption]\nvictim_order = \"oldest-first\"\n"),
+             Catch::Contains("bad-order.toml:2:") && Catch::Contains("victim_order") &&
+                 Catch::Contains("oldest-first"));
+  CHECK_THAT(error_of("int-order.toml", "[preemption]\nvictim_order = 3\n"), Catch::Contains("victim_order"));
+  CHECK_THAT(error_of("unknown-qos.toml", "default_qos = \"high\"\n[[qos]]\nname = \"high\"\npreempt = [\"nope\"]\n"),
+             Catch::Contains("preempt names 'nope', which is not a defined QoS"));
+  CHECK_THAT(error_of("cycle.toml", "default_qos = \"a\"\n[[qos]]\nname = \"a\"\npreempt = [\"b\"]\n"
                                     "[[qos]]\nname = \"b\"\npreempt = [\"a\"]\n"),
-             Catch::Contains("cycle"));
-  CHECK_THAT(error_of("bad-mode.toml", "[[qos]]\nname = \"a\"\npreempt_mode = \"suspend\"\n"),
-             Catch::Contains("preempt_mode"));
-  CHECK_THAT(error_of("bad-grace.toml", "[[qos]]\nname = \"a\"\ngrace_time_s = -1\n"),
-             Catch::Contains("grace_time_s"));
+             Catch::Contains("can preempt itself"));
+  CHECK_THAT(error_of("bad-mode.toml", "default_qos = \"a\"\n[[qos]]\nname = \"a\"\npreempt_mode = \"suspend\"\n"),
+             Catch::Contains("bad-mode.toml:4:") && Catch::Contains("preempt_mode"));
+  CHECK_THAT(error_of("bad-grace.toml", "default_qos = \"a\"\n[[qos]]\nname = \"a\"\ngrace_time = -1\n"),
+             Catch::Contains("bad-grace.toml:4:") && Catch::Contains("grace_time"));
 }

@@ -1,0 +1,38 @@
+// PolicyReader: [simulation], the settings only the simulator (mlsim) has, so that the policy file
+// schedd runs is also the one mlsim replays. schedd checks them like every other table (a misspelt
+// key is a FILE:LINE:COL error for both) and then ignores them.
+#include "schedd/policy/policy_reader.h"
+
+namespace mlsched::policy {
+
+void PolicyReader::ReadSimulation(const toml::table& t, SimulationSettings& s) {
+  const std::string ctx = "[simulation]";
+  CheckKeys(t, {"exact_runtimes", "predict_runtimes", "predict_history", "predict_scale", "cycle_period",
+                "checkpoint_interval", "seed"},
+            ctx);
+  Bool(t, "exact_runtimes", s.exact_runtimes, ctx);
+  Bool(t, "predict_runtimes", s.predict_runtimes, ctx);
+  // An optional setting is set only when its key is present and `read` reported no error.
+  auto present_and_valid = [&](const char* key, auto&& read) {
+    if (!t.get(key)) return false;
+    const size_t before = errors_.size();
+    read();
+    return errors_.size() == before;
+  };
+  int32_t history = 0;
+  if (present_and_valid("predict_history", [&] { Int32(t, "predict_history", history, 1, ctx); }))
+    s.predict_history = history;
+  double scale = 0;
+  if (present_and_valid("predict_scale", [&] { Num(t, "predict_scale", scale, ctx); })) {
+    if (scale > 0) s.predict_scale = scale;
+    else Error(t.get("predict_scale")->source(), "'predict_scale' in [simulation]: must be > 0");
+  }
+  core::Duration period = 0, interval = 0;
+  if (present_and_valid("cycle_period", [&] { Dur(t, "cycle_period", period, ctx); })) s.cycle_period = period;
+  if (present_and_valid("checkpoint_interval", [&] { Dur(t, "checkpoint_interval", interval, ctx); }))
+    s.checkpoint_interval = interval;
+  int64_t seed = 0;
+  if (present_and_valid("seed", [&] { Int(t, "seed", seed, 0, ctx); })) s.seed = static_cast<uint64_t>(seed);
+}
+
+}  // namespace mlsched::policy
