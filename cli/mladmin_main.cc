@@ -139,7 +139,9 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
     hold->add_option("job", a.job, "job id")->required();
     hold->callback([&a, &action, release] {
       action = [&a, release](SchedClient& c) {
-        RpcStatus st = c.HoldJob(JobId(a), release);
+        RpcStatus st = c.HoldJob(JobId(a), release, RetryBudgetFromEnv(), [](const RpcStatus& failed, double wait_s) {
+          std::cerr << "mladmin: " << failed.message << "; retrying in " << wait_s << " s\n";
+        });
         return st.ok() ? kExitOk : Fail(c, st);
       };
     });

@@ -72,7 +72,10 @@ int main(int argc, char** argv) {
     if (SelectListedJobs(listed, a.sel, &req) == 0) return kExitOk;  // nothing matched, like scancel
   }
   v1::CancelJobsResponse resp;
-  if (RpcStatus st = client.CancelJobs(req, &resp); !st.ok()) {
+  auto tell = [](const RpcStatus& failed, double wait_s) {
+    std::cerr << "mlcancel: " << failed.message << "; retrying in " << wait_s << " s\n";
+  };
+  if (RpcStatus st = client.CancelJobs(req, &resp, RetryBudgetFromEnv(), tell); !st.ok()) {
     std::cerr << DescribeRpcError("mlcancel", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);
   }

@@ -90,10 +90,8 @@ int main(int argc, char** argv) {
   SchedClient client(sub.value->options.server.value_or(""), timeout_s);
   int64_t job_id = 0;
   // Transient failures (schedd restarting, an answer lost) are retried with the same submission
-  // key, so a retry never makes a second job: $MLSCHED_SUBMIT_RETRY seconds, default 15.
-  double retry_s = 15;
-  if (const char* r = std::getenv("MLSCHED_SUBMIT_RETRY"); r && *r) retry_s = std::max(0.0, std::atof(r));
-  RpcStatus st = client.SubmitJob(sub.value->spec, &job_id, retry_s, [&](const RpcStatus& failed, double wait_s) {
+  // key, so a retry never makes a second job: $MLSCHED_RETRY seconds, default 15.
+  RpcStatus st = client.SubmitJob(sub.value->spec, &job_id, RetryBudgetFromEnv(), [&](const RpcStatus& failed, double wait_s) {
     std::cerr << "mlsub: " << failed.message << "; retrying in " << wait_s << " s\n";
   });
   if (!st.ok()) {

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "cli/exit_codes.h"
 #include "common/client.h"
@@ -69,35 +72,78 @@ std::string NewSubmissionKey() {
   return key;
 }
 
-RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s,
-                                 const std::function<void(const RpcStatus&, double)>& on_retry) {
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  req.set_submission_key(NewSubmissionKey());
+double RetryBudgetFromEnv() {
+  for (const char* name : {"MLSCHED_RETRY", "MLSCHED_SUBMIT_RETRY"})
+    if (const char* v = std::getenv(name); v && *v) return std::max(0.0, std::atof(v));
+  return 15;
+}
+
+namespace {
+
+/// Runs attempt(n) for n = 1, 2, ... until it succeeds, fails for a reason other than
+/// UNAVAILABLE / DEADLINE_EXCEEDED, or the next wait would end past `retry_s`; backs off 0.25 s
+/// doubling to 4 s and calls `reconnect` before each retry.
+template <typename Attempt>
+RpcStatus Retrying(Attempt&& attempt, double retry_s, const SchedClient::OnRetry& on_retry,
+                   const std::function<void()>& reconnect) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(retry_s);
   double wait_s = 0.25;
-  for (;;) {
-    v1::SubmitJobResponse resp;
-    RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); });
-    *job_id = resp.job_id();
+  for (int n = 1;; ++n) {
+    RpcStatus st = attempt(n);
     const bool transient = st.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
                            st.code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED);
-    if (st.ok() || !transient ||
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s) > give_up)
+    if (st.ok() || !transient || std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s) > give_up)
       return st;
     if (on_retry) on_retry(st, wait_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
     wait_s = std::min(wait_s * 2, 4.0);
-    impl_->Reconnect();
+    reconnect();
   }
+}
+
+}  // namespace
+
+RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s, const OnRetry& on_retry) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  req.set_submission_key(NewSubmissionKey());
+  return Retrying(
+      [&](int) {
+        v1::SubmitJobResponse resp;
+        RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); });
+        *job_id = resp.job_id();
+        return st;
+      },
+      retry_s, on_retry, [this] { impl_->Reconnect(); });
 }
 
 RpcStatus SchedClient::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
   return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, resp); });
 }
 
-RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp) {
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->CancelJobs(c, req, resp); });
+RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp, double retry_s,
+                                  const OnRetry& on_retry) {
+  if (req.signal() != 0) retry_s = 0;
+  return Retrying(
+      [&](int n) {
+        resp->Clear();
+        RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->CancelJobs(c, req, resp); });
+        if (!st.ok() || n == 1) return st;
+        // An earlier try may have cancelled these before its answer was lost.
+        std::vector<std::string> errors;
+        for (const auto& e : resp->errors()) {
+          long long id = 0;
+          char rest[32] = {};
+          if (std::sscanf(e.c_str(), "job %lld: already %31s", &id, rest) == 2 && std::string(rest) == "CANCELLED")
+            resp->add_cancelled(id);
+          else
+            errors.push_back(e);
+        }
+        resp->clear_errors();
+        for (auto& e : errors) resp->add_errors(std::move(e));
+        return st;
+      },
+      retry_s, on_retry, [this] { impl_->Reconnect(); });
 }
 
 RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
@@ -106,12 +152,16 @@ RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
   return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->GetJob(c, req, job); });
 }
 
-RpcStatus SchedClient::HoldJob(int64_t job_id, bool release) {
+RpcStatus SchedClient::HoldJob(int64_t job_id, bool release, double retry_s, const OnRetry& on_retry) {
   v1::HoldJobRequest req;
   req.set_job_id(job_id);
   req.set_release(release);
-  v1::HoldJobResponse resp;
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->HoldJob(c, req, &resp); });
+  return Retrying(
+      [&](int) {
+        v1::HoldJobResponse resp;
+        return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->HoldJob(c, req, &resp); });
+      },
+      retry_s, on_retry, [this] { impl_->Reconnect(); });
 }
 
 RpcStatus SchedClient::ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp) {

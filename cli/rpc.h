@@ -37,12 +37,18 @@ class SchedClient {
   /// DEADLINE_EXCEEDED answers with the same key, backing off 0.25 s doubling to 4 s, for at most
   /// `retry_s` seconds: schedd stores the job once however many tries reach it (a lost answer, a
   /// restart). `on_retry(status, wait_s)` is told before each wait.
-  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s = 0,
-                      const std::function<void(const RpcStatus&, double)>& on_retry = {});
+  using OnRetry = std::function<void(const RpcStatus&, double)>;
+  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s = 0, const OnRetry& on_retry = {});
   RpcStatus ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
-  RpcStatus CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp);
+  /// Cancels, retrying transient failures like SubmitJob (a cancel is idempotent): on a retry,
+  /// "already CANCELLED" for a listed job means an earlier try reached schedd, so the job counts
+  /// as cancelled, not as an error. Signal requests (req.signal != 0) are never retried: a signal
+  /// delivered twice is not the same as once.
+  RpcStatus CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp, double retry_s = 0,
+                       const OnRetry& on_retry = {});
   RpcStatus GetJob(int64_t job_id, v1::JobInfo* job);
-  RpcStatus HoldJob(int64_t job_id, bool release);
+  /// Holds or releases, retrying transient failures like SubmitJob (holding a held job is a no-op).
+  RpcStatus HoldJob(int64_t job_id, bool release, double retry_s = 0, const OnRetry& on_retry = {});
   RpcStatus ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp);
   RpcStatus ListNodes(v1::ListNodesResponse* resp);
   RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
@@ -54,6 +60,9 @@ class SchedClient {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Seconds a CLI retries transient failures (schedd restarting, an answer lost): $MLSCHED_RETRY,
+/// else $MLSCHED_SUBMIT_RETRY (its older name), else 15; negative values count as 0.
+double RetryBudgetFromEnv();
 /// A random submission key: 32 hex digits from getrandom(2).
 std::string NewSubmissionKey();
 

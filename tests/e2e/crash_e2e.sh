@@ -60,7 +60,7 @@ submit_all() {  # client number: submits JOBS jobs, appends each acknowledged id
     echo "$id" >> "$OUT/acked.$c"
   done
 }
-export MLSCHED_SUBMIT_RETRY=60  # mlsub's retry budget: longer than any restart below
+export MLSCHED_RETRY=60  # the CLI retry budget: longer than any restart below
 clients=()
 for c in $(seq 1 "$CLIENTS"); do submit_all "$c" & clients+=($!); done
 # Crash rounds while the clients submit (so reports keep coming), at least KILLS of them.
