@@ -212,7 +212,7 @@ Replay RunReplay(const SimConfig& command_line) {
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
   r.shares = AccountShares(r.policy);
   if (config.predict_runtimes) {
-    r.predictor = std::make_unique<UserHistoryPredictor>(*config.predict_history, *config.predict_scale);
+    r.predictor = std::make_unique<core::UserMeanPredictor>(*config.predict_history, *config.predict_scale);
   }
   SimOptions options;
   options.policy = r.policy;

@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
+#include "schedd/core/predictor.h"
 #include "schedd/core/types.h"
 #include "schedd/policy/policy_loader.h"
 #include "schedd/sim/fleet.h"
 #include "schedd/sim/metrics.h"
-#include "schedd/sim/predictor.h"
 #include "schedd/sim/report.h"
 #include "schedd/sim/simulator.h"
 #include "schedd/sim/trace.h"
@@ -57,7 +57,7 @@ struct Replay {
   Fleet fleet;
   core::PolicySet policy;
   std::map<std::string, double> shares;  // account -> share, from the policy (may be empty)
-  std::unique_ptr<RuntimePredictor> predictor;
+  std::unique_ptr<core::RuntimePredictor> predictor;
   SimResult result;
   Metrics metrics;
   RunInfo info;
