@@ -384,6 +384,15 @@ struct InputLimits {
   int32_t submit_burst_per_user = 1000;     // bucket size: submissions accepted at once
 };
 
+/// Run-time prediction for planning (the policy's [prediction]; predictor.h). When enabled,
+/// schedd plans backfill reservations, shortest-first order and expected starts with a job's
+/// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
+struct PredictionPolicy {
+  bool enabled = false;
+  std::string predictor = "user-mean";  // UserMeanPredictor (Tsafrir et al. 2007); the only one
+  int32_t history = 2;                  // run times kept and averaged per user, 1..64
+};
+
 struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
@@ -404,6 +413,7 @@ struct PolicySet {
   PlacementPolicy placement;
   std::vector<WarmPool> warm_pools;
   InputLimits limits;                   // [limits]; root, schedd's user and operators skip the per-user ones
+  PredictionPolicy prediction;          // [prediction]
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.
