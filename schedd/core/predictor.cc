@@ -16,6 +16,13 @@ Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit) {
   return std::min(limit, elapsed + kSteps[std::clamp(k, 0, kLast)]);
 }
 
+Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit) {
+  const Duration limit = std::max<Duration>(time_limit, 1);
+  Duration p = std::clamp<Duration>(predicted, 1, limit);
+  for (int k = 0; p <= elapsed && p < limit; ++k) p = ExtendPrediction(p, k, limit);
+  return p;
+}
+
 UserMeanPredictor::UserMeanPredictor(int history, double scale, RuntimeHistory initial)
     : k_(history < 1 ? 1 : history), scale_(scale > 0 ? scale : 1.0), history_(std::move(initial)) {
   for (auto& [user, q] : history_.runs)

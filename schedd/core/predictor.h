@@ -26,6 +26,12 @@ struct RuntimeHistory {
 /// al., "Improving Backfilling by using Machine Learning to Predict Running Times", SC'15. Seconds.
 Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit);
 
+/// A running job's prediction after `elapsed` seconds: `predicted`, raised by successive
+/// ExtendPrediction steps (k = 0, 1, ...) for as long as the job has outlived it, capped at
+/// `time_limit`. The same sequence mlsim applies event by event, as a function of the elapsed
+/// time (for callers that keep no per-job correction state). Seconds.
+Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit);
+
 /// A source of planning run times.
 class RuntimePredictor {
  public:

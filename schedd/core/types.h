@@ -177,7 +177,18 @@ struct Job {
   /// Times the job was requeued by a spot eviction (after PlacementPolicy::spot_max_evictions it
   /// stays off spot nodes).
   int32_t evictions = 0;
+  /// Seconds the job is planned to run (from start_time for running jobs); 0 = its time limit.
+  /// Planning only (timeline, reservations, shortest-first order); limits and the kill use
+  /// spec.time_limit. schedd sets it from its run-time predictor (predictor.h).
+  Duration predicted_runtime = 0;
 };
+
+/// Seconds the core plans `job` to run: its predicted run time when set (at most its time
+/// limit), else its time limit.
+inline Duration PlannedRuntime(const Job& job) {
+  return job.predicted_runtime > 0 && job.predicted_runtime < job.spec.time_limit ? job.predicted_runtime
+                                                                                   : job.spec.time_limit;
+}
 
 /// The snapshot one cycle works on.
 struct ClusterState {

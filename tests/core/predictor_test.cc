@@ -73,3 +73,21 @@ TEST_CASE("history passed in is kept and trimmed to k", "[predictor]") {
   CHECK(copy.history() == p.history());
   CHECK(copy.Predict("alice", 1000) == 35);
 }
+
+TEST_CASE("a running job's prediction is corrected for the time it has run", "[predictor]") {
+  CHECK(CorrectedPrediction(100, 50, 1000) == 100);    // not reached yet
+  CHECK(CorrectedPrediction(100, 100, 1000) == 160);   // reached: + 1 min
+  CHECK(CorrectedPrediction(100, 161, 1000) == 460);   // then + 5 min
+  CHECK(CorrectedPrediction(100, 999, 1000) == 1000);  // capped at the time limit
+  CHECK(CorrectedPrediction(100, 5000, 1000) == 1000);
+}
+
+TEST_CASE("the core plans with the predicted run time but never beyond the time limit", "[predictor]") {
+  Job job;
+  job.spec.time_limit = 3600;
+  CHECK(PlannedRuntime(job) == 3600);
+  job.predicted_runtime = 600;
+  CHECK(PlannedRuntime(job) == 600);
+  job.predicted_runtime = 7200;
+  CHECK(PlannedRuntime(job) == 3600);
+}
