@@ -110,7 +110,7 @@ const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const 
                                                const std::string& type, Timestamp from,
                                                bool prefer_late_free) {
   const JobSpec& spec = q.job->spec;
-  const Timestamp to = from + spec.time_limit;
+  const Timestamp to = from + PlannedRuntime(*q.job);
   if (from == now_) {  // drop nodes that are full for the whole class
     std::erase_if(*s.open_now, [&](size_t i) {
       return (s.needs == 'G' && ledger_.FreeGpus(i) <= 0) ||
@@ -151,7 +151,7 @@ std::optional<NodeChoice> Planner::ChooseNow(const QueuedJob& q, const Shape& s,
       it = fit_now_.try_emplace(s.key + '#' + type, ledger_, *s.eligible, ledger_.GpuTypeId(type), s.demand,
                                 spec.ntasks).first;
     it->second.Update(ledger_, touched_);
-    if (auto decided = it->second.Choose(ledger_, timeline_, now_, now_ + spec.time_limit, spec.topology))
+    if (auto decided = it->second.Choose(ledger_, timeline_, now_, now_ + PlannedRuntime(*q.job), spec.topology))
       return *decided;
   }
   return ChooseNodes(Candidates(q, s, type, now_, false), spec.ntasks, spec.topology);
@@ -189,7 +189,7 @@ bool Planner::KnownNotToFit(const Shape& s, Duration time_limit) const {
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
   const Shape& all = ShapeOf(q);
   // Tiers are subsets of the job's allowed nodes: when those cannot hold it, no tier can.
-  if (KnownNotToFit(all, q.job->spec.time_limit)) return false;
+  if (KnownNotToFit(all, PlannedRuntime(*q.job))) return false;
   if (q.placement)  // preferred pools/regions first; then any allowed node (a gang may span pools)
     for (size_t t = 0; t < q.placement->size(); ++t)
       if (TryStartOn(q, ShapeOf(q, t), plan)) return true;
@@ -198,12 +198,13 @@ bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
 
 bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   const JobSpec& spec = q.job->spec;
-  if (KnownNotToFit(s, spec.time_limit)) return false;
+  const Duration planned = PlannedRuntime(*q.job);
+  if (KnownNotToFit(s, planned)) return false;
   bool started = false;
   // Cheap rejection first: the sum of free resources now, then over the job's whole window.
   if (!s.eligible->empty() &&
       Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
-      Covers(timeline_.AggregateMinFree(now_, now_ + spec.time_limit), s.demand, spec.ntasks)) {
+      Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks)) {
     for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
       auto choice = ChooseNow(q, s, type);
       if (!choice) continue;
@@ -212,7 +213,7 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
       plan.starts.push_back({q.job->id, txn.Commit()});
       for (auto [node, count] : *choice) touched_.push_back(node);
       for (auto [node, count] : *choice)
-        timeline_.Reserve(node, s.demand, count, now_, now_ + spec.time_limit);
+        timeline_.Reserve(node, s.demand, count, now_, now_ + planned);
       limits_.Charge(*q.job);
       started = true;
       break;
@@ -220,7 +221,7 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   }
   if (!started) {
     Duration& d = failed_now_.try_emplace(s.key, std::numeric_limits<Duration>::max()).first->second;
-    d = std::min(d, spec.time_limit);
+    d = std::min(d, planned);
   }
   return started;
 }
@@ -228,16 +229,17 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
 std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
   const Shape& s = ShapeOf(q);
   const JobSpec& spec = q.job->spec;
+  const Duration planned = PlannedRuntime(*q.job);
   if (s.eligible->empty()) return std::nullopt;
   const Duration res = std::max<Duration>(policy_.backfill.resolution, 1);
   Timestamp from = now_;
   while (true) {
-    auto fit = timeline_.NextAggregateFit(from, spec.time_limit, s.demand, spec.ntasks);
+    auto fit = timeline_.NextAggregateFit(from, planned, s.demand, spec.ntasks);
     if (!fit) return std::nullopt;
     Timestamp t = *fit;
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
     if (t > until) return std::nullopt;
-    if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + spec.time_limit), s.demand, spec.ntasks)) {
+    if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + planned), s.demand, spec.ntasks)) {
       for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
         auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
         if (choice) return PlannedStart{t, std::move(*choice)};
@@ -253,7 +255,7 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
 void Planner::Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign) {
   const Shape& s = ShapeOf(q);
   for (auto [node, count] : start.nodes)
-    timeline_.Reserve(node, s.demand, sign * count, start.time, start.time + q.job->spec.time_limit);
+    timeline_.Reserve(node, s.demand, sign * count, start.time, start.time + PlannedRuntime(*q.job));
 }
 
 void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
@@ -334,7 +336,7 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
   for (; i < queue.size(); ++i) rest.push_back(&queue[i]);
   if (bf.order == BackfillOrder::kShortestFirst)
     std::stable_sort(rest.begin(), rest.end(), [](const QueuedJob* a, const QueuedJob* b) {
-      return a->job->spec.time_limit < b->job->spec.time_limit;
+      return PlannedRuntime(*a->job) < PlannedRuntime(*b->job);
     });
   for (const QueuedJob* q : rest) {
     if (examined++ >= max_test) { Pend(*q, PendingReason::kPriority, std::nullopt, "not examined (max_job_test)", plan); continue; }

@@ -31,7 +31,7 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
   std::vector<Release> releases;
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
-    const Timestamp end = std::max(job.start_time + job.spec.time_limit, now + 1);
+    const Timestamp end = std::max(job.start_time + PlannedRuntime(job), now + 1);
     for (const TaskPlacement& t : job.allocation->tasks) {
       int64_t i = ledger.Find(t);
       if (i < 0) continue;

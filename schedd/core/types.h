@@ -177,7 +177,18 @@ struct Job {
   /// Times the job was requeued by a spot eviction (after PlacementPolicy::spot_max_evictions it
   /// stays off spot nodes).
   int32_t evictions = 0;
+  /// Seconds the job is planned to run (from start_time for running jobs); 0 = its time limit.
+  /// Planning only (timeline, reservations, shortest-first order); limits and the kill use
+  /// spec.time_limit. schedd sets it from its run-time predictor (predictor.h).
+  Duration predicted_runtime = 0;
 };
+
+/// Seconds the core plans `job` to run: its predicted run time when set (at most its time
+/// limit), else its time limit.
+inline Duration PlannedRuntime(const Job& job) {
+  return job.predicted_runtime > 0 && job.predicted_runtime < job.spec.time_limit ? job.predicted_runtime
+                                                                                   : job.spec.time_limit;
+}
 
 /// The snapshot one cycle works on.
 struct ClusterState {
@@ -384,6 +395,15 @@ struct InputLimits {
   int32_t submit_burst_per_user = 1000;     // bucket size: submissions accepted at once
 };
 
+/// Run-time prediction for planning (the policy's [prediction]; predictor.h). When enabled,
+/// schedd plans backfill reservations, shortest-first order and expected starts with a job's
+/// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
+struct PredictionPolicy {
+  bool enabled = false;
+  std::string predictor = "user-mean";  // UserMeanPredictor (Tsafrir et al. 2007); the only one
+  int32_t history = 2;                  // run times kept and averaged per user, 1..64
+};
+
 struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
@@ -404,6 +424,7 @@ struct PolicySet {
   PlacementPolicy placement;
   std::vector<WarmPool> warm_pools;
   InputLimits limits;                   // [limits]; root, schedd's user and operators skip the per-user ones
+  PredictionPolicy prediction;          // [prediction]
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.

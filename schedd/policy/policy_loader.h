@@ -37,6 +37,9 @@ struct SimulationSettings {
   std::optional<uint64_t> seed;                        // --seed of spot evictions
 };
 
+/// Most run times [prediction] may keep per user (`history`).
+inline constexpr int32_t kMaxPredictionHistory = 64;
+
 /// Either a complete policy or every error found (never both, never a partial policy).
 struct PolicyLoadResult {
   std::optional<core::PolicySet> policy;

@@ -133,7 +133,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
-                   "preemption", "warm_pools", "limits", "simulation"},
+                   "preemption", "warm_pools", "limits", "simulation", "prediction"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -153,6 +153,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("limits", [&](const toml::table& t) { ReadLimits(t, p.limits); });
   section("pricing", [&](const toml::table& t) { ReadPricing(t, p.placement); });
   section("simulation", [&](const toml::table& t) { ReadSimulation(t, simulation_); });  // mlsim's
+  section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
   section("preemption", [&](const toml::table& t) {
     CheckKeys(t, {"victim_order"}, "[preemption]");
     std::string order;

@@ -72,6 +72,8 @@ class PolicyReader {
   core::WarmPool ReadWarmPool(const toml::table& t, const std::string& ctx);
   // simulation_reader.cc
   void ReadSimulation(const toml::table& t, SimulationSettings& s);
+  /// [prediction]: enabled, predictor (a known name), history (1..64).
+  void ReadPrediction(const toml::table& t, core::PredictionPolicy& p);
 
   std::string file_;
   std::vector<PolicyError> errors_;

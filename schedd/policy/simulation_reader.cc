@@ -1,6 +1,8 @@
 // PolicyReader: [simulation], the settings only the simulator (mlsim) has, so that the policy file
 // schedd runs is also the one mlsim replays. schedd checks them like every other table (a misspelt
-// key is a FILE:LINE:COL error for both) and then ignores them.
+// key is a FILE:LINE:COL error for both) and then ignores them. And [prediction], the run-time
+// prediction both schedd and mlsim plan with (mlsim: unless [simulation] or its options say
+// otherwise).
 #include "schedd/policy/policy_reader.h"
 
 namespace mlsched::policy {
@@ -33,6 +35,22 @@ void PolicyReader::ReadSimulation(const toml::table& t, SimulationSettings& s) {
     s.checkpoint_interval = interval;
   int64_t seed = 0;
   if (present_and_valid("seed", [&] { Int(t, "seed", seed, 0, ctx); })) s.seed = static_cast<uint64_t>(seed);
+}
+
+void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& p) {
+  const std::string ctx = "[prediction]";
+  CheckKeys(t, {"enabled", "predictor", "history"}, ctx);
+  Bool(t, "enabled", p.enabled, ctx);
+  Str(t, "predictor", p.predictor, ctx);
+  if (t.get("predictor") && p.predictor != "user-mean")
+    Error(t.get("predictor")->source(),
+          "'predictor' in [prediction]: expected \"user-mean\", got \"" + p.predictor + "\"");
+  const size_t before = errors_.size();
+  Int32(t, "history", p.history, 1, ctx);
+  if (errors_.size() == before && p.history > kMaxPredictionHistory)
+    Error(t.get("history")->source(), "'history' in [prediction]: must be <= " +
+                                          std::to_string(kMaxPredictionHistory) + ", got " +
+                                          std::to_string(p.history));
 }
 
 }  // namespace mlsched::policy

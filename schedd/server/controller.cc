@@ -55,7 +55,8 @@ Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobS
 }  // namespace
 
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
-    : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)) {}
+    : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)),
+      predictor_(policy_.prediction.history) {}
 
 core::InputLimits Controller::Limits() {
   std::lock_guard lk(mu_);
@@ -73,6 +74,8 @@ void Controller::CountRejected(const std::string& reason) {
 void Controller::SetPolicy(core::PolicySet policy) {
   std::lock_guard lk(mu_);
   policy_ = std::move(policy);
+  if (policy_.prediction.history != predictor_.history_length())
+    predictor_ = core::UserMeanPredictor(policy_.prediction.history, 1.0, predictor_.history());
   Trigger();
 }
 
@@ -611,6 +614,9 @@ Status Controller::Drain(const Caller& caller, const std::string& node, const st
 void Controller::Recover(int64_t now) {
   std::lock_guard lk(mu_);
   usage_until_ = store_.LoadUsage(&usage_);  // the first cycle accrues the downtime of jobs that kept running
+  core::RuntimeHistory history;
+  for (auto& [user, runs] : store_.LoadRuntimes()) history.runs[user].assign(runs.begin(), runs.end());
+  predictor_ = core::UserMeanPredictor(policy_.prediction.history, 1.0, std::move(history));
   usage_saved_at_ = now;
   for (const auto& row : store_.LoadNodes()) {
     NodeRec n;

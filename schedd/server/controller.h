@@ -19,6 +19,7 @@
 #include "mlsched/v1/jobs.pb.h"
 #include "schedd/core/dependency.h"
 #include "schedd/core/pools.h"
+#include "schedd/core/predictor.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
 #include "schedd/server/admission.h"
@@ -285,6 +286,12 @@ class Controller {
   core::ClusterState Snapshot(int64_t now) const;
   /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.
   void AccrueUsageLocked(const core::ClusterState& snap, int64_t now);
+  /// With [prediction] enabled: the seconds the core plans `j` to run (pending: the prediction;
+  /// running: corrected for the time it has run by `now`); 0 = plan with the time limit.
+  core::Duration PlannedRuntimeLocked(const JobRec& j, int64_t now) const;
+  /// With [prediction] enabled: records the run time of an attempt that ended `final_state`
+  /// (COMPLETED or TIMEOUT count, as in mlsim) in the history and the store.
+  void ObserveRuntimeLocked(const JobRec& j, core::JobState final_state, int64_t now);
   JobRec* Find(int64_t id);
 
   Store& store_;
@@ -310,6 +317,8 @@ class Controller {
   // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
   // to the store every kUsageSaveEvery seconds.
   std::map<std::string, double> usage_;
+  // Run-time prediction ([prediction]): each user's recent run times, reloaded by Recover.
+  core::UserMeanPredictor predictor_;
   int64_t usage_until_ = 0;
   int64_t usage_saved_at_ = 0;
   static constexpr int64_t kUsageSaveEvery = 60;

@@ -155,6 +155,7 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     SendToNodes(j, m);
   }
   j.tasks.clear();
+  ObserveRuntimeLocked(j, final_state, now);
   AttemptRow acct = AttemptOf(j);
   acct.end_time = now;
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);

@@ -39,6 +39,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.attempt = j.attempt;
       cj.evictions = j.evictions;
       if (j.expected_start > 0) cj.expected_start = j.expected_start;
+      cj.predicted_runtime = PlannedRuntimeLocked(j, now);
       s.jobs.push_back(std::move(cj));
     } else if (j.state == core::JobState::kRunning) {
       core::Job cj;
@@ -51,6 +52,7 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.last_checkpoint = j.last_checkpoint;
       cj.preempt_count = j.preempt_count;
       cj.evictions = j.evictions;
+      cj.predicted_runtime = PlannedRuntimeLocked(j, now);
       cj.preempting = j.preempting || j.evicting;  // stopping: its resources free up soon
       core::Allocation a;
       for (const auto& t : j.placement.tasks())
@@ -91,6 +93,22 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
   }
   s.observed_eviction_rates = eviction_rates_.Rates();
   return s;  // usage is added by the caller (RunCycle accrues it first)
+}
+
+core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) const {
+  if (!policy_.prediction.enabled || j.spec.time_limit <= 0) return 0;
+  const core::Duration predicted = predictor_.Predict(j.user, j.spec.time_limit);
+  if (j.state != core::JobState::kRunning) return predicted;
+  // The history may have grown since the job started; the correction only ever raises it.
+  return core::CorrectedPrediction(predicted, now - j.start_time, j.spec.time_limit);
+}
+
+void Controller::ObserveRuntimeLocked(const JobRec& j, core::JobState final_state, int64_t now) {
+  if (!policy_.prediction.enabled || j.start_time <= 0 || now < j.start_time) return;
+  if (final_state != core::JobState::kCompleted && final_state != core::JobState::kTimeout) return;
+  predictor_.Observe(j.user, now - j.start_time);
+  const auto& runs = predictor_.history().runs.at(j.user);
+  store_.SaveRuntimes(j.user, {runs.begin(), runs.end()});  // advisory: not waited for
 }
 
 void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {

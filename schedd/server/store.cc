@@ -117,6 +117,9 @@ const char* const kMigrations[] = {
     "CREATE TABLE submissions (user TEXT NOT NULL, uid INTEGER NOT NULL, key TEXT NOT NULL,"
     "  job_id INTEGER NOT NULL, time INTEGER NOT NULL, PRIMARY KEY (user, uid, key));"
     "CREATE INDEX submissions_by_time ON submissions(time);",
+    // 6: run-time prediction ([prediction]): each user's last run times in seconds, oldest first,
+    // comma-separated (at most the policy's history, 64).
+    "CREATE TABLE runtime_history (user TEXT PRIMARY KEY, runs TEXT NOT NULL);",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -425,6 +428,40 @@ int64_t Store::LoadUsage(std::map<std::string, double>* usage) {
   Stmt c(rdb_, "SELECT COALESCE(MAX(accrued_until), 0) FROM usage_clock");
   c.Step();
   return c.Int(0);
+}
+
+std::future<void> Store::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
+  std::string text;
+  for (int64_t r : runs) text += (text.empty() ? "" : ",") + std::to_string(r);
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [user = std::move(user), text = std::move(text)](sqlite3* db) {
+        Stmt(db, "INSERT OR REPLACE INTO runtime_history(user, runs) VALUES (?, ?)")
+            .BindText(1, user).BindText(2, text).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::map<std::string, std::vector<int64_t>> Store::LoadRuntimes() {
+  std::lock_guard lk(rmu_);
+  std::map<std::string, std::vector<int64_t>> out;
+  Stmt s(rdb_, "SELECT user, runs FROM runtime_history");
+  while (s.Step()) {
+    std::vector<int64_t>& runs = out[s.Blob(0)];
+    const std::string text = s.Blob(1);
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = text.find(',', pos);
+      if (end == std::string::npos) end = text.size();
+      try {
+        runs.push_back(std::stoll(text.substr(pos, end - pos)));
+      } catch (const std::exception&) {  // a damaged entry is skipped: the history is advisory
+      }
+      pos = end + 1;
+    }
+  }
+  return out;
 }
 
 std::vector<AttemptRow> Store::LoadAttempts(int64_t start, int64_t end) {

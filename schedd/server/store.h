@@ -122,6 +122,10 @@ class Store {
   std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until);
   /// Loads the stored usage into `usage`; returns its accrued-until time (0 when never saved).
   int64_t LoadUsage(std::map<std::string, double>* usage);
+  /// Replaces `user`'s stored run-time history ([prediction]): run times in seconds, oldest first.
+  std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs);
+  /// Every user's stored run-time history (reader connection).
+  std::map<std::string, std::vector<int64_t>> LoadRuntimes();
   /// Upserts a node row.
   std::future<void> SaveNode(NodeRow row);
 

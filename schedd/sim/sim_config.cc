@@ -102,10 +102,11 @@ policy::PolicyLoadResult ReadPolicy(const std::string& path) {
   return r;
 }
 
-SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file) {
+SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file,
+                                 const core::PredictionPolicy& prediction) {
   config.exact_runtimes = config.exact_runtimes || file.exact_runtimes;
-  config.predict_runtimes = config.predict_runtimes || file.predict_runtimes;
-  if (!config.predict_history) config.predict_history = file.predict_history.value_or(2);
+  config.predict_runtimes = config.predict_runtimes || file.predict_runtimes || prediction.enabled;
+  if (!config.predict_history) config.predict_history = file.predict_history.value_or(prediction.history);
   if (!config.predict_scale) config.predict_scale = file.predict_scale.value_or(1.0);
   if (!config.seed) config.seed = file.seed.value_or(1);
   if (!config.cycle_period_s) config.cycle_period_s = file.cycle_period.value_or(0);
@@ -206,13 +207,13 @@ std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& confi
 Replay RunReplay(const SimConfig& command_line) {
   Replay r;
   policy::PolicyLoadResult file = ReadPolicy(command_line.policy_path);
-  const SimConfig config = WithSimulationSettings(command_line, file.simulation);
+  const SimConfig config = WithSimulationSettings(command_line, file.simulation, file.policy->prediction);
   r.trace = LoadTrace(config);
   r.fleet = BuildFleet(config, r.trace);
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
   r.shares = AccountShares(r.policy);
   if (config.predict_runtimes) {
-    r.predictor = std::make_unique<UserHistoryPredictor>(*config.predict_history, *config.predict_scale);
+    r.predictor = std::make_unique<core::UserMeanPredictor>(*config.predict_history, *config.predict_scale);
   }
   SimOptions options;
   options.policy = r.policy;

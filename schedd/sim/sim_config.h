@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
+#include "schedd/core/predictor.h"
 #include "schedd/core/types.h"
 #include "schedd/policy/policy_loader.h"
 #include "schedd/sim/fleet.h"
 #include "schedd/sim/metrics.h"
-#include "schedd/sim/predictor.h"
 #include "schedd/sim/report.h"
 #include "schedd/sim/simulator.h"
 #include "schedd/sim/trace.h"
@@ -57,7 +57,7 @@ struct Replay {
   Fleet fleet;
   core::PolicySet policy;
   std::map<std::string, double> shares;  // account -> share, from the policy (may be empty)
-  std::unique_ptr<RuntimePredictor> predictor;
+  std::unique_ptr<core::RuntimePredictor> predictor;
   SimResult result;
   Metrics metrics;
   RunInfo info;
@@ -81,7 +81,10 @@ policy::PolicyLoadResult ReadPolicy(const std::string& path);
 
 /// `config` with every setting it leaves unset taken from the policy file's [simulation] table,
 /// else from the defaults in SimConfig's comments: all of its optionals are set afterwards.
-SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file);
+/// Prediction: the command line, then [simulation]'s predict_*, then the file's [prediction]
+/// (`prediction`: enabled turns predictions on, history is the default predict_history).
+SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file,
+                                 const core::PredictionPolicy& prediction = {});
 
 /// `policy` with the command line's overrides (--backfill, --queue-order, ...); partition limits
 /// are widened to the longest time limit in the trace so that no job is rejected for its limit.

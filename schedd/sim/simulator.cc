@@ -175,7 +175,7 @@ void Simulation::Submit(size_t index) {
   core::Job job;
   job.id = static_cast<core::JobId>(index + 1);
   job.spec = tj.spec;
-  if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(tj);
+  if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(tj.spec.user, tj.requested_time);
   job.submit_time = now_;
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
@@ -223,7 +223,7 @@ void Simulation::Finish(size_t index) {
   need_compact_ = true;
   --running_;
   busy_ -= tj.size;
-  if (options_.predictor != nullptr) options_.predictor->Observe(tj, tj.run_time);
+  if (options_.predictor != nullptr) options_.predictor->Observe(tj.spec.user, tj.run_time);
   dirty_ = true;
 }
 
@@ -232,7 +232,7 @@ void Simulation::PredictionDue(size_t index) {
   core::Job& job = JobOf(index);
   const Duration elapsed = now_ - live.attempt_start;
   const Duration next =
-      options_.predictor->Extend(trace_.jobs[index], elapsed, live.extensions++);
+      options_.predictor->Extend(elapsed, live.extensions++, trace_.jobs[index].requested_time);
   job.spec.time_limit = std::max(next, elapsed + 1);
   const Duration remaining = trace_.jobs[index].run_time - live.progress;
   if (job.spec.time_limit < remaining) {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "schedd/core/predictor.h"
 #include "schedd/core/types.h"
 #include "schedd/sim/fleet.h"
-#include "schedd/sim/predictor.h"
 #include "schedd/sim/trace.h"
 
 namespace mlsched::sim {
@@ -26,7 +26,8 @@ struct SimOptions {
   /// (core::Job::last_checkpoint), which QoS preemption reads to choose victims.
   core::Duration checkpoint_interval_s = 0;
   /// Optional source of the time limits the core plans with (not owned); null = requested times.
-  RuntimePredictor* predictor = nullptr;
+  /// Fed each finished job's run time (COMPLETED and TIMEOUT; not cancelled preemption victims).
+  core::RuntimePredictor* predictor = nullptr;
   /// Record the queue/usage time series (for plots).
   bool record_series = false;
 };

@@ -120,6 +120,23 @@ TEST_CASE("the [simulation] table is validated and kept apart for mlsim", "[poli
   CHECK_FALSE(none.simulation.seed.has_value());
 }
 
+TEST_CASE("the [prediction] table is read into the policy", "[policy][prediction]") {
+  auto r = ParsePolicy("[prediction]\nenabled = true\npredictor = \"user-mean\"\nhistory = 5\n", "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  CHECK(r.policy->prediction.enabled);
+  CHECK(r.policy->prediction.predictor == "user-mean");
+  CHECK(r.policy->prediction.history == 5);
+  auto bounds = ParsePolicy("[prediction]\nhistory = 64\n", "p.toml");
+  REQUIRE(bounds.ok());
+  CHECK_FALSE(bounds.policy->prediction.enabled);
+  CHECK(bounds.policy->prediction.history == 64);
+  auto none = ParsePolicy("", "empty.toml");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.policy->prediction.enabled);  // off unless the file turns it on
+  CHECK(none.policy->prediction.history == 2);
+}
+
 TEST_CASE("an empty file is the built-in default policy", "[policy]") {
   auto r = ParsePolicy("", "empty.toml");
   REQUIRE(r.ok());
@@ -133,7 +150,20 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
-        "users, pricing, placement, preemption, warm_pools, limits, simulation"}},
+        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction"}},
+      {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
+       {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history"}},
+      {"bad [prediction] values",
+       "[prediction]\nenabled = \"yes\"\npredictor = \"oracle\"\nhistory = 65\n",
+       {"p.toml:2:11: 'enabled' in [prediction]: expected true or false, got a string",
+        "p.toml:3:13: 'predictor' in [prediction]: expected \"user-mean\", got \"oracle\"",
+        "p.toml:4:11: 'history' in [prediction]: must be <= 64, got 65"}},
+      {"[prediction] history below 1 and predictor not a string",
+       "[prediction]\nhistory = 0\npredictor = 1\n",
+       {"p.toml:3:13: 'predictor' in [prediction]: expected a string, got an integer",
+        "p.toml:2:11: 'history' in [prediction]: must be >= 1, got 0"}},
+      {"[prediction] not a table", "prediction = true\n",
+       {"p.toml:1:14: 'prediction': expected a table ([prediction])"}},
       {"misspelt [simulation] key", "[simulation]\nseed = 3\npredict_runtime = true\n",
        {"p.toml:3:1: unknown key 'predict_runtime' in [simulation]; expected one of: exact_runtimes, "
         "predict_runtimes, predict_history, predict_scale, cycle_period, checkpoint_interval, seed"}},

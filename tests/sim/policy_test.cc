@@ -178,3 +178,21 @@ TEST_CASE("a misspelt [simulation] key is a FILE:LINE error for mlsim and schedd
   CHECK_THAT(PolicyError("period.toml", "[simulation]\ncycle_period = \"10 min\"\n"),
              Catch::Contains("period.toml:2:") && Catch::Contains("cycle_period"));
 }
+
+TEST_CASE("[prediction] is mlsim's default below [simulation] and the command line", "[sim][policy]") {
+  const policy::PolicyLoadResult file =
+      ReadPolicy(WriteTemp("prediction.toml", "[prediction]\nenabled = true\nhistory = 4\n"));
+  const SimConfig from_prediction =
+      WithSimulationSettings(SimConfig{}, file.simulation, file.policy->prediction);
+  CHECK(from_prediction.predict_runtimes);
+  CHECK(from_prediction.predict_history == 4);
+  const policy::PolicyLoadResult both = ReadPolicy(WriteTemp(
+      "prediction2.toml", "[prediction]\nhistory = 4\n[simulation]\npredict_history = 3\n"));
+  const SimConfig simulation_wins =
+      WithSimulationSettings(SimConfig{}, both.simulation, both.policy->prediction);
+  CHECK_FALSE(simulation_wins.predict_runtimes);  // [prediction] is not enabled
+  CHECK(simulation_wins.predict_history == 3);
+  SimConfig command_line;  // mlsim --predict-history 7
+  command_line.predict_history = 7;
+  CHECK(WithSimulationSettings(command_line, both.simulation, both.policy->prediction).predict_history == 7);
+}

@@ -120,38 +120,13 @@ TEST_CASE("runtime predictions lower the planned limit but never kill early", "[
   // it (runs 500 s) and is extended step by step, finishing at its real end.
   Trace t = MakeTrace({CpuJob(1, 0, 100, 1, 10000), CpuJob(2, 200, 100, 1, 10000),
                        CpuJob(3, 400, 500, 1, 10000)});
-  UserHistoryPredictor predictor;
+  mlsched::core::UserMeanPredictor predictor;
   SimOptions options;
   options.predictor = &predictor;
   SimResult r = Simulate(t, UniformFleet(1, 4, 16, 0, "gpu"), options);
   CHECK(r.jobs[2].first_start == 400);
   CHECK(r.jobs[2].end == 900);
   CHECK(r.jobs[2].state == mlsched::core::JobState::kCompleted);
-}
-
-TEST_CASE("the user-history predictor averages the last two runs and extends in steps",
-          "[sim][predictor]") {
-  UserHistoryPredictor p;
-  TraceJob j = CpuJob(1, 0, 500, 1, 10000);
-  CHECK(p.Predict(j) == 10000);  // no history: the request
-  p.Observe(j, 100);
-  p.Observe(j, 300);
-  p.Observe(j, 500);
-  CHECK(p.Predict(j) == 400);  // mean of 300 and 500
-  j.spec.time_limit = 400;
-  CHECK(p.Extend(j, 400, 0) == 460);
-  CHECK(p.Extend(j, 460, 1) == 760);
-  CHECK(p.Extend(j, 9990, 5) == 10000);  // capped at the request
-  UserHistoryPredictor scaled(3, 1.5);
-  scaled.Observe(j, 100);
-  scaled.Observe(j, 200);
-  scaled.Observe(j, 300);
-  CHECK(scaled.Predict(j) == 300);  // 1.5 x mean(100, 200, 300)
-  scaled.Observe(j, 9000);
-  CHECK(scaled.Predict(j) == 4750);  // 1.5 x mean(200, 300, 9000)
-  scaled.Observe(j, 20000);
-  scaled.Observe(j, 20000);
-  CHECK(scaled.Predict(j) == 10000);  // capped at the request
 }
 
 TEST_CASE("periodic cycles run while jobs pend and do not change FIFO decisions", "[sim]") {

@@ -1,0 +1,93 @@
+// Run-time predictor (predictor.h): Tsafrir's mean of the user's last k run times, cold start,
+// the cap at the time limit and the stepwise correction on overrun.
+#include <catch2/catch.hpp>
+
+#include "schedd/core/predictor.h"
+
+using namespace mlsched::core;
+
+TEST_CASE("user-mean predictor averages the user's last k run times", "[predictor]") {
+  UserMeanPredictor p;  // k = 2 (the paper's)
+  p.Observe("alice", 100);
+  p.Observe("alice", 300);
+  p.Observe("alice", 500);
+  CHECK(p.Predict("alice", 10000) == 400);  // mean of 300 and 500: the oldest run is dropped
+  CHECK(p.history().runs.at("alice") == std::deque<Duration>{300, 500});
+  UserMeanPredictor k3(3);
+  for (Duration d : {100, 200, 301}) k3.Observe("bob", d);
+  CHECK(k3.Predict("bob", 10000) == 201);  // ceil(601 / 3)
+  k3.Observe("bob", 9000);
+  CHECK(k3.Predict("bob", 10000) == 3167);  // ceil((200 + 301 + 9000) / 3)
+}
+
+TEST_CASE("user-mean predictor keeps users apart", "[predictor]") {
+  UserMeanPredictor p;
+  p.Observe("alice", 100);
+  p.Observe("bob", 900);
+  CHECK(p.Predict("alice", 3600) == 100);
+  CHECK(p.Predict("bob", 3600) == 900);
+}
+
+TEST_CASE("cold start falls back to the time limit", "[predictor]") {
+  UserMeanPredictor p;
+  CHECK(p.Predict("nobody", 7200) == 7200);
+  p.Observe("alice", 60);
+  CHECK(p.Predict("nobody", 7200) == 7200);
+  CHECK(p.Predict("nobody", 0) == 1);  // never below 1 s
+}
+
+TEST_CASE("a prediction is never above the time limit", "[predictor]") {
+  UserMeanPredictor p;
+  p.Observe("alice", 20000);
+  p.Observe("alice", 30000);
+  CHECK(p.Predict("alice", 3600) == 3600);
+  UserMeanPredictor scaled(3, 1.5);
+  for (Duration d : {100, 200, 300}) scaled.Observe("alice", d);
+  CHECK(scaled.Predict("alice", 10000) == 300);  // 1.5 x 200
+  CHECK(scaled.Predict("alice", 250) == 250);    // capped
+  UserMeanPredictor zero;
+  zero.Observe("alice", 0);
+  CHECK(zero.Predict("alice", 100) == 1);  // never below 1 s either
+}
+
+TEST_CASE("an overrun prediction is raised stepwise toward the time limit", "[predictor]") {
+  UserMeanPredictor p;
+  // The k-th correction adds the k-th step: 1 min, 5 min, 15 min, 30 min, 1 h, 2 h, 5 h, ...
+  CHECK(p.Extend(400, 0, 100000) == 460);
+  CHECK(p.Extend(460, 1, 100000) == 760);
+  CHECK(p.Extend(760, 2, 100000) == 1660);
+  CHECK(p.Extend(1660, 3, 100000) == 3460);
+  CHECK(p.Extend(0, 10, 10 * 24 * 3600) == 100 * 3600);
+  CHECK(p.Extend(0, 99, 10 * 24 * 3600) == 100 * 3600);  // the last step repeats
+  CHECK(p.Extend(9990, 5, 10000) == 10000);                // never beyond the time limit
+  CHECK(ExtendPrediction(10000, 0, 10000) == 10000);
+}
+
+TEST_CASE("history passed in is kept and trimmed to k", "[predictor]") {
+  RuntimeHistory h;
+  h.runs["alice"] = {10, 20, 30, 40};
+  UserMeanPredictor p(2, 1.0, h);
+  CHECK(p.history().runs.at("alice") == std::deque<Duration>{30, 40});
+  CHECK(p.Predict("alice", 1000) == 35);
+  UserMeanPredictor copy(2, 1.0, p.history());
+  CHECK(copy.history() == p.history());
+  CHECK(copy.Predict("alice", 1000) == 35);
+}
+
+TEST_CASE("a running job's prediction is corrected for the time it has run", "[predictor]") {
+  CHECK(CorrectedPrediction(100, 50, 1000) == 100);    // not reached yet
+  CHECK(CorrectedPrediction(100, 100, 1000) == 160);   // reached: + 1 min
+  CHECK(CorrectedPrediction(100, 161, 1000) == 460);   // then + 5 min
+  CHECK(CorrectedPrediction(100, 999, 1000) == 1000);  // capped at the time limit
+  CHECK(CorrectedPrediction(100, 5000, 1000) == 1000);
+}
+
+TEST_CASE("the core plans with the predicted run time but never beyond the time limit", "[predictor]") {
+  Job job;
+  job.spec.time_limit = 3600;
+  CHECK(PlannedRuntime(job) == 3600);
+  job.predicted_runtime = 600;
+  CHECK(PlannedRuntime(job) == 600);
+  job.predicted_runtime = 7200;
+  CHECK(PlannedRuntime(job) == 3600);
+}

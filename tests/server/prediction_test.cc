@@ -1,0 +1,153 @@
+// Run-time prediction in schedd ([prediction]): finished jobs feed each user's history, the store
+// keeps it across a restart, planning uses the prediction, and only the time limit ends a job.
+#include <catch2/catch.hpp>
+
+#include "schedd/server/controller.h"
+#include "tests/server/fixtures.h"
+
+using namespace mlsched::server;
+using namespace mlsched::server::testing;
+namespace core = mlsched::core;
+
+namespace {
+
+core::PolicySet PredictingPolicy() {
+  return PolicyFromText("[backfill]\nmode = \"easy\"\n[prediction]\nenabled = true\nhistory = 2\n", "p.toml");
+}
+
+struct PredictWorld : ControllerWorld {
+  Caller alice = User("alice", 1001);
+
+  PredictWorld() { Boot(); }
+  /// A controller (new, or after a restart over the same store) with one 2-CPU node.
+  void Boot() {
+    Start(PredictingPolicy());
+    ctl->Recover(now);
+    ctl->OnRegister(NodeReg("n1", 2), now);
+  }
+  void Restart() {
+    ctl.reset();
+    store.reset();  // flushes the writer queue
+    store = std::make_unique<Store>(dir.path.string());
+    sink.Clear();
+    Boot();
+  }
+  int64_t Submit(int64_t time_limit) {
+    v1::JobSpec s = Spec(1, 2);  // the whole node
+    s.set_time_limit_s(time_limit);
+    int64_t id = 0;
+    REQUIRE(ctl->Submit(alice, s, now, &id).ok());
+    return id;
+  }
+  v1::JobInfo Job(int64_t id) {
+    v1::JobInfo info;
+    REQUIRE(ctl->Get(Root(), id, &info).ok());
+    return info;
+  }
+  /// Starts job `id` (prepared and started on n1) in a cycle at `now`.
+  void RunStart(int64_t id) {
+    sink.Clear();
+    ctl->RunCycle(now);
+    REQUIRE(Job(id).state() == v1::RUNNING);
+    ctl->OnAgentMessage("n1", PrepareOk(id, 1), now);
+    ctl->OnAgentMessage("n1", Started(id, 1, 0), now);
+  }
+  /// Runs a job for `seconds` until it exits 0.
+  void RunFor(int64_t seconds) {
+    int64_t id = Submit(3600);
+    RunStart(id);
+    now += seconds;
+    ctl->OnAgentMessage("n1", Exited(id, 1, 0, 0), now);
+    REQUIRE(Job(id).state() == v1::COMPLETED);
+    now += 10;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("prediction: finished jobs feed the history and a restart reloads it", "[server][prediction]") {
+  PredictWorld w;
+  w.RunFor(100);
+  w.RunFor(300);
+  w.RunFor(500);  // history 2: 300 and 500 are kept
+  w.Restart();
+  auto stored = w.store->LoadRuntimes();
+  CHECK(stored["alice"] == std::vector<int64_t>{300, 500});
+  // After the restart the blocked job plans with the running job's prediction (mean 400 s), not
+  // with its time limit of 3600 s.
+  int64_t running = w.Submit(3600);
+  const int64_t t0 = w.now;
+  w.RunStart(running);
+  int64_t blocked = w.Submit(3600);
+  w.now = t0 + 1;
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(blocked).reason() == "Resources");
+  CHECK(w.Job(blocked).expected_start() == t0 + 400);
+}
+
+TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit ends the job", "[server][prediction]") {
+  PredictWorld w;
+  w.RunFor(100);
+  w.RunFor(100);
+  int64_t running = w.Submit(1000);
+  const int64_t t0 = w.now;
+  w.RunStart(running);
+  int64_t blocked = w.Submit(3600);
+  w.now = t0 + 1;
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(blocked).expected_start() == t0 + 100);  // predicted
+  // Past its prediction: still running; the plan moves by the first step (1 min), then 5 min.
+  w.now = t0 + 101;
+  w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
+  w.ctl->Tick(w.now);
+  CHECK(w.Job(running).state() == v1::RUNNING);
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(blocked).expected_start() == t0 + 160);
+  w.now = t0 + 161;
+  w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
+  w.ctl->Tick(w.now);
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(running).state() == v1::RUNNING);
+  CHECK(w.Job(blocked).expected_start() == t0 + 460);
+  // Capped at the time limit, where (and only where) the job is ended.
+  w.now = t0 + 999;
+  w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
+  w.ctl->Tick(w.now);
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(running).state() == v1::RUNNING);
+  CHECK(w.Job(blocked).expected_start() == t0 + 1000);
+  w.now = t0 + 1000;
+  w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
+  w.ctl->Tick(w.now);
+  CHECK(w.Job(running).reason() == "TimeLimit");
+  CHECK(w.Job(running).state() == v1::COMPLETING);  // killed; its task exits next
+  w.ctl->OnAgentMessage("n1", Exited(running, 1, 0, 137), w.now + 1);
+  CHECK(w.Job(running).state() == v1::TIMEOUT);
+}
+
+TEST_CASE("prediction: off by default - planning uses the time limit and nothing is recorded", "[server][prediction]") {
+  ControllerWorld w;
+  core::PolicySet policy;
+  policy.backfill.mode = core::BackfillMode::kEasy;
+  w.Start(policy);
+  w.ctl->OnRegister(NodeReg("n1", 2), w.now);
+  v1::JobSpec s = Spec(1, 2);
+  s.set_time_limit_s(600);
+  int64_t id = 0;
+  REQUIRE(w.ctl->Submit(User("alice", 1001), s, w.now, &id).ok());
+  w.ctl->RunCycle(w.now);
+  w.ctl->OnAgentMessage("n1", PrepareOk(id, 1), w.now);
+  w.ctl->OnAgentMessage("n1", Started(id, 1, 0), w.now);
+  w.ctl->OnAgentMessage("n1", Exited(id, 1, 0, 0), w.now + 50);
+  int64_t a = 0, b = 0;
+  REQUIRE(w.ctl->Submit(User("alice", 1001), s, w.now + 60, &a).ok());
+  REQUIRE(w.ctl->Submit(User("alice", 1001), s, w.now + 60, &b).ok());
+  w.ctl->RunCycle(w.now + 60);
+  v1::JobInfo info;
+  REQUIRE(w.ctl->Get(Root(), b, &info).ok());
+  CHECK(info.expected_start() == w.now + 660);  // a's time limit
+  w.ctl.reset();
+  w.store.reset();
+  w.store = std::make_unique<Store>(w.dir.path.string());
+  CHECK(w.store->LoadRuntimes().empty());
+}
