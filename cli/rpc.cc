@@ -27,9 +27,10 @@ struct SchedClient::Impl {
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::AdminService::Stub> admin;
 
-  /// A new channel (and stubs): after a transient failure, the next attempt connects at once.
-  void Reconnect() {
-    channel = MakeChannel(address);
+  /// A new channel (and stubs); `retry`: with a private subchannel, so that the next attempt
+  /// after a transient failure connects at once.
+  void Reconnect(bool retry = false) {
+    channel = MakeChannel(address, retry);
     jobs = v1::JobService::NewStub(channel);
     admin = v1::AdminService::NewStub(channel);
   }
@@ -114,7 +115,7 @@ RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, doubl
         *job_id = resp.job_id();
         return st;
       },
-      retry_s, on_retry, [this] { impl_->Reconnect(); });
+      retry_s, on_retry, [this] { impl_->Reconnect(/*retry=*/true); });
 }
 
 RpcStatus SchedClient::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
@@ -143,7 +144,7 @@ RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJo
         for (auto& e : errors) resp->add_errors(std::move(e));
         return st;
       },
-      retry_s, on_retry, [this] { impl_->Reconnect(); });
+      retry_s, on_retry, [this] { impl_->Reconnect(/*retry=*/true); });
 }
 
 RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
@@ -161,7 +162,7 @@ RpcStatus SchedClient::HoldJob(int64_t job_id, bool release, double retry_s, con
         v1::HoldJobResponse resp;
         return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->HoldJob(c, req, &resp); });
       },
-      retry_s, on_retry, [this] { impl_->Reconnect(); });
+      retry_s, on_retry, [this] { impl_->Reconnect(/*retry=*/true); });
 }
 
 RpcStatus SchedClient::ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp) {

@@ -31,8 +31,9 @@ std::string MungePayloadFor(const std::string& service, const std::string& metho
 /// A gRPC channel to a user-facing schedd service. Unix socket: plain (the kernel names the
 /// caller). TCP: TLS verified against ResolveClientCaFile(), and every call carries a fresh MUNGE
 /// credential from the munged at ResolveMungeSocket() (gRPC sends call credentials only over TLS).
-/// Throws std::runtime_error when the CA file cannot be read.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+/// `private_subchannel`: for a retry after a transient failure (connects at once). Throws
+/// std::runtime_error when the CA file cannot be read.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, bool private_subchannel = false);
 
 /// Sets a call's deadline to `timeout_s` seconds from now (0 = none). Credentials are the channel's.
 void PrepareContext(grpc::ClientContext& ctx, const std::string& address, int timeout_s = 30);
