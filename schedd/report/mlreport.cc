@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     pricing = *p;
   }
   try {
-    auto store = mlsched::server::Store::OpenReadOnly(state_dir);
+    auto store = mlsched::server::SqliteStore::OpenReadOnly(state_dir);
     auto attempts = store->LoadAttempts(start, end);
     auto jobs = store->LoadJobs(0);  // every job's spec: live ones and finished ones alike
     auto r = mlsched::report::Build(jobs, attempts, pricing, start, end, now);

@@ -97,6 +97,9 @@ std::string CheckRegistration(const v1::RegisterNode& reg) {
     if (g.type().size() > L::kMaxLabel || g.count() < 0 || g.count() > L::kMaxGpusPerType)
       return "node " + name + ": GPU entry out of range (type at most " + std::to_string(L::kMaxLabel) +
              " bytes, count 0 to " + std::to_string(L::kMaxGpusPerType) + ")";
+  if (reg.cutoff_timeout_s() < 0 || reg.cutoff_timeout_s() > L::kMaxCutoffSeconds)
+    return "node " + name + ": cutoff_timeout_s " + std::to_string(reg.cutoff_timeout_s()) + " is out of range 0 to " +
+           std::to_string(L::kMaxCutoffSeconds);
   if (reg.running_size() > L::kMaxRunningTasks)
     return "node " + name + ": " + std::to_string(reg.running_size()) + " running tasks; the limit is " +
            std::to_string(L::kMaxRunningTasks);

@@ -25,6 +25,7 @@ struct RegistrationLimits {
   static constexpr int kMaxGpuTypes = 64;         // entries in capacity.gpus
   static constexpr int32_t kMaxGpusPerType = 4096;
   static constexpr int kMaxRunningTasks = 100000; // entries in running
+  static constexpr int kMaxCutoffSeconds = 86400;  // RegisterNode.cutoff_timeout_s (one day)
 };
 
 /// "" when `reg` is within RegistrationLimits and its numbers are >= 0; else an error naming the

@@ -327,6 +327,16 @@ Status Controller::CheckSizesLocked(const v1::JobSpec& spec, int64_t* jobs_out) 
                                             " bytes; the limit is " + std::to_string(l.max_array_bytes) +
                                             " (policy [limits] max_array_bytes): use a smaller array or script"};
   }
+  // HA mode: one submission is one etcd transaction (etcd_store.h).
+  if (const size_t max = store_.MaxSpecBytes(); max && spec.ByteSizeLong() > max)
+    return {Status::kInvalidArgument, "the job spec is " + std::to_string(spec.ByteSizeLong()) +
+                                          " bytes; in HA mode one job's spec may take at most " + std::to_string(max) +
+                                          " (etcd's request limit): move the script into a file"};
+  if (const size_t max = store_.MaxArrayJobs(); max && static_cast<size_t>(jobs) > max)
+    return {Status::kInvalidArgument, "array of " + std::to_string(jobs) + " elements; in HA mode one submission "
+                                          "may create at most " + std::to_string(max) +
+                                          " jobs (one etcd transaction; raise etcd's --max-txn-ops and schedd's "
+                                          "--ha-max-txn-ops together, or split the array)"};
   *jobs_out = jobs;
   return {};
 }

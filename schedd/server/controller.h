@@ -74,6 +74,10 @@ struct ControllerConfig {
   int max_array_size = 10000;     // most elements of one job array (Slurm MaxArraySize - 1)
 };
 
+/// Seconds schedd waits beyond an agent's RegisterNode.cutoff_timeout_s (the time by which a cut-off
+/// agent has stopped its tasks) before it declares the node's tasks lost: clock skew and delay.
+inline constexpr int64_t kCutoffMargin = 5;
+
 class Controller {
  public:
   Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config);

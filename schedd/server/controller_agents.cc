@@ -209,6 +209,7 @@ v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) 
   *n.info.mutable_capacity() = reg.capacity();
   n.info.set_address(reg.address());
   n.info.set_isolation(reg.isolation());
+  n.info.set_cutoff_timeout_s(reg.cutoff_timeout_s());
   n.connected = true;
   n.down = false;
   n.last_heartbeat = now;
@@ -501,9 +502,15 @@ void Controller::Tick(int64_t now) {
       spdlog::warn("{} job(s) still not written to the store: {}", unpersisted_jobs_.size(), e.what());
     }
   }
-  for (auto& [name, n] : nodes_)
-    if (!n.down && now - n.last_heartbeat > cfg_.heartbeat_timeout_s)
+  for (auto& [name, n] : nodes_) {
+    // An agent cut off from every controller stops its tasks within its cutoff (its kill grace
+    // included); its tasks count as lost only after that, so two attempts never run at once.
+    const int64_t silence = n.info.cutoff_timeout_s() > 0
+                                ? std::max<int64_t>(cfg_.heartbeat_timeout_s, n.info.cutoff_timeout_s() + kCutoffMargin)
+                                : cfg_.heartbeat_timeout_s;
+    if (!n.down && now - n.last_heartbeat > silence)
       MarkNodeDown(n, "no heartbeat for " + std::to_string(now - n.last_heartbeat) + " s", now);
+  }
   std::vector<int64_t> expired;
   for (auto& [id, j] : jobs_) {
     if (j.state == core::JobState::kRunning) {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <fstream>
@@ -21,6 +22,8 @@
 #include "schedd/report/report.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
+#include "schedd/server/etcd_store.h"
+#include "schedd/server/leader.h"
 #include "schedd/server/services.h"
 #include "schedd/server/store.h"
 
@@ -91,6 +94,55 @@ PolicyReloadResult ReloadPolicyFile(Controller& ctl, const std::string& path, co
   return r;
 }
 
+/// HA mode: campaigns for leadership. On election the store starts writing under the new epoch,
+/// the controller loads the state from etcd, agents get the epoch, and the gate opens. When the
+/// leadership is lost (lease gone, or a write refused by the fence) the replica stops serving and
+/// exits with status 3: a supervisor restarts it as a follower, with nothing in memory to trust.
+void StartHa(Leadership& leadership, EtcdStore& store, LeaderGate& gate, AgentGateway& gateway, Controller& ctl,
+             AdminServiceImpl& admin, EtcdClient& etcd, const std::string& self, const LeaderConfig& cfg,
+             std::atomic<bool>& leading) {
+  auto step_down = [&gate, &store](const std::string& why) {
+    gate.Close();
+    spdlog::critical("HA: stepping down: {}; {} write(s) refused by the fence; exiting (status 3)", why,
+                     store.FencedWrites());
+    spdlog::default_logger()->flush();
+    std::_Exit(3);
+  };
+  store.SetOnFenced([step_down] { step_down("etcd refused a write of this epoch (fenced)"); });
+  admin.SetHaStatusProvider([&leadership, &etcd, &store, self] {
+    return BuildHaStatus(leadership, etcd, self, store.FencedWrites());
+  });
+  spdlog::info("HA: replica {} campaigning on {} (prefix {}, lease TTL {} s)", self, etcd.Endpoints().front(),
+               cfg.prefix, cfg.lease_ttl_s);
+  leadership.Start(
+      [&, step_down](int64_t epoch) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          store.BecomeLeader(epoch);
+          gateway.SetEpoch(epoch);
+          ctl.Recover(WallNow());
+        } catch (const std::exception& e) {
+          step_down(std::string("cannot load the state: ") + e.what());
+        }
+        leading = true;
+        gate.Open();
+        ctl.Trigger();
+        spdlog::info("HA: leader at epoch {}: state loaded in {} ms, {} job(s) in memory; serving", epoch,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count(),
+                     ctl.JobsInMemory());
+      },
+      [step_down](const std::string& why) {
+        // Fault injection for the fencing test (tests/e2e/ha_e2e.sh): with
+        // MLSCHED_FAILPOINT=ha-ignore-lease-loss a deposed leader does not notice that its lease
+        // is gone (as if paused between the check and a write), so only etcd's fence stops it.
+        if (const char* fp = std::getenv("MLSCHED_FAILPOINT"); fp && std::string(fp) == "ha-ignore-lease-loss") {
+          spdlog::warn("failpoint ha-ignore-lease-loss: ignoring: {}", why);
+          return;
+        }
+        step_down(why);
+      });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +159,17 @@ int main(int argc, char** argv) {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   std::vector<std::string> operators;
+  std::string ha, advertise;
+  LeaderConfig ha_cfg;
+  size_t ha_max_txn_ops = kEtcdMaxTxnOps;
+  app.add_option("--ha", ha, "HA mode: keep the state in etcd (etcd://HOST:PORT,...) and run as one of several replicas, "
+                 "one of which leads (docs/operations.md, High availability)");
+  app.add_option("--ha-prefix", ha_cfg.prefix, "etcd key prefix of this cluster's state");
+  app.add_option("--ha-lease-ttl", ha_cfg.lease_ttl_s, "Seconds a silent leader keeps its lease")->check(CLI::Range(2, 60));
+  app.add_option("--ha-max-txn-ops", ha_max_txn_ops, "etcd's --max-txn-ops (operations per transaction)")
+      ->check(CLI::Range(16, 100000));
+  app.add_option("--advertise", advertise, "HA: the HOST:PORT clients and agents use to reach this replica "
+                 "(default: the --listen-tcp address)");
   app.add_option("--listen", listen, "Unix socket to serve on (unix:PATH)");
   app.add_option("--listen-tcp", listen_tcp, "Also serve on TCP HOST:PORT, TLS only (needs --tls-cert/--tls-key/--tls-ca)");
   app.add_option("--tls-cert", tls.cert, "schedd's certificate (PEM) from the cluster CA");
@@ -141,6 +204,23 @@ int main(int argc, char** argv) {
                  "certificates (docs/operations.md, Security model)\n";
     return 2;
   }
+  if (!ha.empty() && listen_tcp.empty()) {
+    std::cerr << "schedd: --ha needs --listen-tcp: clients and agents on other hosts reach the leader over TCP\n";
+    return 2;
+  }
+  if (!ha.empty() && advertise.empty()) {
+    advertise = listen_tcp;
+    if (advertise.rfind("0.0.0.0:", 0) == 0) {
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      advertise = std::string(host) + advertise.substr(7);
+    }
+    if (advertise.size() >= 2 && advertise.compare(advertise.size() - 2, 2, ":0") == 0) {
+      std::cerr << "schedd: --ha needs a fixed --listen-tcp port (or --advertise HOST:PORT): clients list the replicas\n";
+      return 2;
+    }
+  }
+  ha_cfg.address = advertise;
   if (!listen_tcp.empty() && (tls.cert.empty() || tls.key.empty() || tls.ca.empty())) {
     std::cerr << "schedd: --listen-tcp needs --tls-cert, --tls-key and --tls-ca (scripts/mlsched-certs.sh makes them)\n";
     return 2;
@@ -157,7 +237,18 @@ int main(int argc, char** argv) {
 
   try {
     if (!listen_tcp.empty() && !CheckOwnCertificate(tls)) return 2;
-    Store store(state_dir);
+    std::unique_ptr<EtcdClient> etcd;
+    std::unique_ptr<Store> store_owner;
+    EtcdStore* estore = nullptr;
+    if (ha.empty()) {
+      store_owner = std::make_unique<SqliteStore>(state_dir);
+    } else {
+      etcd = std::make_unique<EtcdClient>(ParseEtcdEndpoints(ha), std::chrono::milliseconds(3000));
+      auto e = std::make_unique<EtcdStore>(*etcd, ha_cfg.prefix, ha_max_txn_ops);
+      estore = e.get();
+      store_owner = std::move(e);
+    }
+    Store& store = *store_owner;
     auto loaded = LoadPolicy(policy_file, operators);
     if (!loaded) {
       spdlog::critical("policy {} is invalid; not starting", policy_file);
@@ -168,22 +259,31 @@ int main(int argc, char** argv) {
     PeerCredListener listener(listen.substr(5));
     Controller* ctl_ptr = nullptr;
     Authenticator auth(&listener, AuthConfig{mlsched::ResolveMungeSocket(munge_socket)}, [&](const std::string& u) { return ctl_ptr && ctl_ptr->IsOperator(u); });
-    AgentGateway gateway(auth);
+    std::unique_ptr<Leadership> leadership;
+    std::unique_ptr<LeaderGate> gate;
+    if (estore) {
+      leadership = std::make_unique<Leadership>(*etcd, ha_cfg);
+      gate = std::make_unique<LeaderGate>(advertise, [&] {
+        auto v = leadership->Current();
+        return std::make_pair(v.leader, v.epoch);
+      });
+    }
+    AgentGateway gateway(auth, gate.get());
     Controller ctl(store, gateway, policy, cfg);
     ctl_ptr = &ctl;
     gateway.SetController(&ctl);
     SchedMetrics metrics;
     ctl.SetMetrics(&metrics);
     auth.SetMetrics(&metrics);
-    ctl.Recover(WallNow());
+    if (!estore) ctl.Recover(WallNow());
     std::unique_ptr<mlsched::MetricsHttpServer> metrics_http;
     if (metrics_port >= 0) {
       metrics_http = std::make_unique<mlsched::MetricsHttpServer>(
           metrics_host, metrics_port, [&] { return metrics.Render(ctl.CollectGauges()); });
       spdlog::info("metrics on http://{}:{}/metrics", metrics_host, metrics_http->Port());
     }
-    JobServiceImpl jobs(ctl, auth);
-    AdminServiceImpl admin(ctl, auth);
+    JobServiceImpl jobs(ctl, auth, gate.get());
+    AdminServiceImpl admin(ctl, auth, gate.get());
     admin.SetPolicyReloader([&] { return ReloadPolicyFile(ctl, policy_file, operators, "ReloadPolicy"); });
 
     grpc::ServerBuilder builder;
@@ -204,9 +304,12 @@ int main(int argc, char** argv) {
                  state_dir);
 
     std::atomic<bool> stop{false};
+    std::atomic<bool> leading{!estore};  // HA: the loop runs only on the leader, after its state is loaded
+    if (estore) StartHa(*leadership, *estore, *gate, gateway, ctl, admin, *etcd, advertise, ha_cfg, leading);
     std::thread loop([&] {
       while (!stop) {
         ctl.WaitForWork(cycle_ms);
+        if (!leading) continue;
         if (stop) break;
         try {
           int64_t now = WallNow();
@@ -229,9 +332,14 @@ int main(int argc, char** argv) {
       spdlog::info("signal {}: shutting down", sig);
       break;
     }
+    if (gate) gate->Close();  // HA: clients and agents move on to the next leader from here
     stop = true;
     ctl.Trigger();
     loop.join();
+    if (estore) {
+      estore->Drain();  // every accepted write is committed (or refused) before the lease goes
+      leadership->Resign();
+    }
     listener.Stop();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     return 0;

@@ -60,9 +60,12 @@ grpc::Status ToGrpc(const Status& s) {
   return {grpc::StatusCode::UNKNOWN, s.message};
 }
 
-// Runs a handler, turning store failures into INTERNAL instead of tearing the server down.
+// Runs a handler, turning store failures into INTERNAL instead of tearing the server down; a
+// follower (closed gate) answers with the leader's address instead.
 template <typename F>
-grpc::Status Guard(Controller& ctl, const char* rpc, F&& f) {
+grpc::Status Guard(Controller& ctl, const LeaderGate* gate, grpc::ServerContext* ctx, const char* rpc, F&& f) {
+  if (gate)
+    if (auto refused = gate->Refuse(ctx)) return *refused;
   try {
     return f();
   } catch (const std::exception& e) {
@@ -74,9 +77,20 @@ grpc::Status Guard(Controller& ctl, const char* rpc, F&& f) {
 
 }  // namespace
 
+std::optional<grpc::Status> LeaderGate::Refuse(grpc::ServerContext* ctx) const {
+  if (open_) return std::nullopt;
+  auto [leader, epoch] = leader_();
+  if (leader == self_) leader.clear();  // elected, state still loading: no better place to go
+  if (!leader.empty()) ctx->AddTrailingMetadata(kLeaderHeader, leader);
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      leader.empty() ? "schedd at " + self_ + " is not the leader and no leader is known yet (election running)"
+                                     : "schedd at " + self_ + " is a follower; the leader is " + leader + " (epoch " +
+                                           std::to_string(epoch) + ")");
+}
+
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  return Guard(ctl_, "SubmitJob", [&] {
+  return Guard(ctl_, gate_, ctx, "SubmitJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/SubmitJob", &c); !st.ok()) return st;
     int64_t id = 0;
@@ -88,7 +102,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
 
 grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::CancelJobsRequest* req,
                                         v1::CancelJobsResponse* resp) {
-  return Guard(ctl_, "CancelJobs", [&] {
+  return Guard(ctl_, gate_, ctx, "CancelJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/CancelJobs", &c); !st.ok()) return st;
     if (auto st = CheckIdCount(ctl_, req->job_ids_size() + req->job_refs_size()); !st.ok()) return st;
@@ -98,7 +112,7 @@ grpc::Status JobServiceImpl::CancelJobs(grpc::ServerContext* ctx, const v1::Canc
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
-  return Guard(ctl_, "ListJobs", [&] {
+  return Guard(ctl_, gate_, ctx, "ListJobs", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListJobs", &c); !st.ok()) return st;
     if (auto st = CheckIdCount(ctl_, req->job_ids_size() + req->job_refs_size()); !st.ok()) return st;
@@ -110,7 +124,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
-  return Guard(ctl_, "GetJob", [&] {
+  return Guard(ctl_, gate_, ctx, "GetJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/GetJob", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Get(c, req->job_id(), resp));  // redacted unless owner/operator
@@ -118,7 +132,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
 }
 
 grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJobRequest* req, v1::HoldJobResponse*) {
-  return Guard(ctl_, "HoldJob", [&] {
+  return Guard(ctl_, gate_, ctx, "HoldJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/HoldJob", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Hold(c, req->job_id(), req->release(), WallNow()));
@@ -127,7 +141,7 @@ grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJob
 
 grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::ExplainJobRequest* req,
                                         v1::ExplainJobResponse* resp) {
-  return Guard(ctl_, "ExplainJob", [&] {
+  return Guard(ctl_, gate_, ctx, "ExplainJob", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ExplainJob", &c); !st.ok()) return st;
     if (Status s = ctl_.Get(c, req->job_id(), resp->mutable_job()); !s.ok()) return ToGrpc(s);
@@ -162,7 +176,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::Expl
 }
 
 grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) {
-  return Guard(ctl_, "ListNodes", [&] {
+  return Guard(ctl_, gate_, ctx, "ListNodes", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/ListNodes", &c); !st.ok()) return st;
     for (auto& n : ctl_.Nodes()) *resp->add_nodes() = std::move(n);
@@ -171,7 +185,7 @@ grpc::Status AdminServiceImpl::ListNodes(grpc::ServerContext* ctx, const v1::Lis
 }
 
 grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req, v1::DrainNodeResponse*) {
-  return Guard(ctl_, "DrainNode", [&] {
+  return Guard(ctl_, gate_, ctx, "DrainNode", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/DrainNode", &c); !st.ok()) return st;
     return ToGrpc(ctl_.Drain(c, req->node(), req->reason(), req->resume()));
@@ -179,7 +193,7 @@ grpc::Status AdminServiceImpl::DrainNode(grpc::ServerContext* ctx, const v1::Dra
 }
 
 grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::EvictNodeRequest* req, v1::EvictNodeResponse*) {
-  return Guard(ctl_, "EvictNode", [&] {
+  return Guard(ctl_, gate_, ctx, "EvictNode", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/EvictNode", &c); !st.ok()) return st;
     if (req->deadline_s() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "deadline must be >= 0 s");
@@ -190,7 +204,7 @@ grpc::Status AdminServiceImpl::EvictNode(grpc::ServerContext* ctx, const v1::Evi
 
 grpc::Status AdminServiceImpl::ReloadPolicy(grpc::ServerContext* ctx, const v1::ReloadPolicyRequest*,
                                             v1::ReloadPolicyResponse* resp) {
-  return Guard(ctl_, "ReloadPolicy", [&] {
+  return Guard(ctl_, gate_, ctx, "ReloadPolicy", [&] {
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/ReloadPolicy", &c); !st.ok()) return st;
     if (!c.privileged)
@@ -205,6 +219,19 @@ grpc::Status AdminServiceImpl::ReloadPolicy(grpc::ServerContext* ctx, const v1::
     resp->set_path(r.path);
     for (auto& e : r.errors) resp->add_errors(std::move(e));
     spdlog::info("ReloadPolicy by {}: {}", c.user, r.reloaded ? "reloaded" : "kept the running policy");
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AdminServiceImpl::HaStatus(grpc::ServerContext* ctx, const v1::HaStatusRequest*, v1::HaStatusResponse* resp) {
+  return Guard(ctl_, nullptr, ctx, "HaStatus", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.AdminService/HaStatus", &c); !st.ok()) return st;
+    if (ha_status_) {
+      *resp = ha_status_();
+    } else {
+      resp->set_mode("single");
+    }
     return grpc::Status::OK;
   });
 }
@@ -228,6 +255,8 @@ bool AgentGateway::Send(const std::string& node, const v1::SchedulerMessage& msg
 
 grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
                                    grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) {
+  if (gate_)
+    if (auto refused = gate_->Refuse(ctx)) return *refused;
   v1::AgentMessage first;
   if (!stream->Read(&first)) return grpc::Status::OK;
   if (!first.has_register_() || first.register_().name().empty())
@@ -283,6 +312,7 @@ void AgentGateway::Serve(const std::string& node, const v1::RegisterNode& reg, S
   // controller queued meanwhile, then start the writer.
   v1::SchedulerMessage registered;
   *registered.mutable_registered() = ctl_->OnRegister(reg, WallNow());
+  registered.mutable_registered()->set_epoch(epoch_);
   {
     std::lock_guard lk(session.mu);
     session.outbox.push_front(registered);
@@ -294,6 +324,7 @@ void AgentGateway::Serve(const std::string& node, const v1::RegisterNode& reg, S
       if (session.closed && session.outbox.empty()) return;
       v1::SchedulerMessage m = std::move(session.outbox.front());
       session.outbox.pop_front();
+      m.set_epoch(epoch_);
       lk.unlock();
       bool ok = stream->Write(m);
       lk.lock();

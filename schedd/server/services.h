@@ -1,12 +1,14 @@
 // gRPC service implementations: thin adapters from the wire to the Controller.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,9 +33,38 @@ struct PolicyReloadResult {
 /// Re-reads the policy file and installs it all or nothing (installed by the daemon's main).
 using PolicyReloader = std::function<PolicyReloadResult()>;
 
+/// HA mode: whether this replica serves requests now. While closed (a follower, or a leader
+/// still loading its state or stepping down) every call is answered UNAVAILABLE with the
+/// leader's address in the message and in the trailing metadata kLeaderHeader, so clients and
+/// agents move to the leader. Thread-safe.
+class LeaderGate {
+ public:
+  /// `self`: this replica's client address; `leader()`: the leader's address and epoch now.
+  LeaderGate(std::string self, std::function<std::pair<std::string, int64_t>()> leader)
+      : self_(std::move(self)), leader_(std::move(leader)) {}
+  void Open() { open_ = true; }
+  void Close() { open_ = false; }
+  bool IsOpen() const { return open_; }
+  /// nullopt while open; else the answer (the leader hint set on `ctx`).
+  std::optional<grpc::Status> Refuse(grpc::ServerContext* ctx) const;
+
+ private:
+  std::string self_;
+  std::function<std::pair<std::string, int64_t>()> leader_;
+  std::atomic<bool> open_{false};
+};
+
+/// Metadata key of the leader's client address in a follower's answer.
+inline constexpr const char* kLeaderHeader = "x-mlsched-leader";
+
+/// The answer to AdminService.HaStatus (installed by the daemon's main; single mode without one).
+using HaStatusProvider = std::function<v1::HaStatusResponse()>;
+
 class JobServiceImpl final : public mlsched::v1::JobService::Service {
  public:
-  JobServiceImpl(Controller& c, const Authenticator& a) : ctl_(c), auth_(a) {}
+  /// `gate`: HA mode's LeaderGate (nullptr: always serve).
+  JobServiceImpl(Controller& c, const Authenticator& a, const LeaderGate* gate = nullptr)
+      : ctl_(c), auth_(a), gate_(gate) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
   grpc::Status CancelJobs(grpc::ServerContext*, const v1::CancelJobsRequest*, v1::CancelJobsResponse*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -45,31 +76,40 @@ class JobServiceImpl final : public mlsched::v1::JobService::Service {
  private:
   Controller& ctl_;
   const Authenticator& auth_;
+  const LeaderGate* gate_;
 };
 
 class AdminServiceImpl final : public mlsched::v1::AdminService::Service {
  public:
-  AdminServiceImpl(Controller& c, const Authenticator& a) : ctl_(c), auth_(a) {}
+  AdminServiceImpl(Controller& c, const Authenticator& a, const LeaderGate* gate = nullptr)
+      : ctl_(c), auth_(a), gate_(gate) {}
   grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*, v1::ListNodesResponse*) override;
   grpc::Status DrainNode(grpc::ServerContext*, const v1::DrainNodeRequest*, v1::DrainNodeResponse*) override;
   grpc::Status EvictNode(grpc::ServerContext*, const v1::EvictNodeRequest*, v1::EvictNodeResponse*) override;
   /// Privileged callers only; FAILED_PRECONDITION without a reloader (no --policy file).
   grpc::Status ReloadPolicy(grpc::ServerContext*, const v1::ReloadPolicyRequest*, v1::ReloadPolicyResponse*) override;
+  /// Answered by every replica, followers included (any authenticated caller).
+  grpc::Status HaStatus(grpc::ServerContext*, const v1::HaStatusRequest*, v1::HaStatusResponse*) override;
   /// Set before the server starts.
   void SetPolicyReloader(PolicyReloader r) { reloader_ = std::move(r); }
+  void SetHaStatusProvider(HaStatusProvider p) { ha_status_ = std::move(p); }
 
  private:
   Controller& ctl_;
   const Authenticator& auth_;
+  const LeaderGate* gate_;
   PolicyReloader reloader_;
+  HaStatusProvider ha_status_;
 };
 
 /// The agents' side: one bidirectional stream per agent, each with an outbox drained by a writer
 /// thread so the Controller never blocks on a slow agent. Implements AgentSink.
 class AgentGateway final : public mlsched::v1::AgentService::Service, public AgentSink {
  public:
-  explicit AgentGateway(const Authenticator& a) : auth_(a) {}
+  explicit AgentGateway(const Authenticator& a, const LeaderGate* gate = nullptr) : auth_(a), gate_(gate) {}
   void SetController(Controller* c) { ctl_ = c; }
+  /// The epoch every message to agents carries from now on (HA: the leader's; 0 in single mode).
+  void SetEpoch(int64_t epoch) { epoch_ = epoch; }
   grpc::Status Connect(grpc::ServerContext* ctx,
                        grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) override;
   bool Send(const std::string& node, const v1::SchedulerMessage& msg) override;
@@ -89,6 +129,8 @@ class AgentGateway final : public mlsched::v1::AgentService::Service, public Age
              grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream);
   Controller* ctl_ = nullptr;
   const Authenticator& auth_;
+  const LeaderGate* gate_;
+  std::atomic<int64_t> epoch_{0};
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
 };

@@ -170,7 +170,7 @@ void SecureStateFiles(const std::string& state_dir) {
   }
 }
 
-Store::Store(const std::string& state_dir, bool read_only) {
+SqliteStore::SqliteStore(const std::string& state_dir, bool read_only) {
   path_ = (std::filesystem::path(state_dir) / "state.db").string();
   if (read_only) {
     if (!std::filesystem::exists(path_)) throw StoreError(path_ + ": no such file (is --state-dir right?)");
@@ -190,7 +190,7 @@ Store::Store(const std::string& state_dir, bool read_only) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -201,7 +201,7 @@ Store::~Store() {
   if (wdb_) sqlite3_close(wdb_);
 }
 
-void Store::Migrate() {
+void SqliteStore::Migrate() {
   Exec(wdb_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
   int version = SchemaVersion();
   const int target = static_cast<int>(std::size(kMigrations));
@@ -222,13 +222,13 @@ void Store::Migrate() {
   }
 }
 
-int Store::SchemaVersion() {
+int SqliteStore::SchemaVersion() {
   Stmt s(wdb_ ? wdb_ : rdb_, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
   s.Step();
   return static_cast<int>(s.Int(0));
 }
 
-void Store::Enqueue(Work work, std::function<void(std::exception_ptr)> done) {
+void SqliteStore::Enqueue(Work work, std::function<void(std::exception_ptr)> done) {
   if (!writer_.joinable()) {
     done(std::make_exception_ptr(StoreError(path_ + " is open read-only")));
     return;
@@ -240,7 +240,7 @@ void Store::Enqueue(Work work, std::function<void(std::exception_ptr)> done) {
   cv_.notify_one();
 }
 
-void Store::WriterLoop() {
+void SqliteStore::WriterLoop() {
   for (;;) {
     std::deque<Item> batch;
     {
@@ -283,7 +283,7 @@ void Store::WriterLoop() {
   }
 }
 
-std::future<InsertedJob> Store::InsertJob(JobRow row) {
+std::future<InsertedJob> SqliteStore::InsertJob(JobRow row) {
   auto p = std::make_shared<std::promise<InsertedJob>>();
   auto out = std::make_shared<InsertedJob>();
   Enqueue(
@@ -305,7 +305,7 @@ std::future<InsertedJob> Store::InsertJob(JobRow row) {
   return p->get_future();
 }
 
-std::future<InsertedJob> Store::InsertJobArray(JobRow row, size_t count,
+std::future<InsertedJob> SqliteStore::InsertJobArray(JobRow row, size_t count,
                                                std::function<std::string(int64_t, size_t)> spec_of) {
   auto p = std::make_shared<std::promise<InsertedJob>>();
   auto first = std::make_shared<int64_t>(0);
@@ -341,7 +341,7 @@ std::future<InsertedJob> Store::InsertJobArray(JobRow row, size_t count,
   return p->get_future();
 }
 
-std::future<void> Store::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
+std::future<void> SqliteStore::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [row, event_kind = std::move(event_kind), detail = std::move(detail)](sqlite3* db) {
@@ -363,7 +363,7 @@ std::future<void> Store::UpdateJob(const JobRow& row, std::string event_kind, st
   return p->get_future();
 }
 
-std::future<void> Store::AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) {
+std::future<void> SqliteStore::AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [=](sqlite3* db) {
@@ -374,7 +374,7 @@ std::future<void> Store::AppendEvent(int64_t job_id, std::string node, std::stri
   return p->get_future();
 }
 
-std::future<void> Store::SaveNode(NodeRow row) {
+std::future<void> SqliteStore::SaveNode(NodeRow row) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [row = std::move(row)](sqlite3* db) {
@@ -387,7 +387,7 @@ std::future<void> Store::SaveNode(NodeRow row) {
   return p->get_future();
 }
 
-std::future<void> Store::SaveAttempt(AttemptRow a) {
+std::future<void> SqliteStore::SaveAttempt(AttemptRow a) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [a = std::move(a)](sqlite3* db) {
@@ -403,7 +403,7 @@ std::future<void> Store::SaveAttempt(AttemptRow a) {
   return p->get_future();
 }
 
-std::future<void> Store::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
+std::future<void> SqliteStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [usage = std::move(usage), accrued_until](sqlite3* db) {
@@ -420,7 +420,7 @@ std::future<void> Store::SaveUsage(std::map<std::string, double> usage, int64_t 
   return p->get_future();
 }
 
-int64_t Store::LoadUsage(std::map<std::string, double>* usage) {
+int64_t SqliteStore::LoadUsage(std::map<std::string, double>* usage) {
   std::lock_guard lk(rmu_);
   usage->clear();
   Stmt s(rdb_, "SELECT key, value FROM usage");
@@ -430,7 +430,7 @@ int64_t Store::LoadUsage(std::map<std::string, double>* usage) {
   return c.Int(0);
 }
 
-std::future<void> Store::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
+std::future<void> SqliteStore::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
   std::string text;
   for (int64_t r : runs) text += (text.empty() ? "" : ",") + std::to_string(r);
   auto p = std::make_shared<std::promise<void>>();
@@ -443,7 +443,7 @@ std::future<void> Store::SaveRuntimes(std::string user, std::vector<int64_t> run
   return p->get_future();
 }
 
-std::map<std::string, std::vector<int64_t>> Store::LoadRuntimes() {
+std::map<std::string, std::vector<int64_t>> SqliteStore::LoadRuntimes() {
   std::lock_guard lk(rmu_);
   std::map<std::string, std::vector<int64_t>> out;
   Stmt s(rdb_, "SELECT user, runs FROM runtime_history");
@@ -464,7 +464,7 @@ std::map<std::string, std::vector<int64_t>> Store::LoadRuntimes() {
   return out;
 }
 
-std::vector<AttemptRow> Store::LoadAttempts(int64_t start, int64_t end) {
+std::vector<AttemptRow> SqliteStore::LoadAttempts(int64_t start, int64_t end) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_,
          "SELECT job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type, pool, nodes,"
@@ -490,7 +490,7 @@ std::vector<AttemptRow> Store::LoadAttempts(int64_t start, int64_t end) {
   return out;
 }
 
-std::vector<JobRow> Store::LoadJobs(int64_t finished_since) {
+std::vector<JobRow> SqliteStore::LoadJobs(int64_t finished_since) {
   std::lock_guard lk(rmu_);
   std::string sql = std::string("SELECT ") + kJobColumns +
                     " FROM jobs WHERE state NOT IN ('COMPLETED','FAILED','CANCELLED','TIMEOUT') OR end_time >= ? "
@@ -502,7 +502,7 @@ std::vector<JobRow> Store::LoadJobs(int64_t finished_since) {
   return out;
 }
 
-std::optional<int64_t> Store::LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) {
+std::optional<int64_t> SqliteStore::LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_, "SELECT job_id FROM submissions WHERE user=? AND uid=? AND key=?");
   s.BindText(1, user).Bind(2, uid).BindText(3, key);
@@ -510,7 +510,7 @@ std::optional<int64_t> Store::LookupSubmission(const std::string& user, uint32_t
   return s.Int(0);
 }
 
-std::optional<JobRow> Store::LoadJob(int64_t id) {
+std::optional<JobRow> SqliteStore::LoadJob(int64_t id) {
   std::lock_guard lk(rmu_);
   std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id=?";
   Stmt s(rdb_, sql.c_str());
@@ -519,7 +519,7 @@ std::optional<JobRow> Store::LoadJob(int64_t id) {
   return ReadJob(s);
 }
 
-std::vector<JobRow> Store::LoadFinishedJobs(int64_t start, int64_t end) {
+std::vector<JobRow> SqliteStore::LoadFinishedJobs(int64_t start, int64_t end) {
   std::lock_guard lk(rmu_);
   std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE end_time >= ? AND end_time < ? ORDER BY id";
   Stmt s(rdb_, sql.c_str());
@@ -529,7 +529,7 @@ std::vector<JobRow> Store::LoadFinishedJobs(int64_t start, int64_t end) {
   return out;
 }
 
-std::vector<NodeRow> Store::LoadNodes() {
+std::vector<NodeRow> SqliteStore::LoadNodes() {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_, "SELECT name, info, drained, reason FROM nodes ORDER BY name");
   std::vector<NodeRow> out;
@@ -537,7 +537,7 @@ std::vector<NodeRow> Store::LoadNodes() {
   return out;
 }
 
-std::optional<std::string> Store::LoadSpec(int64_t id) {
+std::optional<std::string> SqliteStore::LoadSpec(int64_t id) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_, "SELECT spec FROM jobs WHERE id=?");
   s.Bind(1, id);

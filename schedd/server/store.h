@@ -1,6 +1,7 @@
-// Durable state of schedd in SQLite (WAL mode). All writes go through one writer thread that groups
-// concurrent requests into one transaction (group commit): a write is durable when its future is
-// ready. Reads use a separate read-only connection. Thread-safe.
+// Durable state of schedd: the Store interface the Controller writes through, and its embedded
+// default, SqliteStore (SQLite in WAL mode). HA mode stores the same rows in etcd (etcd_store.h).
+// All writes go through one writer thread that groups concurrent requests into one transaction
+// (group commit): a write is durable when its future is ready. Thread-safe.
 #pragma once
 
 #include <sqlite3.h>
@@ -85,61 +86,90 @@ struct StoreError : std::runtime_error {
 /// created 0600 first, so SQLite creates the others with that mode). Throws StoreError.
 void SecureStateFiles(const std::string& state_dir);
 
+/// What the Controller needs of durable storage. Every write returns a future that is ready once
+/// the write is durable (or carries the StoreError that refused it); reads are synchronous.
 class Store {
+ public:
+  virtual ~Store() = default;
+  /// Inserts a new job; the id is assigned by the store (monotonic). With row.submission_key set,
+  /// the key is recorded in the same transaction, and a key the same user already used (within
+  /// kSubmissionKeyTtl) inserts nothing and gives the existing id.
+  virtual std::future<InsertedJob> InsertJob(JobRow row) = 0;
+  /// Inserts `count` jobs in one transaction with consecutive ids (a job array); row i is `row`
+  /// with spec `spec_of(first_id, i)`, which runs on the writer thread. Ready with the first id.
+  virtual std::future<InsertedJob> InsertJobArray(JobRow row, size_t count,
+                                                  std::function<std::string(int64_t first_id, size_t i)> spec_of) = 0;
+  /// Writes every mutable column of an existing job (state, times, placement, ...; not the spec)
+  /// and, when `event_kind` is not empty, an event in the same transaction.
+  virtual std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "") = 0;
+  /// Records an event (job_id 0 for node-only events).
+  virtual std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) = 0;
+  /// Inserts or replaces an attempt's accounting row.
+  virtual std::future<void> SaveAttempt(AttemptRow row) = 0;
+  /// Attempts that overlap [start, end) (running ones included), by job id then attempt.
+  virtual std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) = 0;
+  /// Replaces the stored fairshare usage (association key -> decayed billing-weighted
+  /// resource-seconds) and the time it was accrued up to (seconds since epoch).
+  virtual std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) = 0;
+  /// Loads the stored usage into `usage`; returns its accrued-until time (0 when never saved).
+  virtual int64_t LoadUsage(std::map<std::string, double>* usage) = 0;
+  /// Replaces `user`'s stored run-time history ([prediction]): run times in seconds, oldest first.
+  virtual std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) = 0;
+  /// Every user's stored run-time history.
+  virtual std::map<std::string, std::vector<int64_t>> LoadRuntimes() = 0;
+  /// Upserts a node row.
+  virtual std::future<void> SaveNode(NodeRow row) = 0;
+  /// Jobs not in a final state, plus final jobs that ended at or after `finished_since`.
+  virtual std::vector<JobRow> LoadJobs(int64_t finished_since) = 0;
+  /// The job a (user, uid, key) submission created, if remembered.
+  virtual std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) = 0;
+  /// One job by id, if present.
+  virtual std::optional<JobRow> LoadJob(int64_t id) = 0;
+  /// Every job that ended in [start, end), for reports.
+  virtual std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) = 0;
+  virtual std::vector<NodeRow> LoadNodes() = 0;
+  /// The stored JobSpec blob of a job (kept out of memory for pending jobs).
+  virtual std::optional<std::string> LoadSpec(int64_t id) = 0;
+  /// The most bytes one job's spec may take in this store (0 = no limit beyond the policy's), and
+  /// the most jobs one array submission may create; submissions over them are refused.
+  virtual size_t MaxSpecBytes() const { return 0; }
+  virtual size_t MaxArrayJobs() const { return 0; }
+};
+
+class SqliteStore final : public Store {
  public:
   /// Opens (creating if needed) DIR/state.db and applies schema migrations; the files are made
   /// private first (SecureStateFiles). Throws StoreError.
-  explicit Store(const std::string& state_dir) : Store(state_dir, false) {}
+  explicit SqliteStore(const std::string& state_dir) : SqliteStore(state_dir, false) {}
   /// Opens DIR/state.db for reading only (no migrations, no writer; safe beside a running schedd
   /// thanks to WAL). Every write then throws StoreError. Throws StoreError when the file is missing.
-  static std::unique_ptr<Store> OpenReadOnly(const std::string& state_dir) {
-    return std::unique_ptr<Store>(new Store(state_dir, true));
+  static std::unique_ptr<SqliteStore> OpenReadOnly(const std::string& state_dir) {
+    return std::unique_ptr<SqliteStore>(new SqliteStore(state_dir, true));
   }
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
 
-  /// Inserts a new job; the id is assigned by the database (monotonic). Ready once durable. With
-  /// row.submission_key set, the key is recorded in the same transaction, and a key the same user
-  /// already used (within kSubmissionKeyTtl) inserts nothing and gives the existing id.
-  std::future<InsertedJob> InsertJob(JobRow row);
-  /// Inserts `count` jobs in one transaction with consecutive ids (a job array); row i is `row` with
-  /// spec `spec_of(first_id, i)`. `spec_of` runs on the writer thread. Ready with the first id once
-  /// durable.
+  std::future<InsertedJob> InsertJob(JobRow row) override;
   std::future<InsertedJob> InsertJobArray(JobRow row, size_t count,
-                                      std::function<std::string(int64_t first_id, size_t i)> spec_of);
-  /// Writes every mutable column of an existing job (state, times, placement, ...) and, when
-  /// `event_kind` is not empty, an event row in the same transaction. Ready once durable.
-  std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "");
-  /// Records an event (job_id 0 for node-only events).
-  std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail);
-  /// Inserts or replaces an attempt's accounting row.
-  std::future<void> SaveAttempt(AttemptRow row);
-  /// Attempts that overlap [start, end) (running ones included), by job id then attempt.
-  std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end);
-  /// Replaces the stored fairshare usage (association key -> decayed billing-weighted
-  /// resource-seconds) and the time it was accrued up to (seconds since epoch).
-  std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until);
-  /// Loads the stored usage into `usage`; returns its accrued-until time (0 when never saved).
-  int64_t LoadUsage(std::map<std::string, double>* usage);
-  /// Replaces `user`'s stored run-time history ([prediction]): run times in seconds, oldest first.
-  std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs);
-  /// Every user's stored run-time history (reader connection).
-  std::map<std::string, std::vector<int64_t>> LoadRuntimes();
-  /// Upserts a node row.
-  std::future<void> SaveNode(NodeRow row);
-
-  /// Jobs not in a final state, plus final jobs that ended at or after `finished_since`.
-  std::vector<JobRow> LoadJobs(int64_t finished_since);
-  /// The job a (user, uid, key) submission created, if remembered (reader connection).
-  std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key);
-  /// One job by id from disk, if present.
-  std::optional<JobRow> LoadJob(int64_t id);
-  /// Every job that ended in [start, end), for reports.
-  std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end);
-  std::vector<NodeRow> LoadNodes();
-  /// The stored JobSpec blob of a job (kept out of memory for pending jobs).
-  std::optional<std::string> LoadSpec(int64_t id);
+                                          std::function<std::string(int64_t first_id, size_t i)> spec_of) override;
+  std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "") override;
+  std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) override;
+  std::future<void> SaveAttempt(AttemptRow row) override;
+  std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) override;
+  std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
+  int64_t LoadUsage(std::map<std::string, double>* usage) override;
+  std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
+  /// (reader connection)
+  std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::future<void> SaveNode(NodeRow row) override;
+  std::vector<JobRow> LoadJobs(int64_t finished_since) override;
+  /// (reader connection)
+  std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) override;
+  std::optional<JobRow> LoadJob(int64_t id) override;
+  std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) override;
+  std::vector<NodeRow> LoadNodes() override;
+  std::optional<std::string> LoadSpec(int64_t id) override;
 
   /// Schema version after migrations.
   int SchemaVersion();
@@ -156,7 +186,7 @@ class Store {
     Work work;
     std::function<void(std::exception_ptr)> done;
   };
-  Store(const std::string& state_dir, bool read_only);
+  SqliteStore(const std::string& state_dir, bool read_only);
   void Enqueue(Work work, std::function<void(std::exception_ptr)> done);
   void WriterLoop();
   void Migrate();

@@ -203,7 +203,7 @@ TEST_CASE("restart: running jobs are recovered and reconciled with the agents", 
   // schedd dies: a new controller on the same store.
   w.ctl.reset();
   w.store.reset();
-  w.store = std::make_unique<Store>(w.dir.path.string());
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
   w.sink.Clear();
   Controller ctl(*w.store, w.sink, core::PolicySet{}, w.cfg);
   ctl.Recover(w.now + 10);
@@ -398,7 +398,7 @@ TEST_CASE("fairshare usage accrues while jobs run and survives a restart", "[con
   w.ctl->OnAgentMessage("n1", Exited(id, 1, 0, 0), w.now + 100);
   w.ctl.reset();
   w.store.reset();  // flushes the writer queue
-  w.store = std::make_unique<Store>(w.dir.path.string());
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
   Controller again(*w.store, w.sink, core::PolicySet{}, w.cfg);
   again.Recover(w.now + 101);
   CHECK(again.Usage()["physics/alice"] == Approx(before));

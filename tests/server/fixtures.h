@@ -58,7 +58,7 @@ inline core::PolicySet PolicyFromText(const std::string& text, const std::string
 /// worlds from it and call Start with their policy.
 struct ControllerWorld {
   TempDir dir;
-  std::unique_ptr<Store> store = std::make_unique<Store>(dir.path.string());
+  std::unique_ptr<SqliteStore> store = std::make_unique<SqliteStore>(dir.path.string());
   RecordingSink sink;
   ControllerConfig cfg;
   std::unique_ptr<Controller> ctl;

@@ -28,7 +28,7 @@ struct PredictWorld : ControllerWorld {
   void Restart() {
     ctl.reset();
     store.reset();  // flushes the writer queue
-    store = std::make_unique<Store>(dir.path.string());
+    store = std::make_unique<SqliteStore>(dir.path.string());
     sink.Clear();
     Boot();
   }
@@ -148,6 +148,6 @@ TEST_CASE("prediction: off by default - planning uses the time limit and nothing
   CHECK(info.expected_start() == w.now + 660);  // a's time limit
   w.ctl.reset();
   w.store.reset();
-  w.store = std::make_unique<Store>(w.dir.path.string());
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
   CHECK(w.store->LoadRuntimes().empty());
 }

@@ -50,7 +50,7 @@ TEST_CASE("rendezvous tokens are 64 random hex digits", "[rendezvous]") {
 
 TEST_CASE("every node of an attempt gets the same fresh rendezvous token, which users never see", "[rendezvous]") {
   TempDir dir;
-  auto store = std::make_unique<Store>(dir.path.string());
+  auto store = std::make_unique<SqliteStore>(dir.path.string());
   RecordingSink sink;
   ControllerConfig cfg;
   Controller ctl(*store, sink, core::PolicySet{}, cfg);

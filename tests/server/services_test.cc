@@ -25,7 +25,7 @@ namespace {
 /// kernel says they are: this test's user).
 struct InProcessSchedd {
   TempDir dir;
-  Store store{dir.path.string()};
+  SqliteStore store{dir.path.string()};
   PeerCredListener listener{(dir.path / "schedd.sock").string()};
   Authenticator auth{&listener, AuthConfig{}, [](const std::string&) { return false; }};
   AgentGateway gateway{auth};

@@ -14,7 +14,7 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
   TempDir dir;
   int64_t a, b;
   {
-    Store s(dir.path.string());
+    SqliteStore s(dir.path.string());
     CHECK(s.SchemaVersion() >= 1);
     JobRow r;
     r.spec = "spec-a";
@@ -32,7 +32,7 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
     upd.evictions = 1;
     s.UpdateJob(upd, "start", "attempt 1").get();
   }
-  Store s(dir.path.string());
+  SqliteStore s(dir.path.string());
   auto jobs = s.LoadJobs(0);
   REQUIRE(jobs.size() == 2);
   CHECK(jobs[0].id == a);
@@ -48,7 +48,7 @@ TEST_CASE("store assigns increasing ids and persists across reopen", "[store]") 
 
 TEST_CASE("store groups concurrent inserts and loses none", "[store]") {
   TempDir dir;
-  Store s(dir.path.string());
+  SqliteStore s(dir.path.string());
   std::vector<std::future<InsertedJob>> f;
   for (int i = 0; i < 500; ++i) {
     JobRow r;
@@ -64,7 +64,7 @@ TEST_CASE("store groups concurrent inserts and loses none", "[store]") {
 
 TEST_CASE("store keeps finished jobs out of the live load unless recent", "[store]") {
   TempDir dir;
-  Store s(dir.path.string());
+  SqliteStore s(dir.path.string());
   JobRow r;
   r.spec = "x";
   r.user = "u";
@@ -85,7 +85,7 @@ TEST_CASE("store keeps finished jobs out of the live load unless recent", "[stor
 
 TEST_CASE("store array inserts get consecutive ids even beside other inserts", "[store]") {
   TempDir dir;
-  Store s(dir.path.string());
+  SqliteStore s(dir.path.string());
   JobRow r;
   r.user = "alice";
   const int64_t before = s.InsertJob(r).get().id;
@@ -108,7 +108,7 @@ TEST_CASE("the state directory is private: 0700, state.db and its WAL files 0600
   };
   const fs::path dir = tmp.path / "state";
   {
-    Store store(dir.string());
+    SqliteStore store(dir.string());
     JobRow row;
     row.spec = "secret";
     store.InsertJob(row).get();
@@ -121,7 +121,7 @@ TEST_CASE("the state directory is private: 0700, state.db and its WAL files 0600
   fs::permissions(dir, fs::perms(0755));
   fs::permissions(dir / "state.db", fs::perms(0644));
   {
-    Store store(dir.string());
+    SqliteStore store(dir.string());
     CHECK(mode(dir) == 0700);
     CHECK(mode(dir / "state.db") == 0600);
   }
@@ -131,7 +131,7 @@ TEST_CASE("the state directory is private: 0700, state.db and its WAL files 0600
   std::ofstream(shared / "notes.txt") << "x";
   fs::permissions(shared, fs::perms(0755));
   {
-    Store store(shared.string());
+    SqliteStore store(shared.string());
     CHECK(mode(shared) == 0755);
     CHECK(mode(shared / "state.db") == 0600);
   }
@@ -147,7 +147,7 @@ TEST_CASE("a submission key stores one job per user however often it is retried,
   r.submission_key = "3f2a9c";
   int64_t id = 0;
   {
-    Store s(dir.path.string());
+    SqliteStore s(dir.path.string());
     InsertedJob first = s.InsertJob(r).get();
     CHECK_FALSE(first.existed);
     id = first.id;
@@ -168,7 +168,7 @@ TEST_CASE("a submission key stores one job per user however often it is retried,
     CHECK(s.InsertJobArray(array, 3, [](int64_t, size_t) { return std::string("e"); }).get().id == a.id);
     CHECK(s.LoadJobs(0).size() == 5);  // alice's job, bob's, 3 array elements
   }
-  Store s(dir.path.string());
+  SqliteStore s(dir.path.string());
   CHECK(s.LookupSubmission("alice", 1001, "3f2a9c") == id);
   CHECK_FALSE(s.LookupSubmission("alice", 1001, "other"));
   CHECK_FALSE(s.LookupSubmission("mallory", 1001, "3f2a9c"));

@@ -1,0 +1,564 @@
+#include "schedd/server/etcd_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <set>
+
+#include "mlsched/v1/stored.pb.h"
+
+namespace mlsched::server {
+
+namespace {
+
+std::string Pad(int64_t v, int width) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%0*" PRId64, width, v);
+  return buf;
+}
+
+bool IsFinal(const std::string& state) {
+  return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT";
+}
+
+v1::StoredJob ToStored(const JobRow& r) {
+  v1::StoredJob s;
+  s.set_id(r.id);
+  s.set_user(r.user);
+  s.set_uid(r.uid);
+  s.set_gid(r.gid);
+  s.set_state(r.state);
+  s.set_reason(r.reason);
+  s.set_submit_time(r.submit_time);
+  s.set_start_time(r.start_time);
+  s.set_end_time(r.end_time);
+  s.set_exit_code(r.exit_code);
+  s.set_attempt(r.attempt);
+  s.set_requeue_count(r.requeue_count);
+  s.set_placement(r.placement);
+  s.set_preempt_count(r.preempt_count);
+  s.set_evictions(r.evictions);
+  return s;
+}
+
+JobRow FromStored(const v1::StoredJob& s) {
+  JobRow r;
+  r.id = s.id();
+  r.user = s.user();
+  r.uid = s.uid();
+  r.gid = s.gid();
+  r.state = s.state();
+  r.reason = s.reason();
+  r.submit_time = s.submit_time();
+  r.start_time = s.start_time();
+  r.end_time = s.end_time();
+  r.exit_code = s.exit_code();
+  r.attempt = s.attempt();
+  r.requeue_count = s.requeue_count();
+  r.placement = s.placement();
+  r.preempt_count = s.preempt_count();
+  r.evictions = s.evictions();
+  return r;
+}
+
+template <typename Msg>
+Msg Parse(const std::string& bytes, const std::string& key) {
+  Msg m;
+  if (!m.ParseFromString(bytes)) throw StoreError("etcd: cannot parse the value of " + key);
+  return m;
+}
+
+etcdpb::RequestOp PutOp(std::string key, std::string value, int64_t lease = 0) {
+  etcdpb::RequestOp op;
+  auto* put = op.mutable_request_put();
+  put->set_key(std::move(key));
+  put->set_value(std::move(value));
+  if (lease) put->set_lease(lease);
+  return op;
+}
+
+etcdpb::RequestOp RangeOp(std::string key) {
+  etcdpb::RequestOp op;
+  op.mutable_request_range()->set_key(std::move(key));
+  return op;
+}
+
+std::string SubmissionSuffix(const std::string& user, uint32_t uid, const std::string& key) {
+  return "submissions/" + std::to_string(uid) + "/" + user + "/" + key;
+}
+
+}  // namespace
+
+std::string LeaderKey(const std::string& prefix) { return prefix + "leader"; }
+
+/// The operations of one transaction being built, and what the items learned before building.
+struct EtcdStore::Batch {
+  std::vector<etcdpb::RequestOp> ops;
+  size_t bytes = 0;
+  bool ids_used = false;                             // next_job_id_ moved: write the counter too
+  const std::map<std::string, int64_t>* existing = nullptr;  // submission key suffix -> job id
+  std::vector<std::pair<std::string, int64_t>> added;         // keys this item records
+  void Put(std::string key, std::string value, int64_t lease = 0) {
+    bytes += key.size() + value.size() + 16;
+    ops.push_back(PutOp(std::move(key), std::move(value), lease));
+  }
+};
+
+EtcdStore::EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops)
+    : etcd_(etcd), prefix_(std::move(prefix)), max_txn_ops_(std::max<size_t>(8, max_txn_ops)) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+EtcdStore::~EtcdStore() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+}
+
+std::string EtcdStore::JobKey(int64_t id) const { return Key("jobs/" + Pad(id, 20)); }
+std::string EtcdStore::SpecKey(int64_t id) const { return Key("specs/" + Pad(id, 20)); }
+
+void EtcdStore::BecomeLeader(int64_t epoch) {
+  etcdpb::RangeRequest req;
+  req.set_key(Key("meta/next_job_id"));
+  auto resp = etcd_.Range(req);
+  int64_t next = 1;
+  if (resp.kvs_size() == 1) next = std::max<int64_t>(1, std::strtoll(resp.kvs(0).value().c_str(), nullptr, 10));
+  const int64_t lease = etcd_.LeaseGrant(kSubmissionKeyTtl + 3600);
+  std::lock_guard lk(mu_);
+  next_job_id_ = next;
+  next_event_ = 0;
+  submission_lease_ = lease;
+  submission_lease_granted_ = std::time(nullptr);
+  epoch_ = epoch;
+  spdlog::info("etcd store: writing as the leader of epoch {}; next job id {}", epoch, next);
+}
+
+void EtcdStore::SetOnFenced(std::function<void()> f) {
+  std::lock_guard lk(mu_);
+  on_fenced_ = std::move(f);
+}
+
+void EtcdStore::Drain() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return queue_.empty() && in_flight_ == 0; });
+}
+
+void EtcdStore::Enqueue(Item item) {
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(std::move(item));
+  }
+  cv_.notify_all();
+}
+
+void EtcdStore::WriterLoop() {
+  for (;;) {
+    std::vector<Item> items;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() && stop_) return;
+      while (!queue_.empty() && items.size() < 4096) {
+        items.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      in_flight_ = items.size();
+    }
+    CommitItems(items);
+    {
+      std::lock_guard lk(mu_);
+      in_flight_ = 0;
+    }
+    cv_.notify_all();
+  }
+}
+
+void EtcdStore::CommitItems(std::vector<Item>& items) {
+  auto fail_all = [&](size_t from, size_t to, const std::string& why) {
+    for (size_t i = from; i < to; ++i) items[i].done(std::make_exception_ptr(StoreError(why)));
+  };
+  const int64_t epoch = epoch_.load();
+  if (epoch == 0) return fail_all(0, items.size(), "etcd store: this schedd is not the leader");
+  if (fenced_) {
+    fenced_writes_ += static_cast<int64_t>(items.size());
+    return fail_all(0, items.size(), "etcd store: fenced: epoch " + std::to_string(epoch) + " no longer holds the leader key");
+  }
+  // One read-only transaction finds the submission keys the batch's inserts name.
+  std::map<std::string, int64_t> existing;
+  try {
+    std::vector<std::string> keys;
+    for (const auto& it : items)
+      if (!it.submission_key.empty()) keys.push_back(it.submission_key);
+    for (size_t i = 0; i < keys.size(); i += max_txn_ops_) {
+      etcdpb::TxnRequest read;
+      for (size_t k = i; k < std::min(keys.size(), i + max_txn_ops_); ++k) *read.add_success() = RangeOp(Key(keys[k]));
+      auto resp = etcd_.Txn(read);
+      for (const auto& r : resp.responses())
+        for (const auto& kv : r.response_range().kvs())
+          existing[kv.key().substr(prefix_.size())] = Parse<v1::StoredSubmission>(kv.value(), kv.key()).job_id();
+    }
+    if (std::time(nullptr) - submission_lease_granted_ > 3600) {  // keys expire 7 days + at most 1 h after use
+      submission_lease_ = etcd_.LeaseGrant(kSubmissionKeyTtl + 3600);
+      submission_lease_granted_ = std::time(nullptr);
+    }
+  } catch (const std::exception& e) {
+    return fail_all(0, items.size(), e.what());
+  }
+  size_t i = 0;
+  while (i < items.size()) {
+    Batch batch;
+    const int64_t next_id_before = next_job_id_;
+    std::vector<size_t> accepted;
+    std::vector<std::string> added;  // submission keys this transaction records
+    // Items are added whole while the transaction stays within etcd's limits (one op is kept for
+    // the id counter).
+    while (i < items.size()) {
+      Batch one;
+      one.existing = &existing;
+      const int64_t next_id_here = next_job_id_;
+      try {
+        items[i].build(one);
+      } catch (const std::exception& e) {
+        next_job_id_ = next_id_here;
+        fail_all(i, i + 1, e.what());
+        ++i;
+        continue;
+      }
+      const bool fits = batch.ops.size() + one.ops.size() + 1 <= max_txn_ops_ &&
+                        batch.bytes + one.bytes + 4096 <= kEtcdMaxRequestBytes;
+      if (!fits) {
+        next_job_id_ = next_id_here;  // built again for the next transaction
+        if (!batch.ops.empty()) break;
+        fail_all(i, i + 1, "etcd store: one request needs " + std::to_string(one.ops.size()) + " operations and " +
+                               std::to_string(one.bytes) + " bytes; etcd allows " + std::to_string(max_txn_ops_) +
+                               " and " + std::to_string(kEtcdMaxRequestBytes) + " per transaction");
+        ++i;
+        continue;
+      }
+      for (auto& op : one.ops) batch.ops.push_back(std::move(op));
+      batch.bytes += one.bytes;
+      for (auto& [key, id] : one.added) {
+        existing[key] = id;  // a second try later in this batch finds it
+        added.push_back(key);
+      }
+      accepted.push_back(i++);
+    }
+    if (accepted.empty()) continue;
+    auto fail_accepted = [&](const std::string& why) {
+      for (size_t k : accepted) items[k].done(std::make_exception_ptr(StoreError(why)));
+      for (const auto& key : added) existing.erase(key);
+    };
+    etcdpb::TxnRequest txn;
+    auto* cmp = txn.add_compare();
+    cmp->set_key(LeaderKey(prefix_));
+    cmp->set_target(etcdpb::Compare::CREATE);
+    cmp->set_result(etcdpb::Compare::EQUAL);
+    cmp->set_create_revision(epoch);
+    if (next_job_id_ != next_id_before) batch.Put(Key("meta/next_job_id"), std::to_string(next_job_id_));
+    for (auto& op : batch.ops) *txn.add_success() = std::move(op);
+    try {
+      auto resp = etcd_.Txn(txn);
+      if (!resp.succeeded()) {
+        fenced_ = true;
+        const size_t refused = accepted.size() + (items.size() - i);
+        fenced_writes_ += static_cast<int64_t>(refused);
+        spdlog::error("etcd store: fenced: a transaction of epoch {} was refused (another replica leads now); "
+                      "{} write(s) refused",
+                      epoch, refused);
+        const std::string why = "etcd store: fenced: epoch " + std::to_string(epoch) + " no longer holds the leader key";
+        fail_accepted(why);
+        fail_all(i, items.size(), why);
+        std::function<void()> cb;
+        {
+          std::lock_guard lk(mu_);
+          cb = on_fenced_;
+        }
+        if (cb) cb();
+        return;
+      }
+      ++commits_;
+      for (size_t k : accepted) items[k].done(nullptr);
+    } catch (const std::exception& e) {
+      fail_accepted(e.what());
+    }
+  }
+}
+
+std::future<InsertedJob> EtcdStore::InsertJob(JobRow row) {
+  return InsertJobArray(row, 1, [spec = row.spec](int64_t, size_t) { return spec; });
+}
+
+std::future<InsertedJob> EtcdStore::InsertJobArray(JobRow row, size_t count,
+                                                   std::function<std::string(int64_t, size_t)> spec_of) {
+  auto p = std::make_shared<std::promise<InsertedJob>>();
+  auto out = std::make_shared<InsertedJob>();
+  Item item;
+  const std::string sub = row.submission_key.empty() ? "" : SubmissionSuffix(row.user, row.uid, row.submission_key);
+  item.submission_key = sub;
+  item.build = [this, row = std::move(row), count, spec_of = std::move(spec_of), sub, out](Batch& b) {
+    if (!sub.empty()) {
+      if (auto it = b.existing->find(sub); it != b.existing->end()) {
+        *out = InsertedJob{it->second, true};
+        return;
+      }
+    }
+    const int64_t first = next_job_id_;
+    next_job_id_ += static_cast<int64_t>(count);
+    for (size_t i = 0; i < count; ++i) {
+      JobRow r = row;
+      r.id = first + static_cast<int64_t>(i);
+      b.Put(JobKey(r.id), ToStored(r).SerializeAsString());
+      b.Put(SpecKey(r.id), spec_of(first, i));
+    }
+    if (!sub.empty()) {
+      v1::StoredSubmission s;
+      s.set_job_id(first);
+      s.set_time(row.submit_time);
+      b.Put(Key(sub), s.SerializeAsString(), submission_lease_);
+      b.added.emplace_back(sub, first);
+    }
+    *out = InsertedJob{first, false};
+  };
+  item.done = [p, out](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*out); };
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+namespace {
+std::function<void(std::exception_ptr)> Done(std::shared_ptr<std::promise<void>> p) {
+  return [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); };
+}
+}  // namespace
+
+std::future<void> EtcdStore::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.build = [this, row, kind = std::move(event_kind), detail = std::move(detail)](Batch& b) {
+    b.Put(JobKey(row.id), ToStored(row).SerializeAsString());
+    if (!kind.empty()) {
+      v1::StoredEvent e;
+      e.set_time(std::time(nullptr));
+      e.set_job_id(row.id);
+      e.set_kind(kind);
+      e.set_detail(detail);
+      b.Put(Key("events/" + Pad(epoch_, 20) + "-" + Pad(next_event_++, 12)), e.SerializeAsString());
+    }
+  };
+  item.done = Done(p);
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+std::future<void> EtcdStore::AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.build = [this, job_id, node = std::move(node), kind = std::move(kind), detail = std::move(detail)](Batch& b) {
+    v1::StoredEvent e;
+    e.set_time(std::time(nullptr));
+    e.set_job_id(job_id);
+    e.set_node(node);
+    e.set_kind(kind);
+    e.set_detail(detail);
+    b.Put(Key("events/" + Pad(epoch_, 20) + "-" + Pad(next_event_++, 12)), e.SerializeAsString());
+  };
+  item.done = Done(p);
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+std::future<void> EtcdStore::SaveAttempt(AttemptRow r) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.build = [this, r = std::move(r)](Batch& b) {
+    v1::StoredAttempt s;
+    s.set_job_id(r.job_id);
+    s.set_attempt(r.attempt);
+    s.set_start_time(r.start_time);
+    s.set_end_time(r.end_time);
+    s.set_outcome(r.outcome);
+    s.set_ntasks(r.ntasks);
+    s.set_cpu_millis(r.cpu_millis);
+    s.set_gpus(r.gpus);
+    s.set_gpu_type(r.gpu_type);
+    s.set_pool(r.pool);
+    s.set_nodes(r.nodes);
+    s.set_lost_work_s(r.lost_work_s);
+    b.Put(Key("attempts/" + Pad(r.job_id, 20) + "/" + Pad(r.attempt, 10)), s.SerializeAsString());
+  };
+  item.done = Done(p);
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+std::vector<AttemptRow> EtcdStore::LoadAttempts(int64_t start, int64_t end) {
+  std::vector<AttemptRow> out;
+  for (const auto& kv : etcd_.RangePrefix(Key("attempts/"))) {
+    auto s = Parse<v1::StoredAttempt>(kv.value(), kv.key());
+    const bool overlaps = s.start_time() < end && (s.end_time() == 0 || s.end_time() >= start);
+    if (!overlaps) continue;
+    AttemptRow r;
+    r.job_id = s.job_id();
+    r.attempt = s.attempt();
+    r.start_time = s.start_time();
+    r.end_time = s.end_time();
+    r.outcome = s.outcome();
+    r.ntasks = s.ntasks();
+    r.cpu_millis = s.cpu_millis();
+    r.gpus = s.gpus();
+    r.gpu_type = s.gpu_type();
+    r.pool = s.pool();
+    r.nodes = s.nodes();
+    r.lost_work_s = s.lost_work_s();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::future<void> EtcdStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.build = [this, usage = std::move(usage), accrued_until](Batch& b) {
+    v1::StoredUsage s;
+    for (const auto& [k, v] : usage) (*s.mutable_usage())[k] = v;
+    s.set_accrued_until(accrued_until);
+    b.Put(Key("usage"), s.SerializeAsString());
+  };
+  item.done = Done(p);
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+int64_t EtcdStore::LoadUsage(std::map<std::string, double>* usage) {
+  etcdpb::RangeRequest req;
+  req.set_key(Key("usage"));
+  auto resp = etcd_.Range(req);
+  if (resp.kvs_size() == 0) return 0;
+  auto s = Parse<v1::StoredUsage>(resp.kvs(0).value(), req.key());
+  usage->clear();
+  for (const auto& [k, v] : s.usage()) (*usage)[k] = v;
+  return s.accrued_until();
+}
+
+std::future<void> EtcdStore::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.build = [this, user = std::move(user), runs = std::move(runs)](Batch& b) {
+    v1::StoredRuntimes s;
+    for (int64_t r : runs) s.add_runs(r);
+    b.Put(Key("runtimes/" + user), s.SerializeAsString());
+  };
+  item.done = Done(p);
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+std::map<std::string, std::vector<int64_t>> EtcdStore::LoadRuntimes() {
+  std::map<std::string, std::vector<int64_t>> out;
+  const std::string prefix = Key("runtimes/");
+  for (const auto& kv : etcd_.RangePrefix(prefix)) {
+    auto s = Parse<v1::StoredRuntimes>(kv.value(), kv.key());
+    out[kv.key().substr(prefix.size())] = std::vector<int64_t>(s.runs().begin(), s.runs().end());
+  }
+  return out;
+}
+
+std::future<void> EtcdStore::SaveNode(NodeRow row) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.build = [this, row = std::move(row)](Batch& b) {
+    v1::StoredNode s;
+    s.set_name(row.name);
+    s.set_info(row.info);
+    s.set_drained(row.drained);
+    s.set_reason(row.reason);
+    b.Put(Key("nodes/" + row.name), s.SerializeAsString());
+  };
+  item.done = Done(p);
+  Enqueue(std::move(item));
+  return p->get_future();
+}
+
+std::vector<NodeRow> EtcdStore::LoadNodes() {
+  std::vector<NodeRow> out;
+  for (const auto& kv : etcd_.RangePrefix(Key("nodes/"))) {
+    auto s = Parse<v1::StoredNode>(kv.value(), kv.key());
+    out.push_back(NodeRow{s.name(), s.info(), s.drained(), s.reason()});
+  }
+  return out;
+}
+
+std::vector<JobRow> EtcdStore::LoadJobs(int64_t finished_since) {
+  int64_t rev = 0;
+  std::map<int64_t, JobRow> rows;
+  for (const auto& kv : etcd_.RangePrefix(Key("jobs/"), &rev)) {
+    JobRow r = FromStored(Parse<v1::StoredJob>(kv.value(), kv.key()));
+    if (!IsFinal(r.state) || r.end_time >= finished_since) rows.emplace(r.id, std::move(r));
+  }
+  // Specs of the same snapshot: one range, kept only for the rows wanted.
+  etcdpb::RangeRequest req;
+  const std::string specs = Key("specs/");
+  req.set_key(specs);
+  req.set_range_end(PrefixEnd(specs));
+  req.set_revision(rev);
+  req.set_limit(1000);
+  for (;;) {
+    auto resp = etcd_.Range(req);
+    for (const auto& kv : resp.kvs()) {
+      const int64_t id = std::strtoll(kv.key().c_str() + specs.size(), nullptr, 10);
+      if (auto it = rows.find(id); it != rows.end()) it->second.spec = kv.value();
+    }
+    if (!resp.more() || resp.kvs_size() == 0) break;
+    req.set_key(resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0'));
+  }
+  std::vector<JobRow> out;
+  out.reserve(rows.size());
+  for (auto& [id, r] : rows) out.push_back(std::move(r));
+  return out;
+}
+
+std::optional<int64_t> EtcdStore::LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) {
+  etcdpb::RangeRequest req;
+  req.set_key(Key(SubmissionSuffix(user, uid, key)));
+  auto resp = etcd_.Range(req);
+  if (resp.kvs_size() == 0) return std::nullopt;
+  return Parse<v1::StoredSubmission>(resp.kvs(0).value(), req.key()).job_id();
+}
+
+std::optional<JobRow> EtcdStore::LoadJob(int64_t id) {
+  etcdpb::TxnRequest txn;  // no compare: both reads at one revision
+  *txn.add_success() = RangeOp(JobKey(id));
+  *txn.add_success() = RangeOp(SpecKey(id));
+  auto resp = etcd_.Txn(txn);
+  if (resp.responses_size() != 2 || resp.responses(0).response_range().kvs_size() == 0) return std::nullopt;
+  const auto& kv = resp.responses(0).response_range().kvs(0);
+  JobRow r = FromStored(Parse<v1::StoredJob>(kv.value(), kv.key()));
+  if (resp.responses(1).response_range().kvs_size() == 1) r.spec = resp.responses(1).response_range().kvs(0).value();
+  return r;
+}
+
+std::optional<std::string> EtcdStore::LoadSpec(int64_t id) {
+  etcdpb::RangeRequest req;
+  req.set_key(SpecKey(id));
+  auto resp = etcd_.Range(req);
+  if (resp.kvs_size() == 0) return std::nullopt;
+  return resp.kvs(0).value();
+}
+
+std::vector<JobRow> EtcdStore::LoadFinishedJobs(int64_t start, int64_t end) {
+  std::vector<JobRow> out;
+  for (const auto& kv : etcd_.RangePrefix(Key("jobs/"))) {
+    JobRow r = FromStored(Parse<v1::StoredJob>(kv.value(), kv.key()));
+    if (IsFinal(r.state) && r.end_time >= start && r.end_time < end) out.push_back(std::move(r));
+  }
+  for (auto& r : out)
+    if (auto spec = LoadSpec(r.id)) r.spec = std::move(*spec);
+  return out;
+}
+
+}  // namespace mlsched::server

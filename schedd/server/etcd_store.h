@@ -1,0 +1,111 @@
+// HA mode's durable state: the Store rows kept in etcd, one key per row under a prefix
+// (mlsched/v1/stored.proto names the keys). Writes go through one writer thread that groups
+// concurrent requests into etcd transactions (group commit, at most --max-txn-ops operations and
+// kEtcdMaxRequestBytes each). Every transaction is fenced: it succeeds only while PREFIX/leader
+// still has the create revision this replica won it at (its epoch), so a deposed leader's late
+// writes are refused by etcd itself (Kubernetes' leader election plus Jepsen's advice on etcd
+// locks: a lease alone is not a fence). A write is durable, and its future ready, once etcd has
+// committed the transaction. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "schedd/server/etcd_client.h"
+#include "schedd/server/store.h"
+
+namespace mlsched::server {
+
+/// The key of the leader (leased by it; its create revision is the epoch) under `prefix`.
+std::string LeaderKey(const std::string& prefix);
+
+class EtcdStore final : public Store {
+ public:
+  /// `prefix`: where the rows live (e.g. "/mlsched/"); `max_txn_ops`: etcd's --max-txn-ops.
+  /// Writes fail (StoreError) until BecomeLeader.
+  EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops = kEtcdMaxTxnOps);
+  ~EtcdStore() override;
+  EtcdStore(const EtcdStore&) = delete;
+  EtcdStore& operator=(const EtcdStore&) = delete;
+
+  /// Starts writing as the leader of `epoch` (the create revision of LeaderKey): loads the next
+  /// job id, and grants the lease that makes submission keys expire. Throws EtcdError.
+  void BecomeLeader(int64_t epoch);
+  /// Called once, on the writer thread, when etcd refuses a transaction because the epoch no longer
+  /// holds the leader key; every later write fails at once.
+  void SetOnFenced(std::function<void()> f);
+  /// Writes refused by the fence so far (each counted once per request).
+  int64_t FencedWrites() const { return fenced_writes_.load(); }
+  /// Transactions committed so far.
+  int64_t Commits() const { return commits_.load(); }
+  /// Blocks until every write queued before the call has finished.
+  void Drain();
+
+  std::future<InsertedJob> InsertJob(JobRow row) override;
+  std::future<InsertedJob> InsertJobArray(JobRow row, size_t count,
+                                          std::function<std::string(int64_t first_id, size_t i)> spec_of) override;
+  std::future<void> UpdateJob(const JobRow& row, std::string event_kind = "", std::string detail = "") override;
+  std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) override;
+  std::future<void> SaveAttempt(AttemptRow row) override;
+  std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) override;
+  std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
+  int64_t LoadUsage(std::map<std::string, double>* usage) override;
+  std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
+  std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::future<void> SaveNode(NodeRow row) override;
+  std::vector<JobRow> LoadJobs(int64_t finished_since) override;
+  std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) override;
+  std::optional<JobRow> LoadJob(int64_t id) override;
+  std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) override;
+  std::vector<NodeRow> LoadNodes() override;
+  std::optional<std::string> LoadSpec(int64_t id) override;
+  /// One job's spec must fit one etcd request with room for its row: 1 MiB.
+  size_t MaxSpecBytes() const override { return 1 << 20; }
+  /// An array is one transaction (so a failover never leaves half of one): one op per job, one
+  /// for its spec, one for the submission key and one for the id counter.
+  size_t MaxArrayJobs() const override { return (max_txn_ops_ - 2) / 2; }
+
+ private:
+  struct Batch;  // the operations of one transaction being built
+  struct Item {
+    /// Appends the item's operations; runs on the writer thread (ids are allocated there).
+    std::function<void(Batch&)> build;
+    /// A submission key to look up before building ("" = none): the existing job, if any, is
+    /// passed to build through Batch::existing.
+    std::string submission_key;
+    std::function<void(std::exception_ptr)> done;
+  };
+  void Enqueue(Item item);
+  void WriterLoop();
+  /// Builds and commits `items` in as few fenced transactions as the limits allow.
+  void CommitItems(std::vector<Item>& items);
+  std::string Key(const std::string& suffix) const { return prefix_ + suffix; }
+  std::string JobKey(int64_t id) const;
+  std::string SpecKey(int64_t id) const;
+
+  EtcdClient& etcd_;
+  const std::string prefix_;
+  const size_t max_txn_ops_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  size_t in_flight_ = 0;  // items taken by the writer and not yet done
+  bool stop_ = false;
+  // Writer-thread state (set by BecomeLeader before any write can succeed).
+  std::atomic<int64_t> epoch_{0};
+  int64_t next_job_id_ = 1;
+  int64_t next_event_ = 0;
+  int64_t submission_lease_ = 0;
+  int64_t submission_lease_granted_ = 0;  // seconds since epoch
+  std::atomic<bool> fenced_{false};
+  std::atomic<int64_t> fenced_writes_{0};
+  std::atomic<int64_t> commits_{0};
+  std::function<void()> on_fenced_;
+  std::thread writer_;
+};
+
+}  // namespace mlsched::server

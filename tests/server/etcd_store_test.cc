@@ -1,0 +1,221 @@
+// HA mode against a real etcd (Debian's etcd-server, started on loopback per test): the store's
+// rows, submission keys, the fence, and the election.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "schedd/server/etcd_store.h"
+#include "schedd/server/leader.h"
+#include "tests/server/fixtures.h"
+
+using namespace mlsched::server;
+using mlsched::server::testing::TempDir;
+
+namespace {
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+/// One etcd member on loopback in a temporary directory, killed at the end.
+struct EtcdProcess {
+  TempDir dir;
+  int client_port = FreePort(), peer_port = FreePort();
+  pid_t pid = -1;
+  std::string endpoint = "127.0.0.1:" + std::to_string(client_port);
+  EtcdProcess() {
+    const std::string client = "http://" + endpoint, peer = "http://127.0.0.1:" + std::to_string(peer_port);
+    const std::string data = (dir.path / "data").string(), log = (dir.path / "etcd.log").string();
+    pid = ::fork();
+    if (pid == 0) {
+      FILE* f = std::freopen(log.c_str(), "w", stderr);
+      (void)f;
+      ::execlp("etcd", "etcd", "--name", "t", "--data-dir", data.c_str(), "--listen-client-urls", client.c_str(),
+               "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
+               "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", ("t=" + peer).c_str(), nullptr);
+      _exit(127);
+    }
+    EtcdClient probe({endpoint}, std::chrono::milliseconds(500));
+    for (int i = 0; i < 100; ++i) {
+      try {
+        etcdpb::RangeRequest r;
+        r.set_key("probe");
+        probe.Range(r);
+        return;
+      } catch (const EtcdError&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    FAIL("etcd did not start on " << endpoint << " (is etcd-server installed? scripts/install-deps.sh)");
+  }
+  ~EtcdProcess() {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+/// Makes `prefix`'s leader key exist at a revision and returns it (the epoch), as Leadership does.
+int64_t TakeLeaderKey(EtcdClient& etcd, const std::string& prefix) {
+  etcdpb::TxnRequest del;  // the previous leader's key is gone (its lease expired)
+  del.add_success()->mutable_request_delete_range()->set_key(LeaderKey(prefix));
+  etcd.Txn(del);
+  etcdpb::TxnRequest txn;
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(LeaderKey(prefix));
+  put->set_value("test");
+  return etcd.Txn(txn).header().revision();
+}
+
+JobRow Row(const std::string& user, const std::string& key = "") {
+  JobRow r;
+  r.spec = "spec-of-" + user;
+  r.user = user;
+  r.uid = 1000;
+  r.submit_time = 100;
+  r.submission_key = key;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("etcd store: rows survive a new leader and submission keys are idempotent", "[etcd]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  int64_t a = 0, b = 0;
+  {
+    EtcdStore s(etcd, "/t/");
+    CHECK_THROWS_AS(s.InsertJob(Row("alice")).get(), StoreError);  // not the leader yet
+    s.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+    a = s.InsertJob(Row("alice", "k1")).get().id;
+    auto again = s.InsertJob(Row("alice", "k1")).get();  // a retry with the same key
+    CHECK(again.existed);
+    CHECK(again.id == a);
+    b = s.InsertJobArray(Row("bob"), 3, [](int64_t first, size_t i) { return "el" + std::to_string(first + i); })
+            .get()
+            .id;
+    CHECK(b == a + 1);
+    JobRow upd = *s.LoadJob(a);
+    upd.state = "COMPLETED";
+    upd.end_time = 500;
+    s.UpdateJob(upd, "end", "exit 0").get();
+    AttemptRow at;
+    at.job_id = a;
+    at.attempt = 1;
+    at.start_time = 200;
+    at.end_time = 500;
+    at.outcome = "COMPLETED";
+    s.SaveAttempt(at).get();
+    s.SaveUsage({{"root/a", 12.5}}, 777).get();
+    s.SaveRuntimes("alice", {10, 20}).get();
+    s.SaveNode(NodeRow{"n1", "info", true, "maintenance"}).get();
+  }
+  // A new leader (another replica) sees everything and continues the ids.
+  EtcdStore s(etcd, "/t/");
+  s.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+  auto jobs = s.LoadJobs(0);
+  REQUIRE(jobs.size() == 4);
+  CHECK(jobs[0].id == a);
+  CHECK(jobs[0].state == "COMPLETED");
+  CHECK(jobs[0].spec == "spec-of-alice");
+  CHECK(jobs[2].spec == "el" + std::to_string(b + 1));
+  CHECK(s.LoadJobs(600).size() == 3);  // the finished one is older than 600
+  CHECK(s.LookupSubmission("alice", 1000, "k1") == a);
+  CHECK_FALSE(s.LookupSubmission("alice", 1001, "k1"));
+  CHECK(s.InsertJob(Row("alice", "k1")).get().id == a);
+  CHECK(s.InsertJob(Row("carol")).get().id == b + 3);
+  CHECK(s.LoadAttempts(0, 1000).size() == 1);
+  CHECK(s.LoadFinishedJobs(0, 1000).size() == 1);
+  std::map<std::string, double> usage;
+  CHECK(s.LoadUsage(&usage) == 777);
+  CHECK(usage["root/a"] == 12.5);
+  CHECK(s.LoadRuntimes()["alice"] == std::vector<int64_t>{10, 20});
+  auto nodes = s.LoadNodes();
+  REQUIRE(nodes.size() == 1);
+  CHECK(nodes[0].drained);
+  CHECK(s.LoadSpec(b) == "el" + std::to_string(b));
+}
+
+TEST_CASE("etcd store: a deposed leader's writes are refused by the fence and counted", "[etcd]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  EtcdStore old_leader(etcd, "/t/");
+  int fenced_calls = 0;
+  old_leader.SetOnFenced([&] { ++fenced_calls; });
+  old_leader.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+  const int64_t kept = old_leader.InsertJob(Row("alice")).get().id;
+  // Another replica wins: the leader key is created again, at a newer revision.
+  EtcdStore new_leader(etcd, "/t/");
+  new_leader.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+  CHECK_THROWS_WITH(old_leader.InsertJob(Row("mallory")).get(), Catch::Contains("fenced"));
+  JobRow late = *old_leader.LoadJob(kept);
+  late.state = "CANCELLED";
+  CHECK_THROWS_WITH(old_leader.UpdateJob(late, "cancel").get(), Catch::Contains("fenced"));
+  CHECK(old_leader.FencedWrites() == 2);
+  CHECK(fenced_calls == 1);
+  // Nothing of the old leader's late writes reached etcd.
+  auto jobs = new_leader.LoadJobs(0);
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].state == "PENDING");
+  CHECK(new_leader.InsertJob(Row("bob")).get().id == kept + 1);
+}
+
+TEST_CASE("etcd store: an array larger than one etcd transaction is refused whole", "[etcd]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  EtcdStore s(etcd, "/t/", 32);
+  s.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+  CHECK(s.MaxArrayJobs() == 15);
+  CHECK_THROWS_WITH(s.InsertJobArray(Row("alice"), 40, [](int64_t, size_t) { return "x"; }).get(),
+                    Catch::Contains("etcd allows 32"));
+  CHECK(s.LoadJobs(0).empty());
+  CHECK(s.InsertJobArray(Row("alice"), 15, [](int64_t, size_t) { return "x"; }).get().id == 1);
+  // Many small writes at once are split over several transactions, all committed.
+  std::vector<std::future<InsertedJob>> f;
+  for (int i = 0; i < 100; ++i) f.push_back(s.InsertJob(Row("u" + std::to_string(i), "key" + std::to_string(i))));
+  std::set<int64_t> ids;
+  for (auto& x : f) ids.insert(x.get().id);
+  CHECK(ids.size() == 100);
+  CHECK(s.LoadJobs(0).size() == 115);
+}
+
+TEST_CASE("leadership: one replica wins and a follower takes over after a resignation", "[etcd]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  LeaderConfig ca{"/t/", "a:1", 2, std::chrono::milliseconds(50)}, cb{"/t/", "b:1", 2, std::chrono::milliseconds(50)};
+  std::atomic<int64_t> epoch_a{0}, epoch_b{0};
+  std::atomic<int> lost_a{0};
+  auto a = std::make_unique<Leadership>(etcd, ca);
+  a->Start([&](int64_t e) { epoch_a = e; }, [&](const std::string&) { ++lost_a; });
+  for (int i = 0; i < 100 && !epoch_a; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(epoch_a > 0);
+  Leadership b(etcd, cb);
+  b.Start([&](int64_t e) { epoch_b = e; }, [](const std::string&) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  CHECK(epoch_b == 0);
+  CHECK(b.Current().leader == "a:1");
+  CHECK(b.Current().epoch == epoch_a);
+  auto status = BuildHaStatus(b, etcd, "b:1", 0);
+  CHECK(status.leader() == "a:1");
+  CHECK(status.members_size() == 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  a->Resign();
+  for (int i = 0; i < 100 && !epoch_b; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(epoch_b > epoch_a);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));  // graceful handover
+  CHECK(lost_a == 0);
+  CHECK(b.Current().is_leader);
+}
