@@ -6,7 +6,12 @@
 # and certificates (scripts/mlsched-certs.sh), schedd on TLS (127.0.0.1, a free port), agents on
 # mutual TLS with their node certificates, and a private munged (own key and socket) through which
 # the CLI proves who the user is. schedd's Unix socket stays for local callers (SO_PEERCRED).
-#   scripts/local-cluster.sh up|down|status
+#   scripts/local-cluster.sh up [--ha]|down|status
+# `up --ha` runs the HA variant instead of the single SQLite schedd: three etcd members and three
+# schedd replicas (--ha etcd://...), each on a fixed loopback port from $MLSCHED_HA_BASE_PORT
+# (default 32379: etcd clients +0..2, etcd peers +10..12, schedd +20..22), each under a restart
+# loop as systemd's Restart=always would run it (a deposed leader exits 3 and comes back as a
+# follower); agents and the CLI get the list of the three replicas and follow the leader.
 # `up` writes $MLSCHED_STATE/env.sh: source it to get MLSCHED_SERVER, the checkpoint URL and the
 # S3 credentials (MLSCHED_CHECKPOINT_URL, AWS_*), the metrics address (MLSCHED_METRICS_URL), the CA
 # (MLSCHED_TLS_CA) and the munged socket (MLSCHED_MUNGE_SOCKET).
@@ -30,13 +35,20 @@ start() {  # name, log, command...
 
 up() {
   mkdir -p "$STATE/pids" "$STATE/logs"
-  if [ -f "$STATE/pids/schedd" ] && kill -0 "$(cat "$STATE/pids/schedd")" 2>/dev/null; then
+  if [ -f "$STATE/pids/schedd" ] && kill -0 "$(cat "$STATE/pids/schedd")" 2>/dev/null ||
+     { [ -f "$STATE/pids/schedd-1" ] && kill -0 "$(cat "$STATE/pids/schedd-1")" 2>/dev/null; }; then
     echo "local cluster already up (MLSCHED_SERVER=$MLSCHED_SERVER)"; return 0
   fi
   : > "$STATE/env.sh"
+  rm -f "$STATE/stopping"
   certificates
   munge_up
   object_store
+  if [ "$HA" = 1 ]; then ha_up; else single_up; fi
+  agents_up
+}
+
+single_up() {
   start schedd "$STATE/logs/schedd.log" "$BIN/schedd/server/schedd" --listen "unix:$SOCK" \
     --listen-tcp 127.0.0.1:0 --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
     --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" \
@@ -56,6 +68,50 @@ export MLSCHED_MUNGE_SOCKET=$MLSCHED_MUNGE_SOCKET
 export MLSCHED_METRICS_URL=$url
 ENV
   "$BIN/cli/mlq" >/dev/null || { echo "schedd refuses TLS+MUNGE calls; see $STATE/logs/schedd.log" >&2; exit 1; }
+}
+
+# Three etcd members and three schedd replicas (see the header); MLSCHED_SERVER lists the replicas.
+ha_up() {
+  command -v etcd >/dev/null || { echo "etcd is missing: run scripts/install-deps.sh" >&2; exit 1; }
+  local base="${MLSCHED_HA_BASE_PORT:-32379}" cluster="" endpoints="" servers="" i
+  for i in 1 2 3; do cluster="${cluster:+$cluster,}etcd-$i=http://127.0.0.1:$((base + 9 + i))"; done
+  for i in 1 2 3; do
+    endpoints="${endpoints:+$endpoints,}127.0.0.1:$((base + i - 1))"
+    servers="${servers:+$servers,}127.0.0.1:$((base + 19 + i))"
+    mkdir -p "$STATE/etcd-$i"
+    start "etcd-$i" "$STATE/logs/etcd-$i.log" etcd --name "etcd-$i" --data-dir "$STATE/etcd-$i" \
+      --listen-client-urls "http://127.0.0.1:$((base + i - 1))" --advertise-client-urls "http://127.0.0.1:$((base + i - 1))" \
+      --listen-peer-urls "http://127.0.0.1:$((base + 9 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 9 + i))" \
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token mlsched-local
+  done
+  for i in 1 2 3; do
+    # A replica that loses the leadership exits 3 and is restarted as a follower; one killed or
+    # stopped is restarted too (systemd's Restart=always); `down` stops the loop first.
+    start "schedd-$i" "$STATE/logs/schedd-$i.log" bash -c '
+      while :; do
+        "$@" & child=$!; echo $child > "'"$STATE"'/pids/schedd-'"$i"'.child"
+        trap "kill -TERM $child 2>/dev/null" TERM
+        wait $child; rc=$?; wait $child 2>/dev/null; r2=$?; [ $rc -gt 128 ] && [ $r2 -lt 128 ] && rc=$r2
+        [ -e "'"$STATE"'/stopping" ] && exit $rc
+        echo "[local-cluster] schedd exited with status $rc; restarting in 1 s"; sleep 1
+      done' schedd-loop "$BIN/schedd/server/schedd" --listen "unix:$STATE/schedd-$i.sock" \
+      --listen-tcp "127.0.0.1:$((base + 19 + i))" --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
+      --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" --state-dir "$STATE/db-$i" \
+      --ha "etcd://$endpoints" --policy "$POLICY" --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20
+  done
+  export MLSCHED_SERVER="$servers" MLSCHED_TLS_CA="$STATE/tls/ca.pem" MLSCHED_MUNGE_SOCKET="$STATE/munge/munge.sock"
+  AGENT_EXTRA=(--cutoff-timeout 20)
+  for i in $(seq 1 100); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.2; done
+  "$BIN/cli/mlq" >/dev/null || { echo "no schedd replica leads; see $STATE/logs/schedd-*.log" >&2; exit 1; }
+  cat >> "$STATE/env.sh" <<ENV
+export MLSCHED_SERVER=$MLSCHED_SERVER
+export MLSCHED_TLS_CA=$MLSCHED_TLS_CA
+export MLSCHED_MUNGE_SOCKET=$MLSCHED_MUNGE_SOCKET
+export MLSCHED_ETCD=$endpoints
+ENV
+}
+
+agents_up() {
   local n=0
   for spec in "od-1 on-demand rack-a" "od-2 on-demand rack-b" "spot-1 spot rack-a" "spot-2 spot rack-b"; do
     set -- $spec
@@ -63,14 +119,14 @@ ENV
     start "agent-$1" "$STATE/logs/agent-$1.log" "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$1" \
       --tls-cert "$STATE/tls/nodes/$1.pem" --tls-key "$STATE/tls/nodes/$1.key" --tls-ca "$STATE/tls/ca.pem" \
       --pool "$2" --domain "$3" --zone local-a --region local --cpus "$AGENT_CPUS" --mem 4G \
-      --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0
+      --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0 "${AGENT_EXTRA[@]}"
     n=$((n + 1))
   done
   for i in $(seq 1 50); do
     [ "$("$BIN/cli/mladmin" nodes --json 2>/dev/null | grep -o '"name"' | wc -l)" -ge "$n" ] && break
     sleep 0.2
   done
-  echo "local cluster up (TLS + MUNGE): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
+  echo "local cluster up (TLS + MUNGE${HA:+, HA on etcd}): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
 }
 
 # The cluster CA, schedd's certificate and one certificate per node (kept across restarts).
@@ -123,7 +179,9 @@ ENV
 
 down() {
   [ -d "$STATE/pids" ] || { echo "local cluster is not running"; return 0; }
-  for f in "$STATE"/pids/agent-* "$STATE/pids/schedd" "$STATE/pids/s3" "$STATE/pids/munged"; do
+  touch "$STATE/stopping"
+  for f in "$STATE"/pids/agent-* "$STATE/pids/schedd" "$STATE"/pids/schedd-? "$STATE"/pids/schedd-?.child \
+           "$STATE"/pids/etcd-? "$STATE/pids/s3" "$STATE/pids/munged"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
     kill "$pid" 2>/dev/null || true
@@ -143,9 +201,12 @@ status() {
   "$BIN/cli/mladmin" nodes 2>/dev/null || true
 }
 
+HA=""
+AGENT_EXTRA=()
+[ "${2:-}" = "--ha" ] && HA=1
 case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--ha]|down|status" >&2; exit 2 ;;
 esac

@@ -7,6 +7,9 @@
 // submission path. (a) and (b) run through schedd's Unix socket and through TCP with TLS + MUNGE
 // (private CA and munged) in the same run, so the ratio is the cost of security.
 // Usage: bench_schedd [N] [C] [mlsub_jobs]
+//        bench_schedd --rate SERVER JOBS [C]: only (b), against a running schedd (or the list of HA
+//        replicas' leader), with MLSCHED_TLS_CA / MLSCHED_MUNGE_SOCKET from the environment; prints
+//        "rate SERVER: X durable submissions/s (JOBS jobs, C clients, E errors)".
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -94,7 +97,7 @@ Rates Measure(const std::string& server, int mlsub_jobs, int grpc_jobs, int clie
   setenv("MLSCHED_SERVER", server.c_str(), 1);
   auto t0 = Clock::now();
   for (int i = 0; i < mlsub_jobs; ++i) r.failed += RunQuiet({MLSCHED_MLSUB_BIN, "-H", "-D", "/tmp", "--wrap", "true"}) != 0;
-  r.mlsub_per_s = mlsub_jobs / Seconds(t0, Clock::now());
+  r.mlsub_per_s = mlsub_jobs ? mlsub_jobs / Seconds(t0, Clock::now()) : 0;
   std::atomic<int> next{0}, errors{0};
   std::vector<std::thread> threads;
   t0 = Clock::now();
@@ -120,6 +123,13 @@ Rates Measure(const std::string& server, int mlsub_jobs, int grpc_jobs, int clie
 }
 
 int main(int argc, char** argv) {
+  if (argc >= 4 && std::string(argv[1]) == "--rate") {
+    const int jobs = std::atoi(argv[3]), c = argc > 4 ? std::atoi(argv[4]) : 8;
+    Rates r = Measure(argv[2], 0, jobs, c);
+    std::printf("rate %s: %.1f durable submissions/s (%d jobs, %d clients, %d errors)\n", argv[2], r.grpc_per_s, jobs, c,
+                r.errors);
+    return r.errors == 0 ? 0 : 1;
+  }
   int n = argc > 1 ? std::atoi(argv[1]) : 10000;
   int clients = argc > 2 ? std::atoi(argv[2]) : 8;
   int mlsub_jobs = argc > 3 ? std::atoi(argv[3]) : 300;
