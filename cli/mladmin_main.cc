@@ -98,7 +98,7 @@ int ReloadPolicy(SchedClient& client) {
 // need no schedd).
 void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& action, std::function<int()>& local) {
   app.set_help_flag("--help", "print this help");
-  app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
+  app.add_option("--server", a.server, "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas; default: $MLSCHED_SERVER)");
   app.require_subcommand(1);
   app.fallthrough();
   app.footer("Draining, resuming, evicting and reloading the policy need root or an operator named in the policy.\n\n" +
@@ -195,5 +195,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   SchedClient client(a.server, kTimeoutS);
+  if (!client.ConfigError().empty()) {
+    std::cerr << "mladmin: " << client.ConfigError() << "\n";
+    return kExitUsage;
+  }
   return action(client);
 }
