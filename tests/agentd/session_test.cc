@@ -24,7 +24,7 @@ namespace {
 
 AgentConfig Config(const TempDir& dir) {
   AgentConfig cfg;
-  cfg.server = "unix:" + dir.Str("schedd.sock");
+  cfg.servers = {"unix:" + dir.Str("schedd.sock")};
   cfg.node.name = "n1";
   cfg.node.pool = "spot";
   cfg.node.cpu_millis = 4000;
