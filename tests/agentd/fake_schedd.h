@@ -71,6 +71,7 @@ class FakeSchedd final : public v1::AgentService::Service {
       if (m.seq() != 0 && ack_) {
         v1::SchedulerMessage ack;
         ack.mutable_ack()->set_seq(m.seq());
+        ack.set_epoch(epoch_);
         std::lock_guard wl(write_mu_);
         stream->Write(ack);
       }
@@ -94,8 +95,10 @@ class FakeSchedd final : public v1::AgentService::Service {
   /// Whether reliable reports are acknowledged (default: yes), as if they were made durable.
   void SetAck(bool ack) { ack_ = ack; }
 
-  /// Sends `msg` on the current stream; false when no agent is connected.
-  bool Send(const v1::SchedulerMessage& msg) {
+  /// Sends `msg` on the current stream, stamped with this schedd's epoch unless it carries one;
+  /// false when no agent is connected.
+  bool Send(v1::SchedulerMessage msg) {
+    if (msg.epoch() == 0) msg.set_epoch(epoch_);
     std::lock_guard lk(mu_);
     if (!stream_) return false;
     std::lock_guard wl(write_mu_);
