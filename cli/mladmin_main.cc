@@ -94,6 +94,15 @@ int ReloadPolicy(SchedClient& client) {
   return kExitOk;
 }
 
+// mladmin ha status: the HA state as the first replica that answers sees it (followers answer too).
+int HaStatus(SchedClient& client, const AdminArgs& a) {
+  v1::HaStatusResponse resp;
+  if (RpcStatus st = client.HaStatus(&resp); !st.ok()) return Fail(client, st);
+  if (a.json) std::cout << HaStatusJson(resp).dump(2) << "\n";
+  else std::cout << FormatHaStatus(resp);
+  return kExitOk;
+}
+
 // Declares the subcommands; `action` is set to the chosen one's handler (`local` for those that
 // need no schedd).
 void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& action, std::function<int()>& local) {
@@ -163,6 +172,13 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
   auto* reload = policy->add_subcommand(
       "reload", "make schedd re-read its --policy file like SIGHUP: all or nothing; errors keep the running policy");
   reload->callback([&] { action = [](SchedClient& c) { return ReloadPolicy(c); }; });
+
+  auto* ha = app.add_subcommand("ha", "high availability (several schedd replicas)");
+  ha->require_subcommand(1);
+  auto* ha_status = ha->add_subcommand(
+      "status", "mode, leader, epoch, etcd, and the replicas: ADDRESS ROLE REVISION LAG (any replica answers)");
+  ha_status->add_flag("--json", a.json, "print a JSON object");
+  ha_status->callback([&] { action = [&](SchedClient& c) { return HaStatus(c, a); }; });
 }
 
 }  // namespace

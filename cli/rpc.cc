@@ -83,7 +83,7 @@ struct SchedClient::Impl {
             hop.follower = hint.present && st.error_code() == grpc::StatusCode::UNAVAILABLE;
             hop.leader_hint = hint.leader;
             hop.unsent = NeverSent(st);
-          } catch (const std::exception& e) {  // the channel could not be made (CA file)
+          } catch (const std::exception& e) {  // the channel could not be made: the CA file is unreadable
             hop.status = RpcStatus{static_cast<int>(grpc::StatusCode::UNAVAILABLE), e.what(), {}};
             hop.unsent = true;
           }
@@ -103,7 +103,6 @@ SchedClient::SchedClient(const std::string& server_flag, int timeout_s) : impl_(
   impl_->servers = std::move(list.addresses);
   impl_->members.resize(impl_->servers.size());
   impl_->timeout_s = timeout_s;
-  if (impl_->config_error.empty()) impl_->At(0);  // an unreadable CA file fails here, as before
 }
 
 SchedClient::SchedClient(ServerList servers, int timeout_s) : impl_(std::make_unique<Impl>()) {
