@@ -142,8 +142,10 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
     current_.reset();
     if (stopping_) return;
     // Every failed attempt while schedd is away would repeat the same line: warn on the first
-    // and every 20th, the rest at debug level.
-    auto level = failures % 20 == 0 ? spdlog::level::warn : spdlog::level::debug;
+    // and every 20th, the rest at debug level. A follower's answer is no failure: info.
+    auto level = !end.leader_hint.empty() ? spdlog::level::info
+                 : failures % 20 == 0      ? spdlog::level::warn
+                                           : spdlog::level::debug;
     spdlog::log(level, "stream to schedd {} {}: {} (code {}, {} failed attempt(s) before)", server, when,
                 st.error_message(), static_cast<int>(st.error_code()), failures);
   };
