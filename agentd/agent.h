@@ -55,6 +55,10 @@ struct AgentConfig {
   std::chrono::milliseconds keepalive_time{2000};     // HTTP/2 ping interval on the stream's channel
   std::chrono::milliseconds keepalive_timeout{2000};  // no ping answer this long: the connection is dead
   std::chrono::seconds registration_timeout{30};      // no `registered` this long: try another member
+  /// With several servers: how long a connection may take to come up (TCP/Unix connect, TLS,
+  /// HTTP/2 settings) before the agent tries the next member (a stopped replica still accepts
+  /// connections through its kernel). One server: gRPC's default (20 s).
+  std::chrono::milliseconds connect_timeout{5000};
 };
 
 class Agent {

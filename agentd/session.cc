@@ -30,10 +30,12 @@ namespace {
 // however long no data flowed. schedd must accept that: GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS
 // at most keepalive_time (1000), GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS 1 and
 // GRPC_ARG_HTTP2_MAX_PING_STRIKES 0 on its server, else it closes the connection with
-// "too_many_pings". The minimum reconnect backoff stays at gRPC's default: it doubles as the
-// connection (SETTINGS) timeout.
+// "too_many_pings". The minimum reconnect backoff doubles as the connection (SETTINGS) timeout:
+// gRPC's default (20 s) with one server, cfg.connect_timeout with several, so that a stopped
+// replica, whose kernel still accepts connections, is passed over in seconds.
 std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, const AgentConfig& cfg) {
   grpc::ChannelArguments args;
+  if (cfg.servers.size() > 1) args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.connect_timeout.count()));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_max.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(cfg.keepalive_time.count()));

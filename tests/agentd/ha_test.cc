@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "agentd/metrics.h"
+#include "freezing_proxy.h"
 #include "session_support.h"
 
 using namespace mlsched;
@@ -178,4 +179,39 @@ TEST_CASE("a dead member and a hint outside the list are passed over", "[session
   REQUIRE(WaitUntil([&] { return agent.Connected(); }));
   CHECK(follower.Refused() >= 1);
   CHECK(elsewhere.Count(Registers()) == 0);
+}
+
+TEST_CASE("a replica that stops answering is noticed by keepalive and the agent moves on", "[session][ha]") {
+  TempDir dir;
+  FakeSchedd first(dir.Str("first.sock"));
+  FakeSchedd second(dir.Str("second.sock"));
+  FreezingProxy stopped(dir.Str("proxy.sock"), dir.Str("first.sock"));  // "first" as the agent reaches it
+  auto cfg = Config(dir);
+  cfg.servers = {"unix:" + dir.Str("proxy.sock"), "unix:" + dir.Str("second.sock")};
+  Agent agent(cfg);
+  agent.Start();
+  REQUIRE(first.WaitFor(Registers()));
+  REQUIRE(WaitUntil([&] { return agent.Connected(); }));
+  stopped.Freeze();  // as SIGSTOP: connections stay open, nothing answers
+  const auto frozen = std::chrono::steady_clock::now();
+  REQUIRE(second.WaitFor(Registers(), 10s));
+  CHECK(std::chrono::steady_clock::now() - frozen < 8s);  // keepalive 2 s + 2 s, then the next member
+  CHECK(WaitUntil([&] { return agent.Connected(); }));
+}
+
+TEST_CASE("a stopped replica is passed over when connecting", "[session][ha]") {
+  TempDir dir;
+  FakeSchedd first(dir.Str("first.sock"));
+  FakeSchedd second(dir.Str("second.sock"));
+  FreezingProxy stopped(dir.Str("proxy.sock"), dir.Str("first.sock"));
+  stopped.Freeze();
+  auto cfg = Config(dir);
+  cfg.servers = {"unix:" + dir.Str("proxy.sock"), "unix:" + dir.Str("second.sock")};
+  cfg.connect_timeout = 2s;
+  Agent agent(cfg);
+  const auto start = std::chrono::steady_clock::now();
+  agent.Start();
+  REQUIRE(second.WaitFor(Registers(), 10s));
+  CHECK(std::chrono::steady_clock::now() - start < 6s);
+  CHECK(first.Count(Registers()) == 0);
 }
