@@ -133,25 +133,40 @@ void Agent::SetUpCgroups() {
 
 void Agent::Start() {
   if (started_) return;
+  if (cfg_.servers.empty()) throw std::runtime_error("no schedd address given");
   PrepareWorkDir();
   outbox_.Load();  // reports a previous agent left unacknowledged go out first
+  epoch_file_ = std::make_unique<EpochFile>(cfg_.work_dir);
+  epoch_ = epoch_file_->Load();
+  if (epoch_ > 0) spdlog::info("controller epoch {} (from {}/{}): messages of older leaders are refused", epoch_.load(),
+                               cfg_.work_dir, kEpochFileName);
+  if (metrics_) metrics_->SetEpoch(epoch_);
   SetUpCgroups();
   started_ = true;
+  disconnected_since_ = std::chrono::steady_clock::now();
   supervisor_.Start();
   progress_.Start();
   session_ = std::thread([this] { SessionLoop(); });
+  if (cfg_.cutoff_timeout.count() > 0) cutoff_ = std::thread([this] { CutoffLoop(); });
   if (!cfg_.eviction_url.empty()) {
     eviction_ = std::make_unique<EvictionPoller>(cfg_.eviction_url, cfg_.eviction_interval,
                                                  [this](const EvictionNoticeInfo& n) { OnEviction(n); });
     eviction_->Start();
   }
+  std::string servers;
+  for (const auto& a : cfg_.servers) servers += (servers.empty() ? "" : ", ") + a;
   spdlog::info("agentd {} for node {} ({} mCPU, {} bytes, {} GPUs) connecting to {}", cfg_.version, cfg_.node.name,
-               cfg_.node.cpu_millis, cfg_.node.memory_bytes, cfg_.node.GpuCount(), cfg_.server);
+               cfg_.node.cpu_millis, cfg_.node.memory_bytes, cfg_.node.GpuCount(), servers);
 }
 
 void Agent::Shutdown() {
   if (!started_ || stopping_.exchange(true)) return;
   if (eviction_) eviction_->Stop();
+  {
+    std::lock_guard lk(mu_);
+    cv_.notify_all();
+  }
+  if (cutoff_.joinable()) cutoff_.join();
   size_t n = supervisor_.Size();
   if (n) spdlog::info("shutting down: terminating {} task(s)", n);
   supervisor_.TerminateAll(cfg_.kill_grace);
@@ -199,6 +214,7 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
   r->set_isolation(isolation_);
+  r->set_cutoff_timeout_s(static_cast<int32_t>((cfg_.cutoff_timeout.count() + 999) / 1000));
   FillRunning(supervisor_.Running(), nullptr, r->mutable_running());
   return m;
 }
@@ -211,7 +227,8 @@ v1::AgentMessage Agent::MakeHeartbeat() const {
   return m;
 }
 
-void Agent::HandleMessage(const v1::SchedulerMessage& msg) {
+void Agent::HandleMessage(const v1::SchedulerMessage& msg, Connection& conn) {
+  if (!AcceptEpoch(msg.epoch(), conn)) return;  // a deposed leader's: no prepare, commit, abort, signal or ack
   switch (msg.msg_case()) {
     case v1::SchedulerMessage::kRegistered: HandleRegistered(msg.registered()); break;
     case v1::SchedulerMessage::kPrepare: HandlePrepare(msg.prepare()); break;
@@ -317,6 +334,30 @@ void Agent::HandleSignal(const v1::Signal& s) {
     if (!supervisor_.Signal(t, s.signal())) spdlog::debug("task {}: not running, signal dropped", t.ToString());
   }
   spdlog::info("job {}: sent signal {} ({})", key.ToString(), s.signal(), strsignal(s.signal()));
+}
+
+void Agent::CutoffLoop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_.load(); });
+    if (stopping_ || connected_ || cutoff_done_) continue;
+    const auto cut_off_for = std::chrono::steady_clock::now() - disconnected_since_;
+    const size_t tasks = supervisor_.Size();
+    if (cut_off_for < cfg_.cutoff_timeout || tasks == 0) continue;
+    cutoff_done_ = true;
+    lk.unlock();
+    std::string servers;
+    for (const auto& a : cfg_.servers) servers += (servers.empty() ? "" : ", ") + a;
+    spdlog::warn("cut off: no controller ({}) has registered this node for {} s (--cutoff-timeout {} s); asking "
+                 "{} task(s) to checkpoint and stop as in a preemption (SIGTERM, SIGKILL after {} ms); their exits "
+                 "are reported once a controller is back",
+                 servers, std::chrono::duration_cast<std::chrono::seconds>(cut_off_for).count(),
+                 std::chrono::duration_cast<std::chrono::seconds>(cfg_.cutoff_timeout).count(), tasks,
+                 cfg_.kill_grace.count());
+    if (metrics_) metrics_->CountCutoff();
+    supervisor_.TerminateAll(cfg_.kill_grace);
+    lk.lock();
+  }
 }
 
 void Agent::OnTaskStarted(const TaskKey& key, pid_t pid) {

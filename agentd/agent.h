@@ -18,6 +18,7 @@
 
 #include "agentd/attempts.h"
 #include "agentd/cgroups.h"
+#include "agentd/epoch_file.h"
 #include "agentd/eviction.h"
 #include "agentd/node_info.h"
 #include "agentd/metrics.h"
@@ -33,7 +34,9 @@ namespace mlsched::agent {
 
 /// Settings of one agent; durations are wall-clock.
 struct AgentConfig {
-  std::string server;                             // "unix:/path" or "host:port"
+  /// schedd replicas, tried in order: "unix:/path" or "host:port" (several: high availability; the
+  /// agent follows the leader a follower names, else moves to the next member).
+  std::vector<std::string> servers;
   TlsFiles tls;                                   // on TCP: the node certificate and key, the cluster CA
   NodeIdentity node;
   std::string work_dir;                           // per-agent; attempts live in <work_dir>/jobs
@@ -46,6 +49,16 @@ struct AgentConfig {
   std::chrono::milliseconds backoff_max{5000};     // ... up to this
   CgroupMode cgroups = CgroupMode::kAuto;          // task isolation (agentd/cgroups.h)
   int64_t task_pids_max = 16384;                   // pids.max of every task cgroup; 0 = none
+  /// Cut off from every controller this long while tasks run: checkpoint and stop them (SIGTERM,
+  /// kill_grace, SIGKILL) as in a preemption. 0 = never (agentd --cutoff-timeout, in seconds).
+  std::chrono::milliseconds cutoff_timeout{0};
+  std::chrono::milliseconds keepalive_time{2000};     // HTTP/2 ping interval on the stream's channel
+  std::chrono::milliseconds keepalive_timeout{2000};  // no ping answer this long: the connection is dead
+  std::chrono::seconds registration_timeout{30};      // no `registered` this long: try another member
+  /// With several servers: how long a connection may take to come up (TCP/Unix connect, TLS,
+  /// HTTP/2 settings) before the agent tries the next member (a stopped replica still accepts
+  /// connections through its kernel). One server: gRPC's default (20 s).
+  std::chrono::milliseconds connect_timeout{5000};
 };
 
 class Agent {
@@ -74,11 +87,24 @@ class Agent {
   /// Counts task starts, exits and eviction notices here from now on (optional; not owned; set
   /// before Start()).
   void SetMetrics(AgentMetrics* m) { metrics_ = m; }
+  /// The highest controller epoch seen (Registered.epoch, SchedulerMessage.epoch), also across
+  /// restarts (<work_dir>/epoch). Messages with a lower epoch are refused.
+  int64_t Epoch() const { return epoch_; }
+  /// The replica of the current or last stream.
+  std::string Server() const;
 
  private:
   struct Connection;
+  /// How one stream ended (session.cc).
+  struct ConnectionEnd {
+    bool registered = false;   // the member answered the registration (with an acceptable epoch)
+    std::string leader_hint;   // x-mlsched-leader of a follower's answer ("" = none)
+  };
   // Protocol handlers (agent.cc); they run on the session thread.
-  void HandleMessage(const v1::SchedulerMessage& msg);
+  void HandleMessage(const v1::SchedulerMessage& msg, Connection& conn);
+  /// Fencing: false (logged once per stream, counted) when `epoch` is below the highest seen;
+  /// a higher one is stored first (<work_dir>/epoch).
+  bool AcceptEpoch(int64_t epoch, Connection& conn);
   void HandleRegistered(const v1::Registered& reg);
   void HandlePrepare(const v1::Prepare& p);
   void HandleCommit(const v1::Commit& c);
@@ -95,9 +121,13 @@ class Agent {
   v1::AgentMessage MakeHeartbeat() const;
   void PrepareWorkDir();
   void SetUpCgroups();
+  /// Cut-off bound: stops the tasks once no controller was registered for cfg_.cutoff_timeout.
+  void CutoffLoop();
   // The stream (session.cc).
   void SessionLoop();
-  bool RunConnection(const std::shared_ptr<grpc::Channel>& channel, int failures);
+  ConnectionEnd RunConnection(const std::string& server, int failures);
+  /// The member to try after one whose stream ended as `end` (index into cfg_.servers).
+  size_t NextServer(size_t current, const ConnectionEnd& end) const;
   void WriterLoop(Connection& conn, const std::atomic<bool>& closed);
   void CancelCurrent();  // requires mu_
 
@@ -115,6 +145,11 @@ class Agent {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};     // shutdown: send what is queued, then close the stream
   std::atomic<int> heartbeat_interval_s_{5};
+  std::atomic<int64_t> epoch_{0};          // highest epoch seen; written by the session thread
+  std::unique_ptr<EpochFile> epoch_file_;
+  std::chrono::steady_clock::time_point disconnected_since_;  // guarded by mu_; start or last stream end
+  bool cutoff_done_ = false;               // guarded by mu_: tasks stopped for this disconnection
+  std::atomic<size_t> server_index_{0};    // the member of the current / last stream
   std::mutex mu_;                          // guards current_, session_done_
   std::condition_variable cv_;             // backoff sleep, session end
   std::shared_ptr<Connection> current_;
@@ -122,6 +157,7 @@ class Agent {
   bool started_ = false;
   int lock_fd_ = -1;
   std::thread session_;
+  std::thread cutoff_;
 };
 
 }  // namespace mlsched::agent

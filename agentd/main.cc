@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <ctime>
 #include <iostream>
@@ -30,6 +31,9 @@ void ReserveStandardDescriptors() {
     if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
 }
 
+/// Largest --cutoff-timeout (seconds): one week; schedd stores it as int32 seconds.
+constexpr int kMaxCutoffTimeoutS = 7 * 24 * 3600;
+
 int Fail(const std::string& msg) {
   std::cerr << "agentd: " << msg << "\n";
   return 2;
@@ -45,11 +49,12 @@ int main(int argc, char** argv) {
   TlsFiles cfg_tls{"/etc/mlsched/tls/ca.pem", "/etc/mlsched/tls/node.pem", "/etc/mlsched/tls/node.key"};
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
-  double kill_grace_s = 10, eviction_interval_s = 5;
+  double kill_grace_s = 10, eviction_interval_s = 5, cutoff_timeout_s = 0;
   std::string cgroups = "auto";
   int64_t task_pids_max = 16384;
-  app.add_option("--server", server, "schedd address: unix:PATH or HOST:PORT (default $MLSCHED_SERVER, else unix:" +
-                                          std::string(kDefaultSocket) + ")");
+  app.add_option("--server", server,
+                 "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas: the agent follows the leader; "
+                 "default $MLSCHED_SERVER, else unix:" + std::string(kDefaultSocket) + ")");
   app.add_option("--tls-cert", cfg_tls.cert, "On TCP: this node's certificate (PEM), naming the node")
       ->capture_default_str();
   app.add_option("--tls-key", cfg_tls.key, "On TCP: this node's private key (PEM)")->capture_default_str();
@@ -68,6 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--eviction-url", eviction_url, "Cloud metadata URL polled for spot eviction notices");
   app.add_option("--eviction-interval", eviction_interval_s, "Seconds between eviction polls");
   app.add_option("--kill-grace", kill_grace_s, "Seconds between SIGTERM and SIGKILL on abort and shutdown");
+  app.add_option("--cutoff-timeout", cutoff_timeout_s,
+                 "Seconds without any controller after which running tasks are asked to checkpoint and stop as in "
+                 "a preemption (SIGTERM, SIGKILL after --kill-grace); 0 = never")
+      ->capture_default_str();
   app.add_option("--metrics-port", metrics_port, "Serve Prometheus node metrics on this port (0 = any free port)");
   app.add_option("--metrics-host", metrics_host, "Address the metrics endpoint binds to");
   app.add_option("--cgroups", cgroups,
@@ -81,7 +90,9 @@ int main(int argc, char** argv) {
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   agent::AgentConfig cfg;
-  cfg.server = ResolveServerAddress(server);
+  ServerList servers;
+  if (std::string err = ResolveServerList(server, &servers); !err.empty()) return Fail("--server: " + err);
+  cfg.servers = servers.addresses;
   cfg.version = MLSCHED_VERSION;
   cfg.work_dir = work_dir;
   cfg.eviction_url = eviction_url;
@@ -89,7 +100,7 @@ int main(int argc, char** argv) {
   cfg.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(kill_grace_s * 1000));
   if (name.empty()) return Fail("--name must not be empty");
   cfg.tls = cfg_tls;
-  if (!IsUnixAddress(cfg.server)) {
+  if (!IsUnixAddress(cfg.servers.front())) {
     // schedd accepts this agent only as the node its certificate names: check before connecting.
     auto cert = CheckCertificate(cfg.tls, std::time(nullptr));
     if (!cert.ok()) return Fail("TLS: " + cert.error);
@@ -99,6 +110,9 @@ int main(int argc, char** argv) {
   }
   if (!agent::IsValidPool(pool)) return Fail("--pool must be on-demand, spot or reserved (got '" + pool + "')");
   if (kill_grace_s < 0 || eviction_interval_s <= 0) return Fail("--kill-grace must be >= 0 and --eviction-interval > 0");
+  if (cutoff_timeout_s < 0 || cutoff_timeout_s > kMaxCutoffTimeoutS)
+    return Fail("--cutoff-timeout must be from 0 (never) to " + std::to_string(kMaxCutoffTimeoutS) + " seconds");
+  cfg.cutoff_timeout = std::chrono::milliseconds(static_cast<int64_t>(cutoff_timeout_s * 1000));
   auto cgroup_mode = agent::ParseCgroupMode(cgroups);
   if (!cgroup_mode) return Fail("--cgroups must be auto, required or off (got '" + cgroups + "')");
   if (task_pids_max < 0) return Fail("--task-pids-max must be >= 0");
@@ -128,7 +142,8 @@ int main(int argc, char** argv) {
     if (!g) return Fail(g.error);
     cfg.node.gpus = *g.value;
   }
-  cfg.node.address = !address.empty() ? address : agent::IsLoopbackServer(cfg.server) ? "127.0.0.1" : agent::Hostname();
+  const bool loopback = std::all_of(cfg.servers.begin(), cfg.servers.end(), agent::IsLoopbackServer);
+  cfg.node.address = !address.empty() ? address : loopback ? "127.0.0.1" : agent::Hostname();
 
   // SIGTERM/SIGINT are taken by sigwait below; every thread started later inherits the mask.
   sigset_t sigs;

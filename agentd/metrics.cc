@@ -14,6 +14,14 @@ AgentMetrics::AgentMetrics(const NodeIdentity& node)
                 .Labels(labels).Register(*registry_);
   notices_ = &prometheus::BuildCounter().Name("mlsched_agent_eviction_notices_total")
                   .Help("Spot eviction notices relayed to schedd").Labels(labels).Register(*registry_).Add({});
+  stale_epoch_ = &prometheus::BuildCounter().Name("mlsched_agent_stale_epoch_messages_total")
+                      .Help("Scheduler messages refused: their epoch is below the highest seen (a deposed leader)")
+                      .Labels(labels).Register(*registry_).Add({});
+  cutoffs_ = &prometheus::BuildCounter().Name("mlsched_agent_cutoffs_total")
+                  .Help("Times the tasks were stopped after --cutoff-timeout without a controller")
+                  .Labels(labels).Register(*registry_).Add({});
+  epoch_ = &prometheus::BuildGauge().Name("mlsched_agent_controller_epoch").Help("The highest controller epoch seen")
+                .Labels(labels).Register(*registry_).Add({});
   connected_ = &prometheus::BuildGauge().Name("mlsched_agent_connected").Help("1 while registered with schedd")
                     .Labels(labels).Register(*registry_).Add({});
   running_ = &prometheus::BuildGauge().Name("mlsched_agent_running_tasks").Help("Tasks running now")
@@ -28,6 +36,9 @@ AgentMetrics::AgentMetrics(const NodeIdentity& node)
 void AgentMetrics::CountTaskStarted() { started_->Increment(); }
 void AgentMetrics::CountTaskExit(const std::string& outcome) { exits_->Add({{"outcome", outcome}}).Increment(); }
 void AgentMetrics::CountEvictionNotice() { notices_->Increment(); }
+void AgentMetrics::CountStaleEpoch() { stale_epoch_->Increment(); }
+void AgentMetrics::CountCutoff() { cutoffs_->Increment(); }
+void AgentMetrics::SetEpoch(int64_t epoch) { epoch_->Set(static_cast<double>(epoch)); }
 
 std::string AgentMetrics::Render(bool connected, size_t running_tasks) {
   std::lock_guard lk(mu_);

@@ -8,6 +8,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,12 @@ class AgentMetrics {
   /// outcome: "completed" (exit 0), "preempted" (exit 75), "failed" (other code), "signaled".
   void CountTaskExit(const std::string& outcome);
   void CountEvictionNotice();
+  /// A scheduler message refused because its epoch is below the highest seen (a deposed leader).
+  void CountStaleEpoch();
+  /// The tasks were stopped because no controller was reachable for --cutoff-timeout.
+  void CountCutoff();
+  /// The highest controller epoch seen.
+  void SetEpoch(int64_t epoch);
   /// Sets the per-scrape gauges and returns the text exposition of every metric.
   std::string Render(bool connected, size_t running_tasks);
 
@@ -32,6 +39,9 @@ class AgentMetrics {
   prometheus::Counter* started_;
   prometheus::Family<prometheus::Counter>* exits_;
   prometheus::Counter* notices_;
+  prometheus::Counter* stale_epoch_;
+  prometheus::Counter* cutoffs_;
+  prometheus::Gauge* epoch_;
   prometheus::Gauge* connected_;
   prometheus::Gauge* running_;
   std::string node_, pool_;

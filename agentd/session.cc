@@ -1,5 +1,9 @@
 // Agent: the stream to schedd. One connection at a time: register, wait for `registered`, then a
 // writer thread drains the outbox (and heartbeats) while this thread reads scheduler messages.
+// High availability: with several replicas, a follower's answer (UNAVAILABLE and the leader's
+// address in x-mlsched-leader) sends the agent to that member at once, any other end to the next
+// member; backoff starts once every member was tried. Messages of a deposed leader (an epoch below
+// the highest seen) are refused.
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -12,24 +16,32 @@
 namespace mlsched::agent {
 
 struct Agent::Connection {
+  std::string server;         // the replica
+  bool stale_logged = false;  // a message with a stale epoch was logged on this stream
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>> stream;
 };
 
 namespace {
 
-constexpr std::chrono::seconds kRegistrationTimeout{30};
-
 // A channel that retries connecting on the agent's schedule rather than gRPC's default backoff
-// (which grows to 120 s), and notices a vanished host through keepalive pings. The minimum
-// reconnect backoff stays at gRPC's default: it doubles as the connection (SETTINGS) timeout. The ping interval
-// stays above gRPC servers' default minimum (5 minutes) so schedd never answers "too many pings".
+// (which grows to 120 s), and notices a vanished or stopped (SIGSTOP) schedd within
+// keepalive_time + keepalive_timeout (~4 s) through HTTP/2 pings, sent with or without calls and
+// however long no data flowed. schedd must accept that: GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS
+// at most keepalive_time (1000), GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS 1 and
+// GRPC_ARG_HTTP2_MAX_PING_STRIKES 0 on its server, else it closes the connection with
+// "too_many_pings". The minimum reconnect backoff doubles as the connection (SETTINGS) timeout:
+// gRPC's default (20 s) with one server, cfg.connect_timeout with several, so that a stopped
+// replica, whose kernel still accepts connections, is passed over in seconds.
 std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, const AgentConfig& cfg) {
   grpc::ChannelArguments args;
+  if (cfg.servers.size() > 1) args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.connect_timeout.count()));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_max.count()));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 330 * 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(cfg.keepalive_time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(cfg.keepalive_timeout.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (IsUnixAddress(address)) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
@@ -51,16 +63,39 @@ void Agent::CancelCurrent() {
   if (current_) current_->ctx.TryCancel();
 }
 
+std::string Agent::Server() const { return cfg_.servers.empty() ? "" : cfg_.servers[server_index_.load()]; }
+
+size_t Agent::NextServer(size_t current, const ConnectionEnd& end) const {
+  const size_t n = cfg_.servers.size();
+  if (!end.leader_hint.empty())
+    for (size_t i = 0; i < n; ++i)
+      if (i != current && cfg_.servers[i] == end.leader_hint) return i;
+  return (current + 1) % n;
+}
+
 void Agent::SessionLoop() {
   auto backoff = cfg_.backoff_initial;
+  const size_t n = cfg_.servers.size();
   int failures = 0;
-  while (!stopping_) {
+  size_t index = 0, tried = 0;  // members tried since the last registration or backoff
+  while (!stopping_ && n > 0) {
+    server_index_ = index;
     // A fresh channel per attempt (its subchannel is private): it connects at once instead of
     // failing fast with a stale TRANSIENT_FAILURE until gRPC's own backoff expires.
-    bool registered = RunConnection(MakeAgentChannel(cfg_.server, cfg_), failures);
+    ConnectionEnd end = RunConnection(cfg_.servers[index], failures);
     if (stopping_) break;
-    failures = registered ? 0 : failures + 1;
-    if (registered) backoff = cfg_.backoff_initial;
+    failures = end.registered ? 0 : failures + 1;
+    tried = end.registered ? 0 : tried + 1;
+    if (end.registered) backoff = cfg_.backoff_initial;
+    const size_t next = NextServer(index, end);
+    const bool hinted = next != index && cfg_.servers[next] == end.leader_hint;
+    if (hinted) spdlog::info("schedd {} is a follower; following the leader {}", cfg_.servers[index], end.leader_hint);
+    index = next;
+    // Straight on to the leader named, or to the next member, until every member was tried once
+    // (one more call when the last one named the leader); only then back off.
+    if (hinted && tried <= n) continue;
+    if (n > 1 && !end.registered && tried < n) continue;
+    tried = 0;
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, backoff, [&] { return stopping_.load(); });
     backoff = std::min(backoff * 2, cfg_.backoff_max);
@@ -70,32 +105,58 @@ void Agent::SessionLoop() {
   cv_.notify_all();
 }
 
-bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel, int failures) {
+bool Agent::AcceptEpoch(int64_t epoch, Connection& conn) {
+  const int64_t seen = epoch_.load();
+  if (epoch < seen) {
+    if (metrics_) metrics_->CountStaleEpoch();
+    if (!conn.stale_logged)
+      spdlog::warn("refusing messages of schedd {} with epoch {}: this agent has seen epoch {} (a newer leader); "
+                   "they are not acted upon (logged once per stream)", conn.server, epoch, seen);
+    conn.stale_logged = true;
+    return false;
+  }
+  if (epoch > seen) {
+    // On disk before anything of the new leader is acted upon: a restart still refuses the old one.
+    if (std::string err = epoch_file_ ? epoch_file_->Store(epoch) : ""; !err.empty())
+      spdlog::error("epoch: {}; epoch {} is kept in memory only", err, epoch);
+    epoch_ = epoch;
+    if (metrics_) metrics_->SetEpoch(epoch);
+    spdlog::info("controller epoch is now {} (was {}), schedd {}", epoch, seen, conn.server);
+  }
+  return true;
+}
+
+Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failures) {
   auto conn = std::make_shared<Connection>();
-  PrepareContext(conn->ctx, cfg_.server, /*timeout_s=*/0);
-  auto stub = v1::AgentService::NewStub(channel);
+  conn->server = server;
+  PrepareContext(conn->ctx, server, /*timeout_s=*/0);
+  auto stub = v1::AgentService::NewStub(MakeAgentChannel(server, cfg_));
   {
     std::lock_guard lk(mu_);
-    if (stopping_) return false;
+    if (stopping_) return {};
     current_ = conn;
   }
+  ConnectionEnd end;
   auto finish = [&](const char* when) {
     grpc::Status st = conn->stream->Finish();
+    end.leader_hint = LeaderHintOf(conn->ctx).leader;
     std::lock_guard lk(mu_);
     current_.reset();
     if (stopping_) return;
     // Every failed attempt while schedd is away would repeat the same line: warn on the first
-    // and every 20th, the rest at debug level.
-    auto level = failures % 20 == 0 ? spdlog::level::warn : spdlog::level::debug;
-    spdlog::log(level, "stream to schedd {} {}: {} (code {}, {} failed attempt(s) before)", cfg_.server, when,
+    // and every 20th, the rest at debug level. A follower's answer is no failure: info.
+    auto level = !end.leader_hint.empty() ? spdlog::level::info
+                 : failures % 20 == 0      ? spdlog::level::warn
+                                           : spdlog::level::debug;
+    spdlog::log(level, "stream to schedd {} {}: {} (code {}, {} failed attempt(s) before)", server, when,
                 st.error_message(), static_cast<int>(st.error_code()), failures);
   };
   // A schedd that accepts the stream but never answers the registration must not hold us forever.
   bool answered = false;
   std::thread watchdog([&] {
     std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, kRegistrationTimeout, [&] { return answered || stopping_; })) {
-      spdlog::warn("no answer to the registration in {} s; reconnecting", kRegistrationTimeout.count());
+    if (!cv_.wait_for(lk, cfg_.registration_timeout, [&] { return answered || stopping_; })) {
+      spdlog::warn("no answer to the registration from {} in {} s; trying again", server, cfg_.registration_timeout.count());
       conn->ctx.TryCancel();
     }
   });
@@ -113,30 +174,44 @@ bool Agent::RunConnection(const std::shared_ptr<grpc::Channel>& channel, int fai
   stop_watchdog();
   if (!ok) {
     finish("failed before registration");
-    return false;
+    return end;
   }
-  if (!msg.has_registered()) {
-    spdlog::error("schedd answered the registration with message type {}, not 'registered'",
-                  static_cast<int>(msg.msg_case()));
+  const bool refused = !msg.has_registered() || !AcceptEpoch(std::max(msg.epoch(), msg.registered().epoch()), *conn);
+  if (refused) {
+    if (!msg.has_registered())
+      spdlog::error("schedd {} answered the registration with message type {}, not 'registered'", server,
+                    static_cast<int>(msg.msg_case()));
+    else
+      spdlog::warn("schedd {} registered this node with an epoch below {}: a deposed leader; closing the stream "
+                   "and trying another member", server, epoch_.load());
     conn->ctx.TryCancel();
     while (conn->stream->Read(&msg)) {
     }
     finish("closed");
-    return false;
+    return end;
   }
+  end.registered = true;
   HandleRegistered(msg.registered());
   outbox_.SetOnline(true);
-  connected_ = true;
+  {
+    std::lock_guard lk(mu_);
+    cutoff_done_ = false;
+    connected_ = true;
+  }
   std::atomic<bool> closed{false};
   std::thread writer([&] { WriterLoop(*conn, closed); });
-  while (conn->stream->Read(&msg)) HandleMessage(msg);
-  connected_ = false;
+  while (conn->stream->Read(&msg)) HandleMessage(msg, *conn);
+  {
+    std::lock_guard lk(mu_);
+    disconnected_since_ = std::chrono::steady_clock::now();
+    connected_ = false;
+  }
   outbox_.SetOnline(false);
   closed = true;
   outbox_.Interrupt();
   writer.join();
   finish("closed");
-  return true;
+  return end;
 }
 
 void Agent::WriterLoop(Connection& conn, const std::atomic<bool>& closed) {

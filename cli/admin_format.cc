@@ -94,6 +94,7 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"address", n.address()},
       {"isolation", n.isolation()},
       {"rejected_reports", n.rejected_reports()},
+      {"cutoff_timeout_s", n.cutoff_timeout_s()},
       {"cpu_millis", n.capacity().cpu_millis()},
       {"cpu_millis_allocated", n.allocated().cpu_millis()},
       {"memory_bytes", n.capacity().memory_bytes()},
@@ -165,6 +166,55 @@ nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now) {
                          {"gpu_indices", std::vector<int>(t.gpu_indices().begin(), t.gpu_indices().end())}});
   j["placement"] = placement;
   return j;
+}
+
+namespace {
+
+std::vector<const v1::HaMember*> SortedMembers(const v1::HaStatusResponse& resp) {
+  std::vector<const v1::HaMember*> out;
+  for (const auto& m : resp.members()) out.push_back(&m);
+  std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->address() < b->address(); });
+  return out;
+}
+
+}  // namespace
+
+std::string FormatHaStatus(const v1::HaStatusResponse& resp) {
+  const std::string endpoints = Join(resp.etcd_endpoints(), ", ");
+  const std::string no_leader = resp.mode() == "etcd" ? "none (election in progress)" : "-";
+  const std::pair<const char*, std::string> head[] = {
+      {"Mode:", resp.mode().empty() ? "-" : resp.mode()},
+      {"Leader:", resp.leader().empty() ? no_leader : resp.leader()},
+      {"Epoch:", std::to_string(resp.epoch())},
+      {"Answered by:", resp.answered_by().empty() ? "-" : resp.answered_by()},
+      {"Etcd endpoints:", endpoints.empty() ? "-" : endpoints},
+      {"Revision:", std::to_string(resp.revision())},
+      {"Fenced writes:", std::to_string(resp.fenced_writes())}};
+  std::string out;
+  for (const auto& [key, value] : head) {
+    std::string line = key;
+    line.resize(16, ' ');
+    out += line + value + "\n";
+  }
+  if (resp.members_size() == 0) return out;
+  std::vector<std::vector<std::string>> rows{{"ADDRESS", "ROLE", "REVISION", "LAG"}};
+  for (const auto* m : SortedMembers(resp))
+    rows.push_back({m->address(), m->role(), std::to_string(m->revision()), std::to_string(m->lag())});
+  return out + "\n" + RenderTable(rows);
+}
+
+nlohmann::json HaStatusJson(const v1::HaStatusResponse& resp) {
+  nlohmann::json members = nlohmann::json::array();
+  for (const auto* m : SortedMembers(resp))
+    members.push_back({{"address", m->address()}, {"role", m->role()}, {"revision", m->revision()}, {"lag", m->lag()}});
+  return {{"mode", resp.mode()},
+          {"leader", resp.leader()},
+          {"epoch", resp.epoch()},
+          {"answered_by", resp.answered_by()},
+          {"etcd_endpoints", std::vector<std::string>(resp.etcd_endpoints().begin(), resp.etcd_endpoints().end())},
+          {"revision", resp.revision()},
+          {"fenced_writes", resp.fenced_writes()},
+          {"members", members}};
 }
 
 }  // namespace mlsched::cli

@@ -1,4 +1,5 @@
-// How mladmin shows nodes (table and JSON) and a single job in full (scontrol show job style).
+// How mladmin shows nodes (table and JSON), a single job in full (scontrol show job style) and the
+// high-availability state (mladmin ha status).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mlsched/v1/admin.pb.h"
 #include "mlsched/v1/types.pb.h"
 
 namespace mlsched::cli {
@@ -23,7 +25,8 @@ std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capaci
 /// it ("v1:memory,cpu,pids,devices,freezer", "none", "off"; "-" from an agent that did not say).
 std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes);
 
-/// A node as JSON: name, pool, state, reason, region, zone, domain, address, isolation, cpu_millis,
+/// A node as JSON: name, pool, state, reason, region, zone, domain, address, isolation,
+/// rejected_reports, cutoff_timeout_s (its agent's --cutoff-timeout, 0 = never), cpu_millis,
 /// cpu_millis_allocated, memory_bytes, memory_bytes_allocated, gpus ([{type, count, allocated}]),
 /// last_heartbeat (Unix seconds), running_jobs.
 nlohmann::json NodeJson(const v1::NodeInfo& node);
@@ -36,5 +39,15 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now);
 /// Every field of a job as JSON: JobJson's keys plus gid, argv, script, env, stdout, stderr and
 /// placement ([{rank, node, local_rank, gpu_indices}]).
 nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now);
+
+/// mladmin ha status: "Key: value" lines, values aligned (Mode, Leader - when empty: "none
+/// (election in progress)" in etcd mode, else "-" -, Epoch, Answered by, Etcd endpoints - comma-joined, "-" when none -, Revision, Fenced
+/// writes), then, when the response lists replicas, a blank line and the table
+/// ADDRESS ROLE REVISION LAG sorted by address.
+std::string FormatHaStatus(const v1::HaStatusResponse& resp);
+
+/// The HA state as JSON: mode, leader, epoch, answered_by, etcd_endpoints, revision,
+/// fenced_writes, members ([{address, role, revision, lag}], sorted by address).
+nlohmann::json HaStatusJson(const v1::HaStatusResponse& resp);
 
 }  // namespace mlsched::cli

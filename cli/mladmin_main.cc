@@ -94,11 +94,20 @@ int ReloadPolicy(SchedClient& client) {
   return kExitOk;
 }
 
+// mladmin ha status: the HA state as the first replica that answers sees it (followers answer too).
+int HaStatus(SchedClient& client, const AdminArgs& a) {
+  v1::HaStatusResponse resp;
+  if (RpcStatus st = client.HaStatus(&resp); !st.ok()) return Fail(client, st);
+  if (a.json) std::cout << HaStatusJson(resp).dump(2) << "\n";
+  else std::cout << FormatHaStatus(resp);
+  return kExitOk;
+}
+
 // Declares the subcommands; `action` is set to the chosen one's handler (`local` for those that
 // need no schedd).
 void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& action, std::function<int()>& local) {
   app.set_help_flag("--help", "print this help");
-  app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
+  app.add_option("--server", a.server, "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas; default: $MLSCHED_SERVER)");
   app.require_subcommand(1);
   app.fallthrough();
   app.footer("Draining, resuming, evicting and reloading the policy need root or an operator named in the policy.\n\n" +
@@ -163,6 +172,13 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
   auto* reload = policy->add_subcommand(
       "reload", "make schedd re-read its --policy file like SIGHUP: all or nothing; errors keep the running policy");
   reload->callback([&] { action = [](SchedClient& c) { return ReloadPolicy(c); }; });
+
+  auto* ha = app.add_subcommand("ha", "high availability (several schedd replicas)");
+  ha->require_subcommand(1);
+  auto* ha_status = ha->add_subcommand(
+      "status", "mode, leader, epoch, etcd, and the replicas: ADDRESS ROLE REVISION LAG (any replica answers)");
+  ha_status->add_flag("--json", a.json, "print a JSON object");
+  ha_status->callback([&] { action = [&](SchedClient& c) { return HaStatus(c, a); }; });
 }
 
 }  // namespace
@@ -195,5 +211,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   SchedClient client(a.server, kTimeoutS);
+  if (!client.ConfigError().empty()) {
+    std::cerr << "mladmin: " << client.ConfigError() << "\n";
+    return kExitUsage;
+  }
   return action(client);
 }

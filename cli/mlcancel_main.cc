@@ -28,7 +28,7 @@ void AddOptions(CLI::App& app, CancelArgs& a) {
   app.add_option("-s,--signal", a.sel.signal, "send this signal (TERM, USR1, KILL, ... or a number) instead of cancelling");
   app.add_option("-n,--name", a.sel.name, "only jobs with this name");
   app.add_option("-p,--partition", a.sel.partition, "only jobs of this partition");
-  app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
+  app.add_option("--server", a.server, "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas; default: $MLSCHED_SERVER)");
   app.footer(
       "Selects jobs by id and/or filters. Without job ids and without -u, filters apply to your own jobs.\n"
       "Prints one error line per job that could not be cancelled.\n\n" +
@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
   v1::CancelJobsRequest& req = *parsed.value;
   const int timeout_s = 30;
   SchedClient client(a.server, timeout_s);
+  if (!client.ConfigError().empty()) {
+    std::cerr << "mlcancel: " << client.ConfigError() << "\n";
+    return kExitUsage;
+  }
   if (NeedsListing(a.sel)) {  // -n/-p: CancelJobs cannot filter by them; cancel the listed jobs by id
     v1::ListJobsResponse listed;
     if (RpcStatus st = client.ListJobs(NarrowingListRequest(req, a.sel), &listed); !st.ok()) {

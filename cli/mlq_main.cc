@@ -42,7 +42,7 @@ void AddOptions(CLI::App& app, MlqArgs& a) {
   explain->excludes(start);
   for (const char* o : {"--user", "--jobs", "--states", "--partition", "--format", "--all"})
     explain->excludes(app.get_option(o));
-  app.add_option("--server", a.server, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)");
+  app.add_option("--server", a.server, "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas; default: $MLSCHED_SERVER)");
   app.footer("Shows pending, running and recently finished jobs by default.\n\n" + ExitCodesHelp());
 }
 
@@ -55,6 +55,10 @@ int Explain(const MlqArgs& a) {
   }
   const int timeout_s = 30;
   SchedClient client(a.server, timeout_s);
+  if (!client.ConfigError().empty()) {
+    std::cerr << "mlq: " << client.ConfigError() << "\n";
+    return kExitUsage;
+  }
   v1::ExplainJobResponse resp;
   if (RpcStatus st = client.ExplainJob(*id.value, &resp); !st.ok()) {
     std::cerr << DescribeRpcError("mlq", st, client.Address(), timeout_s) << "\n";
@@ -97,6 +101,10 @@ int main(int argc, char** argv) {
   }
   const int timeout_s = 30;
   SchedClient client(a.server, timeout_s);
+  if (!client.ConfigError().empty()) {
+    std::cerr << "mlq: " << client.ConfigError() << "\n";
+    return kExitUsage;
+  }
   v1::ListJobsResponse resp;
   if (RpcStatus st = client.ListJobs(*req.value, &resp); !st.ok()) {
     std::cerr << DescribeRpcError("mlq", st, client.Address(), timeout_s) << "\n";

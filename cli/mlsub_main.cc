@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
   for (const auto& w : sub.value->warnings) std::cerr << "mlsub: warning: " << w << "\n";
   const int timeout_s = 30;
   SchedClient client(sub.value->options.server.value_or(""), timeout_s);
+  if (!client.ConfigError().empty()) {
+    std::cerr << "mlsub: " << client.ConfigError() << "\n";
+    return kExitUsage;
+  }
   int64_t job_id = 0;
   // Transient failures (schedd restarting, an answer lost) are retried with the same submission
   // key, so a retry never makes a second job: $MLSCHED_RETRY seconds, default 15.

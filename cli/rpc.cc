@@ -14,46 +14,112 @@
 #include <vector>
 
 #include "cli/exit_codes.h"
+#include "cli/failover.h"
 #include "common/client.h"
 #include "mlsched/v1/admin.grpc.pb.h"
 #include "mlsched/v1/jobs.grpc.pb.h"
 
 namespace mlsched::cli {
 
-struct SchedClient::Impl {
-  std::string address;
-  int timeout_s = 30;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::JobService::Stub> jobs;
-  std::unique_ptr<v1::AdminService::Stub> admin;
+namespace {
 
-  /// A new channel (and stubs); `retry`: with a private subchannel, so that the next attempt
-  /// after a transient failure connects at once.
-  void Reconnect(bool retry = false) {
-    channel = MakeChannel(address, retry);
-    jobs = v1::JobService::NewStub(channel);
-    admin = v1::AdminService::NewStub(channel);
+/// UNAVAILABLE before anything was sent: gRPC found no connection ("failed to connect to all
+/// addresses ..."). Anything else (a reset, a lost answer) may have reached schedd.
+bool NeverSent(const grpc::Status& st) {
+  return st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().rfind("failed to connect", 0) == 0;
+}
+
+}  // namespace
+
+struct SchedClient::Impl {
+  /// One replica's channel and stubs, made on first use.
+  struct Member {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::JobService::Stub> jobs;
+    std::unique_ptr<v1::AdminService::Stub> admin;
+  };
+  std::vector<std::string> servers;
+  std::string config_error;
+  size_t current = 0;  // the replica the next call goes to (the last one that answered)
+  int timeout_s = 30;
+  bool private_subchannel = false;  // after a transient failure: connect at once
+  bool ambiguous = false;           // the current operation had a failure that may have been acted on
+  std::vector<Member> members;
+
+  /// `i`'s channel and stubs, made now if needed (MakeChannel may throw).
+  Member& At(size_t i) {
+    Member& m = members[i];
+    if (!m.channel) {
+      m.channel = MakeChannel(servers[i], private_subchannel);
+      m.jobs = v1::JobService::NewStub(m.channel);
+      m.admin = v1::AdminService::NewStub(m.channel);
+    }
+    return m;
   }
 
-  // Runs one unary call with fresh credentials and deadline.
+  /// New channels from the next call on; `retry`: with private subchannels, so that the next
+  /// attempt after a transient failure connects at once.
+  void Reconnect(bool retry = false) {
+    private_subchannel = retry;
+    for (auto& m : members) m = Member{};
+  }
+
+  /// Runs one unary call `f(ctx, member)` with fresh credentials and deadline, following the
+  /// leader over the replicas (CallWithFailover). `only_safe_hops`: for signals.
   template <typename F>
-  RpcStatus Call(F&& f) {
-    grpc::ClientContext ctx;
-    PrepareContext(ctx, address, timeout_s);
-    grpc::Status st = f(&ctx);
-    return RpcStatus{static_cast<int>(st.error_code()), st.error_message()};
+  RpcStatus Call(F&& f, bool only_safe_hops = false) {
+    if (!config_error.empty()) return RpcStatus{static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT), config_error, {}};
+    FailoverResult r = CallWithFailover(
+        servers, &current,
+        [&](size_t i) {
+          HopResult hop;
+          try {
+            Member& m = At(i);
+            grpc::ClientContext ctx;
+            PrepareContext(ctx, servers[i], timeout_s);
+            grpc::Status st = f(&ctx, m);
+            hop.status = RpcStatus{static_cast<int>(st.error_code()), st.error_message(), {}};
+            LeaderHint hint = LeaderHintOf(ctx);
+            hop.follower = hint.present && st.error_code() == grpc::StatusCode::UNAVAILABLE;
+            hop.leader_hint = hint.leader;
+            hop.unsent = NeverSent(st);
+          } catch (const std::exception& e) {  // the channel could not be made: the CA file is unreadable
+            hop.status = RpcStatus{static_cast<int>(grpc::StatusCode::UNAVAILABLE), e.what(), {}};
+            hop.unsent = true;
+          }
+          return hop;
+        },
+        only_safe_hops);
+    ambiguous = ambiguous || r.ambiguous;
+    if (r.status.code == kCodeUnavailable || r.status.code == kCodeDeadlineExceeded) r.status.tried = r.tried;
+    return r.status;
   }
 };
 
 SchedClient::SchedClient(const std::string& server_flag, int timeout_s) : impl_(std::make_unique<Impl>()) {
-  impl_->address = ResolveServerAddress(server_flag);
+  ServerList list;
+  impl_->config_error = ResolveServerList(server_flag, &list);
+  if (!impl_->config_error.empty()) list.addresses = {ResolveServerAddress(server_flag)};
+  impl_->servers = std::move(list.addresses);
+  impl_->members.resize(impl_->servers.size());
   impl_->timeout_s = timeout_s;
-  impl_->Reconnect();
+}
+
+SchedClient::SchedClient(ServerList servers, int timeout_s) : impl_(std::make_unique<Impl>()) {
+  impl_->servers = std::move(servers.addresses);
+  if (impl_->servers.empty()) impl_->config_error = "no schedd address given";
+  impl_->members.resize(impl_->servers.size());
+  impl_->timeout_s = timeout_s;
 }
 
 SchedClient::~SchedClient() = default;
 
-const std::string& SchedClient::Address() const { return impl_->address; }
+const std::string& SchedClient::Address() const {
+  static const std::string kNone;
+  return impl_->servers.empty() ? kNone : impl_->servers[impl_->current];
+}
+
+const std::string& SchedClient::ConfigError() const { return impl_->config_error; }
 
 std::string NewSubmissionKey() {
   unsigned char bytes[16];
@@ -111,7 +177,7 @@ RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, doubl
   return Retrying(
       [&](int) {
         v1::SubmitJobResponse resp;
-        RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->SubmitJob(c, req, &resp); });
+        RpcStatus st = impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->SubmitJob(c, req, &resp); });
         *job_id = resp.job_id();
         return st;
       },
@@ -119,18 +185,21 @@ RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, doubl
 }
 
 RpcStatus SchedClient::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->ListJobs(c, req, resp); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->ListJobs(c, req, resp); });
 }
 
 RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJobsResponse* resp, double retry_s,
                                   const OnRetry& on_retry) {
-  if (req.signal() != 0) retry_s = 0;
+  const bool signal = req.signal() != 0;
+  if (signal) retry_s = 0;
+  impl_->ambiguous = false;
   return Retrying(
-      [&](int n) {
+      [&](int) {
         resp->Clear();
-        RpcStatus st = impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->CancelJobs(c, req, resp); });
-        if (!st.ok() || n == 1) return st;
-        // An earlier try may have cancelled these before its answer was lost.
+        RpcStatus st = impl_->Call(
+            [&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->CancelJobs(c, req, resp); }, signal);
+        if (!st.ok() || !impl_->ambiguous) return st;
+        // An earlier call may have cancelled these before its answer was lost.
         std::vector<std::string> errors;
         for (const auto& e : resp->errors()) {
           long long id = 0;
@@ -150,7 +219,7 @@ RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJo
 RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->GetJob(c, req, job); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->GetJob(c, req, job); });
 }
 
 RpcStatus SchedClient::HoldJob(int64_t job_id, bool release, double retry_s, const OnRetry& on_retry) {
@@ -160,7 +229,7 @@ RpcStatus SchedClient::HoldJob(int64_t job_id, bool release, double retry_s, con
   return Retrying(
       [&](int) {
         v1::HoldJobResponse resp;
-        return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->HoldJob(c, req, &resp); });
+        return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->HoldJob(c, req, &resp); });
       },
       retry_s, on_retry, [this] { impl_->Reconnect(/*retry=*/true); });
 }
@@ -168,12 +237,12 @@ RpcStatus SchedClient::HoldJob(int64_t job_id, bool release, double retry_s, con
 RpcStatus SchedClient::ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp) {
   v1::ExplainJobRequest req;
   req.set_job_id(job_id);
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->jobs->ExplainJob(c, req, resp); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->ExplainJob(c, req, resp); });
 }
 
 RpcStatus SchedClient::ListNodes(v1::ListNodesResponse* resp) {
   v1::ListNodesRequest req;
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->ListNodes(c, req, resp); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.admin->ListNodes(c, req, resp); });
 }
 
 RpcStatus SchedClient::DrainNode(const std::string& node, const std::string& reason, bool resume) {
@@ -182,7 +251,7 @@ RpcStatus SchedClient::DrainNode(const std::string& node, const std::string& rea
   req.set_reason(reason);
   req.set_resume(resume);
   v1::DrainNodeResponse resp;
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->DrainNode(c, req, &resp); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.admin->DrainNode(c, req, &resp); });
 }
 
 RpcStatus SchedClient::EvictNode(const std::string& node, int64_t deadline_s) {
@@ -190,16 +259,28 @@ RpcStatus SchedClient::EvictNode(const std::string& node, int64_t deadline_s) {
   req.set_node(node);
   req.set_deadline_s(deadline_s);
   v1::EvictNodeResponse resp;
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->EvictNode(c, req, &resp); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.admin->EvictNode(c, req, &resp); });
 }
 
 RpcStatus SchedClient::ReloadPolicy(v1::ReloadPolicyResponse* resp) {
   v1::ReloadPolicyRequest req;
-  return impl_->Call([&](grpc::ClientContext* c) { return impl_->admin->ReloadPolicy(c, req, resp); });
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.admin->ReloadPolicy(c, req, resp); });
+}
+
+RpcStatus SchedClient::HaStatus(v1::HaStatusResponse* resp) {
+  v1::HaStatusRequest req;
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.admin->HaStatus(c, req, resp); });
 }
 
 std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,
                              int timeout_s) {
+  if (status.tried.size() > 1 && (status.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
+                                  status.code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED))) {
+    std::string all;
+    for (const auto& a : status.tried) all += (all.empty() ? "" : ", ") + a;
+    return tool + ": no schedd leader answered at " + all + ": " + status.message +
+           " (are the replicas running and has one been elected? set --server or MLSCHED_SERVER)";
+  }
   if (status.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE))
     return tool + ": cannot reach schedd at " + address + ": " + status.message +
            " (is schedd running? set --server or MLSCHED_SERVER)";

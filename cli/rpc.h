@@ -7,7 +7,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "common/server_list.h"
 #include "mlsched/v1/admin.pb.h"
 #include "mlsched/v1/jobs.pb.h"
 
@@ -17,21 +19,33 @@ namespace mlsched::cli {
 struct RpcStatus {
   int code = 0;
   std::string message;
+  /// When no replica answered (UNAVAILABLE, DEADLINE_EXCEEDED): every address called, in order.
+  std::vector<std::string> tried;
   bool ok() const { return code == 0; }
 };
 
-/// A connection to schedd for one tool invocation.
+/// A connection to schedd for one tool invocation. With several replicas (high availability),
+/// every call follows the leader (cli/failover.h): a follower's UNAVAILABLE answer naming a
+/// member of the list as leader sends the call there at once, any other UNAVAILABLE to the next
+/// member; the retries with backoff below start only after every member was tried.
 class SchedClient {
  public:
-  /// `server_flag`: the --server value ("" = $MLSCHED_SERVER or the default socket).
+  /// `server_flag`: the --server value, one address or a comma-separated list of replicas
+  /// ("" = $MLSCHED_SERVER or the default socket; see ParseServerList). A bad list is reported
+  /// by ConfigError(), and every call then fails with INVALID_ARGUMENT and that message.
   /// `timeout_s`: deadline of each call.
   explicit SchedClient(const std::string& server_flag, int timeout_s = 30);
+  /// The replicas `servers` as given (not checked: tests use several Unix sockets).
+  SchedClient(ServerList servers, int timeout_s);
   ~SchedClient();
   SchedClient(const SchedClient&) = delete;
   SchedClient& operator=(const SchedClient&) = delete;
 
-  /// The resolved address ("unix:/path" or "host:port").
+  /// The replica that answered the last call ("unix:/path" or "host:port"); before any call, the
+  /// one the next call goes to.
   const std::string& Address() const;
+  /// Why --server / $MLSCHED_SERVER is unusable; "" when it is fine.
+  const std::string& ConfigError() const;
 
   /// Submits with a fresh random submission key (128 bits, hex) and retries UNAVAILABLE and
   /// DEADLINE_EXCEEDED answers with the same key, backing off 0.25 s doubling to 4 s, for at most
@@ -54,6 +68,8 @@ class SchedClient {
   RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
   RpcStatus EvictNode(const std::string& node, int64_t deadline_s);
   RpcStatus ReloadPolicy(v1::ReloadPolicyResponse* resp);
+  /// The high-availability state as the first replica that answers sees it (followers answer too).
+  RpcStatus HaStatus(v1::HaStatusResponse* resp);
 
  private:
   struct Impl;
@@ -68,7 +84,8 @@ std::string NewSubmissionKey();
 
 /// The error line for a failed call, prefixed with the tool's name. schedd's message is printed as
 /// is; unreachable and timed-out calls name the address:
-/// "mlq: cannot reach schedd at unix:/run/mlsched/schedd.sock: <why> (is schedd running? ...)".
+/// "mlq: cannot reach schedd at unix:/run/mlsched/schedd.sock: <why> (is schedd running? ...)",
+/// or every address tried (status.tried) when several replicas were called and none answered.
 std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,
                              int timeout_s);
 

@@ -150,7 +150,7 @@ std::vector<SubmitOptionDef> MakeTable() {
          o.parsable = true;
          return std::string();
        }},
-      {0, {"server"}, "ADDR", false, "schedd address: unix:PATH or HOST:PORT (default: $MLSCHED_SERVER)",
+      {0, {"server"}, "ADDR", false, "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas; default: $MLSCHED_SERVER)",
        Text(&O::server)},
       {'h', {"help"}, "", false, "print this help",
        [](O& o, const std::string&) {

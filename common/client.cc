@@ -15,6 +15,20 @@ std::string ResolveServerAddress(const std::string& flag_value) {
 
 bool IsUnixAddress(const std::string& address) { return address.rfind("unix:", 0) == 0; }
 
+std::string ResolveServerList(const std::string& flag_value, ServerList* out) {
+  return ParseServerList(ResolveServerAddress(flag_value), out);
+}
+
+LeaderHint LeaderHintOf(const grpc::ClientContext& ctx) {
+  LeaderHint hint;
+  const auto& md = ctx.GetServerTrailingMetadata();
+  auto it = md.find(kLeaderHeader);
+  if (it == md.end()) return hint;
+  hint.present = true;
+  if (it->second.size() <= kMaxServerAddressBytes) hint.leader.assign(it->second.data(), it->second.size());
+  return hint;
+}
+
 std::string MungePayloadFor(const std::string& service, const std::string& method) { return service + "/" + method; }
 
 namespace {

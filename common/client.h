@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/server_list.h"
 #include "common/tls.h"
 
 namespace mlsched {
@@ -20,6 +21,23 @@ std::string ResolveServerAddress(const std::string& flag_value);
 
 /// True for "unix:..." addresses.
 bool IsUnixAddress(const std::string& address);
+
+/// ResolveServerAddress(flag_value) split by ParseServerList.
+std::string ResolveServerList(const std::string& flag_value, ServerList* out);
+
+/// Trailing metadata key by which a follower names the leader's client address ("HOST:PORT";
+/// absent or empty while an election runs).
+inline constexpr const char* kLeaderHeader = "x-mlsched-leader";
+
+/// What a finished call's trailing metadata says about the leader.
+struct LeaderHint {
+  bool present = false;  // kLeaderHeader was sent (the answer came from a follower), even empty
+  std::string leader;    // its value: the leader's address, "" when unknown
+};
+
+/// Reads kLeaderHeader from the trailing metadata of a finished call `ctx` (values over
+/// kMaxServerAddressBytes are ignored).
+LeaderHint LeaderHintOf(const grpc::ClientContext& ctx);
 
 /// Metadata key of the per-call MUNGE credential on TCP.
 inline constexpr const char* kMungeHeader = "x-mlsched-munge";

@@ -1,7 +1,9 @@
 // An in-process fake schedd: a real gRPC server on a Unix socket implementing AgentService.Connect.
 // It answers each registration with `registered` (heartbeat 1 s, the configured keep list), records
 // every agent message, acknowledges reliable reports (unless told not to), and lets the test send
-// scheduler messages on the current stream.
+// scheduler messages on the current stream. It accepts the agent's keepalive pings every second,
+// as schedd must (agentd/session.cc). HA: it stamps its epoch on `registered` and may act as a
+// follower, refusing every stream with UNAVAILABLE and x-mlsched-leader.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -23,8 +25,12 @@ class FakeSchedd final : public v1::AgentService::Service {
   using Pred = std::function<bool(const v1::AgentMessage&)>;
 
   /// Serves on unix:`socket_path`; `keep` goes into every `registered`.
-  explicit FakeSchedd(const std::string& socket_path, std::vector<v1::RunningTask> keep = {}) : keep_(std::move(keep)) {
+  explicit FakeSchedd(const std::string& socket_path, std::vector<v1::RunningTask> keep = {}, int64_t epoch = 0)
+      : keep_(std::move(keep)), epoch_(epoch) {
     grpc::ServerBuilder b;
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     b.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
     b.RegisterService(this);
     server_ = b.BuildAndStart();
@@ -40,8 +46,13 @@ class FakeSchedd final : public v1::AgentService::Service {
     server_.reset();
   }
 
-  grpc::Status Connect(grpc::ServerContext*,
+  grpc::Status Connect(grpc::ServerContext* ctx,
                        grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) override {
+    if (follower_of_) {
+      ++refused_;
+      ctx->AddTrailingMetadata("x-mlsched-leader", *follower_of_);
+      return {grpc::StatusCode::UNAVAILABLE, "schedd is a follower; the leader is " + *follower_of_};
+    }
     {
       std::lock_guard lk(mu_);
       stream_ = stream;
@@ -51,6 +62,8 @@ class FakeSchedd final : public v1::AgentService::Service {
       if (m.has_register_()) {
         v1::SchedulerMessage reply;
         reply.mutable_registered()->set_heartbeat_interval_s(1);
+        reply.mutable_registered()->set_epoch(epoch_);
+        reply.set_epoch(epoch_);
         for (const auto& k : keep_) *reply.mutable_registered()->add_keep() = k;
         std::lock_guard wl(write_mu_);
         stream->Write(reply);
@@ -58,6 +71,7 @@ class FakeSchedd final : public v1::AgentService::Service {
       if (m.seq() != 0 && ack_) {
         v1::SchedulerMessage ack;
         ack.mutable_ack()->set_seq(m.seq());
+        ack.set_epoch(epoch_);
         std::lock_guard wl(write_mu_);
         stream->Write(ack);
       }
@@ -72,11 +86,19 @@ class FakeSchedd final : public v1::AgentService::Service {
     return grpc::Status::OK;
   }
 
+  /// Act as a follower naming `leader` (an address; "" while an election runs): every stream is
+  /// refused with UNAVAILABLE. Set before the agent connects.
+  void SetFollowerOf(std::string leader) { follower_of_ = std::move(leader); }
+  /// Streams refused as a follower.
+  int Refused() const { return refused_; }
+
   /// Whether reliable reports are acknowledged (default: yes), as if they were made durable.
   void SetAck(bool ack) { ack_ = ack; }
 
-  /// Sends `msg` on the current stream; false when no agent is connected.
-  bool Send(const v1::SchedulerMessage& msg) {
+  /// Sends `msg` on the current stream, stamped with this schedd's epoch unless it carries one;
+  /// false when no agent is connected.
+  bool Send(v1::SchedulerMessage msg) {
+    if (msg.epoch() == 0) msg.set_epoch(epoch_);
     std::lock_guard lk(mu_);
     if (!stream_) return false;
     std::lock_guard wl(write_mu_);
@@ -120,6 +142,9 @@ class FakeSchedd final : public v1::AgentService::Service {
 
  private:
   std::vector<v1::RunningTask> keep_;
+  int64_t epoch_ = 0;
+  std::optional<std::string> follower_of_;
+  std::atomic<int> refused_{0};
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_, write_mu_;
   std::condition_variable cv_;

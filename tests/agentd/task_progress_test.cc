@@ -90,7 +90,7 @@ TEST_CASE("a task whose status file is a FIFO does not stop the node's heartbeat
   TempDir dir;
   FakeSchedd schedd(dir.Str("schedd.sock"));
   AgentConfig cfg;
-  cfg.server = "unix:" + dir.Str("schedd.sock");
+  cfg.servers = {"unix:" + dir.Str("schedd.sock")};
   cfg.node.name = "n1";
   cfg.node.cpu_millis = 2000;
   cfg.node.memory_bytes = 1LL << 30;

@@ -1,6 +1,8 @@
 // mladmin's node table/JSON and show job.
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include "cli/admin_format.h"
 
 using namespace mlsched;
@@ -57,6 +59,7 @@ TEST_CASE("node JSON", "[cli][admin]") {
   CHECK(j["state"] == "IDLE");
   CHECK(j["isolation"] == "none");
   CHECK(j["rejected_reports"] == 0);
+  CHECK(j["cutoff_timeout_s"] == 0);
   CHECK(j["cpu_millis"] == 64000);
   CHECK(j["cpu_millis_allocated"] == 1500);
   CHECK(j["memory_bytes"] == int64_t{512} << 30);
@@ -110,4 +113,66 @@ TEST_CASE("show job of another user's job says its command and environment are h
   CHECK_THAT(text, Catch::Contains("Command=(hidden: not your job)") &&
                        Catch::Contains("Environment=(hidden: not your job)") && Catch::Contains("WorkDir=/home/alice"));
   CHECK_THAT(text, !Catch::Contains("Script="));
+}
+
+namespace {
+
+v1::HaStatusResponse Ha() {
+  v1::HaStatusResponse r;
+  r.set_mode("etcd");
+  r.set_leader("sched-2:7000");
+  r.set_epoch(42);
+  r.set_answered_by("sched-1:7000");
+  r.add_etcd_endpoints("https://e1:2379");
+  r.add_etcd_endpoints("https://e2:2379");
+  r.set_revision(1234);
+  r.set_fenced_writes(1);
+  for (auto [addr, role, rev, lag] : {std::tuple{"sched-2:7000", "leader", 1234, 0}, std::tuple{"sched-1:7000", "follower", 1230, 4}}) {
+    auto* m = r.add_members();
+    m->set_address(addr);
+    m->set_role(role);
+    m->set_revision(rev);
+    m->set_lag(lag);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("mladmin ha status shows the leader and a table of replicas", "[cli][admin][ha]") {
+  CHECK(FormatHaStatus(Ha()) ==
+        "Mode:           etcd\n"
+        "Leader:         sched-2:7000\n"
+        "Epoch:          42\n"
+        "Answered by:    sched-1:7000\n"
+        "Etcd endpoints: https://e1:2379, https://e2:2379\n"
+        "Revision:       1234\n"
+        "Fenced writes:  1\n"
+        "\n"
+        "ADDRESS       ROLE      REVISION  LAG\n"
+        "sched-1:7000  follower  1230      4\n"
+        "sched-2:7000  leader    1234      0\n");
+  v1::HaStatusResponse single;
+  single.set_mode("single");
+  single.set_answered_by("unix:/run/mlsched/schedd.sock");
+  const std::string text = FormatHaStatus(single);
+  CHECK_THAT(text, Catch::Contains("Leader:         -\n"));
+  CHECK_THAT(text, Catch::Contains("Etcd endpoints: -\n"));
+  CHECK(text.find("ADDRESS") == std::string::npos);
+  auto electing = Ha();
+  electing.clear_leader();
+  CHECK_THAT(FormatHaStatus(electing), Catch::Contains("Leader:         none (election in progress)\n"));
+}
+
+TEST_CASE("mladmin ha status --json has every field", "[cli][admin][ha]") {
+  auto j = HaStatusJson(Ha());
+  CHECK(j["mode"] == "etcd");
+  CHECK(j["leader"] == "sched-2:7000");
+  CHECK(j["epoch"] == 42);
+  CHECK(j["answered_by"] == "sched-1:7000");
+  CHECK(j["etcd_endpoints"] == nlohmann::json::array({"https://e1:2379", "https://e2:2379"}));
+  CHECK(j["revision"] == 1234);
+  CHECK(j["fenced_writes"] == 1);
+  REQUIRE(j["members"].size() == 2);
+  CHECK(j["members"][0] == nlohmann::json{{"address", "sched-1:7000"}, {"role", "follower"}, {"revision", 1230}, {"lag", 4}});
 }
