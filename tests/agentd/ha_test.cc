@@ -115,8 +115,8 @@ TEST_CASE("cut off longer than --cutoff-timeout the agent stops its tasks and re
                              "trap 'echo term > term.txt; exit 75' TERM; echo ready > ready.txt; "
                              "while :; do sleep 0.05; done");
   REQUIRE(WaitUntil([&] { return !ReadFile(dir.Str("ready.txt")).empty(); }));
+  const auto cut = std::chrono::steady_clock::now();  // the agent notices the end after this
   schedd->Stop();
-  const auto cut = std::chrono::steady_clock::now();
   REQUIRE(WaitUntil([&] { return !agent.Connected(); }));
   std::this_thread::sleep_for(1s);
   CHECK(ReadFile(dir.Str("term.txt")).empty());  // not before the bound
