@@ -105,6 +105,8 @@ class Agent {
   /// Fencing: false (logged once per stream, counted) when `epoch` is below the highest seen;
   /// a higher one is stored first (<work_dir>/epoch).
   bool AcceptEpoch(int64_t epoch, Connection& conn);
+  /// The answer to the registration: a `registered` with an acceptable epoch (else logged).
+  bool AcceptRegistration(const v1::SchedulerMessage& msg, Connection& conn);
   void HandleRegistered(const v1::Registered& reg);
   void HandlePrepare(const v1::Prepare& p);
   void HandleCommit(const v1::Commit& c);

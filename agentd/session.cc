@@ -126,6 +126,18 @@ bool Agent::AcceptEpoch(int64_t epoch, Connection& conn) {
   return true;
 }
 
+bool Agent::AcceptRegistration(const v1::SchedulerMessage& msg, Connection& conn) {
+  if (!msg.has_registered()) {
+    spdlog::error("schedd {} answered the registration with message type {}, not 'registered'", conn.server,
+                  static_cast<int>(msg.msg_case()));
+    return false;
+  }
+  if (AcceptEpoch(std::max(msg.epoch(), msg.registered().epoch()), conn)) return true;
+  spdlog::warn("schedd {} registered this node with an epoch below {}: a deposed leader; closing the stream and "
+               "trying another member", conn.server, epoch_.load());
+  return false;
+}
+
 Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failures) {
   auto conn = std::make_shared<Connection>();
   conn->server = server;
@@ -176,14 +188,7 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
     finish("failed before registration");
     return end;
   }
-  const bool refused = !msg.has_registered() || !AcceptEpoch(std::max(msg.epoch(), msg.registered().epoch()), *conn);
-  if (refused) {
-    if (!msg.has_registered())
-      spdlog::error("schedd {} answered the registration with message type {}, not 'registered'", server,
-                    static_cast<int>(msg.msg_case()));
-    else
-      spdlog::warn("schedd {} registered this node with an epoch below {}: a deposed leader; closing the stream "
-                   "and trying another member", server, epoch_.load());
+  if (!AcceptRegistration(msg, *conn)) {
     conn->ctx.TryCancel();
     while (conn->stream->Read(&msg)) {
     }

@@ -18,7 +18,7 @@ FailoverResult CallWithFailover(const std::vector<std::string>& servers, size_t*
   FailoverResult out;
   const size_t n = servers.size();
   if (n == 0) {
-    out.status = {kCodeUnavailable, "no schedd address configured"};
+    out.status = {kCodeUnavailable, "no schedd address configured", {}};
     return out;
   }
   if (*current >= n) *current = 0;

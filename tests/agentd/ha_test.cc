@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 
 #include "agentd/metrics.h"
 #include "freezing_proxy.h"
@@ -22,6 +23,8 @@ size_t Occurrences(const std::string& text, const std::string& what) {
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 v1::SchedulerMessage Stamped(v1::SchedulerMessage m, int64_t epoch) {
   m.set_epoch(epoch);
@@ -115,8 +118,8 @@ TEST_CASE("cut off longer than --cutoff-timeout the agent stops its tasks and re
                              "trap 'echo term > term.txt; exit 75' TERM; echo ready > ready.txt; "
                              "while :; do sleep 0.05; done");
   REQUIRE(WaitUntil([&] { return !ReadFile(dir.Str("ready.txt")).empty(); }));
+  const auto cut = std::chrono::steady_clock::now();  // the agent notices the end after this
   schedd->Stop();
-  const auto cut = std::chrono::steady_clock::now();
   REQUIRE(WaitUntil([&] { return !agent.Connected(); }));
   std::this_thread::sleep_for(1s);
   CHECK(ReadFile(dir.Str("term.txt")).empty());  // not before the bound
@@ -214,4 +217,25 @@ TEST_CASE("a stopped replica is passed over when connecting", "[session][ha]") {
   REQUIRE(second.WaitFor(Registers(), 10s));
   CHECK(std::chrono::steady_clock::now() - start < 6s);
   CHECK(first.Count(Registers()) == 0);
+}
+
+TEST_CASE("the epoch file is written durably and a bad one counts as epoch 0", "[session][ha]") {
+  TempDir dir;
+  EpochFile file(dir.Str());
+  CHECK(file.Load() == 0);  // none yet
+  CHECK(file.Store(123456789012).empty());
+  CHECK(file.Load() == 123456789012);
+  CHECK(ReadFile(dir.Str("epoch")) == "123456789012\n");
+  CHECK_FALSE(std::filesystem::exists(dir.Str("epoch.tmp")));
+  WriteFile(dir.Str("epoch"), "12x\n");
+  CHECK(file.Load() == 0);
+  WriteFile(dir.Str("epoch"), std::string(kMaxEpochFileBytes + 1, '1'));
+  CHECK(file.Load() == 0);
+  std::filesystem::remove(dir.Str("epoch"));
+  WriteFile(dir.Str("elsewhere"), "99\n");
+  std::filesystem::create_symlink(dir.Str("elsewhere"), dir.Str("epoch"));
+  CHECK(file.Load() == 0);  // never followed
+  CHECK(file.Store(7).empty());  // replaces the link, not its target
+  CHECK(ReadFile(dir.Str("elsewhere")) == "99\n");
+  CHECK(file.Load() == 7);
 }

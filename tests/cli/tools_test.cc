@@ -135,3 +135,16 @@ TEST_CASE("an unreachable schedd exits 3 and names the address", "[cli][tools]")
   CHECK(r.exit_code == 3);
   CHECK_THAT(r.err, Catch::StartsWith("mlq: cannot reach schedd at unix:/nonexistent/other.sock"));
 }
+
+TEST_CASE("a bad list of schedd replicas is a usage error for every tool", "[cli][tools][ha]") {
+  for (const auto& [tool, args] : std::vector<std::pair<std::string, std::string>>{
+           {kMlsub, "--wrap true"}, {kMlq, ""}, {kMlcancel, "5"}, {kMladmin, "ha status"}}) {
+    auto r = Run("MLSCHED_SERVER=a:7000,unix:/run/s.sock " + tool + " " + args);
+    INFO(tool);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("server list 'a:7000,unix:/run/s.sock': unix:/run/s.sock: a Unix socket"));
+  }
+  auto r = Run(kMlq + " --server a:1,,b:2");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "mlq: server list 'a:1,,b:2': empty entry\n");
+}
