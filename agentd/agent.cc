@@ -214,7 +214,10 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
   r->set_isolation(isolation_);
-  r->set_cutoff_timeout_s(static_cast<int32_t>((cfg_.cutoff_timeout.count() + 999) / 1000));
+  // The seconds after which a cut-off agent has stopped every task: the bound plus the kill grace
+  // (RegisterNode.cutoff_timeout_s); schedd waits longer than that before requeueing them.
+  if (cfg_.cutoff_timeout.count() > 0)
+    r->set_cutoff_timeout_s(static_cast<int32_t>((cfg_.cutoff_timeout + cfg_.kill_grace).count() + 999) / 1000);
   FillRunning(supervisor_.Running(), nullptr, r->mutable_running());
   return m;
 }

@@ -25,7 +25,7 @@ cleanup() {
 trap cleanup EXIT
 now() { date +%s.%N; }
 elapsed() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.3f\n", a - b }'; }
-leader() { "$BIN/cli/mladmin" ha status --json 2>/dev/null | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]*:[0-9]*'; }
+leader() { "$BIN/cli/mladmin" ha status --json 2>/dev/null | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]\+:[0-9]\+'; }
 child_pid() { cat "$HA_STATE/pids/schedd-$(( ${1##*:} - BASE - 19 )).child"; }
 wait_new_leader() {  # OLD: until another replica leads and answers
   local l

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "schedd/report/report.h"
+#include "schedd/server/etcd_store.h"
 
 namespace {
 
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
   std::string state_dir = "/var/lib/mlsched", start_s = "-1d", end_s = "now", policy;
   bool csv = false, json = false;
   app.add_option("--state-dir", state_dir, "schedd's state directory (state.db is read, never written)");
+  std::string ha, ha_prefix = "/mlsched/";
+  app.add_option("--ha", ha, "Read the records from HA mode's etcd instead (etcd://HOST:PORT,...; read only)");
+  app.add_option("--ha-prefix", ha_prefix, "etcd key prefix of the cluster (schedd --ha-prefix)");
   app.add_option("-S,--start", start_s, "Period start: YYYY-MM-DD[THH:MM[:SS]], now, -Nd/-Nh/-Nm, @EPOCH");
   app.add_option("-E,--end", end_s, "Period end (exclusive), same forms");
   app.add_option("--policy", policy, "Policy file with [pricing.POOL] tables (default /etc/mlsched/policy.toml if present)");
@@ -84,7 +88,16 @@ int main(int argc, char** argv) {
     pricing = *p;
   }
   try {
-    auto store = mlsched::server::SqliteStore::OpenReadOnly(state_dir);
+    // Reads only: the etcd store never becomes the leader here, so it can write nothing.
+    std::unique_ptr<mlsched::server::EtcdClient> etcd;
+    std::unique_ptr<mlsched::server::Store> store;
+    if (ha.empty()) {
+      store = mlsched::server::SqliteStore::OpenReadOnly(state_dir);
+    } else {
+      etcd = std::make_unique<mlsched::server::EtcdClient>(mlsched::server::ParseEtcdEndpoints(ha),
+                                                           std::chrono::milliseconds(5000));
+      store = std::make_unique<mlsched::server::EtcdStore>(*etcd, ha_prefix);
+    }
     auto attempts = store->LoadAttempts(start, end);
     auto jobs = store->LoadJobs(0);  // every job's spec: live ones and finished ones alike
     auto r = mlsched::report::Build(jobs, attempts, pricing, start, end, now);

@@ -75,8 +75,9 @@ struct ControllerConfig {
 };
 
 /// Seconds schedd waits beyond an agent's RegisterNode.cutoff_timeout_s (the time by which a cut-off
-/// agent has stopped its tasks) before it declares the node's tasks lost: clock skew and delay.
-inline constexpr int64_t kCutoffMargin = 5;
+/// agent has stopped its tasks) before it declares the node's tasks lost: the agent notices a dead
+/// stream only through gRPC keepalive (2 s ping + 2 s timeout), plus delays and clock rates.
+inline constexpr int64_t kCutoffMargin = 10;
 
 class Controller {
  public:

@@ -296,6 +296,12 @@ int main(int argc, char** argv) {
     // the policy's [limits] allow (script + environment + argv, checked by the loader).
     constexpr int kMaxRequestBytes = 16 << 20;
     builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    // Agents ping every 2 s, with or without calls in flight (gRPC keepalive), to notice a stopped
+    // or unreachable schedd within seconds; schedd must accept that instead of closing the
+    // connection with "too_many_pings".
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server) throw std::runtime_error("cannot start the gRPC server (is " + listen_tcp + " in use?)");
     listener.Start(server.get());

@@ -38,7 +38,7 @@ source "$MLSCHED_STATE/env.sh"
 OUT="$MLSCHED_STATE/out"
 export MLSCHED_RETRY=60  # the CLI retry budget: longer than any takeover below
 
-leader() { "$BIN/cli/mladmin" ha status --json | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]*:[0-9]*'; }
+leader() { "$BIN/cli/mladmin" ha status --json | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]\+:[0-9]\+'; }
 replica_of() { echo $(( ${1##*:} - BASE - 19 )); }  # 127.0.0.1:PORT -> 1..3
 child_pid() { cat "$MLSCHED_STATE/pids/schedd-$1.child"; }
 # new_leader OLD: waits until a replica other than OLD leads and answers; prints the seconds taken.
