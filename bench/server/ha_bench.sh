@@ -20,21 +20,25 @@ HA_STATE=$(mktemp -d /tmp/mlsched-ha-bench.XXXXXX) ONE_STATE=$(mktemp -d /tmp/ml
 cleanup() {
   MLSCHED_STATE=$HA_STATE bash scripts/local-cluster.sh down >/dev/null 2>&1 || true
   MLSCHED_STATE=$ONE_STATE bash scripts/local-cluster.sh down >/dev/null 2>&1 || true
-  rm -rf "$HA_STATE" "$ONE_STATE"
+  [ -n "${KEEP_STATE:-}" ] || rm -rf "$HA_STATE" "$ONE_STATE"
 }
 trap cleanup EXIT
 now() { date +%s.%N; }
 elapsed() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.3f\n", a - b }'; }
 leader() { "$BIN/cli/mladmin" ha status --json 2>/dev/null | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]\+:[0-9]\+'; }
 child_pid() { cat "$HA_STATE/pids/schedd-$(( ${1##*:} - BASE - 19 )).child"; }
-wait_new_leader() {  # OLD: until another replica leads and answers
-  local l
+epoch() { "$BIN/cli/mladmin" ha status --json 2>/dev/null | grep -o '"epoch": *[0-9]*' | grep -o '[0-9]*$'; }
+wait_new_leader() {  # OLD_EPOCH: until a leader of a newer epoch (any replica, the restarted one too) answers
+  local l e
   for _ in $(seq 1 3000); do
-    l=$(leader || true)
-    [ -n "$l" ] && [ "$l" != "$1" ] && "$BIN/cli/mlq" --server "$l" -h -o %i -j 1 >/dev/null 2>&1 && return 0
+    e=$(epoch || true)
+    if [ -n "$e" ] && [ "$e" -gt "$1" ]; then
+      l=$(leader || true)
+      [ -n "$l" ] && "$BIN/cli/mlq" --server "$l" -h -o %i -j 1 >/dev/null 2>&1 && return 0
+    fi
     sleep 0.01
   done
-  echo "no new leader within 30 s" >&2; exit 1
+  echo "no new leader within 30 s (old epoch $1; state in $HA_STATE)" >&2; exit 1
 }
 percentiles() {  # prints p50 p99 max of the numbers on stdin
   sort -n | awk '{ v[NR] = $1 } END { p50 = v[int((NR + 1) * 0.5)]; i = int(NR * 0.99 + 0.999); if (i > NR) i = NR;
@@ -57,10 +61,10 @@ for kind in KILL TERM; do
   for _ in $(seq 1 "$TRIALS"); do
     followers_ready
     sleep 2  # the lease has been renewed at some random point of its period
-    l=$(leader)
+    l=$(leader) e=$(epoch)
     t0=$(now)
     kill -"$kind" "$(child_pid "$l")"
-    wait_new_leader "$l"
+    wait_new_leader "$e"
     elapsed "$t0" >> "$HA_STATE/$kind.times"
   done
 done
@@ -75,12 +79,15 @@ rate() {  # SERVER CA MUNGE JOBS
   MLSCHED_TLS_CA=$2 MLSCHED_MUNGE_SOCKET=$3 "$BIN/bench/server/bench_schedd" --rate "$1" "$4" 8
 }
 l=$(leader)
-echo "3. durable submissions/s, gRPC, 8 clients, TLS + MUNGE:"
-echo "   HA (leader $l, 3 etcd members): $(rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
-echo "   single SQLite schedd:           $(rate "$ONE_SERVER" "$ONE_CA" "$ONE_MUNGE" 20000)"
-# Fill both stores to JOBS held jobs, then restart.
-rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" $((JOBS - 20001)) >/dev/null
-rate "$ONE_SERVER" "$ONE_CA" "$ONE_MUNGE" $((JOBS - 20000)) >/dev/null
+lsock="unix:$HA_STATE/schedd-$(( ${l##*:} - BASE - 19 )).sock"
+echo "3. durable submissions/s, gRPC, 8 clients (TLS + MUNGE as remote users; the Unix socket isolates the store):"
+echo "   HA, TLS + MUNGE:             $(rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
+echo "   single SQLite, TLS + MUNGE:  $(rate "$ONE_SERVER" "$ONE_CA" "$ONE_MUNGE" 20000)"
+echo "   HA, Unix socket:             $(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
+echo "   single SQLite, Unix socket:  $(rate "unix:$ONE_STATE/schedd.sock" "$ONE_CA" "$ONE_MUNGE" 20000)"
+# Fill both stores to JOBS held jobs (through the Unix sockets), then restart.
+rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" $((JOBS - 40001)) >/dev/null
+rate "unix:$ONE_STATE/schedd.sock" "$ONE_CA" "$ONE_MUNGE" $((JOBS - 40000)) >/dev/null
 pid=$(cat "$ONE_STATE/pids/schedd")
 mapfile -d '' cmd < "/proc/$pid/cmdline"
 port=${ONE_SERVER##*:}
@@ -94,10 +101,10 @@ echo "4. restart to first answer with $JOBS jobs in the store:"
 echo "   single SQLite schedd: $(elapsed "$t0") s"
 followers_ready
 sleep 2
-l=$(leader)
+l=$(leader) e=$(epoch)
 t0=$(now)
 kill -9 "$(child_pid "$l")"
-wait_new_leader "$l"
+wait_new_leader "$e"
 took=$(elapsed "$t0")
 loaded=$(grep -h 'state loaded in' "$HA_STATE"/logs/schedd-*.log | sort | tail -1 | grep -o 'state loaded in [0-9]* ms, [0-9]* job')
 echo "   HA takeover (SIGKILL): $took s ($loaded(s) in memory)"

@@ -124,9 +124,13 @@ std::vector<mvccpb::KeyValue> EtcdClient::RangePrefix(const std::string& prefix,
   req.set_key(prefix);
   req.set_range_end(PrefixEnd(prefix));
   req.set_limit(page);
-  int64_t rev = 0;
+  int64_t rev = revision && *revision > 0 ? *revision : 0;
   for (;;) {
-    if (rev) req.set_revision(rev);
+    if (rev) {
+      // Later pages read the first page's revision: consistent without another quorum read.
+      req.set_revision(rev);
+      req.set_serializable(true);
+    }
     auto resp = Range(req);
     if (!rev) rev = resp.header().revision();
     for (auto& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));

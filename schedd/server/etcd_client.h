@@ -47,9 +47,10 @@ class EtcdClient {
   /// One Range call (linearizable read). Throws EtcdError.
   etcdpb::RangeResponse Range(const etcdpb::RangeRequest& req);
   /// Every key under `prefix`, read in pages of `page` keys at one revision (a consistent
-  /// snapshot); `*revision` gets that revision when given. Throws EtcdError.
+  /// snapshot): `*revision` when it is given and > 0 (read serializable at it), else the newest
+  /// (a linearizable first page), which `*revision` then gets. Throws EtcdError.
   std::vector<mvccpb::KeyValue> RangePrefix(const std::string& prefix, int64_t* revision = nullptr,
-                                            int64_t page = 1000);
+                                            int64_t page = 10000);
   /// One transaction. Throws EtcdError (the transaction may or may not have been applied when the
   /// error is a lost answer; callers write only idempotent puts, or re-read).
   etcdpb::TxnResponse Txn(const etcdpb::TxnRequest& req);

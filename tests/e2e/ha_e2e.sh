@@ -41,19 +41,22 @@ export MLSCHED_RETRY=60  # the CLI retry budget: longer than any takeover below
 leader() { "$BIN/cli/mladmin" ha status --json | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]\+:[0-9]\+'; }
 replica_of() { echo $(( ${1##*:} - BASE - 19 )); }  # 127.0.0.1:PORT -> 1..3
 child_pid() { cat "$MLSCHED_STATE/pids/schedd-$1.child"; }
-# new_leader OLD: waits until a replica other than OLD leads and answers; prints the seconds taken.
+epoch() { "$BIN/cli/mladmin" ha status --json | grep -o '"epoch": *[0-9]*' | grep -o '[0-9]*$'; }
+# new_leader OLD_EPOCH: waits until a leader of a newer epoch answers (any replica: the restart loop
+# may bring the old one back first); prints the seconds taken.
 new_leader() {
-  local old=$1 t0 l
+  local old=$1 t0 l e
   t0=$(date +%s.%N)
   for _ in $(seq 1 600); do
+    e=$(epoch 2>/dev/null || true)
     l=$(leader 2>/dev/null || true)
-    if [ -n "$l" ] && [ "$l" != "$old" ] && "$BIN/cli/mlq" --server "$l" -h -o %i >/dev/null 2>&1; then
+    if [ -n "$e" ] && [ "$e" -gt "$old" ] && [ -n "$l" ] && "$BIN/cli/mlq" --server "$l" -h -o %i >/dev/null 2>&1; then
       awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f\n", a - b }'
       return 0
     fi
     sleep 0.05
   done
-  fail "no new leader within 30 s (old: $old)"
+  fail "no new leader within 30 s (old epoch: $old)"
 }
 submit_all() {  # client, count: submits COUNT jobs, appends each acknowledged id to acked.CLIENT
   local c=$1 i id
@@ -71,17 +74,18 @@ say "leader is $l; $CLIENTS clients submit $JOBS jobs each"
 clients=()
 for c in $(seq 1 "$CLIENTS"); do submit_all "$c" "$JOBS" & clients+=($!); done
 sleep 3
+l=$(leader) e=$(epoch)
 kill -9 "$(child_pid "$(replica_of "$l")")"
-took=$(new_leader "$l")
+took=$(new_leader "$e")
 say "(a) leader $l killed with SIGKILL under load: $(leader) leads after $took s"
 wait "${clients[@]}"
 
 # (b) SIGSTOP past the lease, a submission waiting on its socket, SIGCONT: the fence refuses it.
-l=$(leader)
+l=$(leader) e=$(epoch)
 r=$(replica_of "$l")
 pid=$(child_pid "$r")
 kill -STOP "$pid"
-took=$(new_leader "$l")
+took=$(new_leader "$e")
 say "(b) leader $l stopped (SIGSTOP): $(leader) leads after $took s"
 MLSCHED_RETRY=0 "$BIN/cli/mlsub" --server "$l" --parsable -D "$OUT" -J late -n 1 --wrap true > "$OUT/late.out" 2>&1 &
 late=$!
@@ -101,9 +105,9 @@ submit_all 9 10
 say "(c) etcd-1 killed with SIGKILL: 10 more submissions acknowledged by $(leader)"
 
 # (d) graceful handover.
-l=$(leader)
+l=$(leader) e=$(epoch)
 kill -TERM "$(child_pid "$(replica_of "$l")")"
-took=$(new_leader "$l")
+took=$(new_leader "$e")
 say "(d) leader $l stopped with SIGTERM: $(leader) leads after $took s"
 awk -v t="$took" 'BEGIN { exit !(t < 2) }' || fail "graceful handover took $took s"
 
