@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <random>
@@ -95,6 +96,9 @@ class Simulation {
     return interval > 0 ? (elapsed / interval) * interval : 0;
   }
   void Cycle();
+  /// Keeps the plan a pending job's first cycle, and its last cycle within the recheck delay,
+  /// gave it (JobOutcome::estimate_at_submit, estimate_recheck).
+  void RecordEstimate(size_t index, const std::optional<Timestamp>& expected);
   void Start(const core::StartDecision& decision);
   void Compact();
   void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
@@ -388,7 +392,11 @@ void Simulation::Start(const core::StartDecision& decision) {
   job.allocation = decision.allocation;
   job.last_checkpoint = 0;
   job.preempting = false;
-  if (out.first_start < 0) out.first_start = now_;
+  if (out.first_start < 0) {
+    // Started by the recheck time: it was not pending then (JobOutcome::estimate_recheck).
+    if (now_ <= out.submit + options_.estimate_recheck_s) out.estimate_recheck = -1;
+    out.first_start = now_;
+  }
   const auto& placed = decision.allocation.tasks.front().resources.gpus;
   if (!placed.empty()) out.accelerator = placed.begin()->first;
   live.running = true;
@@ -416,6 +424,14 @@ void Simulation::Compact() {
   need_compact_ = false;
 }
 
+void Simulation::RecordEstimate(size_t index, const std::optional<Timestamp>& expected) {
+  JobOutcome& out = result_.jobs[index];
+  if (out.first_start >= 0 || now_ > out.submit + options_.estimate_recheck_s) return;
+  const Timestamp t = expected.value_or(-1);
+  if (now_ == out.submit) out.estimate_at_submit = t;
+  out.estimate_recheck = t;
+}
+
 void Simulation::Cycle() {
   if (need_compact_) Compact();
   if (preemption_) ReportCheckpoints();
@@ -436,6 +452,7 @@ void Simulation::Cycle() {
       core::Job& job = JobOf(static_cast<size_t>(index));
       job.reason = update.reason;
       job.expected_start = update.expected_start;
+      RecordEstimate(static_cast<size_t>(index), update.expected_start);
     }
   }
   if (options_.record_series) {
