@@ -90,17 +90,8 @@ int RunOne(const mlsched::sim::SimConfig& c, const Outputs& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using mlsched::sim::SimConfig;
-  SimConfig c;
-  Outputs o;
-  bool& json = o.json;
-  bool& show_issues = o.show_issues;
-  std::string& jobs_csv = o.jobs_csv;
-  std::string& plot = o.plot;
-  CLI::App app{"mlsim: replay a workload trace through the mlsched scheduling core"};
+/// Declares mlsim's options on `app`, filling `c` (the replay) and `o` (the outputs).
+void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
   app.add_option("--trace", c.trace_path, "trace file (plain or .gz)")->required();
   app.add_option("--format", c.format, "trace format (default: detected)")
       ->check(CLI::IsMember({"swf", "philly", "pollux", "alibaba"}));
@@ -129,11 +120,11 @@ int main(int argc, char** argv) {
   app.add_option("--predict-scale", c.predict_scale, "prediction = scale x mean of the history")
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", c.seed, "seed of spot evictions");
-  app.add_flag("--json", json, "print JSON instead of a table");
-  app.add_option("--jobs-csv", jobs_csv, "write one CSV line per job to this file");
-  app.add_option("--plot", plot,
+  app.add_flag("--json", o.json, "print JSON instead of a table");
+  app.add_option("--jobs-csv", o.jobs_csv, "write one CSV line per job to this file");
+  app.add_option("--plot", o.plot,
                  "write an SVG of queue length, resources held, utilization and account shares "
-                 "over simulated time to this file");
+                 "over simulated time to this file (with --compare: the policies' wait distributions)");
   app.add_option("--cluster", c.cluster_path, "cluster description (TOML)")
       ->check(CLI::ExistingFile);
   app.add_option("--nodes", c.nodes, "uniform fleet: number of nodes")->check(CLI::PositiveNumber);
@@ -163,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-jobs", c.max_jobs, "replay only the first N jobs by submit time")
       ->check(CLI::PositiveNumber);
   app.add_flag("--strict", c.strict, "stop at the first malformed trace record");
-  app.add_flag("--show-issues", show_issues, "print every skipped record to stderr");
+  app.add_flag("--show-issues", o.show_issues, "print every skipped record to stderr");
   app.add_flag("--start-estimates", o.start_estimates,
                "report how far the start times the core planned for pending jobs (at submission "
                "and 1 h later) were from their actual starts; meaningful with --backfill "
@@ -172,6 +163,15 @@ int main(int argc, char** argv) {
                  "POLICY1.toml,POLICY2.toml,...: replay each policy file on the trace with the "
                  "other options and print one table (--json: one array); --plot then writes their "
                  "wait distributions");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mlsched::sim::SimConfig c;
+  Outputs o;
+  CLI::App app{"mlsim: replay a workload trace through the mlsched scheduling core"};
+  AddOptions(app, c, o);
   CLI11_PARSE(app, argc, argv);
 
   try {
