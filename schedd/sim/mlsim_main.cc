@@ -159,6 +159,10 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
                "report how far the start times the core planned for pending jobs (at submission "
                "and 1 h later) were from their actual starts; meaningful with --backfill "
                "conservative, which plans every pending job");
+  app.add_flag("--estimate-with-predictions", c.estimate_with_predictions,
+               "schedule with the requested times (Slurm's way) but estimate start times with a "
+               "shadow pass that plans with predicted run times (--predict-runtimes plans with them "
+               "outright and makes this moot)");
   app.add_option("--compare", o.compare,
                  "POLICY1.toml,POLICY2.toml,...: replay each policy file on the trace with the "
                  "other options and print one table (--json: one array); --plot then writes their "

@@ -32,6 +32,11 @@ struct SimOptions {
   bool record_series = false;
   /// Seconds after submission at which JobOutcome::estimate_recheck samples the plan (1 h).
   core::Duration estimate_recheck_s = 3600;
+  /// Optional (not owned; leave `predictor` null): the estimates come from a shadow pass each
+  /// cycle that plans with this predictor's time limits and is not applied, while the schedule
+  /// keeps the requested times: time-limit scheduling with prediction-based estimates, on the
+  /// same schedule as without it. Fed like `predictor`. Costs a second core pass per cycle.
+  core::RuntimePredictor* estimate_predictor = nullptr;
 };
 
 /// One attempt of a job on nodes: [start, end).

@@ -130,3 +130,22 @@ TEST_CASE("the compare SVG has one wait distribution per policy", "[sim]") {
   CHECK(table.str().find("\neasy ") != std::string::npos);
   CHECK(table.str().find("\ncons ") != std::string::npos);
 }
+
+TEST_CASE("a shadow pass with predicted run times estimates without changing the schedule", "[sim]") {
+  // u1's first job runs 100 s of its 1000 s limit; the second is planned to end at its limit
+  // (1200) with time limits, at 200 + 100 s with the prediction (mean of the user's last runs).
+  Trace t = MakeTrace({CpuJob(1, 0, 100, 4, 1000), CpuJob(2, 200, 100, 4, 1000),
+                       CpuJob(3, 210, 10, 4, 100)});
+  const Fleet fleet = UniformFleet(1, 4, 16, 0, "gpu");
+  SimOptions limits = WithBackfill(mlsched::core::BackfillMode::kConservative);
+  const SimResult plain = Simulate(t, fleet, limits);
+  mlsched::core::UserMeanPredictor predictor;
+  SimOptions shadow = limits;
+  shadow.estimate_predictor = &predictor;
+  const SimResult r = Simulate(t, fleet, shadow);
+  CHECK(plain.jobs[2].estimate_at_submit == 1200);
+  CHECK(r.jobs[2].estimate_at_submit == 300);
+  for (size_t i = 0; i < 3; ++i) CHECK(r.jobs[i].first_start == plain.jobs[i].first_start);
+  CHECK(r.jobs[2].first_start == 300);
+  CHECK(r.cycles == plain.cycles);
+}
