@@ -127,11 +127,12 @@ TEST_CASE("SDSC-SP2 fairshare-nudged shortest-first order beats FCFS + EASY", "[
 // the user's last two, --predict-runtimes). Figures measured at 0a7caa0 and pinned (±0.5%); the
 // goal "median error at least 2x lower" holds on SDSC-SP2 (4.5x) but not on KTH-SP2 (1.75x).
 namespace {
-StartEstimateMetrics ReplayEstimates(const std::string& trace, bool predict) {
+StartEstimateMetrics ReplayEstimates(const std::string& trace, bool predict, bool shadow = false) {
   SimConfig c;
   c.trace_path = testing::DataDir() + "/traces/" + trace;
   c.backfill = "conservative";
   c.predict_runtimes = predict;
+  c.estimate_with_predictions = shadow;
   auto r = RunReplay(c);
   REQUIRE(r.metrics.finished == r.metrics.jobs);
   const StartEstimateMetrics m = ComputeStartEstimates(r.result);
@@ -160,6 +161,10 @@ TEST_CASE("KTH-SP2 start-time estimates: time limits vs predicted run times", "[
   // Time-limit estimates are pessimistic (jobs start early); predicted ones are unbiased.
   CHECK(limits.at_submit.median_error_s < -5000);
   CHECK(std::abs(predicted.at_submit.median_error_s) < 600);
+  // The same schedule as time-limit planning, estimated by a shadow pass with predictions.
+  const StartEstimateMetrics shadow = ReplayEstimates(kKth, false, true);
+  CheckAccuracy(shadow.at_submit, 3963, 0.2293, 0.4787);
+  CHECK(shadow.at_submit.pending == limits.at_submit.pending);
 }
 
 TEST_CASE("SDSC-SP2 start-time estimates: time limits vs predicted run times", "[sim][validation]") {
@@ -170,4 +175,7 @@ TEST_CASE("SDSC-SP2 start-time estimates: time limits vs predicted run times", "
   CheckAccuracy(limits.after_recheck, 43350, 0.0300, 0.0698);
   CheckAccuracy(predicted.after_recheck, 11584, 0.1077, 0.2608);
   CHECK(predicted.at_submit.median_abs_error_s * 2 <= limits.at_submit.median_abs_error_s);
+  const StartEstimateMetrics shadow = ReplayEstimates(kSdsc, false, true);
+  CheckAccuracy(shadow.at_submit, 9693, 0.1390, 0.2993);
+  CHECK(shadow.at_submit.pending == limits.at_submit.pending);
 }
