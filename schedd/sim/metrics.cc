@@ -99,7 +99,9 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     waits.push_back(wait);
     responses.push_back(response);
     by_accel[j.accelerator].push_back(wait);
-    slowdown_sum += BoundedSlowdown(response - run, run);
+    const double slowdown = BoundedSlowdown(response - run, run);
+    slowdown_sum += slowdown;
+    m.max_bounded_slowdown = std::max(m.max_bounded_slowdown, slowdown);
   }
   if (m.finished > 0) {
     double total = 0;

@@ -32,6 +32,7 @@ struct Metrics {
   /// Practice in Parallel Job Scheduling", 1997). wait = first start - submit; run = recorded
   /// run time; evicted jobs count their end - submit as wait + run.
   double mean_bounded_slowdown = 0;
+  double max_bounded_slowdown = 0;  // the largest of the same, over finished jobs
   /// Resource-seconds held by jobs / (capacity x makespan), resource = GPUs or processors.
   double utilization = 0;
   int64_t makespan_s = 0;      // last end - first submission

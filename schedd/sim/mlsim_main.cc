@@ -1,20 +1,97 @@
 // mlsim: replay a workload trace through the scheduling core and report wait, slowdown,
 // utilization and fairness. See schedd/sim/README.md.
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
+#include "schedd/sim/compare.h"
 #include "schedd/sim/plot.h"
 #include "schedd/sim/report.h"
 #include "schedd/sim/sim_config.h"
+#include "schedd/sim/start_estimates.h"
 
-int main(int argc, char** argv) {
-  using mlsched::sim::SimConfig;
-  SimConfig c;
-  bool json = false, show_issues = false;
-  std::string jobs_csv, plot;
-  CLI::App app{"mlsim: replay a workload trace through the mlsched scheduling core"};
+namespace {
+
+/// What to print beside the replay.
+struct Outputs {
+  bool json = false, show_issues = false, start_estimates = false;
+  std::string jobs_csv, plot, compare;
+};
+
+/// Writes `path` with `write`; false (after a message naming the file) when it fails.
+bool WriteFile(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) {
+    std::cerr << "mlsim: cannot write " << path << "\n";
+    return false;
+  }
+  write(out);
+  if (!out.flush()) {
+    std::cerr << "mlsim: write failed: " << path << "\n";
+    return false;
+  }
+  return true;
+}
+
+/// mlsim --compare: one replay per policy file, one table (or JSON) and optionally one SVG.
+int RunCompareMode(const mlsched::sim::SimConfig& c, const Outputs& o) {
+  using namespace mlsched::sim;
+  if (!c.policy_path.empty() || !o.jobs_csv.empty() || o.start_estimates) {
+    std::cerr << "mlsim: --compare takes the policy files itself; it cannot be combined with "
+                 "--policy, --jobs-csv or --start-estimates\n";
+    return 2;
+  }
+  const std::vector<CompareRow> rows = RunCompare(c, SplitPolicyList(o.compare));
+  const std::string trace = std::filesystem::path(c.trace_path).filename().string();
+  if (o.json) {
+    WriteCompareJson(std::cout, trace, rows);
+  } else {
+    WriteCompareTable(std::cout, trace, rows);
+  }
+  if (!o.plot.empty() &&
+      !WriteFile(o.plot, [&](std::ostream& out) { WriteCompareSvg(out, "mlsim compare: " + trace, rows); })) {
+    return 1;
+  }
+  return 0;
+}
+
+/// One replay: its report, and the per-job CSV and plot when asked for.
+int RunOne(const mlsched::sim::SimConfig& c, const Outputs& o) {
+  using namespace mlsched::sim;
+  Replay r = RunReplay(c);
+  if (r.trace.skipped > 0) {
+    std::cerr << "mlsim: skipped " << r.trace.skipped << " malformed record(s)";
+    if (!r.trace.issues.empty()) std::cerr << ", first: " << r.trace.issues.front();
+    std::cerr << "\n";
+    if (o.show_issues) {
+      for (const auto& issue : r.trace.issues) std::cerr << issue << "\n";
+    }
+  }
+  StartEstimateMetrics estimates;
+  if (o.start_estimates) estimates = ComputeStartEstimates(r.result);
+  const StartEstimateMetrics* e = o.start_estimates ? &estimates : nullptr;
+  if (o.json) {
+    WriteJson(std::cout, r.info, r.result, r.metrics, e);
+  } else {
+    WriteTable(std::cout, r.info, r.result, r.metrics, e);
+  }
+  if (!o.jobs_csv.empty() &&
+      !WriteFile(o.jobs_csv, [&](std::ostream& out) { WriteJobsCsv(out, r.result); })) {
+    return 1;
+  }
+  if (!o.plot.empty() && !WriteFile(o.plot, [&](std::ostream& out) {
+        WriteSvgPlot(out, BuildPlotSeries(r.result), "mlsim: " + r.info.trace + " | " + r.info.policy);
+      })) {
+    return 1;
+  }
+  return 0;
+}
+
+/// Declares mlsim's options on `app`, filling `c` (the replay) and `o` (the outputs).
+void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
   app.add_option("--trace", c.trace_path, "trace file (plain or .gz)")->required();
   app.add_option("--format", c.format, "trace format (default: detected)")
       ->check(CLI::IsMember({"swf", "philly", "pollux", "alibaba"}));
@@ -43,11 +120,11 @@ int main(int argc, char** argv) {
   app.add_option("--predict-scale", c.predict_scale, "prediction = scale x mean of the history")
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", c.seed, "seed of spot evictions");
-  app.add_flag("--json", json, "print JSON instead of a table");
-  app.add_option("--jobs-csv", jobs_csv, "write one CSV line per job to this file");
-  app.add_option("--plot", plot,
+  app.add_flag("--json", o.json, "print JSON instead of a table");
+  app.add_option("--jobs-csv", o.jobs_csv, "write one CSV line per job to this file");
+  app.add_option("--plot", o.plot,
                  "write an SVG of queue length, resources held, utilization and account shares "
-                 "over simulated time to this file");
+                 "over simulated time to this file (with --compare: the policies' wait distributions)");
   app.add_option("--cluster", c.cluster_path, "cluster description (TOML)")
       ->check(CLI::ExistingFile);
   app.add_option("--nodes", c.nodes, "uniform fleet: number of nodes")->check(CLI::PositiveNumber);
@@ -77,52 +154,34 @@ int main(int argc, char** argv) {
   app.add_option("--max-jobs", c.max_jobs, "replay only the first N jobs by submit time")
       ->check(CLI::PositiveNumber);
   app.add_flag("--strict", c.strict, "stop at the first malformed trace record");
-  app.add_flag("--show-issues", show_issues, "print every skipped record to stderr");
+  app.add_flag("--show-issues", o.show_issues, "print every skipped record to stderr");
+  app.add_flag("--start-estimates", o.start_estimates,
+               "report how far the start times the core planned for pending jobs (at submission "
+               "and 1 h later) were from their actual starts; meaningful with --backfill "
+               "conservative, which plans every pending job");
+  app.add_flag("--estimate-with-predictions", c.estimate_with_predictions,
+               "schedule with the requested times (Slurm's way) but estimate start times with a "
+               "shadow pass that plans with predicted run times (--predict-runtimes plans with them "
+               "outright and makes this moot)");
+  app.add_option("--compare", o.compare,
+                 "POLICY1.toml,POLICY2.toml,...: replay each policy file on the trace with the "
+                 "other options and print one table (--json: one array); --plot then writes their "
+                 "wait distributions");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mlsched::sim::SimConfig c;
+  Outputs o;
+  CLI::App app{"mlsim: replay a workload trace through the mlsched scheduling core"};
+  AddOptions(app, c, o);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    mlsched::sim::Replay r = mlsched::sim::RunReplay(c);
-    if (r.trace.skipped > 0) {
-      std::cerr << "mlsim: skipped " << r.trace.skipped << " malformed record(s)";
-      if (!r.trace.issues.empty()) std::cerr << ", first: " << r.trace.issues.front();
-      std::cerr << "\n";
-      if (show_issues) {
-        for (const auto& issue : r.trace.issues) std::cerr << issue << "\n";
-      }
-    }
-    if (json) {
-      mlsched::sim::WriteJson(std::cout, r.info, r.result, r.metrics);
-    } else {
-      mlsched::sim::WriteTable(std::cout, r.info, r.result, r.metrics);
-    }
-    if (!jobs_csv.empty()) {
-      std::ofstream out(jobs_csv, std::ios::binary);
-      if (!out) {
-        std::cerr << "mlsim: cannot write " << jobs_csv << "\n";
-        return 1;
-      }
-      mlsched::sim::WriteJobsCsv(out, r.result);
-      if (!out.flush()) {
-        std::cerr << "mlsim: write failed: " << jobs_csv << "\n";
-        return 1;
-      }
-    }
-    if (!plot.empty()) {
-      std::ofstream out(plot, std::ios::binary);
-      if (!out) {
-        std::cerr << "mlsim: cannot write " << plot << "\n";
-        return 1;
-      }
-      mlsched::sim::WriteSvgPlot(out, mlsched::sim::BuildPlotSeries(r.result),
-                                 "mlsim: " + r.info.trace + " | " + r.info.policy);
-      if (!out.flush()) {
-        std::cerr << "mlsim: write failed: " << plot << "\n";
-        return 1;
-      }
-    }
+    return o.compare.empty() ? RunOne(c, o) : RunCompareMode(c, o);
   } catch (const std::exception& e) {
     std::cerr << "mlsim: " << e.what() << "\n";
     return 1;
   }
-  return 0;
 }

@@ -266,7 +266,76 @@ void AccountPanel(std::ostream& out, const PlotSeries& s) {
   Legend(out, p, legend);
 }
 
+/// x position of a wait on the log axis of WriteSvgWaitCdf ([1 s, 10^decades s] -> [x, x + w]).
+double LogX(const Panel& p, double decades, double wait_s) {
+  return p.x + p.w * std::log10(std::max(wait_s, 1.0)) / decades;
+}
+
+void WaitAxes(std::ostream& out, const Panel& p, double decades) {
+  static constexpr std::array<std::pair<double, const char*>, 9> kTicks = {{
+      {1, "1 s"}, {10, "10 s"}, {60, "1 min"}, {600, "10 min"}, {3600, "1 h"}, {36000, "10 h"},
+      {86400, "1 d"}, {864000, "10 d"}, {8640000, "100 d"}}};
+  for (double v = 0; v <= 1 + 1e-9; v += 0.25) {
+    out << "<line x1=\"" << Num(p.x) << "\" y1=\"" << Num(p.Y(v)) << "\" x2=\"" << Num(p.x + p.w)
+        << "\" y2=\"" << Num(p.Y(v)) << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << Num(p.x - 6)
+        << "\" y=\"" << Num(p.Y(v) + 4) << "\" text-anchor=\"end\">" << Num(v * 100, 0)
+        << "%</text>\n";
+  }
+  for (const auto& [seconds, label] : kTicks) {
+    if (std::log10(seconds) > decades + 1e-9) break;
+    const std::string x = Num(LogX(p, decades, seconds));
+    out << "<line x1=\"" << x << "\" y1=\"" << Num(p.y) << "\" x2=\"" << x << "\" y2=\""
+        << Num(p.y + p.h + 5) << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << x << "\" y=\""
+        << Num(p.y + p.h + 17) << "\" text-anchor=\"middle\">" << label << "</text>\n";
+  }
+  out << "<rect x=\"" << Num(p.x) << "\" y=\"" << Num(p.y) << "\" width=\"" << Num(p.w)
+      << "\" height=\"" << Num(p.h) << "\" fill=\"none\" stroke=\"#333\"/>\n";
+}
+
 }  // namespace
+
+void WriteSvgWaitCdf(std::ostream& out, const std::vector<WaitSeries>& series,
+                     const std::string& title) {
+  constexpr double kHeight = 460, kPlotH = 320;
+  constexpr int kPoints = 400;
+  double longest = 10;
+  for (const WaitSeries& s : series) {
+    for (double w : s.waits_s) longest = std::max(longest, w);
+  }
+  const double decades = std::ceil(std::log10(longest) - 1e-9);
+  Panel p;
+  p.x = kLeft;
+  p.y = kTop;
+  p.w = kWidth - kLeft - kRight;
+  p.h = kPlotH;
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << Num(kWidth, 0) << "\" height=\""
+      << Num(kHeight, 0) << "\" viewBox=\"0 0 " << Num(kWidth, 0) << " " << Num(kHeight, 0)
+      << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect x=\"0\" y=\"0\" width=\""
+      << Num(kWidth, 0) << "\" height=\"" << Num(kHeight, 0) << "\" fill=\"white\"/>\n<text x=\""
+      << Num(kLeft) << "\" y=\"22\" font-size=\"15\" font-weight=\"bold\">" << Escape(title)
+      << "</text>\n<text x=\"" << Num(kLeft) << "\" y=\"38\" fill=\"#555\">share of finished "
+      << "jobs that waited at most x (wait = first start - submit, log scale)</text>\n";
+  WaitAxes(out, p, decades);
+  std::vector<std::tuple<std::string, std::string, bool>> legend;
+  for (size_t i = 0; i < series.size(); ++i) {
+    std::vector<double> waits = series[i].waits_s;
+    std::sort(waits.begin(), waits.end());
+    const auto n = static_cast<double>(std::max<size_t>(waits.size(), 1));
+    const std::string color = kColors[i % kColors.size()];
+    out << "<polyline id=\"policy-" << i << "\" fill=\"none\" stroke=\"" << color
+        << "\" stroke-width=\"2\" points=\"";
+    for (int k = 0; k <= kPoints; ++k) {
+      const double x = std::pow(10.0, decades * k / kPoints);
+      const auto at_most = std::upper_bound(waits.begin(), waits.end(), x) - waits.begin();
+      out << (k ? " " : "") << Num(LogX(p, decades, x)) << ","
+          << Num(p.Y(static_cast<double>(at_most) / n));
+    }
+    out << "\"/>\n";
+    legend.emplace_back(series[i].label, color, false);
+  }
+  Legend(out, p, legend);
+  out << "</svg>\n";
+}
 
 PlotSeries BuildPlotSeries(const SimResult& result, int max_buckets, int top_accounts) {
   PlotSeries s;

@@ -38,4 +38,17 @@ PlotSeries BuildPlotSeries(const SimResult& result, int max_buckets = 800, int t
 /// id "queue", "busy", "capacity", "utilization", "cumulative-utilization" or "account-N".
 void WriteSvgPlot(std::ostream& out, const PlotSeries& series, const std::string& title);
 
+/// One distribution of waits (seconds) for WriteSvgWaitCdf.
+struct WaitSeries {
+  std::string label;
+  std::vector<double> waits_s;
+};
+
+/// Writes a standalone SVG with one panel: for each series, the share of its jobs that waited at
+/// most x (y, 0-100%) against x = wait on a log scale from 1 s (ticks 1 s, 10 s, 1 min, 10 min,
+/// 1 h, 10 h, 1 d, 10 d, 100 d; waits under 1 s count at the left edge), sampled at 400 points.
+/// Series i is one <polyline id="policy-i"> with a legend entry; same input -> same bytes.
+void WriteSvgWaitCdf(std::ostream& out, const std::vector<WaitSeries>& series,
+                     const std::string& title);
+
 }  // namespace mlsched::sim

@@ -27,9 +27,22 @@ std::string CsvField(const std::string& s) {
   return out + "\"";
 }
 
+nlohmann::ordered_json AccuracyJson(const EstimateAccuracy& a) {
+  return {{"pending", a.pending},
+          {"estimated", a.estimated},
+          {"median_abs_error_s", Round6(a.median_abs_error_s)},
+          {"mean_abs_error_s", Round6(a.mean_abs_error_s)},
+          {"p90_abs_error_s", Round6(a.p90_abs_error_s)},
+          {"median_error_s", Round6(a.median_error_s)},
+          {"within_15m", Round6(a.within_15m)},
+          {"within_1h", Round6(a.within_1h)},
+          {"started_early", Round6(a.started_early)}};
+}
+
 }  // namespace
 
-void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m) {
+void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m,
+                const StartEstimateMetrics* estimates) {
   auto row = [&](const std::string& key, const std::string& value) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "%-28s %s\n", key.c_str(), value.c_str());
@@ -75,9 +88,11 @@ void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result,
   } else {
     out << "(" << m.accounts.size() << " accounts: see --json)\n";
   }
+  if (estimates != nullptr) WriteStartEstimateTable(out, *estimates);
 }
 
-void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m) {
+void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m,
+               const StartEstimateMetrics* estimates) {
   nlohmann::ordered_json j;
   j["trace"] = info.trace;
   j["format"] = info.format;
@@ -115,6 +130,12 @@ void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, 
     accounts.push_back({{"account", a.account}, {"jobs", a.jobs},
                         {"usage_share", Round6(a.usage_share)}, {"share", Round6(a.share)},
                         {"mean_wait_s", Round6(a.mean_wait_s)}});
+  }
+  if (estimates != nullptr) {
+    auto& e = j["start_estimates"] = nlohmann::ordered_json::object();
+    e["recheck_s"] = estimates->recheck_s;
+    e["at_submit"] = AccuracyJson(estimates->at_submit);
+    e["after_recheck"] = AccuracyJson(estimates->after_recheck);
   }
   out << j.dump(2) << "\n";
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "schedd/sim/metrics.h"
+#include "schedd/sim/start_estimates.h"
 #include "schedd/sim/simulator.h"
 
 namespace mlsched::sim {
@@ -20,11 +21,16 @@ struct RunInfo {
   int64_t skipped_records = 0;
 };
 
-/// Aligned two-column table of the metrics, then per-account and per-accelerator sections.
-void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m);
+/// Aligned two-column table of the metrics, then per-account and per-accelerator sections, then
+/// (when `estimates` is given, mlsim --start-estimates) the start-time estimate section.
+void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m,
+                const StartEstimateMetrics* estimates = nullptr);
 /// One JSON object: run info, the metrics (jobs, mean_wait_s, p95_wait_s, mean_bounded_slowdown,
-/// utilization, makespan_s, ...), accounts and per-accelerator p95 waits.
-void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m);
+/// utilization, makespan_s, ...), accounts and per-accelerator p95 waits; with `estimates`, a
+/// last key "start_estimates": {"recheck_s", "at_submit": {...}, "after_recheck": {...}} holding
+/// EstimateAccuracy's fields (pending, estimated, median_abs_error_s, ..., within_1h).
+void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, const Metrics& m,
+               const StartEstimateMetrics* estimates = nullptr);
 /// One line per job: id,user,account,accelerator,size,submit,start,end,wait_s,run_s,
 /// bounded_slowdown,state,attempts,evictions,preemptions,lost_resource_hours,infeasible.
 void WriteJobsCsv(std::ostream& out, const SimResult& result);

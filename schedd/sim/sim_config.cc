@@ -201,6 +201,9 @@ std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& confi
   std::string out = DescribeSchedulingPolicy(policy);
   if (config.exact_runtimes) out += ", exact run times";
   if (config.predict_runtimes) out += ", user-history runtime predictions";
+  if (!config.predict_runtimes && config.estimate_with_predictions) {
+    out += ", start estimates from predicted run times";
+  }
   return out;
 }
 
@@ -214,6 +217,9 @@ Replay RunReplay(const SimConfig& command_line) {
   r.shares = AccountShares(r.policy);
   if (config.predict_runtimes) {
     r.predictor = std::make_unique<core::UserMeanPredictor>(*config.predict_history, *config.predict_scale);
+  } else if (config.estimate_with_predictions) {
+    r.estimate_predictor =
+        std::make_unique<core::UserMeanPredictor>(*config.predict_history, *config.predict_scale);
   }
   SimOptions options;
   options.policy = r.policy;
@@ -221,6 +227,7 @@ Replay RunReplay(const SimConfig& command_line) {
   options.seed = *config.seed;
   options.checkpoint_interval_s = *config.checkpoint_interval_s;
   options.predictor = r.predictor.get();
+  options.estimate_predictor = r.estimate_predictor.get();
   options.record_series = config.record_series;
   r.result = Simulate(r.trace, r.fleet, options);
   r.metrics = ComputeMetrics(r.result, r.shares);

@@ -32,6 +32,9 @@ struct SimConfig {
   bool keep_plans = false;        // conservative: keep previous plans (pyss); else as the policy
   bool exact_runtimes = false;    // time limit = run time (or the file's exact_runtimes)
   bool predict_runtimes = false;  // time limits the core plans with from users' history (or the file's)
+  /// Schedule with the requested times but take start-time estimates from a shadow pass planned
+  /// with predicted run times (SimOptions::estimate_predictor); not with predict_runtimes.
+  bool estimate_with_predictions = false;
   std::optional<int> predict_history;       // run times averaged per user (2)
   std::optional<double> predict_scale;      // prediction = scale x mean (1.0)
   std::optional<uint64_t> seed;             // seed of spot evictions (1)
@@ -58,6 +61,7 @@ struct Replay {
   core::PolicySet policy;
   std::map<std::string, double> shares;  // account -> share, from the policy (may be empty)
   std::unique_ptr<core::RuntimePredictor> predictor;
+  std::unique_ptr<core::RuntimePredictor> estimate_predictor;  // estimate_with_predictions
   SimResult result;
   Metrics metrics;
   RunInfo info;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <random>
@@ -44,6 +45,7 @@ struct Live {
   Timestamp attempt_start = 0;
   Duration progress = 0;         // checkpointed useful work, seconds
   int extensions = 0;            // predictor extensions this attempt
+  Duration shadow_limit = 0;     // SimOptions::estimate_predictor's prediction at submission
   bool running = false;
   // Pending preemption of this attempt (set from a PreemptDecision until the victim stops).
   core::JobId preemptor = 0;
@@ -95,6 +97,12 @@ class Simulation {
     return interval > 0 ? (elapsed / interval) * interval : 0;
   }
   void Cycle();
+  /// Keeps the plan a pending job's first cycle, and its last cycle within the recheck delay,
+  /// gave it (JobOutcome::estimate_at_submit, estimate_recheck).
+  void RecordEstimate(size_t index, const std::optional<Timestamp>& expected);
+  /// Records the estimates of a pass planned with SimOptions::estimate_predictor's time limits on
+  /// a copy of the state (not applied): a job it would start now is estimated to start now.
+  void ShadowEstimates();
   void Start(const core::StartDecision& decision);
   void Compact();
   void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
@@ -176,6 +184,9 @@ void Simulation::Submit(size_t index) {
   job.id = static_cast<core::JobId>(index + 1);
   job.spec = tj.spec;
   if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(tj.spec.user, tj.requested_time);
+  if (options_.estimate_predictor != nullptr) {
+    live_[index].shadow_limit = options_.estimate_predictor->Predict(tj.spec.user, tj.requested_time);
+  }
   job.submit_time = now_;
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
@@ -224,6 +235,7 @@ void Simulation::Finish(size_t index) {
   --running_;
   busy_ -= tj.size;
   if (options_.predictor != nullptr) options_.predictor->Observe(tj.spec.user, tj.run_time);
+  if (options_.estimate_predictor != nullptr) options_.estimate_predictor->Observe(tj.spec.user, tj.run_time);
   dirty_ = true;
 }
 
@@ -388,7 +400,11 @@ void Simulation::Start(const core::StartDecision& decision) {
   job.allocation = decision.allocation;
   job.last_checkpoint = 0;
   job.preempting = false;
-  if (out.first_start < 0) out.first_start = now_;
+  if (out.first_start < 0) {
+    // Started by the recheck time: it was not pending then (JobOutcome::estimate_recheck).
+    if (now_ <= out.submit + options_.estimate_recheck_s) out.estimate_recheck = -1;
+    out.first_start = now_;
+  }
   const auto& placed = decision.allocation.tasks.front().resources.gpus;
   if (!placed.empty()) out.accelerator = placed.begin()->first;
   live.running = true;
@@ -416,6 +432,41 @@ void Simulation::Compact() {
   need_compact_ = false;
 }
 
+void Simulation::RecordEstimate(size_t index, const std::optional<Timestamp>& expected) {
+  JobOutcome& out = result_.jobs[index];
+  if (out.first_start >= 0 || now_ > out.submit + options_.estimate_recheck_s) return;
+  const Timestamp t = expected.value_or(-1);
+  if (now_ == out.submit) out.estimate_at_submit = t;
+  out.estimate_recheck = t;
+}
+
+void Simulation::ShadowEstimates() {
+  core::ClusterState shadow = state_;
+  for (core::Job& job : shadow.jobs) {
+    const auto index = static_cast<size_t>(job.id - 1);
+    const Duration requested = trace_.jobs[index].requested_time;
+    Duration limit = live_[index].shadow_limit;
+    job.expected_start.reset();
+    if (job.state == core::JobState::kRunning) {
+      // Corrected as PredictionDue corrects the real one: stepwise past the elapsed time.
+      const Duration elapsed = now_ - live_[index].attempt_start;
+      for (int k = 0; limit <= elapsed && limit < requested; ++k) {
+        limit = std::max(options_.estimate_predictor->Extend(limit, k, requested), limit + 1);
+      }
+    }
+    job.spec.time_limit = std::min(std::max<Duration>(limit, 1), requested);
+  }
+  const core::CyclePlan plan = core::SchedulingCycle::Run(shadow, options_.policy, now_);
+  for (const auto& start : plan.starts) {
+    const auto index = static_cast<size_t>(start.job - 1);
+    if (live_[index].slot >= 0 && !live_[index].running) RecordEstimate(index, now_);
+  }
+  for (const auto& update : plan.pending) {
+    const auto index = static_cast<size_t>(update.job - 1);
+    if (live_[index].slot >= 0 && !live_[index].running) RecordEstimate(index, update.expected_start);
+  }
+}
+
 void Simulation::Cycle() {
   if (need_compact_) Compact();
   if (preemption_) ReportCheckpoints();
@@ -436,8 +487,12 @@ void Simulation::Cycle() {
       core::Job& job = JobOf(static_cast<size_t>(index));
       job.reason = update.reason;
       job.expected_start = update.expected_start;
+      if (options_.estimate_predictor == nullptr) {
+        RecordEstimate(static_cast<size_t>(index), update.expected_start);
+      }
     }
   }
+  if (options_.estimate_predictor != nullptr) ShadowEstimates();
   if (options_.record_series) {
     result_.series.push_back(SeriesPoint{now_, pending_, running_, busy_});
   }

@@ -30,6 +30,13 @@ struct SimOptions {
   core::RuntimePredictor* predictor = nullptr;
   /// Record the queue/usage time series (for plots).
   bool record_series = false;
+  /// Seconds after submission at which JobOutcome::estimate_recheck samples the plan (1 h).
+  core::Duration estimate_recheck_s = 3600;
+  /// Optional (not owned; leave `predictor` null): the estimates come from a shadow pass each
+  /// cycle that plans with this predictor's time limits and is not applied, while the schedule
+  /// keeps the requested times: time-limit scheduling with prediction-based estimates, on the
+  /// same schedule as without it. Fed like `predictor`. Costs a second core pass per cycle.
+  core::RuntimePredictor* estimate_predictor = nullptr;
 };
 
 /// One attempt of a job on nodes: [start, end).
@@ -59,6 +66,13 @@ struct JobOutcome {
   core::Duration lost_eviction_s = 0;
   std::string infeasible;           // non-empty: never admitted (CheckJobFeasible's reason)
   std::vector<RunSpan> runs;        // every attempt, in order (for plots)
+  /// Start-time estimates (the core's PendingUpdate::expected_start), seconds of simulated time;
+  /// -1 = none. At submission: the plan of the job's first cycle (the one at its submit time), set
+  /// only when that cycle left it pending with a planned start. After SimOptions::estimate_recheck_s
+  /// (1 h): the plan of the last cycle at or before submit + recheck while the job had not yet
+  /// started, set only when it was still pending then. Requeued attempts are not recorded.
+  core::Timestamp estimate_at_submit = -1;
+  core::Timestamp estimate_recheck = -1;
 };
 
 /// One point of the time series (recorded at each cycle when SimOptions::record_series).

@@ -4,7 +4,10 @@
 // the real scheduling core (labelled "slow": about 1-7 s each).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "schedd/sim/sim_config.h"
+#include "schedd/sim/start_estimates.h"
 #include "test_util.h"
 
 using namespace mlsched::sim;
@@ -116,4 +119,63 @@ TEST_CASE("KTH-SP2 fairshare-nudged order beats FCFS + EASY", "[sim][validation]
 
 TEST_CASE("SDSC-SP2 fairshare-nudged shortest-first order beats FCFS + EASY", "[sim][validation]") {
   CheckBeatsEasy(kSdsc, "fairshare-sjf-slow-decay.toml");
+}
+
+// Start-time estimates users can trust (issue 15, point 3): conservative backfill plans every
+// pending job; the start it plans at submission (and 1 h later) is compared with the actual start.
+// Time-limit planning (Slurm's way) against planning with predicted run times (Tsafrir's mean of
+// the user's last two, --predict-runtimes). Figures measured at 0a7caa0 and pinned (±0.5%); the
+// goal "median error at least 2x lower" holds on SDSC-SP2 (4.5x) but not on KTH-SP2 (1.75x).
+namespace {
+StartEstimateMetrics ReplayEstimates(const std::string& trace, bool predict, bool shadow = false) {
+  SimConfig c;
+  c.trace_path = testing::DataDir() + "/traces/" + trace;
+  c.backfill = "conservative";
+  c.predict_runtimes = predict;
+  c.estimate_with_predictions = shadow;
+  auto r = RunReplay(c);
+  REQUIRE(r.metrics.finished == r.metrics.jobs);
+  const StartEstimateMetrics m = ComputeStartEstimates(r.result);
+  // Conservative backfill gives every pending job a planned start.
+  CHECK(m.at_submit.estimated == m.at_submit.pending);
+  CHECK(m.after_recheck.estimated == m.after_recheck.pending);
+  return m;
+}
+
+void CheckAccuracy(const EstimateAccuracy& a, double median, double within_15m, double within_1h) {
+  INFO("median |error| " << a.median_abs_error_s << " s, within 15 min " << a.within_15m
+                         << ", within 1 h " << a.within_1h);
+  CHECK(a.median_abs_error_s == Approx(median).epsilon(0.005));
+  CHECK(a.within_15m == Approx(within_15m).epsilon(0.005));
+  CHECK(a.within_1h == Approx(within_1h).epsilon(0.005));
+}
+}  // namespace
+
+TEST_CASE("KTH-SP2 start-time estimates: time limits vs predicted run times", "[sim][validation]") {
+  const StartEstimateMetrics limits = ReplayEstimates(kKth, false);
+  const StartEstimateMetrics predicted = ReplayEstimates(kKth, true);
+  CheckAccuracy(limits.at_submit, 5797, 0.1784, 0.3900);
+  CheckAccuracy(predicted.at_submit, 3309, 0.2668, 0.5201);
+  CheckAccuracy(limits.after_recheck, 7295, 0.1492, 0.3319);
+  CheckAccuracy(predicted.after_recheck, 5249, 0.1772, 0.4104);
+  // Time-limit estimates are pessimistic (jobs start early); predicted ones are unbiased.
+  CHECK(limits.at_submit.median_error_s < -5000);
+  CHECK(std::abs(predicted.at_submit.median_error_s) < 600);
+  // The same schedule as time-limit planning, estimated by a shadow pass with predictions.
+  const StartEstimateMetrics shadow = ReplayEstimates(kKth, false, true);
+  CheckAccuracy(shadow.at_submit, 3963, 0.2293, 0.4787);
+  CHECK(shadow.at_submit.pending == limits.at_submit.pending);
+}
+
+TEST_CASE("SDSC-SP2 start-time estimates: time limits vs predicted run times", "[sim][validation]") {
+  const StartEstimateMetrics limits = ReplayEstimates(kSdsc, false);
+  const StartEstimateMetrics predicted = ReplayEstimates(kSdsc, true);
+  CheckAccuracy(limits.at_submit, 34868, 0.0431, 0.1178);
+  CheckAccuracy(predicted.at_submit, 7707, 0.1896, 0.3631);
+  CheckAccuracy(limits.after_recheck, 43350, 0.0300, 0.0698);
+  CheckAccuracy(predicted.after_recheck, 11584, 0.1077, 0.2608);
+  CHECK(predicted.at_submit.median_abs_error_s * 2 <= limits.at_submit.median_abs_error_s);
+  const StartEstimateMetrics shadow = ReplayEstimates(kSdsc, false, true);
+  CheckAccuracy(shadow.at_submit, 9693, 0.1390, 0.2993);
+  CHECK(shadow.at_submit.pending == limits.at_submit.pending);
 }
