@@ -49,6 +49,7 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
     if (!j.reason_detail().empty()) reason += " (" + j.reason_detail() + ")";
     line("Reason:", reason);
     line("Expected start:", j.expected_start() > 0 ? FormatTimestamp(j.expected_start()) : "N/A (unknown)");
+    if (!r.start_basis().empty()) line("Start rests on:", r.start_basis());
   } else if (!j.reason().empty() && j.reason() != "None") {
     line("Reason:", j.reason());
   }
@@ -100,6 +101,7 @@ nlohmann::json ExplainJson(const v1::ExplainJobResponse& r) {
       {"reason", j.reason()},
       {"reason_detail", j.reason_detail()},
       {"expected_start", j.expected_start()},
+      {"start_basis", r.start_basis()},
       {"queue_order", OrDefault(r.queue_order(), "fifo")},
       {"priority", pending ? r.factors().priority() : static_cast<int64_t>(std::llround(j.priority()))},
       {"fairshare_factor", pending ? nlohmann::json(r.factors().fairshare()) : nlohmann::json(nullptr)},

@@ -138,6 +138,10 @@ class Controller {
   std::map<std::string, double> Usage();
   /// Priority factors of every pending job (like Slurm's sprio).
   std::vector<core::PriorityBreakdown> ExplainPriorities(int64_t now);
+  /// For a pending job: what its expected start rests on, e.g. "predicted run times ([prediction]
+  /// user-mean of the last 2) of 3 running job(s) (2 predicted, 1 by time limit) and 1 pending job(s)
+  /// ahead"; "" when the job is not pending.
+  std::string StartBasis(int64_t job_id, int64_t now);
   /// Replaces the policy (live reload); already accepted jobs are kept.
   void SetPolicy(core::PolicySet policy);
   core::PolicySet Policy();

@@ -163,6 +163,30 @@ std::vector<core::PriorityBreakdown> Controller::ExplainPriorities(int64_t now) 
   return core::ExplainPriorities(snap, policy, now);
 }
 
+std::string Controller::StartBasis(int64_t job_id, int64_t now) {
+  std::lock_guard lk(mu_);
+  const JobRec* me = Find(job_id);
+  if (!me || me->state != core::JobState::kPending) return "";
+  int running = 0, predicted = 0, ahead = 0;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state == core::JobState::kRunning) {
+      ++running;
+      predicted += PlannedRuntimeLocked(j, now) > 0;
+    } else if (j.state == core::JobState::kPending && id != job_id && j.priority > me->priority) {
+      ++ahead;
+    }
+  }
+  const std::string behind = std::to_string(running) + " running job(s)" +
+                             (policy_.prediction.enabled ? " (" + std::to_string(predicted) + " predicted, " +
+                                                               std::to_string(running - predicted) + " by time limit)"
+                                                         : "") +
+                             " and " + std::to_string(ahead) + " higher-priority pending job(s)";
+  if (!policy_.prediction.enabled)
+    return "the time limits of " + behind + " (Slurm's way; [prediction] plans with users' actual run times)";
+  return "predicted run times ([prediction] " + policy_.prediction.predictor + " of the last " +
+         std::to_string(policy_.prediction.history) + ") of " + behind;
+}
+
 void Controller::RunCycle(int64_t now) {
   core::ClusterState snap;
   core::PolicySet policy;

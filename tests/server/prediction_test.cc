@@ -151,3 +151,19 @@ TEST_CASE("prediction: off by default - planning uses the time limit and nothing
   w.store = std::make_unique<SqliteStore>(w.dir.path.string());
   CHECK(w.store->LoadRuntimes().empty());
 }
+
+TEST_CASE("prediction: mlq --explain says what the expected start rests on", "[server][prediction]") {
+  PredictWorld w;
+  w.RunFor(100);
+  w.RunFor(300);
+  int64_t running = w.Submit(3600);
+  w.RunStart(running);
+  int64_t waiting = w.Submit(3600);
+  w.ctl->RunCycle(w.now);
+  const std::string basis = w.ctl->StartBasis(waiting, w.now);
+  CHECK(basis.find("predicted run times ([prediction] user-mean of the last 2)") != std::string::npos);
+  CHECK(basis.find("1 running job(s) (1 predicted, 0 by time limit)") != std::string::npos);
+  CHECK(w.ctl->StartBasis(running, w.now).empty());  // not pending
+  w.ctl->SetPolicy(PolicyFromText("[backfill]\nmode = \"easy\"\n", "p.toml"));
+  CHECK(w.ctl->StartBasis(waiting, w.now).find("the time limits of 1 running job(s)") != std::string::npos);
+}
