@@ -331,52 +331,41 @@ std::future<InsertedJob> EtcdStore::InsertJobArray(JobRow row, size_t count,
   return p->get_future();
 }
 
-namespace {
-std::function<void(std::exception_ptr)> Done(std::shared_ptr<std::promise<void>> p) {
-  return [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); };
-}
-}  // namespace
-
-std::future<void> EtcdStore::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
+std::future<void> EtcdStore::Write(std::function<void(Batch&)> build) {
   auto p = std::make_shared<std::promise<void>>();
   Item item;
-  item.build = [this, row, kind = std::move(event_kind), detail = std::move(detail)](Batch& b) {
-    b.Put(JobKey(row.id), ToStored(row).SerializeAsString());
-    if (!kind.empty()) {
-      v1::StoredEvent e;
-      e.set_time(std::time(nullptr));
-      e.set_job_id(row.id);
-      e.set_kind(kind);
-      e.set_detail(detail);
-      b.Put(Key("events/" + Pad(epoch_, 20) + "-" + Pad(next_event_++, 12)), e.SerializeAsString());
-    }
-  };
-  item.done = Done(p);
+  item.build = std::move(build);
+  item.done = [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); };
   Enqueue(std::move(item));
   return p->get_future();
+}
+
+std::future<void> EtcdStore::UpdateJob(const JobRow& row, std::string event_kind, std::string detail) {
+  return Write([this, row, kind = std::move(event_kind), detail = std::move(detail)](Batch& b) {
+    b.Put(JobKey(row.id), ToStored(row).SerializeAsString());
+    if (!kind.empty()) PutEvent(b, row.id, "", kind, detail);
+  });
 }
 
 std::future<void> EtcdStore::AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) {
-  auto p = std::make_shared<std::promise<void>>();
-  Item item;
-  item.build = [this, job_id, node = std::move(node), kind = std::move(kind), detail = std::move(detail)](Batch& b) {
-    v1::StoredEvent e;
-    e.set_time(std::time(nullptr));
-    e.set_job_id(job_id);
-    e.set_node(node);
-    e.set_kind(kind);
-    e.set_detail(detail);
-    b.Put(Key("events/" + Pad(epoch_, 20) + "-" + Pad(next_event_++, 12)), e.SerializeAsString());
-  };
-  item.done = Done(p);
-  Enqueue(std::move(item));
-  return p->get_future();
+  return Write([this, job_id, node = std::move(node), kind = std::move(kind), detail = std::move(detail)](Batch& b) {
+    PutEvent(b, job_id, node, kind, detail);
+  });
+}
+
+void EtcdStore::PutEvent(Batch& b, int64_t job_id, const std::string& node, const std::string& kind,
+                         const std::string& detail) {
+  v1::StoredEvent e;
+  e.set_time(std::time(nullptr));
+  e.set_job_id(job_id);
+  e.set_node(node);
+  e.set_kind(kind);
+  e.set_detail(detail);
+  b.Put(Key("events/" + Pad(epoch_, 20) + "-" + Pad(next_event_++, 12)), e.SerializeAsString());
 }
 
 std::future<void> EtcdStore::SaveAttempt(AttemptRow r) {
-  auto p = std::make_shared<std::promise<void>>();
-  Item item;
-  item.build = [this, r = std::move(r)](Batch& b) {
+  return Write([this, r = std::move(r)](Batch& b) {
     v1::StoredAttempt s;
     s.set_job_id(r.job_id);
     s.set_attempt(r.attempt);
@@ -391,10 +380,7 @@ std::future<void> EtcdStore::SaveAttempt(AttemptRow r) {
     s.set_nodes(r.nodes);
     s.set_lost_work_s(r.lost_work_s);
     b.Put(Key("attempts/" + Pad(r.job_id, 20) + "/" + Pad(r.attempt, 10)), s.SerializeAsString());
-  };
-  item.done = Done(p);
-  Enqueue(std::move(item));
-  return p->get_future();
+  });
 }
 
 std::vector<AttemptRow> EtcdStore::LoadAttempts(int64_t start, int64_t end) {
@@ -422,17 +408,12 @@ std::vector<AttemptRow> EtcdStore::LoadAttempts(int64_t start, int64_t end) {
 }
 
 std::future<void> EtcdStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
-  auto p = std::make_shared<std::promise<void>>();
-  Item item;
-  item.build = [this, usage = std::move(usage), accrued_until](Batch& b) {
+  return Write([this, usage = std::move(usage), accrued_until](Batch& b) {
     v1::StoredUsage s;
     for (const auto& [k, v] : usage) (*s.mutable_usage())[k] = v;
     s.set_accrued_until(accrued_until);
     b.Put(Key("usage"), s.SerializeAsString());
-  };
-  item.done = Done(p);
-  Enqueue(std::move(item));
-  return p->get_future();
+  });
 }
 
 int64_t EtcdStore::LoadUsage(std::map<std::string, double>* usage) {
@@ -447,16 +428,11 @@ int64_t EtcdStore::LoadUsage(std::map<std::string, double>* usage) {
 }
 
 std::future<void> EtcdStore::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
-  auto p = std::make_shared<std::promise<void>>();
-  Item item;
-  item.build = [this, user = std::move(user), runs = std::move(runs)](Batch& b) {
+  return Write([this, user = std::move(user), runs = std::move(runs)](Batch& b) {
     v1::StoredRuntimes s;
     for (int64_t r : runs) s.add_runs(r);
     b.Put(Key("runtimes/" + user), s.SerializeAsString());
-  };
-  item.done = Done(p);
-  Enqueue(std::move(item));
-  return p->get_future();
+  });
 }
 
 std::map<std::string, std::vector<int64_t>> EtcdStore::LoadRuntimes() {
@@ -470,19 +446,14 @@ std::map<std::string, std::vector<int64_t>> EtcdStore::LoadRuntimes() {
 }
 
 std::future<void> EtcdStore::SaveNode(NodeRow row) {
-  auto p = std::make_shared<std::promise<void>>();
-  Item item;
-  item.build = [this, row = std::move(row)](Batch& b) {
+  return Write([this, row = std::move(row)](Batch& b) {
     v1::StoredNode s;
     s.set_name(row.name);
     s.set_info(row.info);
     s.set_drained(row.drained);
     s.set_reason(row.reason);
     b.Put(Key("nodes/" + row.name), s.SerializeAsString());
-  };
-  item.done = Done(p);
-  Enqueue(std::move(item));
-  return p->get_future();
+  });
 }
 
 std::vector<NodeRow> EtcdStore::LoadNodes() {

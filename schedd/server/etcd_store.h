@@ -80,6 +80,10 @@ class EtcdStore final : public Store {
     std::function<void(std::exception_ptr)> done;
   };
   void Enqueue(Item item);
+  /// Queues a write whose operations `build` appends; ready once committed.
+  std::future<void> Write(std::function<void(Batch&)> build);
+  /// Appends an event row (writer thread: numbers it within this epoch).
+  void PutEvent(Batch& b, int64_t job_id, const std::string& node, const std::string& kind, const std::string& detail);
   void WriterLoop();
   /// Builds and commits `items` in as few fenced transactions as the limits allow.
   void CommitItems(std::vector<Item>& items);
