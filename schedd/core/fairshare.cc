@@ -40,7 +40,14 @@ void AccrueUsage(std::map<std::string, double>& usage, const std::vector<Job>& j
     if (job.state != JobState::kRunning && job.state != JobState::kCompleting) continue;
     const Timestamp begin = std::max(from, job.start_time);
     if (to <= begin) continue;
-    usage[UsageKey(job.spec.account, job.spec.user)] += BillingRate(job.spec, policy) * double(to - begin);
+    // Charged at the size it runs (an elastic gang may run below its largest size).
+    double rate = BillingRate(job.spec, policy);
+    if (const int32_t running = RunningTasks(job); running != job.spec.ntasks) {
+      JobSpec at_size = job.spec;
+      at_size.ntasks = running;
+      rate = BillingRate(at_size, policy);
+    }
+    usage[UsageKey(job.spec.account, job.spec.user)] += rate * double(to - begin);
   }
 }
 
