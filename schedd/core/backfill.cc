@@ -306,13 +306,15 @@ void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
 
 std::string Planner::NeedDetail(const QueuedJob& q) {
   const Shape& s = ShapeOf(q);
-  const int64_t n = q.job->spec.ntasks;
+  const JobSpec& spec = q.job->spec;
+  // An elastic gang needs at least its smallest size: "needs 2-4x8 GPUs".
+  const std::string n = (IsElastic(spec) ? std::to_string(GangSizes(spec).back()) + "-" : "") + std::to_string(spec.ntasks);
   if (s.eligible->empty()) return "no eligible node is up";
   const TaskDemand free = timeline_.AggregateMinFree(now_, now_ + 1);
   if (s.demand.gpus > 0)
-    return "needs " + std::to_string(n) + "x" + std::to_string(s.demand.gpus) + " GPUs, " +
+    return "needs " + n + "x" + std::to_string(s.demand.gpus) + " GPUs, " +
            std::to_string(free.gpus) + " free now";
-  return "needs " + std::to_string(n) + "x" + std::to_string(s.demand.cpu_millis) +
+  return "needs " + n + "x" + std::to_string(s.demand.cpu_millis) +
          " CPU millicores, " + std::to_string(free.cpu_millis) + " free now";
 }
 

@@ -68,7 +68,10 @@ TEST_CASE("an elastic job starts with the largest size in its range that fits no
       s.jobs.push_back(JobBuilder(2).Elastic(row.min, row.max, row.step).GpusPerTask(8, "h100").Build());
       const CyclePlan plan = RunChecked(s, PolicySet{}, 0);
       CHECK(StartedTasks(plan, 2) == row.started);
-      if (row.started == 0) CHECK(PendingOf(plan, 2).reason == PendingReason::kResources);
+      if (row.started == 0) {
+        CHECK(PendingOf(plan, 2).reason == PendingReason::kResources);
+        CHECK(PendingOf(plan, 2).detail == "needs 2-4x8 GPUs, 8 free now");
+      }
     }
   }
 }
