@@ -34,6 +34,22 @@ const FieldDef* FindField(char code) {
 
 std::string Limit(int64_t seconds) { return seconds <= 0 ? "UNLIMITED" : FormatDuration(seconds); }
 
+// Tasks the job runs with: its placement's size when it has one (an elastic gang may run below
+// its MAX), else spec.ntasks.
+int64_t Tasks(const v1::JobInfo& job) {
+  return job.tasks().empty() ? job.spec().ntasks() : job.tasks_size();
+}
+
+// TASKS column: "4" for a rigid gang; "3/2-4" (running size / range) for an elastic one, "2-4"
+// while it has no placement, ":STEP" appended when the step is not 1.
+std::string TasksColumn(const v1::JobInfo& job) {
+  const v1::JobSpec& s = job.spec();
+  if (s.min_tasks() <= 0) return std::to_string(s.ntasks());
+  std::string range = std::to_string(s.min_tasks()) + "-" + std::to_string(s.ntasks());
+  if (s.task_step() > 1) range += ":" + std::to_string(s.task_step());
+  return job.tasks().empty() ? range : std::to_string(job.tasks_size()) + "/" + range;
+}
+
 std::string Gpus(const v1::JobSpec& s) {
   if (s.gpus_per_task() == 0) return "N/A";
   std::string types;
@@ -190,8 +206,8 @@ std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
     case 'L':
       return s.time_limit_s() <= 0 ? "UNLIMITED" : FormatDuration(std::max<int64_t>(0, s.time_limit_s() - ElapsedSeconds(job, now)));
     case 'D': return std::to_string(JobNodes(job).size());
-    case 'A': return std::to_string(s.ntasks());
-    case 'C': return FormatCores(s.cpu_millis_per_task() * s.ntasks());
+    case 'A': return TasksColumn(job);
+    case 'C': return FormatCores(s.cpu_millis_per_task() * Tasks(job));
     case 'm': return s.memory_bytes_per_task() > 0 ? FormatBytes(s.memory_bytes_per_task()) : "0";
     case 'b': return Gpus(s);
     case 'R':
@@ -218,6 +234,10 @@ std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
 nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
   const v1::JobSpec& s = job.spec();
   auto nodes = JobNodes(job);
+  // Elastic gangs: the range of sizes (tasks); null for a rigid gang.
+  nlohmann::json range = s.min_tasks() > 0 ? nlohmann::json{{"min", s.min_tasks()}, {"max", s.ntasks()},
+                                                            {"step", std::max(s.task_step(), 1)}}
+                                           : nlohmann::json();
   return nlohmann::json{
       {"job_id", job.job_id()},
       {"name", s.name()},
@@ -229,7 +249,8 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"state", StateName(job.state())},
       {"state_code", StateCode(job.state())},
       {"reason", job.reason()},
-      {"tasks", s.ntasks()},
+      {"tasks", Tasks(job)},
+      {"task_range", range},
       {"nodes", nodes},
       {"nodelist", CompressHostlist(nodes)},
       {"submit_time", job.submit_time()},

@@ -29,6 +29,23 @@ std::string Where(const SubmitOptions& o, const std::string& option) {
   return it == o.origin.end() ? "" : it->second + ": ";
 }
 
+// -n MIN-MAX:STEP: 1 <= MIN <= MAX (<= kMaxTasks, checked by the caller), STEP >= 1 and the
+// range a whole number of steps. Sets spec's min_tasks and task_step; returns "" or the error.
+std::string CheckTaskRange(const SubmitOptions& o, v1::JobSpec& spec) {
+  if (!o.task_range) return "";
+  const auto [min, step] = *o.task_range;
+  const int64_t max = spec.ntasks();
+  const std::string range = std::to_string(min) + "-" + std::to_string(max);
+  if (min < 1) return "--ntasks " + range + ": MIN must be >= 1 (got " + std::to_string(min) + ")";
+  if (min > max) return "--ntasks " + range + ": MIN must be <= MAX";
+  if (step < 1) return "--ntasks " + range + ": STEP must be >= 1 (got " + std::to_string(step) + ")";
+  if ((max - min) % step != 0)
+    return "--ntasks " + range + ":" + std::to_string(step) + ": MAX - MIN must be a multiple of STEP";
+  spec.set_min_tasks(static_cast<int32_t>(min));
+  spec.set_task_step(static_cast<int32_t>(step));
+  return "";
+}
+
 // Checks sizes and counts; returns "" or the error.
 std::string CheckSizes(const SubmitOptions& o, v1::JobSpec& spec) {
   int64_t ntasks = o.ntasks.value_or(1);
@@ -36,6 +53,7 @@ std::string CheckSizes(const SubmitOptions& o, v1::JobSpec& spec) {
   if (ntasks > kMaxTasks)
     return Where(o, "ntasks") + "--ntasks must be <= " + std::to_string(kMaxTasks) + " (got " + std::to_string(ntasks) + ")";
   spec.set_ntasks(static_cast<int32_t>(ntasks));
+  if (auto err = CheckTaskRange(o, spec); !err.empty()) return Where(o, "ntasks") + err;
   int64_t cpu = o.cpu_millis_per_task.value_or(1000);
   if (cpu <= 0) return Where(o, "cpus-per-task") + "--cpus-per-task must be > 0 (got " + FormatCores(cpu) + ")";
   if (cpu > kMaxCpuMillisPerTask)

@@ -36,6 +36,24 @@ Apply Int(std::optional<int64_t> SubmitOptions::*field) {
   return [field](SubmitOptions& o, const std::string& v) { return ParseInt(v, o.*field); };
 }
 
+// -n N (rigid), -n MIN-MAX or -n MIN-MAX:STEP (elastic); the range is checked in CheckSizes.
+std::string ApplyTasks(SubmitOptions& o, const std::string& v) {
+  const size_t dash = v.find('-', 1);  // from 1: "-3" is a (bad) number, not a range
+  if (dash == std::string::npos) {
+    o.task_range.reset();
+    return ParseInt(v, o.ntasks);
+  }
+  const size_t colon = v.find(':', dash);
+  std::optional<int64_t> min, max, step = int64_t{1};
+  if (ParseInt(v.substr(0, dash), min) != "" ||
+      ParseInt(v.substr(dash + 1, colon == std::string::npos ? std::string::npos : colon - dash - 1), max) != "" ||
+      (colon != std::string::npos && ParseInt(v.substr(colon + 1), step) != ""))
+    return "'" + v + "' is not N, MIN-MAX or MIN-MAX:STEP";
+  o.ntasks = max;
+  o.task_range = std::pair{*min, *step};
+  return "";
+}
+
 Apply Text(std::optional<std::string> SubmitOptions::*field) {
   return [field](SubmitOptions& o, const std::string& v) {
     o.*field = v;
@@ -103,7 +121,10 @@ std::vector<SubmitOptionDef> MakeTable() {
   };
   return {
       {'J', {"job-name"}, "NAME", true, "job name (default: the script's file name)", Text(&O::job_name)},
-      {'n', {"ntasks"}, "N", true, "number of tasks: the gang size, started all-or-nothing (default 1)", Int(&O::ntasks)},
+      {'n', {"ntasks"}, "N", true,
+       "number of tasks: the gang size, started all-or-nothing (default 1); MIN-MAX[:STEP] = an elastic "
+       "gang started with the largest size that fits",
+       ApplyTasks},
       {'c', {"cpus-per-task"}, "CPUS", true, "CPUs per task; fractions allowed: 0.5, 1500m (default 1)",
        Units(&O::cpu_millis_per_task, ParseCpus)},
       {0, {"mem-per-task"}, "SIZE", true, "memory per task: 4G, 512M; a bare number is MB",
@@ -330,6 +351,7 @@ void Take(std::optional<T>& base, const std::optional<T>& top, const char* name,
 
 void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.job_name, t.job_name, "job-name", b, t);
+  if (t.ntasks) b.task_range = t.task_range;  // -n sets the size and the range together
   Take(b.ntasks, t.ntasks, "ntasks", b, t);
   Take(b.cpu_millis_per_task, t.cpu_millis_per_task, "cpus-per-task", b, t);
   Take(b.memory_bytes_per_task, t.memory_bytes_per_task, "mem-per-task", b, t);

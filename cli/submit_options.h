@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/units.h"
@@ -20,7 +21,10 @@ namespace mlsched::cli {
 /// Units: CPU in millicores, memory in bytes, times in seconds.
 struct SubmitOptions {
   std::optional<std::string> job_name;           // -J/--job-name
-  std::optional<int64_t> ntasks;                 // -n/--ntasks (gang size)
+  std::optional<int64_t> ntasks;                 // -n/--ntasks (gang size; an elastic gang's MAX)
+  /// -n MIN-MAX[:STEP]: an elastic gang's smallest size and step (tasks); unset = rigid. Set and
+  /// cleared together with ntasks.
+  std::optional<std::pair<int64_t, int64_t>> task_range;
   std::optional<int64_t> cpu_millis_per_task;    // -c/--cpus-per-task, fractional allowed
   std::optional<int64_t> memory_bytes_per_task;  // --mem-per-task (bare number = MB)
   std::optional<int64_t> gpus_per_task;          // --gpus-per-task

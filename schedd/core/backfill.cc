@@ -186,7 +186,35 @@ bool Planner::KnownNotToFit(const Shape& s, Duration time_limit) const {
   return kept_.empty() && failed != failed_now_.end() && failed->second <= time_limit;
 }
 
+QueuedJob Planner::SizedAs(const QueuedJob& q, int32_t ntasks) {
+  if (ntasks == q.job->spec.ntasks) return q;
+  auto [it, fresh] = sized_.try_emplace({q.job, ntasks}, nullptr);
+  if (fresh) {
+    Job& j = sized_jobs_.emplace_back(*q.job);
+    j.spec.ntasks = ntasks;
+    it->second = &j;
+  }
+  QueuedJob out = q;
+  out.job = it->second;
+  return out;
+}
+
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
+  if (!IsElastic(q.job->spec)) return TryStartSized(q, plan);
+  for (int32_t n : GangSizes(q.job->spec))
+    if (TryStartSized(SizedAs(q, n), plan)) return true;
+  return false;
+}
+
+std::optional<std::pair<QueuedJob, PlannedStart>> Planner::PlanReservation(const QueuedJob& q, Timestamp until) {
+  for (int32_t n : GangSizes(q.job->spec)) {
+    QueuedJob sized = SizedAs(q, n);
+    if (auto start = FindEarliest(sized, until)) return std::pair{sized, std::move(*start)};
+  }
+  return std::nullopt;
+}
+
+bool Planner::TryStartSized(const QueuedJob& q, CyclePlan& plan) {
   const Shape& all = ShapeOf(q);
   // Tiers are subsets of the job's allowed nodes: when those cannot hold it, no tier can.
   if (KnownNotToFit(all, PlannedRuntime(*q.job))) return false;
@@ -278,13 +306,15 @@ void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
 
 std::string Planner::NeedDetail(const QueuedJob& q) {
   const Shape& s = ShapeOf(q);
-  const int64_t n = q.job->spec.ntasks;
+  const JobSpec& spec = q.job->spec;
+  // An elastic gang needs at least its smallest size: "needs 2-4x8 GPUs".
+  const std::string n = (IsElastic(spec) ? std::to_string(GangSizes(spec).back()) + "-" : "") + std::to_string(spec.ntasks);
   if (s.eligible->empty()) return "no eligible node is up";
   const TaskDemand free = timeline_.AggregateMinFree(now_, now_ + 1);
   if (s.demand.gpus > 0)
-    return "needs " + std::to_string(n) + "x" + std::to_string(s.demand.gpus) + " GPUs, " +
+    return "needs " + n + "x" + std::to_string(s.demand.gpus) + " GPUs, " +
            std::to_string(free.gpus) + " free now";
-  return "needs " + std::to_string(n) + "x" + std::to_string(s.demand.cpu_millis) +
+  return "needs " + n + "x" + std::to_string(s.demand.cpu_millis) +
          " CPU millicores, " + std::to_string(free.cpu_millis) + " free now";
 }
 
@@ -322,11 +352,10 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
     const std::string detail = blocked ? "" : NeedDetail(q);
     blocked = true;
     if (bf.mode == BackfillMode::kNone) { Pend(q, reason, std::nullopt, detail, plan); continue; }
-    auto start = FindEarliest(q, until);
-    if (start) {
-      Reserve(q, *start);
+    if (auto planned = PlanReservation(q, until)) {
+      Reserve(planned->first, planned->second);
       ++reserved;
-      Pend(q, reason, start->time, detail, plan);
+      Pend(q, reason, planned->second.time, detail, plan);
     } else {
       Pend(q, reason, std::nullopt, "no start within the backfill window", plan);
     }

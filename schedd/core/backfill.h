@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -61,8 +62,19 @@ class Planner {
   /// The job's shape restricted to the nodes passing q.placement[tier].
   const Shape& ShapeOf(const QueuedJob& q, size_t tier);
   /// Starts the job now if it fits around every reservation (and its limits allow); true if started.
-  /// With placement tiers, tries each in order.
+  /// An elastic job tries its sizes largest first (GangSizes): it starts with the largest size that
+  /// fits now, and since every size is checked against the reservations on the timeline, a smaller
+  /// size never delays a reservation.
   bool TryStartNow(const QueuedJob& q, CyclePlan& plan);
+  /// TryStartNow for one gang size; with placement tiers, tries each in order.
+  bool TryStartSized(const QueuedJob& q, CyclePlan& plan);
+  /// `q` as a gang of `ntasks` tasks: q itself for its largest size, else a copy of its job with
+  /// spec.ntasks = ntasks (kept for the cycle, so shapes and memos stay per size).
+  QueuedJob SizedAs(const QueuedJob& q, int32_t ntasks);
+  /// A blocked job's reservation: the earliest start in [now, until] at its largest size that has
+  /// one (an elastic job is planned at MAX unless MAX never fits within the window). Returns the
+  /// sized job it planned and the start, or nullopt.
+  std::optional<std::pair<QueuedJob, PlannedStart>> PlanReservation(const QueuedJob& q, Timestamp until);
   /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
   /// (resources only shrink within a cycle, so it still does not).
   bool KnownNotToFit(const Shape& s, Duration time_limit) const;
@@ -101,6 +113,9 @@ class Planner {
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
+  /// Elastic jobs at a size below their largest (SizedAs); stable addresses for shapes_.
+  std::map<std::pair<const Job*, int32_t>, const Job*> sized_;
+  std::deque<Job> sized_jobs_;
   /// Shape key + GPU type -> where that shape fits now, kept current through touched_.
   std::unordered_map<std::string, NowFitIndex> fit_now_;
   /// Warm pools: for each, which ledger nodes it holds (computed on first use).

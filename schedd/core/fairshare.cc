@@ -29,6 +29,14 @@ double BillingRate(const JobSpec& spec, const FairsharePolicy& policy) {
   return per_task * spec.ntasks;
 }
 
+double RunningBillingRate(const Job& job, const FairsharePolicy& policy) {
+  const int32_t running = RunningTasks(job);
+  if (running == job.spec.ntasks) return BillingRate(job.spec, policy);
+  JobSpec at_size = job.spec;
+  at_size.ntasks = running;
+  return BillingRate(at_size, policy);
+}
+
 void AccrueUsage(std::map<std::string, double>& usage, const std::vector<Job>& jobs,
                  const FairsharePolicy& policy, Timestamp from, Timestamp to) {
   if (to < from) return;
@@ -40,7 +48,7 @@ void AccrueUsage(std::map<std::string, double>& usage, const std::vector<Job>& j
     if (job.state != JobState::kRunning && job.state != JobState::kCompleting) continue;
     const Timestamp begin = std::max(from, job.start_time);
     if (to <= begin) continue;
-    usage[UsageKey(job.spec.account, job.spec.user)] += BillingRate(job.spec, policy) * double(to - begin);
+    usage[UsageKey(job.spec.account, job.spec.user)] += RunningBillingRate(job, policy) * double(to - begin);
   }
 }
 

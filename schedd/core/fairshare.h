@@ -17,6 +17,9 @@ std::string UsageKey(const std::string& account, const std::string& user);
 /// Billing rate of one job, per second: sum over its resources of count x billing weight
 /// (Slurm TRESBillingWeights): cores x "cpu", GiB x "mem", GPUs x ("gpu:TYPE" or "gpu").
 double BillingRate(const JobSpec& spec, const FairsharePolicy& policy);
+/// BillingRate of a running job at the size it runs (RunningTasks: an elastic gang may run below
+/// its largest size), per second.
+double RunningBillingRate(const Job& job, const FairsharePolicy& policy);
 
 /// Decays every usage value by 2^(-(to-from)/half_life) (Slurm PriorityDecayHalfLife), then adds
 /// each running job's billing rate x its seconds running within [from, to) to its user's key.

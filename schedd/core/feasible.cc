@@ -44,8 +44,12 @@ std::string PerTaskMessage(const std::vector<const NodeSlot*>& nodes, const Task
 }  // namespace
 
 std::optional<std::string> CheckJobFeasible(const std::vector<Node>& nodes, const PolicySet& policy,
-                                            const JobSpec& spec) {
-  if (spec.ntasks < 1) return "job needs at least 1 task, got " + std::to_string(spec.ntasks);
+                                            const JobSpec& elastic_spec) {
+  if (elastic_spec.ntasks < 1) return "job needs at least 1 task, got " + std::to_string(elastic_spec.ntasks);
+  if (auto bad = CheckGangSize(elastic_spec)) return "job " + *bad;
+  // An elastic job can run once its smallest size can.
+  JobSpec spec = elastic_spec;
+  spec.ntasks = GangSizes(elastic_spec).back();
   if (spec.time_limit <= 0) return "time limit must be positive, got " + std::to_string(spec.time_limit);
   const PartitionPolicy* partition = FindPartition(policy, spec.partition);
   if (!partition)

@@ -45,8 +45,16 @@ LimitTracker::LimitTracker(const ClusterState& state, const PolicySet& policy) :
       track_singletons_ = true;
       break;
     }
-  for (const Job& job : state.jobs)
-    if (job.state == JobState::kRunning || job.state == JobState::kCompleting) Charge(job);
+  for (const Job& job : state.jobs) {
+    if (job.state != JobState::kRunning && job.state != JobState::kCompleting) continue;
+    if (RunningTasks(job) == job.spec.ntasks) {
+      Charge(job);
+      continue;
+    }
+    Job at_size = job;  // an elastic gang counts at the size it runs
+    at_size.spec.ntasks = RunningTasks(job);
+    Charge(at_size);
+  }
 }
 
 void LimitTracker::Charge(const Job& job) {

@@ -37,8 +37,8 @@ std::map<std::string, int32_t> QosTiers(const PolicySet& policy) {
 }
 
 double PreemptionCost(const Job& job, const PolicySet& policy, Timestamp now) {
-  double rate = BillingRate(job.spec, policy.fairshare);
-  if (rate <= 0) rate = static_cast<double>(job.spec.ntasks);
+  double rate = RunningBillingRate(job, policy.fairshare);  // at the size it runs
+  if (rate <= 0) rate = static_cast<double>(RunningTasks(job));
   const Timestamp since = std::max(job.start_time, job.last_checkpoint);
   return rate * static_cast<double>(std::max<Timestamp>(0, now - since));
 }

@@ -3,6 +3,7 @@
 
 #include "schedd/core/names.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -124,6 +125,28 @@ std::optional<PreemptMode> ParsePreemptMode(const std::string& s) { return Parse
 const char* FairshareAlgorithmName(FairshareAlgorithm a) { return NameOf(kFairshare, a); }
 std::optional<FairshareAlgorithm> ParseFairshareAlgorithm(const std::string& s) {
   return ParseName(kFairshare, s);
+}
+
+std::vector<int32_t> GangSizes(const JobSpec& spec) {
+  if (!IsElastic(spec)) return {spec.ntasks};
+  const int32_t step = std::max<int32_t>(spec.elastic.step, 1);
+  std::vector<int32_t> sizes;
+  for (int64_t n = spec.elastic.min_tasks; n <= spec.ntasks; n += step) sizes.push_back(static_cast<int32_t>(n));
+  std::reverse(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+std::optional<std::string> CheckGangSize(const JobSpec& spec) {
+  if (spec.ntasks < 1) return "ntasks must be >= 1 (got " + std::to_string(spec.ntasks) + ")";
+  if (!IsElastic(spec)) return std::nullopt;
+  const TaskRange& r = spec.elastic;
+  if (r.min_tasks > spec.ntasks)
+    return "min_tasks " + std::to_string(r.min_tasks) + " is above the largest size " + std::to_string(spec.ntasks);
+  if (r.step < 1) return "task_step must be >= 1 (got " + std::to_string(r.step) + ")";
+  if ((spec.ntasks - r.min_tasks) % r.step != 0)
+    return "task range " + std::to_string(r.min_tasks) + "-" + std::to_string(spec.ntasks) + " is not a multiple of task_step " +
+           std::to_string(r.step);
+  return std::nullopt;
 }
 
 }  // namespace mlsched::core

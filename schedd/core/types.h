@@ -116,10 +116,21 @@ struct ArrayIndex {
   bool operator==(const ArrayIndex&) const = default;
 };
 
+/// An elastic gang's sizes (mlsub -n MIN-MAX:STEP): the job may run with min_tasks,
+/// min_tasks + step, ... tasks, up to JobSpec::ntasks (its MAX). min_tasks 0 = a rigid gang of
+/// exactly ntasks tasks.
+struct TaskRange {
+  int32_t min_tasks = 0;  // tasks; 0 = rigid
+  int32_t step = 1;       // tasks between two allowed sizes, >= 1
+  bool operator==(const TaskRange&) const = default;
+};
+
 /// What a job asks for: `ntasks` identical tasks, each needing `per_task`, started all-or-nothing.
+/// An elastic job (`elastic.min_tasks` > 0) runs with any size of its range; ntasks is its MAX.
 struct JobSpec {
   std::string name, user, account, partition, qos;
-  int32_t ntasks = 1;
+  int32_t ntasks = 1;                 // rigid: the gang size; elastic: the largest size
+  TaskRange elastic;                  // elastic sizes; min_tasks 0 = rigid
   ResourceVector per_task;            // gpus: count under key "" = any type, or a named type
   std::vector<std::string> gpu_types; // acceptable GPU types, preferred first; empty = any
   Duration time_limit = 3600;         // seconds
@@ -182,6 +193,23 @@ struct Job {
   /// spec.time_limit. schedd sets it from its run-time predictor (predictor.h).
   Duration predicted_runtime = 0;
 };
+
+/// True when `spec` is an elastic gang (a range of sizes, not one size).
+inline bool IsElastic(const JobSpec& spec) { return spec.elastic.min_tasks > 0; }
+
+/// The gang sizes `spec` may run with, largest first: {ntasks} for a rigid job; for an elastic
+/// one min_tasks + k * step for every k >= 0 with the size <= ntasks (in tasks).
+std::vector<int32_t> GangSizes(const JobSpec& spec);
+
+/// Why spec's size fields are invalid ("min_tasks 5 above ntasks 4"), or nullopt. Limits:
+/// 1 <= min_tasks <= ntasks, step >= 1, (ntasks - min_tasks) % step == 0.
+std::optional<std::string> CheckGangSize(const JobSpec& spec);
+
+/// Tasks `job` runs with: its allocation's size when it has one, else spec.ntasks.
+inline int32_t RunningTasks(const Job& job) {
+  return job.allocation && !job.allocation->tasks.empty() ? static_cast<int32_t>(job.allocation->tasks.size())
+                                                          : job.spec.ntasks;
+}
 
 /// Seconds the core plans `job` to run: its predicted run time when set (at most its time
 /// limit), else its time limit.

@@ -156,6 +156,10 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   auto* s = info.mutable_spec();
   s->set_name(j.spec.name);
   s->set_ntasks(j.spec.ntasks);
+  if (core::IsElastic(j.spec)) {
+    s->set_min_tasks(j.spec.elastic.min_tasks);
+    s->set_task_step(j.spec.elastic.step);
+  }
   s->set_cpu_millis_per_task(j.spec.per_task.cpu_millis);
   s->set_memory_bytes_per_task(j.spec.per_task.memory_bytes);
   s->set_gpus_per_task(static_cast<int32_t>(j.spec.per_task.GpuCount()));
@@ -227,6 +231,12 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const R
   auto bad = [](std::string m) { return Status{Status::kInvalidArgument, std::move(m)}; };
   if (spec.ntasks() < 1) return bad("ntasks must be >= 1 (got " + std::to_string(spec.ntasks()) + ")");
   if (spec.ntasks() > 100000) return bad("ntasks must be <= 100000 (got " + std::to_string(spec.ntasks()) + ")");
+  if (spec.min_tasks() < 0 || spec.task_step() < 0)
+    return bad("min_tasks and task_step must be >= 0 (got " + std::to_string(spec.min_tasks()) + ", " +
+               std::to_string(spec.task_step()) + ")");
+  if (spec.min_tasks() == 0 && spec.task_step() > 1)
+    return bad("task_step " + std::to_string(spec.task_step()) + " needs a task range (min_tasks)");
+  if (auto range = core::CheckGangSize(ToCoreSpec(spec, ""))) return bad(*range);
   if (spec.cpu_millis_per_task() < 0) return bad("cpus per task must be >= 0");
   if (spec.cpu_millis_per_task() == 0) spec.set_cpu_millis_per_task(1000);
   if (spec.memory_bytes_per_task() < 0) return bad("memory per task must be >= 0");

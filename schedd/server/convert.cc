@@ -1,5 +1,7 @@
 #include "schedd/server/convert.h"
 
+#include <algorithm>
+
 #include "schedd/core/dependency.h"
 #include "schedd/core/pools.h"
 
@@ -13,6 +15,7 @@ core::JobSpec ToCoreSpec(const v1::JobSpec& s, const std::string& user) {
   c.partition = s.partition();
   c.qos = s.qos();
   c.ntasks = s.ntasks();
+  if (s.min_tasks() > 0) c.elastic = core::TaskRange{s.min_tasks(), std::max(s.task_step(), 1)};
   c.per_task.cpu_millis = s.cpu_millis_per_task();
   c.per_task.memory_bytes = s.memory_bytes_per_task();
   if (s.gpus_per_task() > 0) c.per_task.gpus[""] = s.gpus_per_task();

@@ -209,3 +209,21 @@ TEST_CASE("pool, accelerator and preemption/eviction counts", "[cli][format]") {
   CHECK(j["preempt_count"] == 2);
   CHECK(j["evictions"] == 1);
 }
+
+TEST_CASE("an elastic gang's TASKS shows the running size and the range", "[cli][format][elastic]") {
+  auto f = Format("%A %C");
+  v1::JobInfo pending = PendingJob();
+  pending.mutable_spec()->set_min_tasks(2);
+  CHECK(FormatJobLine(f, pending, kNow) == "2-4 6");
+  pending.mutable_spec()->set_task_step(2);
+  CHECK(FormatJobLine(f, pending, kNow) == "2-4:2 6");
+  v1::JobInfo running = RunningJob();
+  running.mutable_spec()->set_min_tasks(2);
+  running.mutable_tasks()->RemoveLast();  // runs with 3 of its 2-4
+  CHECK(FormatJobLine(f, running, kNow) == "3/2-4 4.5");
+  CHECK(FormatJobLine(f, RunningJob(), kNow) == "4 6");  // rigid: unchanged
+  auto j = JobJson(running, kNow);
+  CHECK(j["tasks"] == 3);
+  CHECK(j["task_range"] == nlohmann::json{{"min", 2}, {"max", 4}, {"step", 1}});
+  CHECK(JobJson(RunningJob(), kNow)["task_range"].is_null());
+}

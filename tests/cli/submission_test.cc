@@ -223,3 +223,35 @@ TEST_CASE("spot, checkpoint interval and data locality go to the spec", "[cli][s
   CHECK_THAT(ParseSubmitArgs({"--spot", "sometimes"}).error, Catch::Contains("expected never, allow or prefer"));
   CHECK_THAT(Error({"--region-strict"}), Catch::Contains("--region-strict needs --data-region"));
 }
+
+TEST_CASE("-n MIN-MAX[:STEP] submits an elastic gang; -n N stays rigid", "[cli][submit][elastic]") {
+  v1::JobSpec s = Spec({"-n", "2-4", "x.sh"});
+  CHECK(s.ntasks() == 4);
+  CHECK(s.min_tasks() == 2);
+  CHECK(s.task_step() == 1);
+  s = Spec({"--ntasks=2-8:2", "x.sh"});
+  CHECK(s.ntasks() == 8);
+  CHECK(s.min_tasks() == 2);
+  CHECK(s.task_step() == 2);
+  s = Spec({"-n", "2-4", "-n", "4", "x.sh"});  // a later -n N makes it rigid again
+  CHECK(s.ntasks() == 4);
+  CHECK(s.min_tasks() == 0);
+  CHECK(Spec({"--ntasks=4", "x.sh"}).min_tasks() == 0);
+  // The #MLSUB directive form, and the command line laid over it.
+  s = Spec({"x.sh"}, "#!/bin/sh\n#MLSUB -n 3-6:3\ntrue\n");
+  CHECK(s.ntasks() == 6);
+  CHECK(s.min_tasks() == 3);
+  CHECK(s.task_step() == 3);
+  CHECK(Spec({"-n", "5", "x.sh"}, "#!/bin/sh\n#MLSUB -n 3-6:3\ntrue\n").min_tasks() == 0);
+}
+
+TEST_CASE("a bad -n range is refused with an error naming --ntasks", "[cli][submit][elastic]") {
+  CHECK(ParseSubmitArgs({"-n", "2-x"}).error == "--ntasks: '2-x' is not N, MIN-MAX or MIN-MAX:STEP");
+  CHECK(ParseSubmitArgs({"-n", "2-4:"}).error == "--ntasks: '2-4:' is not N, MIN-MAX or MIN-MAX:STEP");
+  CHECK(Error({"-n", "0-4", "x.sh"}) == "--ntasks 0-4: MIN must be >= 1 (got 0)");
+  CHECK(Error({"-n", "5-4", "x.sh"}) == "--ntasks 5-4: MIN must be <= MAX");
+  CHECK(Error({"-n", "2-8:0", "x.sh"}) == "--ntasks 2-8: STEP must be >= 1 (got 0)");
+  CHECK(Error({"-n", "2-7:2", "x.sh"}) == "--ntasks 2-7:2: MAX - MIN must be a multiple of STEP");
+  CHECK(Error({"-n", "1-100001", "x.sh"}) == "--ntasks must be <= 100000 (got 100001)");
+  CHECK(Error({"x.sh"}, "#!/bin/sh\n#MLSUB -n 4-2\ntrue\n") == "x.sh:2: --ntasks 4-2: MIN must be <= MAX");
+}

@@ -88,6 +88,11 @@ JobBuilder::JobBuilder(JobId id) {
   job_.spec.per_task.cpu_millis = 1000;
 }
 JobBuilder& JobBuilder::Tasks(int32_t n) { job_.spec.ntasks = n; return *this; }
+JobBuilder& JobBuilder::Elastic(int32_t min_tasks, int32_t max_tasks, int32_t step) {
+  job_.spec.ntasks = max_tasks;
+  job_.spec.elastic = TaskRange{min_tasks, step};
+  return *this;
+}
 JobBuilder& JobBuilder::GpusPerTask(int64_t n, const std::string& type) {
   job_.spec.per_task.gpus = {{type, n}};
   return *this;
@@ -140,7 +145,11 @@ namespace {
 void CheckGang(const Job& job, const PolicySet& policy, const Allocation& alloc,
                const std::map<std::string, const Node*>& nodes, std::vector<std::string>& out) {
   const std::string who = "job " + std::to_string(job.id);
-  if (static_cast<int32_t>(alloc.tasks.size()) != job.spec.ntasks)
+  const std::vector<int32_t> sizes = GangSizes(job.spec);  // an elastic gang: any of its sizes
+  const int32_t placed = static_cast<int32_t>(alloc.tasks.size());
+  const bool size_ok = std::find(sizes.begin(), sizes.end(), placed) != sizes.end();
+  const int32_t want = size_ok ? placed : job.spec.ntasks;  // ranks 0..want-1 must be there
+  if (!size_ok)
     out.push_back(who + ": " + std::to_string(alloc.tasks.size()) + " tasks placed of " +
                   std::to_string(job.spec.ntasks));
   std::set<int32_t> ranks;
@@ -166,7 +175,7 @@ void CheckGang(const Job& job, const PolicySet& policy, const Allocation& alloc,
       out.push_back(who + ": task " + std::to_string(t.rank) + " has wrong CPU");
     for (const auto& [type, c] : t.resources.gpus) if (c > 0) gpu_types.insert(type);
   }
-  for (int32_t r = 0; r < job.spec.ntasks; ++r)
+  for (int32_t r = 0; r < want; ++r)
     if (!ranks.count(r)) out.push_back(who + ": rank " + std::to_string(r) + " missing");
   if (gpu_types.size() > 1) out.push_back(who + ": gang spans GPU types");
 }

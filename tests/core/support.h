@@ -52,6 +52,8 @@ class JobBuilder {
  public:
   explicit JobBuilder(JobId id = 1);
   JobBuilder& Tasks(int32_t n);
+  /// An elastic gang of min_tasks..max_tasks tasks in steps of `step` (mlsub -n MIN-MAX:STEP).
+  JobBuilder& Elastic(int32_t min_tasks, int32_t max_tasks, int32_t step = 1);
   JobBuilder& GpusPerTask(int64_t n, const std::string& type = "");
   JobBuilder& GpuTypes(std::vector<std::string> types);
   JobBuilder& CpusPerTask(int64_t cores);
