@@ -8,7 +8,8 @@
 #   4. restart to first answer with JOBS held jobs in the store, in both modes (SQLite: restart of
 #      schedd; HA: SIGKILL of the leader, so it includes the lease TTL; the log's "state loaded in"
 #      is the load alone).
-# Usage: bench/server/ha_bench.sh [TRIALS=20] [JOBS=100000]   (MLSCHED_BUILD_DIR, default ./build)
+# Usage: bench/server/ha_bench.sh [TRIALS=20] [JOBS=100000]   (MLSCHED_BUILD_DIR, default ./build;
+#        HA_BENCH_RATES_ONLY=1 stops after 3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TRIALS=${1:-20} JOBS=${2:-100000}
@@ -85,6 +86,7 @@ echo "   HA, TLS + MUNGE:             $(rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MU
 echo "   single SQLite, TLS + MUNGE:  $(rate "$ONE_SERVER" "$ONE_CA" "$ONE_MUNGE" 20000)"
 echo "   HA, Unix socket:             $(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
 echo "   single SQLite, Unix socket:  $(rate "unix:$ONE_STATE/schedd.sock" "$ONE_CA" "$ONE_MUNGE" 20000)"
+[ -n "${HA_BENCH_RATES_ONLY:-}" ] && exit 0
 # Fill both stores to JOBS held jobs (through the Unix sockets), then restart.
 rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" $((JOBS - 40001)) >/dev/null
 rate "unix:$ONE_STATE/schedd.sock" "$ONE_CA" "$ONE_MUNGE" $((JOBS - 40000)) >/dev/null
