@@ -12,41 +12,7 @@ namespace core = mlsched::core;
 
 namespace {
 
-struct World : ControllerWorld {
-  Caller alice = User("alice", 1001);
-
-  explicit World(int nodes = 3, int cpus = 4) {
-    cfg.heartbeat_timeout_s = 30;
-    Start(core::PolicySet{});
-    for (int i = 1; i <= nodes; ++i) ctl->OnRegister(NodeReg("n" + std::to_string(i), cpus), now);
-  }
-  int64_t Submit(v1::JobSpec spec, Caller who) {
-    int64_t id = 0;
-    Status st = ctl->Submit(who, spec, now, &id);
-    REQUIRE(st.ok());
-    return id;
-  }
-  v1::JobInfo Job(int64_t id) {
-    v1::JobInfo info;
-    REQUIRE(ctl->Get(Root(), id, &info).ok());
-    return info;
-  }
-  // Acknowledges every prepare sent so far and starts every committed task.
-  void PrepareAndStartAll() {
-    for (auto& [node, msgs] : std::map(sink.sent)) {
-      for (const auto& m : msgs) {
-        if (m.has_prepare()) ctl->OnAgentMessage(node, PrepareOk(m.prepare().job_id(), m.prepare().attempt()), now);
-      }
-    }
-    for (auto& [node, msgs] : std::map(sink.sent)) {
-      for (const auto& m : msgs) {
-        if (!m.has_prepare()) continue;
-        for (const auto& t : m.prepare().tasks())
-          ctl->OnAgentMessage(node, Started(m.prepare().job_id(), m.prepare().attempt(), t.rank()), now);
-      }
-    }
-  }
-};
+using World = NodesWorld;
 
 }  // namespace
 
