@@ -317,6 +317,7 @@ int main(int argc, char** argv) {
         ctl.WaitForWork(cycle_ms);
         if (!leading) continue;
         if (stop) break;
+        const auto t0 = std::chrono::steady_clock::now();
         try {
           int64_t now = WallNow();
           ctl.Tick(now);
@@ -325,6 +326,12 @@ int main(int argc, char** argv) {
           spdlog::error("scheduling loop: {}", e.what());
           ctl.CountInternalError();  // e.g. the store failed; the next cycle tries again
         }
+        // Every submission triggers a cycle; under a burst with a long queue they would run back
+        // to back and hold the controller's lock most of the time. Pausing as long as the cycle
+        // took caps the loop at half of a core (Slurm's sched_min_interval has the same aim);
+        // short cycles (a small queue) are not slowed noticeably.
+        const auto took = std::chrono::steady_clock::now() - t0;
+        if (!stop) std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(took, std::chrono::milliseconds(cycle_ms)));
       }
     });
     for (;;) {
