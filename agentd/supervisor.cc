@@ -277,6 +277,7 @@ void ProcessSupervisor::ReapOrphans() {
       running.insert(k);
     }
   }
+  std::set<pid_t> unknown;
   for (pid_t pid : ListChildren()) {
     if (tasks.count(pid)) continue;  // a task leader: reaped through its pidfd
     int status = 0;
@@ -284,10 +285,15 @@ void ProcessSupervisor::ReapOrphans() {
     // With cgroups, membership says whose it is; the environment could be forged.
     auto owner = cgroups_ ? cgroups_->TaskOf(pid) : TaskOfProcess(pid);
     if (owner && running.count(*owner)) continue;  // its task still runs: it may keep helpers
+    if (!owner && !cgroups_ && !unknown_orphans_.count(pid)) {
+      unknown.insert(pid);  // maybe caught inside execve: looked at again at the next scan
+      continue;
+    }
     spdlog::info("killing pid {} left behind by {}", pid, owner ? "task " + owner->ToString() : "an unknown task");
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
   }
+  unknown_orphans_.swap(unknown);
 }
 
 void ProcessSupervisor::Loop() {

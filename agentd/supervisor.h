@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -104,6 +105,9 @@ class ProcessSupervisor {
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   std::map<TaskKey, Child> children_;
+  // Orphans whose owner could not be read at the last scan (Loop thread only): /proc/PID/environ
+  // reads empty while a process is inside execve, so one unknown sighting is not enough to kill.
+  std::set<pid_t> unknown_orphans_;
   std::deque<Queued> queue_;
   size_t launching_ = 0;  // taken off the queue, not yet in children_ or reported
   size_t reporting_ = 0;  // reaped, exit callback still running
