@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,25 @@ namespace {
 /// addresses ..."). Anything else (a reset, a lost answer) may have reached schedd.
 bool NeverSent(const grpc::Status& st) {
   return st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().rfind("failed to connect", 0) == 0;
+}
+
+/// How long a call to one of several replicas waits for its connection (TCP, TLS handshake) before
+/// the next replica is tried, seconds. A stopped or wedged replica (SIGSTOP, a hung host) accepts
+/// TCP in the kernel but never completes the handshake; without this bound every call would wait
+/// for its whole deadline there. Loopback and LAN handshakes take milliseconds.
+constexpr int kReplicaConnectTimeoutS = 3;
+
+/// Waits up to kReplicaConnectTimeoutS for `channel` to connect. False only when it is still
+/// connecting at the end (no answer to the handshake); a refused connection (TRANSIENT_FAILURE)
+/// returns true at once so that the call itself fails fast with gRPC's own message.
+bool ConnectsInTime(grpc::Channel& channel) {
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(kReplicaConnectTimeoutS);
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_TRANSIENT_FAILURE && state != GRPC_CHANNEL_SHUTDOWN) {
+    if (!channel.WaitForStateChange(state, deadline)) return false;
+    state = channel.GetState(true);
+  }
+  return true;
 }
 
 }  // namespace
@@ -75,6 +95,14 @@ struct SchedClient::Impl {
           HopResult hop;
           try {
             Member& m = At(i);
+            if (servers.size() > 1 && !ConnectsInTime(*m.channel)) {  // nothing sent: hop on
+              hop.status = RpcStatus{static_cast<int>(grpc::StatusCode::UNAVAILABLE),
+                                     "no answer to the connection within " + std::to_string(kReplicaConnectTimeoutS) +
+                                         " s (replica stopped or overloaded)",
+                                     {}};
+              hop.unsent = true;
+              return hop;
+            }
             grpc::ClientContext ctx;
             PrepareContext(ctx, servers[i], timeout_s);
             grpc::Status st = f(&ctx, m);

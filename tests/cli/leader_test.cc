@@ -3,11 +3,14 @@
 // leader, a hint outside the list is ignored, a dead member is skipped, the submission key stays
 // the same on every hop, and an error names every replica tried.
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <random>
 
@@ -74,6 +77,29 @@ class Replica final : public v1::JobService::Service {
   bool follower_;
   bool lost_;
   std::unique_ptr<grpc::Server> server_;
+};
+
+/// A wedged replica (stopped with SIGSTOP, a hung host): the kernel accepts connections into the
+/// listen backlog, but nothing ever answers the handshake.
+class WedgedReplica {
+ public:
+  WedgedReplica() {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", socket.c_str());
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+  }
+  ~WedgedReplica() {
+    ::close(fd_);
+    ::unlink(socket.c_str());
+  }
+  std::string Address() const { return "unix:" + socket; }
+  const std::string socket = TempSocket("wedged");
+
+ private:
+  int fd_ = -1;
 };
 
 ServerList List(std::vector<std::string> addresses) { return ServerList{std::move(addresses)}; }
@@ -165,4 +191,30 @@ TEST_CASE("a signal hops past dead replicas and followers but never after a lost
   CHECK(st.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE));
   CHECK(lost.calls == 1);
   CHECK(leader.calls == 1);
+}
+
+TEST_CASE("a wedged replica costs a connect timeout and not the call's deadline", "[cli][ha]") {
+  WedgedReplica wedged, wedged_too;
+  Replica leader;
+  // gRPC alone would hold the call at a wedged replica for its 20 s connect timeout or the call's
+  // deadline; the bound names itself in the error when no replica completes a handshake.
+  SchedClient stuck(List({wedged.Address(), wedged_too.Address()}), 60);
+  v1::ListJobsResponse resp;
+  RpcStatus st = stuck.ListJobs({}, &resp);
+  REQUIRE(st.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  CHECK_THAT(st.message, Catch::Contains("no answer to the connection within 3 s"));
+  CHECK(st.tried == std::vector<std::string>{wedged.Address(), wedged_too.Address()});
+
+  // Nothing reached the wedged replica, so the call (even a signal) hops on to the leader.
+  SchedClient client(List({wedged.Address(), leader.Address()}), 60);
+  REQUIRE(client.ListJobs({}, &resp).ok());
+  CHECK(leader.calls == 1);
+  CHECK(client.Address() == leader.Address());
+  v1::CancelJobsRequest req;
+  req.add_job_ids(7);
+  req.set_signal(10);
+  v1::CancelJobsResponse cancel;
+  SchedClient signal(List({wedged.Address(), leader.Address()}), 60);
+  REQUIRE(signal.CancelJobs(req, &cancel).ok());
+  CHECK(leader.calls == 2);
 }

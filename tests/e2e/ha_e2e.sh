@@ -38,18 +38,32 @@ source "$MLSCHED_STATE/env.sh"
 OUT="$MLSCHED_STATE/out"
 export MLSCHED_RETRY=60  # the CLI retry budget: longer than any takeover below
 
-leader() { "$BIN/cli/mladmin" ha status --json | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]\+:[0-9]\+'; }
+# leader / epoch: the leader's address and epoch, once some replica names a leader (a replica that
+# just started knows none until it has read the leader key); waits up to 30 s.
+leader_status() {
+  local j
+  for _ in $(seq 1 300); do
+    j=$("$BIN/cli/mladmin" ha status --json 2>/dev/null || true)
+    grep -q '"leader": *"[0-9.]\+:[0-9]\+"' <<<"$j" && { echo "$j"; return 0; }
+    sleep 0.1
+  done
+  echo "no replica names a leader" >&2
+  return 1
+}
+leader() { leader_status | grep -o '"leader": *"[^"]*"' | grep -o '[0-9.]\+:[0-9]\+'; }
+epoch() { leader_status | grep -o '"epoch": *[0-9]*' | grep -o '[0-9]*$'; }
 replica_of() { echo $(( ${1##*:} - BASE - 19 )); }  # 127.0.0.1:PORT -> 1..3
 child_pid() { cat "$MLSCHED_STATE/pids/schedd-$1.child"; }
-epoch() { "$BIN/cli/mladmin" ha status --json | grep -o '"epoch": *[0-9]*' | grep -o '[0-9]*$'; }
-# new_leader OLD_EPOCH: waits until a leader of a newer epoch answers (any replica: the restart loop
-# may bring the old one back first); prints the seconds taken.
+# new_leader OLD_EPOCH [SKIP]: waits until a leader of a newer epoch answers (any replica: the
+# restart loop may bring the old one back first); prints the seconds taken. SKIP: a replica left out
+# of the status queries (a stopped one, which would only cost each query a connect timeout).
 new_leader() {
-  local old=$1 t0 l e
+  local old=$1 skip=${2:-} t0 l e servers=$MLSCHED_SERVER
+  [ -n "$skip" ] && servers=$(tr ',' '\n' <<<"$MLSCHED_SERVER" | grep -vx "$skip" | paste -sd,)
   t0=$(date +%s.%N)
-  for _ in $(seq 1 600); do
-    e=$(epoch 2>/dev/null || true)
-    l=$(leader 2>/dev/null || true)
+  while awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { exit !(a - b < 30) }'; do
+    e=$(MLSCHED_SERVER=$servers epoch 2>/dev/null || true)
+    l=$(MLSCHED_SERVER=$servers leader 2>/dev/null || true)
     if [ -n "$e" ] && [ "$e" -gt "$old" ] && [ -n "$l" ] && "$BIN/cli/mlq" --server "$l" -h -o %i >/dev/null 2>&1; then
       awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f\n", a - b }'
       return 0
@@ -85,7 +99,7 @@ l=$(leader) e=$(epoch)
 r=$(replica_of "$l")
 pid=$(child_pid "$r")
 kill -STOP "$pid"
-took=$(new_leader "$e")
+took=$(new_leader "$e" "$l")
 say "(b) leader $l stopped (SIGSTOP): $(leader) leads after $took s"
 MLSCHED_RETRY=0 "$BIN/cli/mlsub" --server "$l" --parsable -D "$OUT" -J late -n 1 --wrap true > "$OUT/late.out" 2>&1 &
 late=$!
