@@ -1,5 +1,10 @@
 #include "cli/exit_codes.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
 namespace mlsched::cli {
 
 int ExitCodeForRpc(int grpc_code) {
@@ -7,6 +12,13 @@ int ExitCodeForRpc(int grpc_code) {
   if (grpc_code == kOk) return kExitOk;
   if (grpc_code == kUnavailable || grpc_code == kDeadlineExceeded) return kExitUnreachable;
   return kExitRefused;
+}
+
+void ExitNow(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(code);
 }
 
 std::string ExitCodesHelp() {

@@ -215,5 +215,5 @@ int main(int argc, char** argv) {
     std::cerr << "mladmin: " << client.ConfigError() << "\n";
     return kExitUsage;
   }
-  return action(client);
+  ExitNow(action(client));
 }

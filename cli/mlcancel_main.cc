@@ -84,5 +84,5 @@ int main(int argc, char** argv) {
     return ExitCodeForRpc(st.code);
   }
   for (const auto& e : resp.errors()) std::cerr << "mlcancel: " << e << "\n";
-  return resp.errors().empty() ? kExitOk : kExitRefused;
+  ExitNow(resp.errors().empty() ? kExitOk : kExitRefused);
 }

@@ -66,7 +66,7 @@ int Explain(const MlqArgs& a) {
   }
   if (a.json) std::cout << ExplainJson(resp).dump(2) << "\n";
   else std::cout << FormatExplain(resp);
-  return kExitOk;
+  ExitNow(kExitOk);
 }
 
 }  // namespace
@@ -130,5 +130,5 @@ int main(int argc, char** argv) {
   }
   auto unknown = UnknownJobIds(*req.value, resp);
   for (int64_t id : unknown) std::cerr << "mlq: job " << id << ": no such job\n";
-  return unknown.empty() ? kExitOk : kExitRefused;
+  ExitNow(unknown.empty() ? kExitOk : kExitRefused);
 }

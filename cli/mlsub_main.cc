@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
   });
   if (!st.ok()) {
     std::cerr << DescribeRpcError("mlsub", st, client.Address(), timeout_s) << "\n";
-    return ExitCodeForRpc(st.code);
+    ExitNow(ExitCodeForRpc(st.code));
   }
   if (sub.value->options.parsable) std::cout << job_id << "\n";
   else std::cout << "Submitted job " << job_id << "\n";
-  return kExitOk;
+  ExitNow(kExitOk);
 }
