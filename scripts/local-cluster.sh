@@ -17,7 +17,8 @@
 # (MLSCHED_TLS_CA) and the munged socket (MLSCHED_MUNGE_SOCKET).
 # Environment: MLSCHED_STATE (default ./.state), MLSCHED_BUILD_DIR (default ./build),
 # AGENT_CPUS (CPUs per agent, default 2), MLSCHED_POLICY (default policies/default.toml),
-# MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available).
+# MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available), MLSCHED_HA_SCHEDD_ARGS (more schedd
+# flags for the HA replicas, word-split).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE="${MLSCHED_STATE:-$PWD/.state}"
@@ -97,7 +98,8 @@ ha_up() {
       done' schedd-loop "$BIN/schedd/server/schedd" --listen "unix:$STATE/schedd-$i.sock" \
       --listen-tcp "127.0.0.1:$((base + 19 + i))" --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
       --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" --state-dir "$STATE/db-$i" \
-      --ha "etcd://$endpoints" --policy "$POLICY" --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20
+      --ha "etcd://$endpoints" --policy "$POLICY" --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20 \
+      ${MLSCHED_HA_SCHEDD_ARGS:-}
   done
   export MLSCHED_SERVER="$servers" MLSCHED_TLS_CA="$STATE/tls/ca.pem" MLSCHED_MUNGE_SOCKET="$STATE/munge/munge.sock"
   AGENT_EXTRA=(--cutoff-timeout 20)

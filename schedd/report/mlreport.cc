@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <set>
 #include <iostream>
 
 #include "schedd/report/report.h"
@@ -37,6 +38,20 @@ bool ParseWhen(const std::string& s, int64_t now, int64_t* out) {
   return false;
 }
 
+/// HA mode: adds the finished jobs and attempts a replica archived out of etcd
+/// (schedd/server/etcd_archive.h) from its SQLite `history`; a record in both places counts once.
+void MergeArchivedHistory(mlsched::server::SqliteStore& history, int64_t start, int64_t end,
+                          std::vector<mlsched::server::JobRow>* jobs, std::vector<mlsched::server::AttemptRow>* attempts) {
+  std::set<int64_t> job_ids;
+  for (const auto& j : *jobs) job_ids.insert(j.id);
+  for (auto& j : history.LoadJobs(0))
+    if (job_ids.insert(j.id).second) jobs->push_back(std::move(j));
+  std::set<std::pair<int64_t, int32_t>> attempt_ids;
+  for (const auto& a : *attempts) attempt_ids.insert({a.job_id, a.attempt});
+  for (auto& a : history.LoadAttempts(start, end))
+    if (attempt_ids.insert({a.job_id, a.attempt}).second) attempts->push_back(std::move(a));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,7 +61,8 @@ int main(int argc, char** argv) {
   bool csv = false, json = false;
   app.add_option("--state-dir", state_dir, "schedd's state directory (state.db is read, never written)");
   std::string ha, ha_prefix = "/mlsched/";
-  app.add_option("--ha", ha, "Read the records from HA mode's etcd instead (etcd://HOST:PORT,...; read only)");
+  app.add_option("--ha", ha, "Read the records from HA mode's etcd (etcd://HOST:PORT,...; read only), plus the history "
+                 "a replica archived into --state-dir when its state.db exists");
   app.add_option("--ha-prefix", ha_prefix, "etcd key prefix of the cluster (schedd --ha-prefix)");
   app.add_option("-S,--start", start_s, "Period start: YYYY-MM-DD[THH:MM[:SS]], now, -Nd/-Nh/-Nm, @EPOCH");
   app.add_option("-E,--end", end_s, "Period end (exclusive), same forms");
@@ -100,6 +116,8 @@ int main(int argc, char** argv) {
     }
     auto attempts = store->LoadAttempts(start, end);
     auto jobs = store->LoadJobs(0);  // every job's spec: live ones and finished ones alike
+    if (!ha.empty() && std::filesystem::exists(std::filesystem::path(state_dir) / "state.db"))
+      MergeArchivedHistory(*mlsched::server::SqliteStore::OpenReadOnly(state_dir), start, end, &jobs, &attempts);
     auto r = mlsched::report::Build(jobs, attempts, pricing, start, end, now);
     std::cout << (json ? FormatJson(r) : csv ? FormatCsv(r) : FormatTable(r));
   } catch (const std::exception& e) {

@@ -8,7 +8,7 @@
 #include <future>
 #include <set>
 
-#include "mlsched/v1/stored.pb.h"
+#include "schedd/server/stored_rows.h"
 
 namespace mlsched::server {
 
@@ -22,46 +22,6 @@ std::string Pad(int64_t v, int width) {
 
 bool IsFinal(const std::string& state) {
   return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT";
-}
-
-v1::StoredJob ToStored(const JobRow& r) {
-  v1::StoredJob s;
-  s.set_id(r.id);
-  s.set_user(r.user);
-  s.set_uid(r.uid);
-  s.set_gid(r.gid);
-  s.set_state(r.state);
-  s.set_reason(r.reason);
-  s.set_submit_time(r.submit_time);
-  s.set_start_time(r.start_time);
-  s.set_end_time(r.end_time);
-  s.set_exit_code(r.exit_code);
-  s.set_attempt(r.attempt);
-  s.set_requeue_count(r.requeue_count);
-  s.set_placement(r.placement);
-  s.set_preempt_count(r.preempt_count);
-  s.set_evictions(r.evictions);
-  return s;
-}
-
-JobRow FromStored(const v1::StoredJob& s) {
-  JobRow r;
-  r.id = s.id();
-  r.user = s.user();
-  r.uid = s.uid();
-  r.gid = s.gid();
-  r.state = s.state();
-  r.reason = s.reason();
-  r.submit_time = s.submit_time();
-  r.start_time = s.start_time();
-  r.end_time = s.end_time();
-  r.exit_code = s.exit_code();
-  r.attempt = s.attempt();
-  r.requeue_count = s.requeue_count();
-  r.placement = s.placement();
-  r.preempt_count = s.preempt_count();
-  r.evictions = s.evictions();
-  return r;
 }
 
 template <typename Msg>
@@ -231,6 +191,10 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
         ++i;
         continue;
       }
+      if (items[i].alone && !batch.ops.empty()) {  // it waits for the next transaction, alone
+        next_job_id_ = next_id_here;
+        break;
+      }
       const bool fits = batch.ops.size() + one.ops.size() + 1 <= max_txn_ops_ &&
                         batch.bytes + one.bytes + 4096 <= kEtcdMaxRequestBytes;
       if (!fits) {
@@ -249,6 +213,7 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
         added.push_back(key);
       }
       accepted.push_back(i++);
+      if (items[i - 1].alone) break;
     }
     if (accepted.empty()) continue;
     auto fail_accepted = [&](const std::string& why) {
@@ -289,6 +254,21 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
       fail_accepted(e.what());
     }
   }
+}
+
+std::future<void> EtcdStore::WriteAlone(std::vector<etcdpb::RequestOp> ops) {
+  auto p = std::make_shared<std::promise<void>>();
+  Item item;
+  item.alone = true;
+  item.build = [ops = std::move(ops)](Batch& b) {
+    for (const auto& op : ops) {
+      b.bytes += op.ByteSizeLong() + 16;
+      b.ops.push_back(op);
+    }
+  };
+  item.done = [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); };
+  Enqueue(std::move(item));
+  return p->get_future();
 }
 
 std::future<InsertedJob> EtcdStore::InsertJob(JobRow row) {
@@ -366,19 +346,7 @@ void EtcdStore::PutEvent(Batch& b, int64_t job_id, const std::string& node, cons
 
 std::future<void> EtcdStore::SaveAttempt(AttemptRow r) {
   return Write([this, r = std::move(r)](Batch& b) {
-    v1::StoredAttempt s;
-    s.set_job_id(r.job_id);
-    s.set_attempt(r.attempt);
-    s.set_start_time(r.start_time);
-    s.set_end_time(r.end_time);
-    s.set_outcome(r.outcome);
-    s.set_ntasks(r.ntasks);
-    s.set_cpu_millis(r.cpu_millis);
-    s.set_gpus(r.gpus);
-    s.set_gpu_type(r.gpu_type);
-    s.set_pool(r.pool);
-    s.set_nodes(r.nodes);
-    s.set_lost_work_s(r.lost_work_s);
+    v1::StoredAttempt s = ToStored(r);
     b.Put(Key("attempts/" + Pad(r.job_id, 20) + "/" + Pad(r.attempt, 10)), s.SerializeAsString());
   });
 }
@@ -389,20 +357,7 @@ std::vector<AttemptRow> EtcdStore::LoadAttempts(int64_t start, int64_t end) {
     auto s = Parse<v1::StoredAttempt>(kv.value(), kv.key());
     const bool overlaps = s.start_time() < end && (s.end_time() == 0 || s.end_time() >= start);
     if (!overlaps) continue;
-    AttemptRow r;
-    r.job_id = s.job_id();
-    r.attempt = s.attempt();
-    r.start_time = s.start_time();
-    r.end_time = s.end_time();
-    r.outcome = s.outcome();
-    r.ntasks = s.ntasks();
-    r.cpu_millis = s.cpu_millis();
-    r.gpus = s.gpus();
-    r.gpu_type = s.gpu_type();
-    r.pool = s.pool();
-    r.nodes = s.nodes();
-    r.lost_work_s = s.lost_work_s();
-    out.push_back(std::move(r));
+    out.push_back(FromStored(s));
   }
   return out;
 }

@@ -44,6 +44,15 @@ class EtcdStore final : public Store {
   int64_t Commits() const { return commits_.load(); }
   /// Blocks until every write queued before the call has finished.
   void Drain();
+  /// Commits `ops` (puts and deletes built by the caller, e.g. the history archive) as one fenced
+  /// transaction of their own, never grouped with other writes: etcd refuses a transaction that
+  /// puts and deletes the same key. Ready once committed; StoreError when refused or over etcd's
+  /// limits (max_txn_ops operations, kEtcdMaxRequestBytes).
+  std::future<void> WriteAlone(std::vector<etcdpb::RequestOp> ops);
+  /// The key prefix the rows live under.
+  const std::string& prefix() const { return prefix_; }
+  /// Operations per transaction (etcd's --max-txn-ops).
+  size_t max_txn_ops() const { return max_txn_ops_; }
 
   std::future<InsertedJob> InsertJob(JobRow row) override;
   std::future<InsertedJob> InsertJobArray(JobRow row, size_t count,
@@ -78,6 +87,7 @@ class EtcdStore final : public Store {
     /// passed to build through Batch::existing.
     std::string submission_key;
     std::function<void(std::exception_ptr)> done;
+    bool alone = false;  // committed in a transaction of its own (WriteAlone)
   };
   void Enqueue(Item item);
   /// Queues a write whose operations `build` appends; ready once committed.

@@ -22,6 +22,7 @@
 #include "schedd/report/report.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
+#include "schedd/server/etcd_archive.h"
 #include "schedd/server/etcd_store.h"
 #include "schedd/server/leader.h"
 #include "schedd/server/services.h"
@@ -162,12 +163,23 @@ int main(int argc, char** argv) {
   std::string ha, advertise;
   LeaderConfig ha_cfg;
   size_t ha_max_txn_ops = kEtcdMaxTxnOps;
+  ArchiveConfig archive;
+  int64_t archive_interval_s = archive.archive_interval.count(), archive_copy_s = archive.copy_interval.count();
   app.add_option("--ha", ha, "HA mode: keep the state in etcd (etcd://HOST:PORT,...) and run as one of several replicas, "
                  "one of which leads (docs/operations.md, High availability)");
   app.add_option("--ha-prefix", ha_cfg.prefix, "etcd key prefix of this cluster's state");
   app.add_option("--ha-lease-ttl", ha_cfg.lease_ttl_s, "Seconds a silent leader keeps its lease")->check(CLI::Range(2, 60));
   app.add_option("--ha-max-txn-ops", ha_max_txn_ops, "etcd's --max-txn-ops (operations per transaction)")
       ->check(CLI::Range(16, 100000));
+  app.add_option("--ha-archive-after", archive.after_s, "HA: seconds after a job ended (an event happened) that it "
+                 "moves out of etcd into each replica's SQLite history in --state-dir (at least --min-job-age)")
+      ->check(CLI::Range(int64_t{60}, int64_t{10} * 365 * 86400));
+  app.add_option("--ha-archive-retention", archive.retention_s, "HA: seconds archived history stays in etcd for "
+                 "replicas to copy (a replica down longer misses it)")->check(CLI::Range(int64_t{60}, int64_t{365} * 86400));
+  app.add_option("--ha-archive-interval", archive_interval_s, "HA: seconds between the leader's archive passes")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
+  app.add_option("--ha-archive-copy-interval", archive_copy_s, "HA: seconds between each replica's copies of the archive")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}));
   app.add_option("--advertise", advertise, "HA: the HOST:PORT clients and agents use to reach this replica "
                  "(default: the --listen-tcp address)");
   app.add_option("--listen", listen, "Unix socket to serve on (unix:PATH)");
@@ -312,6 +324,19 @@ int main(int argc, char** argv) {
     std::atomic<bool> stop{false};
     std::atomic<bool> leading{!estore};  // HA: the loop runs only on the leader, after its state is loaded
     if (estore) StartHa(*leadership, *estore, *gate, gateway, ctl, admin, *etcd, advertise, ha_cfg, leading);
+    // HA: history leaves etcd for this replica's SQLite in --state-dir (etcd_archive.h); jobs still
+    // listed (--min-job-age) are never moved.
+    std::unique_ptr<SqliteStore> history;
+    std::unique_ptr<HistoryArchiver> archiver;
+    if (estore) {
+      archive.after_s = std::max<int64_t>(archive.after_s, cfg.min_job_age_s + 60);
+      archive.archive_interval = std::chrono::seconds(archive_interval_s);
+      archive.copy_interval = std::chrono::seconds(archive_copy_s);
+      history = std::make_unique<SqliteStore>(state_dir);
+      archiver = std::make_unique<HistoryArchiver>(*etcd, *estore, *history, archive, [&leading] { return leading.load(); });
+      spdlog::info("HA: history older than {} s moves to {}/state.db (archive kept in etcd {} s)", archive.after_s,
+                   state_dir, archive.retention_s);
+    }
     std::thread loop([&] {
       while (!stop) {
         ctl.WaitForWork(cycle_ms);
@@ -349,6 +374,7 @@ int main(int argc, char** argv) {
     stop = true;
     ctl.Trigger();
     loop.join();
+    archiver.reset();
     if (estore) {
       estore->Drain();  // every accepted write is committed (or refused) before the lease goes
       leadership->Resign();

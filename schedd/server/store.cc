@@ -120,6 +120,8 @@ const char* const kMigrations[] = {
     // 6: run-time prediction ([prediction]): each user's last run times in seconds, oldest first,
     // comma-separated (at most the policy's history, 64).
     "CREATE TABLE runtime_history (user TEXT PRIMARY KEY, runs TEXT NOT NULL);",
+    // 7: HA mode's history copied out of etcd (ImportHistory): how far each stream was copied.
+    "CREATE TABLE history_cursor (stream TEXT PRIMARY KEY, cursor TEXT NOT NULL);",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -542,6 +544,55 @@ std::optional<std::string> SqliteStore::LoadSpec(int64_t id) {
   Stmt s(rdb_, "SELECT spec FROM jobs WHERE id=?");
   s.Bind(1, id);
   if (!s.Step()) return std::nullopt;
+  return s.Blob(0);
+}
+
+std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std::vector<EventRow> events,
+                                             std::string stream, std::string cursor) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [jobs = std::move(jobs), events = std::move(events), stream = std::move(stream),
+       cursor = std::move(cursor)](sqlite3* db) {
+        Stmt j(db,
+               "INSERT OR REPLACE INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time,"
+               " exit_code, attempt, requeue_count, placement, preempt_count, evictions)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        Stmt a(db,
+               "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
+               " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+        for (const auto& [r, attempts] : jobs) {
+          j.Reset();
+          j.Bind(1, r.id).Bind(2, r.spec).BindText(3, r.user).Bind(4, r.uid).Bind(5, r.gid).BindText(6, r.state)
+              .BindText(7, r.reason).Bind(8, r.submit_time).Bind(9, r.start_time).Bind(10, r.end_time)
+              .Bind(11, r.exit_code).Bind(12, r.attempt).Bind(13, r.requeue_count).Bind(14, r.placement)
+              .Bind(15, r.preempt_count).Bind(16, r.evictions);
+          j.Step();
+          for (const auto& x : attempts) {
+            a.Reset();
+            a.Bind(1, x.job_id).Bind(2, x.attempt).Bind(3, x.start_time).Bind(4, x.end_time).BindText(5, x.outcome)
+                .Bind(6, x.ntasks).Bind(7, x.cpu_millis).Bind(8, x.gpus).BindText(9, x.gpu_type).BindText(10, x.pool)
+                .BindText(11, x.nodes).Bind(12, x.lost_work_s);
+            a.Step();
+          }
+        }
+        Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (?,?,?,?,?)");
+        for (const auto& ev : events) {
+          e.Reset();
+          e.Bind(1, ev.time).Bind(2, ev.job_id).BindText(3, ev.node).BindText(4, ev.kind).BindText(5, ev.detail);
+          e.Step();
+        }
+        Stmt c(db, "INSERT OR REPLACE INTO history_cursor(stream, cursor) VALUES (?,?)");
+        c.BindText(1, stream).BindText(2, cursor).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::string SqliteStore::HistoryCursor(const std::string& stream) {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_, "SELECT cursor FROM history_cursor WHERE stream=?");
+  s.BindText(1, stream);
+  if (!s.Step()) return "";
   return s.Blob(0);
 }
 

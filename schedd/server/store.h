@@ -67,6 +67,20 @@ struct AttemptRow {
   int64_t lost_work_s = 0;               // seconds of work lost to a requeue (since the last checkpoint)
 };
 
+/// A finished job moved out of HA mode's etcd into a replica's history (etcd_archive.h), with its
+/// launch attempts.
+struct ArchivedJob {
+  JobRow row;  // with its id and spec
+  std::vector<AttemptRow> attempts;
+};
+
+/// One event row as archived (time: seconds since epoch; job_id 0 for node-only events).
+struct EventRow {
+  int64_t time = 0;
+  int64_t job_id = 0;
+  std::string node, kind, detail;
+};
+
 /// Operator-set node state that survives restarts (drain).
 struct NodeRow {
   std::string name;
@@ -173,6 +187,15 @@ class SqliteStore final : public Store {
 
   /// Schema version after migrations.
   int SchemaVersion();
+
+  /// HA mode: copies history archived out of etcd into this replica's database in one
+  /// transaction: `jobs` with their ids (INSERT OR REPLACE, so a copy repeated after a crash
+  /// changes nothing), their attempts, `events`, and `cursor` as the position reached in `stream`.
+  /// Ready once durable; mlreport then reads them like any finished job.
+  std::future<void> ImportHistory(std::vector<ArchivedJob> jobs, std::vector<EventRow> events, std::string stream,
+                                  std::string cursor);
+  /// The position ImportHistory last recorded for `stream` ("" = none). (reader connection)
+  std::string HistoryCursor(const std::string& stream);
 
   /// While `refuse` is true, SQLite itself refuses every write on the writer connection (PRAGMA
   /// query_only: "attempt to write a readonly database"), and each write's future carries that

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <thread>
 
+#include "schedd/server/etcd_archive.h"
 #include "schedd/server/etcd_store.h"
 #include "schedd/server/leader.h"
 #include "tests/server/fixtures.h"
@@ -218,4 +220,92 @@ TEST_CASE("leadership: one replica wins and a follower takes over after a resign
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));  // graceful handover
   CHECK(lost_a == 0);
   CHECK(b.Current().is_leader);
+}
+
+namespace {
+
+/// A finished job `end` seconds since epoch, with two attempts, through `s`; returns its id.
+int64_t FinishedJob(EtcdStore& s, const std::string& user, int64_t end) {
+  const int64_t id = s.InsertJob(Row(user)).get().id;
+  JobRow r = *s.LoadJob(id);
+  r.state = "COMPLETED";
+  r.start_time = end - 100;
+  r.end_time = end;
+  s.UpdateJob(r, "end", "exit 0").get();
+  for (int32_t k = 1; k <= 2; ++k) {
+    AttemptRow at;
+    at.job_id = id;
+    at.attempt = k;
+    at.start_time = end - 100 + k;
+    at.end_time = end - 50 + k;
+    at.outcome = k == 1 ? "Evicted" : "COMPLETED";
+    at.ntasks = 2;
+    s.SaveAttempt(at).get();
+  }
+  return id;
+}
+
+size_t KeysUnder(EtcdClient& etcd, const std::string& prefix) { return etcd.RangePrefix(prefix).size(); }
+
+}  // namespace
+
+TEST_CASE("history archive: old finished jobs and events leave etcd for every replica's SQLite exactly once", "[etcd]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  EtcdStore s(etcd, "/t/");
+  s.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+  const int64_t t = std::time(nullptr);
+  const int64_t old_job = FinishedJob(s, "alice", t - 3600);
+  const int64_t recent_job = FinishedJob(s, "bob", t + 7000);  // ended after the cutoff: stays
+  const int64_t live_job = s.InsertJob(Row("carol")).get().id;
+  ArchiveConfig cfg;
+  cfg.after_s = 3600;
+  const int64_t now = t + 7200;  // cutoff t + 3600: the old job and every event so far are due
+  const size_t events_before = KeysUnder(etcd, "/t/events/");
+  REQUIRE(events_before >= 2);
+
+  ArchiveCounts moved = ArchiveHistory(etcd, s, cfg, now);
+  CHECK(moved.jobs == 1);
+  CHECK(moved.events == static_cast<int64_t>(events_before));
+  CHECK_FALSE(s.LoadJob(old_job));
+  CHECK_FALSE(s.LoadSpec(old_job));
+  CHECK(KeysUnder(etcd, "/t/attempts/") == 2);  // the recent job's only
+  CHECK(KeysUnder(etcd, "/t/events/") == 0);
+  CHECK(s.LoadJob(recent_job));
+  CHECK(s.LoadJob(live_job));
+  CHECK(ArchiveHistory(etcd, s, cfg, now).jobs == 0);  // nothing is moved twice
+
+  // Two replicas copy it; a second copy finds nothing new (the cursor is in the same transaction).
+  TempDir d1, d2;
+  SqliteStore h1(d1.path.string()), h2(d2.path.string());
+  for (SqliteStore* h : {&h1, &h2}) {
+    ArchiveCounts copied = CopyArchive(etcd, "/t/", *h);
+    CHECK(copied.jobs == 1);
+    CHECK(copied.events == moved.events);
+    CHECK(CopyArchive(etcd, "/t/", *h).jobs == 0);
+    auto job = h->LoadJob(old_job);
+    REQUIRE(job);
+    CHECK(job->state == "COMPLETED");
+    CHECK(job->user == "alice");
+    CHECK(job->end_time == t - 3600);
+    CHECK(job->spec == "spec-of-alice");
+    auto attempts = h->LoadAttempts(0, t + 1);
+    REQUIRE(attempts.size() == 2);
+    CHECK(attempts[0].outcome == "Evicted");
+    CHECK(h->LoadFinishedJobs(0, t).size() == 1);
+  }
+
+  // More history later: only the new entries are copied.
+  const int64_t later = FinishedJob(s, "dave", t - 1800);
+  CHECK(ArchiveHistory(etcd, s, cfg, now).jobs == 1);
+  CHECK(CopyArchive(etcd, "/t/", h1).jobs == 1);
+  CHECK(h1.LoadJob(later));
+  CHECK(h1.LoadFinishedJobs(0, t).size() == 2);
+
+  // A deposed leader's pass is refused by the fence and moves nothing.
+  EtcdStore next(etcd, "/t/");
+  next.BecomeLeader(TakeLeaderKey(etcd, "/t/"));
+  CHECK_THROWS_WITH(ArchiveHistory(etcd, s, cfg, t + 100000), Catch::Contains("fenced"));
+  CHECK(next.LoadJob(recent_job));
+  CHECK(next.LoadJob(live_job));
 }
