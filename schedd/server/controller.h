@@ -194,8 +194,12 @@ class Controller {
     std::string stop_cause;      // why the current attempt is being stopped: "eviction of NODE", "preemption by job N"
     std::string resize;          // elastic: the latest size change, e.g. "shrunk 4->3 after eviction of n4 (attempt 2)"
     bool resizing = false;       // SIGTERM sent to restart at another size (core::ResizeDecision)
-    int64_t stop_requested_at = 0;  // when a resize or eviction asked it to stop; 0 once running again
-    core::Duration restart_cost = 0;  // seconds its last such stop took until all ranks ran again
+    int64_t stop_requested_at = 0;  // when a resize or eviction asked it to stop; 0 = none pending
+    int64_t stop_seconds = -1;      // that stop: request to requeue (checkpoint, exit); -1 = none
+    int64_t launched_at = 0;        // when the current attempt was launched
+    // Seconds a checkpoint-and-restart costs this job: its last stop plus launch to all ranks
+    // running, without the time it waited in the queue; 0 = not measured yet.
+    core::Duration restart_cost = 0;
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {

@@ -64,6 +64,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.resizing = false;
   j.preempt_cancel = false;
   j.expected_start = 0;
+  j.launched_at = now;
   j.launch_deadline = now + cfg_.launch_timeout_s;
   j.placement.Clear();
   std::map<std::string, int32_t> local;  // next local rank per node
@@ -171,6 +172,9 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   }
   j.tasks.clear();
   ObserveRuntimeLocked(j, final_state, now);
+  // A stop that a resize or an eviction asked for ends here; the restart's launch is measured next.
+  j.stop_seconds = final_state == core::JobState::kPending && j.stop_requested_at > 0 ? now - j.stop_requested_at : -1;
+  j.stop_requested_at = 0;
   AttemptRow acct = AttemptOf(j);
   acct.end_time = now;
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
@@ -343,10 +347,10 @@ void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t
         j->tasks[i].phase == Phase::kCommitted)
       j->tasks[i].phase = Phase::kRunning;
   // The restart after a resize or an eviction is done once every rank runs: that stop's cost.
-  if (j->stop_requested_at > 0 &&
+  if (j->stop_seconds >= 0 &&
       std::all_of(j->tasks.begin(), j->tasks.end(), [](const TaskRt& rt) { return rt.phase == Phase::kRunning; })) {
-    j->restart_cost = std::max<int64_t>(1, now - j->stop_requested_at);
-    j->stop_requested_at = 0;
+    j->restart_cost = std::max<int64_t>(1, j->stop_seconds + std::max<int64_t>(0, now - j->launched_at));
+    j->stop_seconds = -1;
   }
 }
 
