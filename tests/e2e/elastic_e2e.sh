@@ -18,7 +18,7 @@ cat > "$MLSCHED_STATE/policy.toml" <<'EOF'
 [backfill]
 mode = "easy"
 [elastic]
-min_resize_interval = "2s"
+min_resize_interval = "3s"
 restart_cost = "1s"
 EOF
 export MLSCHED_POLICY="$MLSCHED_STATE/policy.toml" MLSCHED_OBJECT_STORE=dir
