@@ -222,4 +222,8 @@ TEST_CASE("the stop reason is written next to the attempt directory and removed 
   RemoveAttemptFiles(attempt);
   CHECK_FALSE(std::filesystem::exists(attempt));
   CHECK_FALSE(std::filesystem::exists(StopReasonPath(attempt)));
+  // A stale one found at start (agentd removes every entry of jobs/ it finds) goes alone.
+  REQUIRE(WriteStopReason(dir.Str("work/jobs/13.2"), "eviction").empty());
+  RemoveAttemptFiles(dir.Str("work/jobs/13.2.stop-reason"));
+  CHECK_FALSE(std::filesystem::exists(dir.Str("work/jobs/13.2.stop-reason")));
 }
