@@ -327,7 +327,14 @@ void Agent::HandleSignal(const v1::Signal& s) {
   AttemptKey key{s.job_id(), s.attempt()};
   if (s.kill()) {
     auto grace = s.grace_s() > 0 ? std::chrono::milliseconds(s.grace_s() * 1000LL) : std::chrono::milliseconds(10000);
-    return Terminate(key, grace, "kill requested");
+    if (!s.reason().empty() && !attempts_.LiveTasks(key).empty()) {
+      // Before the SIGTERM, so a task that reads MLSCHED_STOP_REASON_FILE on the signal finds it
+      // (removed with the attempt directory when its last rank exits).
+      const std::string dir = (fs::path(cfg_.work_dir) / "jobs" / key.ToString()).string();
+      if (std::string err = WriteStopReason(dir, s.reason()); !err.empty())
+        spdlog::warn("job {}: stop reason not written: {}", key.ToString(), err);
+    }
+    return Terminate(key, grace, s.reason().empty() ? "kill requested" : "kill requested: " + s.reason());
   }
   if (s.signal() <= 0 || s.signal() >= NSIG) {
     spdlog::warn("job {}: ignoring signal request with bad signal number {}", key.ToString(), s.signal());

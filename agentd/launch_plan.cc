@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string_view>
 #include <system_error>
 
 #include "agentd/patterns.h"
@@ -131,6 +133,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   in.gpu_indices.assign(t.gpu_indices().begin(), t.gpu_indices().end());
   in.node = ctx.node;
   in.status_file = dir + "/" + StatusFileName(t.rank());
+  in.stop_reason_file = StopReasonPath(dir);
   in.rendezvous_token = p.rendezvous_token();
   in.user = p.user();
   in.home = home;
@@ -227,8 +230,37 @@ std::string WriteAttemptFiles(const PlannedAttempt& plan) {
   return CreateAttemptDir(plan.dir, plan.script, plan.chown_dir, plan.uid, plan.gid);
 }
 
+namespace {
+constexpr std::string_view kStopReasonSuffix = ".stop-reason";
+}  // namespace
+
+std::string StopReasonPath(const std::string& attempt_dir) { return attempt_dir + std::string(kStopReasonSuffix); }
+
+std::string WriteStopReason(const std::string& attempt_dir, const std::string& reason) {
+  if (reason.empty() || reason.size() > kMaxStopReasonBytes ||
+      reason.find_first_not_of("abcdefghijklmnopqrstuvwxyz-") != std::string::npos)
+    return "bad stop reason (1-" + std::to_string(kMaxStopReasonBytes) + " characters of [a-z-])";
+  const std::string path = StopReasonPath(attempt_dir), tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  const std::string text = reason + "\n";
+  const bool ok = ::fchmod(fd, 0644) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return "cannot write " + path + ": " + err;
+  }
+  return "";
+}
+
 void RemoveAttemptFiles(const std::string& dir) {
-  if (std::string err = RemoveTree(dir); !err.empty()) spdlog::warn("cannot remove {}: {}", dir, err);
+  const bool reason_file = dir.size() > kStopReasonSuffix.size() && dir.ends_with(kStopReasonSuffix);
+  if (!reason_file) {
+    if (std::string err = RemoveTree(dir); !err.empty()) spdlog::warn("cannot remove {}: {}", dir, err);
+  }
+  const std::string path = reason_file ? dir : StopReasonPath(dir);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) spdlog::warn("cannot remove {}: {}", path, std::strerror(errno));
 }
 
 }  // namespace mlsched::agent

@@ -56,7 +56,21 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& prepare, const PlanContext
 /// Returns "" or an error naming the path.
 std::string WriteAttemptFiles(const PlannedAttempt& plan);
 
-/// Removes the attempt directory (status files included); errors are logged, not returned.
+/// Largest stop reason agentd writes for an attempt (bytes); schedd sends "resize", "eviction" or
+/// "preemption".
+inline constexpr size_t kMaxStopReasonBytes = 32;
+
+/// The file that tells an attempt's tasks why they are asked to stop (MLSCHED_STOP_REASON_FILE):
+/// <work_dir>/jobs/<job>.<attempt>.stop-reason. It sits next to the user-owned attempt directory,
+/// in the agent-only jobs directory, so writing it follows no path a user controls.
+std::string StopReasonPath(const std::string& attempt_dir);
+
+/// Writes `reason` (1 to kMaxStopReasonBytes characters of [a-z-]) to StopReasonPath(attempt_dir),
+/// mode 0644, atomically (a temporary file renamed over it). Returns "" or the error.
+std::string WriteStopReason(const std::string& attempt_dir, const std::string& reason);
+
+/// Removes the attempt directory (status files included) and its stop-reason file; errors are
+/// logged, not returned. Given a stop-reason file itself (a stale one), removes just that.
 void RemoveAttemptFiles(const std::string& dir);
 
 }  // namespace mlsched::agent

@@ -30,6 +30,7 @@ std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in) 
   env["MLSCHED_ATTEMPT"] = std::to_string(in.attempt);
   env["MLSCHED_NODE"] = in.node;
   env["MLSCHED_STATUS_FILE"] = in.status_file;
+  if (!in.stop_reason_file.empty()) env["MLSCHED_STOP_REASON_FILE"] = in.stop_reason_file;
   if (in.rendezvous_token.empty()) env.erase("MLSCHED_RENDEZVOUS_TOKEN");
   else env["MLSCHED_RENDEZVOUS_TOKEN"] = in.rendezvous_token;
   if (in.array_job_id != 0) {

@@ -24,6 +24,7 @@ struct TaskEnvInput {
   std::vector<int32_t> gpu_indices;  // CUDA_VISIBLE_DEVICES, empty = no GPU
   std::string node;                  // MLSCHED_NODE
   std::string status_file;           // MLSCHED_STATUS_FILE
+  std::string stop_reason_file;      // MLSCHED_STOP_REASON_FILE (StopReasonPath): why a SIGTERM came
   /// MLSCHED_RENDEZVOUS_TOKEN: the attempt's secret (Prepare.rendezvous_token). Never log it.
   std::string rendezvous_token;
   /// Job arrays (MLSCHED_ARRAY_JOB_ID, _TASK_ID, _TASK_COUNT, _TASK_MIN, _TASK_MAX, set only when

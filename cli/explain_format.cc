@@ -53,6 +53,7 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
   } else if (!j.reason().empty() && j.reason() != "None") {
     line("Reason:", j.reason());
   }
+  if (!j.resize().empty()) line("Resized:", j.resize());
   std::string order = OrDefault(r.queue_order(), "fifo");
   if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";
   line("Queue order:", order);
@@ -60,8 +61,10 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
     line("Priority:", Printf("%.0f (no factors: the job is not pending)", j.priority()));
     return out;
   }
-  if (!r.pending()) {  // pending but not in the scheduling queue right now (a launch backoff)
-    line("Priority:", Printf("%.0f (no factors now: the job waits out a launch backoff)", j.priority()));
+  if (!r.pending()) {  // pending but not in the queue right now (a launch backoff, or tasks exiting)
+    line("Priority:", Printf("%.0f (no factors now: the job waits out a launch backoff, or for its last "
+                             "attempt's tasks to exit)",
+                             j.priority()));
     return out;
   }
   const auto& f = r.factors();
@@ -100,6 +103,7 @@ nlohmann::json ExplainJson(const v1::ExplainJobResponse& r) {
       {"state", StateName(j.state())},
       {"reason", j.reason()},
       {"reason_detail", j.reason_detail()},
+      {"resize", j.resize()},
       {"expected_start", j.expected_start()},
       {"start_basis", r.start_basis()},
       {"queue_order", OrDefault(r.queue_order(), "fifo")},

@@ -62,6 +62,7 @@ struct TrainerConfig {
   std::string metrics_out;
   std::string loss_log;     ///< rank 0 appends "step loss" per step (for exact-resume checks)
   std::string status_file;  ///< MLSCHED_STATUS_FILE
+  std::string stop_reason_file;  ///< MLSCHED_STOP_REASON_FILE: why a SIGTERM came ("resize", "eviction", ...)
   int64_t log_every = 100;  ///< steps between progress lines
   // Runtime
   int threads = 0;          ///< OpenBLAS threads per rank (0: cores / LOCAL_WORLD_SIZE)

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
                                                     : "--device cuda: this mltrain was built without CUDA");
     if (config.checkpoint_url.empty()) config.checkpoint_url = EnvOr("MLSCHED_CHECKPOINT_URL", "");
     if (config.status_file.empty()) config.status_file = EnvOr("MLSCHED_STATUS_FILE", "");
+    config.stop_reason_file = EnvOr("MLSCHED_STOP_REASON_FILE", "");
     mltrain::RendezvousEnv env = mltrain::ReadRendezvousEnv();
     mltrain::SetLogRank(env.world_size > 1 ? env.rank : -1);
     config.Validate(env.world_size);

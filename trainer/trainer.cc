@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <thread>
 
 #include "trainer/log.h"
@@ -50,6 +51,14 @@ int DefaultThreads() {
 }
 
 }  // namespace
+
+std::string StopReason(const std::string& path) {
+  if (path.empty()) return "";
+  std::ifstream in(path);
+  std::string word;
+  if (!in || !(in >> std::setw(kMaxStopReasonBytes) >> word)) return "";
+  return word;
+}
 
 void InstallStopSignalHandlers() {
   struct sigaction sa {};
@@ -144,7 +153,8 @@ void Trainer::InitializeOrResume() {
   step_ = header[1];
   last_checkpoint_step_ = step_;
   last_checkpoint_unix_ = UnixSeconds();
-  if (comm_.rank() == 0) LogInfo("resumed from " + store_->Describe() + "/" + StepDir(step_));
+  if (comm_.rank() == 0) LogInfo("resumed from " + store_->Describe() + "/" + StepDir(step_) + " on " +
+                                     std::to_string(comm_.world_size()) + " rank" + (comm_.world_size() == 1 ? "" : "s"));
 }
 
 Trainer::StepStats Trainer::TrainStep() {
@@ -318,7 +328,10 @@ RunResult Trainer::Run() {
     }
     if (s.uploads_done) FinishPending();  // every rank's shard is written: commit without waiting
     if (s.stop) {
-      if (comm_.rank() == 0) LogInfo("stop requested (SIGTERM): checkpointing at step " + std::to_string(step_));
+      stop_reason_ = StopReason(config_.stop_reason_file);
+      if (comm_.rank() == 0)
+        LogInfo("stop requested (SIGTERM): checkpointing at step " + std::to_string(step_) +
+                (stop_reason_.empty() ? "" : " (reason: " + stop_reason_ + ")"));
       SaveCheckpoint();
       return Finish(kExitPreempted, MonoSeconds() - train_start, samples_done);
     }
@@ -340,7 +353,9 @@ RunResult Trainer::Finish(int exit_code, double train_seconds, int64_t samples_d
   r.exit_code = exit_code;
   r.steps = step_;
   r.samples_per_s = samples_done / std::max(1e-9, train_seconds);
-  WriteStatus(exit_code == kExitPreempted ? "preempted" : "done", last_loss_);
+  // A resize is a checkpoint-and-restart the scheduler chose to grow the job: not a preemption.
+  const bool resize = exit_code == kExitPreempted && stop_reason_ == "resize";
+  WriteStatus(exit_code != kExitPreempted ? "done" : resize ? "resizing" : "preempted", last_loss_);
   if (comm_.rank() != 0) {
     r.wall_s = MonoSeconds() - start_mono_;
     return r;
@@ -352,14 +367,15 @@ RunResult Trainer::Finish(int exit_code, double train_seconds, int64_t samples_d
   }
   r.wall_s = MonoSeconds() - start_mono_;
   std::printf("%s at step %lld: test_accuracy %.4f test_loss %.4f samples/s %.0f wall %.1f s, in collectives %.2f s (%d rank%s, %s)\n",
-              exit_code == 0 ? "done" : "preempted", static_cast<long long>(step_), r.test_accuracy, r.test_loss, r.samples_per_s,
+              exit_code == 0 ? "done" : resize ? "resized" : "preempted", static_cast<long long>(step_), r.test_accuracy, r.test_loss, r.samples_per_s,
               r.wall_s, comm_seconds_, comm_.world_size(), comm_.world_size() == 1 ? "" : "s", comm_.backend().c_str());
   std::fflush(stdout);
   if (!config_.metrics_out.empty()) {
     nlohmann::json m = {{"test_accuracy", r.test_accuracy}, {"test_loss", r.test_loss}, {"steps", r.steps},
                         {"samples_per_s", r.samples_per_s}, {"wall_s", r.wall_s}, {"train_s", train_seconds},
                         {"collective_s", comm_seconds_},
-                        {"world_size", comm_.world_size()}, {"preempted", exit_code == kExitPreempted},
+                        {"world_size", comm_.world_size()}, {"preempted", exit_code == kExitPreempted && !resize},
+                        {"stop_reason", stop_reason_},
                         {"last_checkpoint_step", last_checkpoint_step_}, {"final_train_loss", last_loss_}};
     WriteFileAtomically(config_.metrics_out, m.dump(2) + "\n");
   }

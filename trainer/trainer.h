@@ -18,6 +18,11 @@ namespace mltrain {
 /// Installs the SIGTERM/SIGINT handler that requests a clean stop (SA_RESTART, async-signal-safe)
 /// and ignores SIGPIPE, so a dead peer surfaces as a collective error (exit 76).
 void InstallStopSignalHandlers();
+/// Longest stop reason read (characters); agentd writes at most 32.
+inline constexpr int kMaxStopReasonBytes = 32;
+/// The first word of the file at `path` (MLSCHED_STOP_REASON_FILE, written by agentd before the
+/// SIGTERM): "resize", "eviction", "preemption"; "" when `path` is empty or unreadable.
+std::string StopReason(const std::string& path);
 /// True once SIGTERM/SIGINT arrived (or RequestStop was called).
 bool StopRequested();
 void RequestStop();
@@ -88,6 +93,7 @@ class Trainer {
   double last_checkpoint_unix_ = 0, last_checkpoint_mono_ = 0, last_loss_ = 0, last_samples_per_s_ = 0;
   double start_mono_ = 0;
   double comm_seconds_ = 0;  // rank's wall time inside the per-step collectives (waiting for peers included)
+  std::string stop_reason_;  // on a stop: the scheduler's reason (StopReason), "" when none was given
 };
 
 }  // namespace mltrain

@@ -1,6 +1,7 @@
 // SchedulingCycle::Run: admission (hold, dependencies, partition) -> order (QoS preemption tier, then FIFO or
 // multifactor priority) -> planner (start in order, reserve for blocked jobs, backfill around the
-// reservations) -> preemption for blocked jobs whose QoS may preempt.
+// reservations) -> preemption for blocked jobs whose QoS may preempt -> grows of running elastic
+// jobs (elastic.h).
 #include <algorithm>
 #include <deque>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "schedd/core/ledger.h"
 #include "schedd/core/limits.h"
 #include "schedd/core/pools.h"
+#include "schedd/core/elastic.h"
 #include "schedd/core/preemption.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/timeline.h"
@@ -126,6 +128,7 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
                  " s (--spot=prefer); " + p.detail;
     }
   PlanPreemptions(state, policy, now, queue, ledger, plan);
+  plan.resizes = PlanGrows(state, policy, plan, now);
   return plan;
 }
 

@@ -192,6 +192,9 @@ struct Job {
   /// Planning only (timeline, reservations, shortest-first order); limits and the kill use
   /// spec.time_limit. schedd sets it from its run-time predictor (predictor.h).
   Duration predicted_runtime = 0;
+  /// Elastic jobs: seconds its last checkpoint-and-restart took (from the stop request to the
+  /// next attempt running), measured by the caller; 0 = none yet (ElasticPolicy::restart_cost).
+  Duration restart_cost = 0;
 };
 
 /// True when `spec` is an elastic gang (a range of sizes, not one size).
@@ -432,6 +435,14 @@ struct PredictionPolicy {
   int32_t history = 2;                  // run times kept and averaged per user, 1..64
 };
 
+/// Elastic gangs (the policy's [elastic]; elastic.h): when a running elastic job below its largest
+/// size is asked to checkpoint and restart larger.
+struct ElasticPolicy {
+  bool grow = true;                    // false: running jobs never grow
+  Duration min_resize_interval = 600;  // seconds an attempt runs before it may be resized (no thrash)
+  Duration restart_cost = 60;          // seconds a checkpoint + restart costs, for jobs not yet measured
+};
+
 struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
@@ -453,6 +464,7 @@ struct PolicySet {
   std::vector<WarmPool> warm_pools;
   InputLimits limits;                   // [limits]; root, schedd's user and operators skip the per-user ones
   PredictionPolicy prediction;          // [prediction]
+  ElasticPolicy elastic;                // [elastic]
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.
@@ -483,10 +495,20 @@ struct PreemptDecision {
 };
 
 /// The output of one cycle: decisions as data; the caller applies them.
+/// Ask this running elastic job to checkpoint and restart with `to` tasks instead of `from`
+/// (PlanGrows, elastic.h): the caller signals its tasks with the reason "resize".
+struct ResizeDecision {
+  JobId job = 0;
+  int32_t from = 0, to = 0;  // tasks
+  Duration gain = 0;         // seconds of run time saved: remaining x (1 - from / to)
+  Duration cost = 0;         // seconds the checkpoint and restart are expected to cost
+};
+
 struct CyclePlan {
   std::vector<StartDecision> starts;
   std::vector<PendingUpdate> pending;
   std::vector<PreemptDecision> preemptions;
+  std::vector<ResizeDecision> resizes;
 };
 
 /// Why a spec can never run on this cluster (e.g. "job needs 9 GPUs per task but no node has more

@@ -133,7 +133,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
-                   "preemption", "warm_pools", "limits", "simulation", "prediction"},
+                   "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -154,6 +154,12 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("pricing", [&](const toml::table& t) { ReadPricing(t, p.placement); });
   section("simulation", [&](const toml::table& t) { ReadSimulation(t, simulation_); });  // mlsim's
   section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
+  section("elastic", [&](const toml::table& t) {
+    CheckKeys(t, {"grow", "min_resize_interval", "restart_cost"}, "[elastic]");
+    Bool(t, "grow", p.elastic.grow, "[elastic]");
+    Dur(t, "min_resize_interval", p.elastic.min_resize_interval, "[elastic]");
+    Dur(t, "restart_cost", p.elastic.restart_cost, "[elastic]");
+  });
   section("preemption", [&](const toml::table& t) {
     CheckKeys(t, {"victim_order"}, "[preemption]");
     std::string order;

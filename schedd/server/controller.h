@@ -191,6 +191,15 @@ class Controller {
     bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
     int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)
     int32_t evictions = 0;       // spot evictions so far (stored with the job)
+    std::string stop_cause;      // why the current attempt is being stopped: "eviction of NODE", "preemption by job N"
+    std::string resize;          // elastic: the latest size change, e.g. "shrunk 4->3 after eviction of n4 (attempt 2)"
+    bool resizing = false;       // SIGTERM sent to restart at another size (core::ResizeDecision)
+    int64_t stop_requested_at = 0;  // when a resize or eviction asked it to stop; 0 = none pending
+    int64_t stop_seconds = -1;      // that stop: request to requeue (checkpoint, exit); -1 = none
+    int64_t launched_at = 0;        // when the current attempt was launched
+    // Seconds a checkpoint-and-restart costs this job: its last stop plus launch to all ranks
+    // running, without the time it waited in the queue; 0 = not measured yet.
+    core::Duration restart_cost = 0;
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {
@@ -236,13 +245,17 @@ class Controller {
   static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);
   // controller_launch.cc: attempts
   void StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now);
+  /// Elastic jobs: records a size change from the last attempt (`prev_size` tasks, 0 = none) to
+  /// `size` as an event ("shrink"/"grow": "shrunk 4->3 after eviction of n4") and in JobInfo.resize;
+  /// consumes `stop_cause` either way (`requeue_reason`, e.g. "NodeFail", names the cause when it is empty).
+  void NoteResizeLocked(JobRec& j, int prev_size, int size, const std::string& requeue_reason);
   /// True when `node` holds a task of `j`'s current placement (of `rank`, or any rank when rank < 0).
   bool PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const;
   /// Logs and counts (mlsched_rejected_requests_total{reason="agent_message"}) a report from an
   /// agent about a task that is not placed on its node; the report changes nothing.
   void RejectAgentMessage(const std::string& node, const std::string& what);
   void OnPrepareResult(const std::string& node, const v1::PrepareResult& r, int64_t now);
-  void OnTaskStarted(const std::string& node, const v1::TaskStarted& t);
+  void OnTaskStarted(const std::string& node, const v1::TaskStarted& t, int64_t now);
   void OnTaskExited(const std::string& node, const v1::TaskExited& t, int64_t now);
   void OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, int64_t now);
   /// Ends the current attempt: live tasks get terminated and become a Ghost. `final_state` kPending
@@ -254,6 +267,9 @@ class Controller {
   void EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now);
   /// Applies a core PreemptDecision: SIGTERM to every task of the victim with the QoS grace time.
   void PreemptLocked(const core::PreemptDecision& d, int64_t now);
+  /// Applies a core ResizeDecision: SIGTERM to every task with the reason "resize" and the kill grace;
+  /// the job exits 75, is requeued (not counted as a preemption) and restarts at the size that fits.
+  void ResizeLocked(const core::ResizeDecision& d, int64_t now);
   /// The accounting row of the job's current attempt (end/outcome filled by the caller).
   AttemptRow AttemptOf(const JobRec& j) const;
   // controller_deps.cc: dependencies and arrays
@@ -293,6 +309,8 @@ class Controller {
   // controller_cycle.cc
   /// Nodes, pending and running jobs and exiting tasks for one cycle (usage is left to the caller).
   core::ClusterState Snapshot(int64_t now) const;
+  /// True when tasks of an ended attempt of `job` are still exiting on a node that could run it.
+  bool OwnTasksExitingLocked(int64_t job) const;
   /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.
   void AccrueUsageLocked(const core::ClusterState& snap, int64_t now);
   /// With [prediction] enabled: the seconds the core plans `j` to run (pending: the prediction;

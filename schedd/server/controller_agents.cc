@@ -38,7 +38,20 @@ void Controller::SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg) {
     if (sent.insert(t.node()).second) sink_.Send(t.node(), msg);
 }
 
+void Controller::NoteResizeLocked(JobRec& j, int prev_size, int size, const std::string& requeue_reason) {
+  const std::string cause = j.stop_cause.empty() ? "requeue (" + requeue_reason + ")" : j.stop_cause;
+  j.stop_cause.clear();
+  if (!core::IsElastic(j.spec) || prev_size <= 0 || prev_size == size) return;
+  const char* verb = size < prev_size ? "shrunk" : "grew";
+  const std::string what = std::string(verb) + " " + std::to_string(prev_size) + "->" + std::to_string(size) + " after " + cause;
+  j.resize = what + " (attempt " + std::to_string(j.attempt) + ")";
+  store_.AppendEvent(j.id, "", size < prev_size ? "shrink" : "grow", what).get();
+  spdlog::info("job {} attempt {}: {}", j.id, j.attempt, what);
+}
+
 void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now) {
+  const int prev_size = j.attempt > 0 ? j.placement.tasks_size() : 0;  // the last attempt's size
+  const std::string requeue_reason = j.reason;  // why it was pending: "Evicted", "Preempted", ...
   j.attempt += 1;
   j.state = core::JobState::kRunning;
   j.reason = "None";
@@ -48,8 +61,10 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.preempted = false;
   j.evicting = false;
   j.preempting = false;
+  j.resizing = false;
   j.preempt_cancel = false;
   j.expected_start = 0;
+  j.launched_at = now;
   j.launch_deadline = now + cfg_.launch_timeout_s;
   j.placement.Clear();
   std::map<std::string, int32_t> local;  // next local rank per node
@@ -73,6 +88,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   if (metrics_ && j.attempt == 1)
     metrics_->ObserveQueueWait(j.spec.partition, accel, static_cast<double>(now - j.submit_time));
   Persist(j, "start", "attempt " + std::to_string(j.attempt) + " on " + accel);  // RUNNING is durable before any task starts
+  NoteResizeLocked(j, prev_size, static_cast<int>(tasks.size()), requeue_reason);
   if (j.spec.per_task.GpuCount() > 0 &&
       (accel == "cpu" || (!j.spec.gpu_types.empty() && accel != j.spec.gpu_types.front()))) {
     std::string wanted = j.spec.gpu_types.empty() ? "any GPU" : j.spec.gpu_types.front();
@@ -156,6 +172,9 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   }
   j.tasks.clear();
   ObserveRuntimeLocked(j, final_state, now);
+  // A stop that a resize or an eviction asked for ends here; the restart's launch is measured next.
+  j.stop_seconds = final_state == core::JobState::kPending && j.stop_requested_at > 0 ? now - j.stop_requested_at : -1;
+  j.stop_requested_at = 0;
   AttemptRow acct = AttemptOf(j);
   acct.end_time = now;
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
@@ -270,7 +289,7 @@ void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage&
   switch (msg.msg_case()) {
     case v1::AgentMessage::kHeartbeat: OnHeartbeat(node, msg.heartbeat(), now); break;
     case v1::AgentMessage::kPrepareResult: OnPrepareResult(node, msg.prepare_result(), now); break;
-    case v1::AgentMessage::kTaskStarted: OnTaskStarted(node, msg.task_started()); break;
+    case v1::AgentMessage::kTaskStarted: OnTaskStarted(node, msg.task_started(), now); break;
     case v1::AgentMessage::kTaskExited: OnTaskExited(node, msg.task_exited(), now); break;
     case v1::AgentMessage::kEviction:
       if (auto it = nodes_.find(node); it != nodes_.end())
@@ -318,7 +337,7 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
   spdlog::info("job {} attempt {}: all nodes prepared, committed", j->id, j->attempt);
 }
 
-void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t) {
+void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t, int64_t now) {
   JobRec* j = Find(t.job_id());
   if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
   if (!PlacedOn(*j, node, t.rank()))
@@ -327,6 +346,12 @@ void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t
     if (j->placement.tasks(i).rank() == t.rank() && j->placement.tasks(i).node() == node &&
         j->tasks[i].phase == Phase::kCommitted)
       j->tasks[i].phase = Phase::kRunning;
+  // The restart after a resize or an eviction is done once every rank runs: that stop's cost.
+  if (j->stop_seconds >= 0 &&
+      std::all_of(j->tasks.begin(), j->tasks.end(), [](const TaskRt& rt) { return rt.phase == Phase::kRunning; })) {
+    j->restart_cost = std::max<int64_t>(1, j->stop_seconds + std::max<int64_t>(0, now - j->launched_at));
+    j->stop_seconds = -1;
+  }
 }
 
 void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, int64_t now) {
@@ -360,6 +385,13 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   j->tasks[idx].exit_code = t.exit_code();
   if (!t.error().empty()) spdlog::warn("job {} rank {}: {}", j->id, t.rank(), t.error());
   constexpr int kPreemptedExit = 75;  // the trainer's "checkpointed, requeue me"
+  if (j->resizing && !j->evicting && !j->preempting && (t.exit_code() == kPreemptedExit || t.signaled())) {
+    // Stopped to restart at another size: requeued at once, not a preemption (no count, no PREEMPTED).
+    j->clean_stop = t.exit_code() == kPreemptedExit;
+    store_.AppendEvent(j->id, node, "RESIZE", "rank " + std::to_string(t.rank()) + " stopped for a resize").get();
+    EndAttempt(*j, core::JobState::kPending, "Resize", 0, now, "requeue");
+    return;
+  }
   if (t.exit_code() == kPreemptedExit || ((j->evicting || j->preempting) && t.signaled())) {
     // PREEMPTED, then back to PENDING with its original submit time (or CANCELLED in QoS mode cancel).
     j->preempted = true;
@@ -445,6 +477,8 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
     for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
     if (!on_node) continue;
     j.evicting = true;
+    if (j.stop_cause.empty()) j.stop_cause = "eviction of " + name;
+    if (core::IsElastic(j.spec) && j.stop_requested_at == 0) j.stop_requested_at = now;
     j.reason = "Evicting";  // RUNNING while its tasks checkpoint within the grace period
     v1::SchedulerMessage m;
     auto* s = m.mutable_signal();
@@ -452,6 +486,7 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
     s->set_attempt(j.attempt);
     s->set_kill(true);
     s->set_grace_s(grace);
+    s->set_reason("eviction");
     SendToNodes(j, m);
     jobs += (jobs.empty() ? "" : ",") + std::to_string(id);
     store_.AppendEvent(id, name, "eviction", source + ", grace " + std::to_string(grace) + " s").get();
@@ -485,6 +520,7 @@ void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
     if (!on_node) continue;
     // NODE_FAIL, then back to PENDING: recorded as two events in order.
     store_.AppendEvent(id, name, "NODE_FAIL", why).get();
+    if (j.stop_cause.empty()) j.stop_cause = "failure of node " + name;
     EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "requeue");
   }
   for (auto it = ghosts_.begin(); it != ghosts_.end();) {

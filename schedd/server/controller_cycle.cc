@@ -31,6 +31,10 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
   for (const auto& [id, j] : jobs_) {
     if (j.state == core::JobState::kPending) {
       if (j.eligible_after > now) continue;
+      // An elastic job whose last attempt still has tasks exiting on usable nodes waits for them (a
+      // SIGTERMed gang exits within its grace time): started now, it would take only the nodes
+      // free before they exit, a smaller size than the cluster holds.
+      if (core::IsElastic(j.spec) && OwnTasksExitingLocked(id)) continue;
       core::Job cj;
       cj.id = id;
       cj.spec = j.spec;
@@ -53,7 +57,8 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.preempt_count = j.preempt_count;
       cj.evictions = j.evictions;
       cj.predicted_runtime = PlannedRuntimeLocked(j, now);
-      cj.preempting = j.preempting || j.evicting;  // stopping: its resources free up soon
+      cj.preempting = j.preempting || j.evicting || j.resizing;  // stopping: its resources free up soon
+      cj.restart_cost = j.restart_cost;
       core::Allocation a;
       for (const auto& t : j.placement.tasks())
         a.tasks.push_back(core::TaskPlacement{t.rank(), t.node(), {t.gpu_indices().begin(), t.gpu_indices().end()},
@@ -95,6 +100,15 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
   return s;  // usage is added by the caller (RunCycle accrues it first)
 }
 
+bool Controller::OwnTasksExitingLocked(int64_t job) const {
+  for (auto it = ghosts_.lower_bound({job, 0}); it != ghosts_.end() && it->first.first == job; ++it)
+    for (const auto& [rank, node] : it->second.alive) {
+      auto n = nodes_.find(node);
+      if (n != nodes_.end() && n->second.connected && !n->second.down && !n->second.drained) return true;
+    }
+  return false;
+}
+
 core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) const {
   if (!policy_.prediction.enabled || j.spec.time_limit <= 0) return 0;
   const core::Duration predicted = predictor_.Predict(j.user, j.spec.time_limit);
@@ -117,12 +131,14 @@ void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {
   v->preempting = true;
   v->preempt_cancel = d.mode == core::PreemptMode::kCancel;
   v->reason = "Preempting";  // RUNNING while its tasks checkpoint within the grace time
+  v->stop_cause = "preemption by job " + std::to_string(d.preemptor);
   v1::SchedulerMessage m;
   auto* sig = m.mutable_signal();
   sig->set_job_id(v->id);
   sig->set_attempt(v->attempt);
   sig->set_kill(true);
   sig->set_grace_s(static_cast<int32_t>(std::max<int64_t>(1, d.grace)));
+  sig->set_reason("preemption");
   SendToNodes(*v, m);
   std::string detail = "by job " + std::to_string(d.preemptor) + ", mode " + core::PreemptModeName(d.mode) +
                        ", grace " + std::to_string(d.grace) + " s, " + std::to_string(d.lost_work) +
@@ -130,6 +146,29 @@ void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {
   store_.AppendEvent(v->id, "", "preempt", detail).get();
   if (metrics_) metrics_->CountPreemption();
   spdlog::info("job {} attempt {}: preempted {}", v->id, v->attempt, detail);
+}
+
+void Controller::ResizeLocked(const core::ResizeDecision& d, int64_t now) {
+  JobRec* j = Find(d.job);
+  if (!j || j->state != core::JobState::kRunning || j->preempting || j->evicting || j->resizing) return;
+  if (j->placement.tasks_size() != d.from) return;  // changed since the snapshot
+  j->resizing = true;
+  j->reason = "Resizing";  // RUNNING while its tasks checkpoint
+  j->stop_cause = "resize (capacity freed)";
+  j->stop_requested_at = now;
+  v1::SchedulerMessage m;
+  auto* sig = m.mutable_signal();
+  sig->set_job_id(j->id);
+  sig->set_attempt(j->attempt);
+  sig->set_kill(true);
+  sig->set_grace_s(cfg_.kill_grace_s);
+  sig->set_reason("resize");
+  SendToNodes(*j, m);
+  const std::string detail = "to " + std::to_string(d.to) + " tasks from " + std::to_string(d.from) +
+                             ": expected gain " + std::to_string(d.gain) + " s > restart cost " +
+                             std::to_string(d.cost) + " s";
+  store_.AppendEvent(j->id, "", "resize", detail).get();
+  spdlog::info("job {} attempt {}: resize {}", j->id, j->attempt, detail);
 }
 
 void Controller::AccrueUsageLocked(const core::ClusterState& snap, int64_t now) {
@@ -221,6 +260,7 @@ void Controller::RunCycle(int64_t now) {
     StartAttempt(*j, s.allocation, now);
   }
   for (const auto& d : plan.preemptions) PreemptLocked(d, now);
+  for (const auto& d : plan.resizes) ResizeLocked(d, now);
   for (const auto& p : plan.pending) {
     JobRec* j = Find(p.job);
     if (!j || j->state != core::JobState::kPending) continue;

@@ -1,8 +1,11 @@
 // Prepare-time validation (PlanAttempt) and device reservations (AttemptTable).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "agentd/attempts.h"
 #include "agentd/launch_plan.h"
+#include "agentd/safe_files.h"
 #include "support.h"
 
 using namespace mlsched;
@@ -63,6 +66,7 @@ TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
   CHECK(EnvOf(plan.value->ranks[0], "CUDA_VISIBLE_DEVICES") == "0,1");
   CHECK(EnvOf(r1, "RANK") == "1");
   CHECK(EnvOf(r1, "MLSCHED_STATUS_FILE") == dir.Str("work/jobs/12.1/status-1.json"));
+  CHECK(EnvOf(r1, "MLSCHED_STOP_REASON_FILE") == dir.Str("work/jobs/12.1.stop-reason"));
   CHECK(plan.value->dir == dir.Str("work/jobs/12.1"));
   CHECK(plan.value->script.empty());
 }
@@ -199,4 +203,27 @@ TEST_CASE("devices stay reserved from prepare until the rank exits", "[plan]") {
   CHECK(table.PreparedNotIn({{21, 1, 0}}).empty());
   REQUIRE(table.DropPrepared({21, 1}));
   CHECK(table.HeldGpus().empty());
+}
+
+TEST_CASE("the stop reason is written next to the attempt directory and removed with it", "[plan][elastic]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.Str("work/jobs/12.1"));
+  const std::string attempt = dir.Str("work/jobs/12.1");
+  REQUIRE(WriteStopReason(attempt, "resize").empty());
+  std::string text;
+  REQUIRE(ReadRegularFileAt(dir.Str("work/jobs"), "12.1.stop-reason", kMaxStopReasonBytes + 1, &text).empty());
+  CHECK(text == "resize\n");
+  REQUIRE(WriteStopReason(attempt, "eviction").empty());  // replaced whole
+  REQUIRE(ReadRegularFileAt(dir.Str("work/jobs"), "12.1.stop-reason", kMaxStopReasonBytes + 1, &text).empty());
+  CHECK(text == "eviction\n");
+  CHECK_FALSE(WriteStopReason(attempt, "").empty());
+  CHECK_FALSE(WriteStopReason(attempt, "../x").empty());
+  CHECK_FALSE(WriteStopReason(attempt, std::string(kMaxStopReasonBytes + 1, 'a')).empty());
+  RemoveAttemptFiles(attempt);
+  CHECK_FALSE(std::filesystem::exists(attempt));
+  CHECK_FALSE(std::filesystem::exists(StopReasonPath(attempt)));
+  // A stale one found at start (agentd removes every entry of jobs/ it finds) goes alone.
+  REQUIRE(WriteStopReason(dir.Str("work/jobs/13.2"), "eviction").empty());
+  RemoveAttemptFiles(dir.Str("work/jobs/13.2.stop-reason"));
+  CHECK_FALSE(std::filesystem::exists(dir.Str("work/jobs/13.2.stop-reason")));
 }

@@ -87,7 +87,7 @@ TEST_CASE("mlq --explain of a pending job schedd gave no factors says why", "[cl
   r.clear_factors();
   std::string out = FormatExplain(r);
   CHECK_THAT(out, Catch::Contains("Reason:         Resources") && !Catch::Contains("FACTOR"));
-  CHECK_THAT(out, Catch::Contains("Priority:       5120 (no factors now: the job waits out a launch backoff)\n"));
+  CHECK_THAT(out, Catch::Contains("Priority:       5120 (no factors now: the job waits out a launch backoff, or for its last attempt's tasks to exit)\n"));
   CHECK(ExplainJson(r)["factors"].is_null());
 }
 
@@ -137,4 +137,15 @@ TEST_CASE("mlq --start orders known expected starts first, earliest first, unkno
   p.set_reason("Priority");
   CHECK_THAT(FormatJobLine(*format.value, p, 0), Catch::Contains(" PD                 N/A ") &&
                                                      Catch::EndsWith("(Priority)"));
+}
+
+TEST_CASE("mlq --explain shows an elastic job's latest size change", "[cli][explain][elastic]") {
+  auto r = PendingExplain();
+  r.mutable_job()->set_state(v1::RUNNING);
+  r.set_pending(false);
+  r.clear_factors();
+  CHECK_THAT(FormatExplain(r), !Catch::Contains("Resized:"));
+  r.mutable_job()->set_resize("shrunk 4->3 after eviction of spot-1 (attempt 2)");
+  CHECK_THAT(FormatExplain(r), Catch::Contains("  Resized:        shrunk 4->3 after eviction of spot-1 (attempt 2)\n"));
+  CHECK(ExplainJson(r)["resize"] == "shrunk 4->3 after eviction of spot-1 (attempt 2)");
 }

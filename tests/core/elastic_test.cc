@@ -1,7 +1,10 @@
 // Elastic gangs (mlsub -n MIN-MAX:STEP): the size the core chooses (the largest that fits now, the
 // step respected, MIN when only MIN fits), backfill at a smaller size that never delays a
-// reservation, the restart at once at a smaller size after an eviction, and usage at the size run.
+// reservation, the restart at once at a smaller size after an eviction or beside a QoS preemptor,
+// and usage at the size run.
 #include <catch2/catch.hpp>
+
+#include <set>
 
 #include "schedd/core/fairshare.h"
 #include "tests/core/support.h"
@@ -159,4 +162,38 @@ TEST_CASE("an elastic job is feasible when its smallest size can run", "[core][e
   CHECK(CheckJobFeasible(nodes, PolicySet{}, JobBuilder().Elastic(5, 6).GpusPerTask(8, "h100").Build().spec).has_value());
   CHECK(CheckJobFeasible(nodes, PolicySet{}, JobBuilder().Elastic(2, 5, 2).Build().spec) ==
         "job task range 2-5 is not a multiple of task_step 2");
+}
+
+TEST_CASE("after a QoS preemption an elastic job restarts at once beside its preemptor with fewer tasks", "[core][elastic][preempt]") {
+  // The low elastic job (2-4 tasks) holds all 4 nodes; a high job needs one. The whole gang is
+  // signalled (it checkpoints); once it has exited, one cycle starts the high job and restarts
+  // the elastic job on the 3 other nodes: it does not wait for its old size.
+  PolicySet p;
+  QosPolicy low, high;
+  low.name = "low";
+  low.grace_time = 30;
+  high.name = "high";
+  high.preempt = {"low"};
+  p.qos = {low, high};
+  p.default_qos = "low";
+  ClusterState s;
+  s.nodes = FourNodes();
+  Job elastic = JobBuilder(1).Elastic(2, 4).GpusPerTask(8, "h100").Qos("low").TimeLimit(3600s)
+                    .Running(0, WholeNodes({"gpu-1", "gpu-2", "gpu-3", "gpu-4"})).Build();
+  s.jobs = {elastic, JobBuilder(2).Tasks(1).GpusPerTask(8, "h100").Qos("high").Submit(90).Build()};
+  const CyclePlan first = RunChecked(s, p, 100);
+  REQUIRE(first.preemptions.size() == 1);
+  CHECK(first.preemptions[0].victim == 1);
+  CHECK(first.starts.empty());
+  // The victim's ranks exited 75: it is pending again, the high job still waits.
+  s.jobs[0] = JobBuilder(1).Elastic(2, 4).GpusPerTask(8, "h100").Qos("low").TimeLimit(3600s).Build();
+  s.jobs[0].attempt = 1;
+  s.jobs[0].preempt_count = 1;
+  const CyclePlan second = RunChecked(s, p, 110);
+  CHECK(second.preemptions.empty());
+  REQUIRE(StartedTasks(second, 2) == 1);
+  REQUIRE(StartedTasks(second, 1) == 3);
+  std::set<std::string> used;
+  for (const StartDecision& d : second.starts)
+    for (const TaskPlacement& t : d.allocation.tasks) CHECK(used.insert(t.node).second);
 }

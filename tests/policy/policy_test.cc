@@ -150,7 +150,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
-        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction"}},
+        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic"}},
       {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
        {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history"}},
       {"bad [prediction] values",
@@ -291,4 +291,22 @@ TEST_CASE("durations beyond 1000 years are invalid, not overflows", "[policy][fu
   r = ParsePolicy("[backfill]\nwindow = \"" + many + "\"\n", "p.toml");
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.ErrorText(), Catch::Contains("invalid duration"));
+}
+
+TEST_CASE("the [elastic] table is read into the policy and its errors name FILE:LINE", "[policy][elastic]") {
+  auto r = ParsePolicy("[elastic]\ngrow = false\nmin_resize_interval = \"2m\"\nrestart_cost = 15\n", "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  CHECK_FALSE(r.policy->elastic.grow);
+  CHECK(r.policy->elastic.min_resize_interval == 120);
+  CHECK(r.policy->elastic.restart_cost == 15);
+  auto none = ParsePolicy("", "empty.toml");
+  REQUIRE(none.ok());
+  CHECK(none.policy->elastic.grow);
+  CHECK(none.policy->elastic.min_resize_interval == 600);
+  CHECK(none.policy->elastic.restart_cost == 60);
+  auto bad = ParsePolicy("[elastic]\nmin_resize_interval = -1\nresize_cost = 3\n", "bad.toml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:2:") && Catch::Contains("'min_resize_interval' in [elastic]: must be >= 0 seconds"));
+  CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:3:") && Catch::Contains("resize_cost"));
 }

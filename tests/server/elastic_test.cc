@@ -1,7 +1,11 @@
 // Elastic gangs in the daemon: an elastic job is launched with world_size = the size the core
-// chose, relaunched at once with fewer tasks after an eviction, and a bad range is refused.
+// chose, relaunched at once with fewer tasks after an eviction or a QoS preemption (an event and
+// JobInfo.resize say so), and a bad range is refused.
 #include <catch2/catch.hpp>
 
+#include <sqlite3.h>
+
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -97,4 +101,187 @@ TEST_CASE("a bad elastic range is rejected naming the field", "[controller][elas
   s = Spec(4, 1);
   s.set_task_step(2);
   CHECK(w.ctl->Submit(w.alice, s, w.now, &id).message == "task_step 2 needs a task range (min_tasks)");
+}
+
+namespace {
+
+// "kind|detail" of every event of `job` in the store's SQLite file (written durably: AppendEvent waits).
+std::vector<std::string> EventsOf(const TempDir& dir, int64_t job) {
+  std::vector<std::string> out;
+  sqlite3* db = nullptr;
+  const std::string path = (dir.path / "state.db").string();
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT kind, detail FROM events WHERE job_id = ? ORDER BY id", -1, &st, nullptr) == SQLITE_OK);
+  sqlite3_bind_int64(st, 1, job);
+  while (sqlite3_step(st) == SQLITE_ROW)
+    out.push_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) + "|" +
+                  reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+bool HasEvent(const std::vector<std::string>& events, const std::string& e) {
+  return std::find(events.begin(), events.end(), e) != events.end();
+}
+
+// Starts an elastic gang of min_tasks..4 tasks on the 4 nodes of `w`; returns its id.
+int64_t RunningOnAllFour(World& w, int32_t min_tasks, const std::string& qos = "") {
+  v1::JobSpec spec = ElasticSpec(min_tasks, 4);
+  if (!qos.empty()) spec.set_qos(qos);
+  const int64_t id = w.Submit(spec, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  REQUIRE(w.Job(id).tasks_size() == 4);
+  return id;
+}
+
+}  // namespace
+
+TEST_CASE("a shrink after an eviction is an event and shows in the job", "[controller][elastic]") {
+  World w(4, 1);
+  const int64_t id = RunningOnAllFour(w, 2);
+  w.sink.Clear();
+  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
+  auto sig = w.sink.Of("n1", v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().reason() == "eviction");
+  for (int32_t rank = 0; rank < 4; ++rank)
+    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(id, 1, rank, 75), w.now + 5);
+  w.ctl->RunCycle(w.now + 5);
+  auto info = w.Job(id);
+  REQUIRE(info.state() == v1::RUNNING);
+  CHECK(info.tasks_size() == 3);
+  CHECK(info.resize() == "shrunk 4->3 after eviction of n4 (attempt 2)");
+  const auto events = EventsOf(w.dir, id);
+  CHECK(HasEvent(events, "shrink|shrunk 4->3 after eviction of n4"));
+  CHECK(HasEvent(events, "PREEMPTED|spot eviction"));
+}
+
+TEST_CASE("an elastic job restarts only once its own exiting tasks are gone from usable nodes", "[controller][elastic]") {
+  // MIN 1: started while its old ranks still hold n2 and n3, it would restart on n1 alone.
+  World w(4, 1);
+  const int64_t id = RunningOnAllFour(w, 1);
+  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
+  w.ctl->OnAgentMessage("n1", Exited(id, 1, 0, 75), w.now + 5);
+  REQUIRE(w.Job(id).state() == v1::PREEMPTED);  // requeued, ranks 1-3 still exiting
+  w.ctl->RunCycle(w.now + 5);
+  CHECK(w.Job(id).state() == v1::PREEMPTED);
+  w.ctl->OnAgentMessage("n2", Exited(id, 1, 1, 75), w.now + 6);
+  w.ctl->OnAgentMessage("n3", Exited(id, 1, 2, 75), w.now + 6);
+  // Rank 3 on the evicted (drained) node n4 is not waited for: n4 cannot take the job anyway.
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 6);
+  auto info = w.Job(id);
+  REQUIRE(info.state() == v1::RUNNING);
+  CHECK(info.tasks_size() == 3);
+  for (const auto& [node, size] : WorldSizes(w.sink, id)) CHECK(size == 3);
+}
+
+TEST_CASE("an elastic gang preempted for one node restarts at once on the others with fewer tasks", "[controller][elastic][preempt]") {
+  World w(4, 1);
+  core::PolicySet policy;
+  core::QosPolicy low, high;
+  low.name = "low";
+  low.grace_time = 30;
+  high.name = "high";
+  high.preempt = {"low"};
+  policy.qos = {low, high};
+  policy.default_qos = "low";
+  w.ctl->SetPolicy(policy);
+  const int64_t victim = RunningOnAllFour(w, 2, "low");
+  w.sink.Clear();
+  v1::JobSpec hspec = Spec(1, 1);
+  hspec.set_qos("high");
+  const int64_t preemptor = w.Submit(hspec, w.alice);
+  w.ctl->RunCycle(w.now + 100);
+  auto sig = w.sink.Of("n1", v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().reason() == "preemption");
+  for (int32_t rank = 0; rank < 4; ++rank)
+    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(victim, 1, rank, 75), w.now + 105);
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 106);
+  REQUIRE(w.Job(preemptor).state() == v1::RUNNING);
+  auto info = w.Job(victim);
+  REQUIRE(info.state() == v1::RUNNING);
+  CHECK(info.tasks_size() == 3);
+  CHECK(info.preempt_count() == 1);
+  CHECK(info.resize() == "shrunk 4->3 after preemption by job " + std::to_string(preemptor) + " (attempt 2)");
+  const auto sizes = WorldSizes(w.sink, victim);
+  CHECK(sizes.size() == 3);
+  for (const auto& [node, size] : sizes) CHECK(size == 3);
+  CHECK_FALSE(sizes.count(w.Job(preemptor).tasks(0).node()));
+  CHECK(HasEvent(EventsOf(w.dir, victim), "shrink|shrunk 4->3 after preemption by job " + std::to_string(preemptor)));
+}
+
+TEST_CASE("a rigid gang keeps its size and records no resize", "[controller][elastic]") {
+  World w(4, 1);
+  v1::JobSpec spec = Spec(3, 1);
+  spec.set_checkpoint_interval_s(60);
+  const int64_t id = w.Submit(spec, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  const auto first = w.Job(id);
+  REQUIRE(first.tasks_size() == 3);
+  REQUIRE(w.ctl->Evict(Root(), first.tasks(0).node(), w.now + 30, "mladmin", w.now).ok());
+  for (const auto& t : first.tasks()) w.ctl->OnAgentMessage(t.node(), Exited(id, 1, t.rank(), 75), w.now + 5);
+  w.ctl->RunCycle(w.now + 5);
+  auto info = w.Job(id);
+  REQUIRE(info.state() == v1::RUNNING);
+  CHECK(info.tasks_size() == 3);
+  CHECK(info.resize().empty());
+  for (const auto& e : EventsOf(w.dir, id)) CHECK(e.rfind("shrink|", 0) != 0);
+}
+
+TEST_CASE("a shrunk elastic gang grows back at a checkpoint once its node returns and the interval has passed", "[controller][elastic][grow]") {
+  World w(4, 1);
+  core::PolicySet policy;
+  policy.elastic.min_resize_interval = 10;
+  policy.elastic.restart_cost = 5;
+  w.ctl->SetPolicy(policy);
+  const int64_t id = RunningOnAllFour(w, 2);
+  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
+  for (int32_t rank = 0; rank < 4; ++rank)
+    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(id, 1, rank, 75), w.now + 2);
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 2);
+  REQUIRE(w.Job(id).tasks_size() == 3);
+  w.PrepareAndStartAll();
+  REQUIRE(w.ctl->Drain(Root(), "n4", "", /*resume=*/true).ok());  // the spot node is back
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 11);  // attempt 2 started at now + 2: inside the 10 s interval
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
+  w.ctl->RunCycle(w.now + 12);
+  auto sig = w.sink.Of("n1", v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().reason() == "resize");
+  CHECK(sig[0].signal().attempt() == 2);
+  CHECK(w.Job(id).reason() == "Resizing");
+  w.ctl->RunCycle(w.now + 13);  // asked once only
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).size() == 1);
+  const auto second = w.Job(id);
+  for (const auto& t : second.tasks()) w.ctl->OnAgentMessage(t.node(), Exited(id, 2, t.rank(), 75), w.now + 15);
+  auto pending = w.Job(id);
+  CHECK(pending.state() == v1::PENDING);
+  CHECK(pending.reason() == "Resize");
+  CHECK(pending.preempt_count() == 0);  // a resize is not a preemption
+  CHECK(pending.evictions() == 1);
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 15);
+  auto info = w.Job(id);
+  REQUIRE(info.state() == v1::RUNNING);
+  CHECK(info.attempt() == 3);
+  CHECK(info.tasks_size() == 4);
+  CHECK(info.resize() == "grew 3->4 after resize (capacity freed) (attempt 3)");
+  for (const auto& [node, size] : WorldSizes(w.sink, id)) CHECK(size == 4);
+  const auto events = EventsOf(w.dir, id);
+  CHECK(HasEvent(events, "grow|grew 3->4 after resize (capacity freed)"));
+  CHECK(std::count_if(events.begin(), events.end(), [](const std::string& e) { return e.rfind("PREEMPTED|", 0) == 0; }) == 1);
+  // At MAX now: no further resize however long it runs.
+  w.PrepareAndStartAll();
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 100);
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
 }

@@ -8,6 +8,7 @@
 
 #include "tests/trainer/test_util.h"
 #include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
 
 using namespace mltrain;
 using mltrain::testing::ReadFile;
@@ -292,4 +293,14 @@ TEST_CASE("Empty tensors encode and decode", "[trainer][checkpoint][fuzz]") {
   CHECK(back[0].name == "first_moment");
   CHECK(back[1].values.empty());
   CHECK(back[1].begin == 4);
+}
+
+TEST_CASE("StopReason reads the first word of the scheduler's stop-reason file", "[trainer][elastic]") {
+  TempDir dir;
+  CHECK(StopReason("").empty());
+  CHECK(StopReason(dir / "missing").empty());
+  std::ofstream(dir / "r") << "resize\n";
+  CHECK(StopReason(dir / "r") == "resize");
+  std::ofstream(dir / "long") << std::string(100, 'x');
+  CHECK(StopReason(dir / "long").size() == static_cast<size_t>(kMaxStopReasonBytes));
 }

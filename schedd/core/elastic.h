@@ -1,0 +1,34 @@
+// Elastic gangs that grow at checkpoints (issue 16 point 3): after a cycle's starts, which running
+// elastic jobs below their largest size should checkpoint and restart larger.
+#pragma once
+
+#include <vector>
+
+#include "schedd/core/types.h"
+
+namespace mlsched::core {
+
+/// Most running elastic jobs PlanGrows examines in one cycle (oldest attempts first); the rest
+/// wait for a later cycle. Bounds the cost of a cycle with many shrunk jobs.
+inline constexpr size_t kMaxGrowCandidates = 64;
+
+/// The grows of one cycle, decided after `plan`'s starts and preemptions (SchedulingCycle::Run
+/// appends them to plan.resizes). A running elastic job below spec.ntasks grows to the largest
+/// size of its range (GangSizes) that its own nodes plus the nodes free after this cycle's starts
+/// hold, when all of these hold:
+/// - policy.elastic.grow is on, and the cycle preempts nothing and leaves no pending job waiting for
+///   nodes (reason Resources, Priority, Preempting or WaitingForSpotBudget): a blocked job is
+///   ahead of a grow, and with none there is no reservation a grow could delay;
+/// - the job is not being stopped, and its attempt has run at least
+///   policy.elastic.min_resize_interval seconds (every resize restarts the attempt, so no job is
+///   resized twice inside the interval);
+/// - the expected gain beats the restart cost: remaining x (1 - from / to) > cost, where remaining
+///   is PlannedRuntime minus the time run so far (a job without a time limit has no known
+///   remainder and never grows) and cost is job.restart_cost, or policy.elastic.restart_cost when
+///   the job has not been measured.
+/// Capacity given to one grow is not offered to the next. Pure: at most kMaxGrowCandidates jobs,
+/// O(nodes + running tasks) when there is a candidate, nothing otherwise.
+std::vector<ResizeDecision> PlanGrows(const ClusterState& state, const PolicySet& policy, const CyclePlan& plan,
+                                      Timestamp now);
+
+}  // namespace mlsched::core

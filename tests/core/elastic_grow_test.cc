@@ -1,0 +1,133 @@
+// Elastic gangs that grow at checkpoints (PlanGrows, issue 16 point 3): a shrunk job grows back
+// when nodes free and nothing waits for them, never inside min_resize_interval, never when the
+// gain is below the restart cost, never past a reservation, and free nodes go to one grow only.
+#include <catch2/catch.hpp>
+
+#include "schedd/core/elastic.h"
+#include "tests/core/support.h"
+
+using namespace mlsched::core;
+using namespace mlsched::core::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Whole 8-GPU nodes, one task each.
+Allocation OnNodes(std::vector<std::string> nodes) {
+  Allocation a;
+  for (size_t r = 0; r < nodes.size(); ++r)
+    a.tasks.push_back(Task(static_cast<int32_t>(r), nodes[r], {0, 1, 2, 3, 4, 5, 6, 7}, "h100"));
+  return a;
+}
+
+// An elastic job of min..max whole-node tasks running on `nodes` since t = 0 (1 h limit).
+Job ElasticRunning(JobId id, int32_t min, int32_t max, std::vector<std::string> nodes, int32_t step = 1) {
+  return JobBuilder(id).Elastic(min, max, step).GpusPerTask(8, "h100").TimeLimit(3600s)
+      .Running(0, OnNodes(std::move(nodes))).Build();
+}
+
+ClusterState Nodes(const char* hostlist) {
+  ClusterState s;
+  s.nodes = ClusterBuilder().Nodes(hostlist).Gpus("h100", 8).Build();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a shrunk elastic job grows back to its largest size once a node is free", "[core][elastic][grow]") {
+  ClusterState s = Nodes("gpu-[1-4]");
+  s.jobs = {ElasticRunning(1, 2, 4, {"gpu-1", "gpu-2", "gpu-3"})};
+  const CyclePlan plan = RunChecked(s, PolicySet{}, 700);
+  REQUIRE(plan.resizes.size() == 1);
+  CHECK(plan.resizes[0].job == 1);
+  CHECK(plan.resizes[0].from == 3);
+  CHECK(plan.resizes[0].to == 4);
+  CHECK(plan.resizes[0].gain == (3600 - 700) / 4);
+  CHECK(plan.resizes[0].cost == 60);
+}
+
+TEST_CASE("grows: the conditions one by one", "[core][elastic][grow]") {
+  struct Row {
+    const char* name;
+    Timestamp now;
+    Duration interval, default_cost, job_cost;
+    bool grow_on;
+    size_t resizes;
+  };
+  const Row rows[] = {
+      {"interval passed: grows", 700, 600, 60, 0, true, 1},
+      {"inside min_resize_interval: no resize thrash", 599, 600, 60, 0, true, 0},
+      {"gain (3600-700)/4 = 725 s below the default cost: stays", 700, 600, 800, 0, true, 0},
+      {"the job's own measured cost wins over the default", 700, 600, 800, 30, true, 1},
+      {"measured cost above the gain: stays", 700, 600, 60, 900, true, 0},
+      {"time limit used up: no remainder", 3600, 600, 60, 0, true, 0},
+      {"[elastic] grow = false", 700, 600, 60, 0, false, 0},
+  };
+  for (const Row& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      ClusterState s = Nodes("gpu-[1-4]");
+      s.jobs = {ElasticRunning(1, 2, 4, {"gpu-1", "gpu-2", "gpu-3"})};
+      s.jobs[0].restart_cost = row.job_cost;
+      PolicySet p;
+      p.elastic.min_resize_interval = row.interval;
+      p.elastic.restart_cost = row.default_cost;
+      p.elastic.grow = row.grow_on;
+      CHECK(RunChecked(s, p, row.now).resizes.size() == row.resizes);
+    }
+  }
+}
+
+TEST_CASE("a grow respects the step and takes no node a start of the same cycle took", "[core][elastic][grow]") {
+  SECTION("step 2: one free node is not enough to go from 2 to 4") {
+    ClusterState s = Nodes("gpu-[1-3]");
+    s.jobs = {ElasticRunning(1, 2, 4, {"gpu-1", "gpu-2"}, 2)};
+    CHECK(RunChecked(s, PolicySet{}, 700).resizes.empty());
+  }
+  SECTION("a pending job that starts now on the free node leaves nothing to grow into") {
+    ClusterState s = Nodes("gpu-[1-4]");
+    s.jobs = {ElasticRunning(1, 2, 4, {"gpu-1", "gpu-2", "gpu-3"}),
+              JobBuilder(2).Tasks(1).GpusPerTask(8, "h100").Submit(650).Build()};
+    const CyclePlan plan = RunChecked(s, PolicySet{}, 700);
+    CHECK(StartedIds(plan) == std::vector<JobId>{2});
+    CHECK(plan.resizes.empty());
+  }
+  SECTION("two shrunk jobs and one free node: only the older attempt grows") {
+    ClusterState s = Nodes("gpu-[1-3]");
+    s.jobs = {ElasticRunning(1, 1, 2, {"gpu-1"}), ElasticRunning(2, 1, 2, {"gpu-2"})};
+    s.jobs[1].start_time = 50;
+    const CyclePlan plan = RunChecked(s, PolicySet{}, 700);
+    REQUIRE(plan.resizes.size() == 1);
+    CHECK(plan.resizes[0].job == 1);
+    CHECK(plan.resizes[0].to == 2);
+  }
+  SECTION("a job being stopped (preempting) does not grow") {
+    ClusterState s = Nodes("gpu-[1-4]");
+    s.jobs = {ElasticRunning(1, 2, 4, {"gpu-1", "gpu-2", "gpu-3"})};
+    s.jobs[0].preempting = true;
+    CHECK(RunChecked(s, PolicySet{}, 700).resizes.empty());
+  }
+}
+
+TEST_CASE("no grow while a pending job waits for nodes: its reservation is not delayed", "[core][elastic][grow][backfill]") {
+  // gpu-4 is free; job 2 needs 2 nodes and is reserved at 1000 when job 3 ends. Growing job 1
+  // onto gpu-4 would hold it past 1000 and delay job 2: the grow waits.
+  for (BackfillMode mode : {BackfillMode::kEasy, BackfillMode::kConservative}) {
+    DYNAMIC_SECTION(BackfillModeName(mode)) {
+      ClusterState s = Nodes("gpu-[1-4]");
+      s.jobs = {ElasticRunning(1, 1, 3, {"gpu-1", "gpu-2"}),
+                JobBuilder(3).Tasks(1).GpusPerTask(8, "h100").TimeLimit(1000s).Running(0, OnNodes({"gpu-3"})).Build(),
+                JobBuilder(2).Tasks(2).GpusPerTask(8, "h100").TimeLimit(600s).Submit(600).Build()};
+      PolicySet p;
+      p.backfill.mode = mode;
+      const CyclePlan plan = RunChecked(s, p, 700);
+      CHECK(plan.starts.empty());
+      CHECK(PendingOf(plan, 2).expected_start == 1000);
+      CHECK(plan.resizes.empty());
+      // Without job 2 nothing waits: the same job grows onto gpu-4.
+      s.jobs.pop_back();
+      const CyclePlan alone = RunChecked(s, p, 700);
+      REQUIRE(alone.resizes.size() == 1);
+      CHECK(alone.resizes[0].to == 3);
+    }
+  }
+}
