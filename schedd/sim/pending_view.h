@@ -44,7 +44,7 @@ class PendingView {
  public:
   /// `capacity`: the fleet's total resources. `prefix`: how many pending jobs, first in queue
   /// order (trace index order under FIFO), the core always sees when parking.
-  PendingView(Need capacity, size_t prefix) : capacity_(capacity), prefix_(prefix) {}
+  PendingView(Need capacity, size_t prefix) : capacity_(capacity), base_prefix_(prefix), prefix_(prefix) {}
 
   /// A job became pending (submitted or requeued); it is visible until Arrange parks it. O(log n).
   void AddPending(size_t index, Need need);
@@ -63,6 +63,12 @@ class PendingView {
   /// Parks nothing until the next Arrange with a larger prefix: doubles the prefix (after a pass
   /// whose decisions turned out to depend on parked jobs).
   void Widen() { prefix_ *= 2; }
+  /// After a pass that needed `used` of the prefix (its starts, plus the blocking job): halves a
+  /// widened prefix while it is over 4x what passes use, so one burst of starts does not make
+  /// every later pass see a long queue.
+  void Settle(size_t used) {
+    if (prefix_ > base_prefix_ && used * 4 < prefix_) prefix_ /= 2;
+  }
   /// The smallest parked index, or SIZE_MAX when nothing is parked.
   size_t FirstParked() const { return parked_.empty() ? SIZE_MAX : *parked_.begin(); }
   bool IsParked(size_t index) const { return parked_.count(index) > 0; }
@@ -76,7 +82,7 @@ class PendingView {
   }
 
   Need capacity_, held_;
-  size_t prefix_;
+  size_t base_prefix_, prefix_;
   std::map<Need, int64_t> pending_needs_;           // every pending job: need -> count
   std::map<size_t, Need> visible_;                  // pending jobs the core sees
   std::set<size_t> parked_;                         // pending jobs it does not see

@@ -151,7 +151,7 @@ class Simulation {
   std::unordered_map<std::string, std::optional<std::string>> feasible_;  // shape key -> why not
   std::optional<std::string> uncached_;
   // Idle-cycle shortcuts (SimOptions::idle_shortcuts).
-  static constexpr size_t kVisiblePrefix = 32;  // pending jobs the core sees first, in queue order
+  static constexpr size_t kVisiblePrefix = 8;  // pending jobs the core sees first, in queue order
   PendingView view_;
   bool skip_idle_ = false;  // a pass in which no pending job fits the free total is not run
   bool parking_ = false;    // the core sees PendingView's choice of pending jobs

@@ -116,6 +116,7 @@ core::CyclePlan Simulation::Pass() {
     if (!parking_ || PassStands(plan)) {
       result_.cycle_wall_s.push_back(wall);
       ++result_.cycles;
+      if (parking_) view_.Settle(plan.starts.size() + 1);
       return plan;
     }
     view_.Widen();  // the pass may depend on a parked job: run it again seeing more of them
