@@ -25,10 +25,31 @@ Planner::Planner(NodeLedger& ledger, AvailabilityTimeline& timeline, LimitTracke
                  const PolicySet& policy, Timestamp now)
     : ledger_(ledger), timeline_(timeline), limits_(limits), policy_(policy), now_(now) {}
 
+std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
+  const JobSpec& spec = q.job->spec;
+  if (!spec.features.empty() || !spec.gpu_types.empty() || (spec.region_strict && !spec.data_region.empty()) ||
+      !policy_.warm_pools.empty() || spec.per_task.gpus.size() > 1)
+    return std::nullopt;
+  PlainKey key{q.partition, spec.per_task.cpu_millis, spec.per_task.memory_bytes, 0, spec.ntasks, spec.topology, spec.spot};
+  if (!spec.per_task.gpus.empty()) {
+    const auto& [type, count] = *spec.per_task.gpus.begin();
+    if (!type.empty()) return std::nullopt;
+    key.gpus = count;
+  }
+  return key;
+}
+
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
-  auto found = shapes_.find(q.job);
-  if (found != shapes_.end()) return found->second;
-  return shapes_.emplace(q.job, MakeShape(q, nullptr)).first->second;
+  auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
+  if (!fresh) return *it->second;
+  if (const auto key = PlainKeyOf(q)) {
+    auto [plain, made] = plain_shapes_.try_emplace(*key);
+    if (made) plain->second = MakeShape(q, nullptr);
+    it->second = &plain->second;
+  } else {
+    it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
+  }
+  return *it->second;
 }
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {

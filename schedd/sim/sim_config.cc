@@ -229,6 +229,8 @@ Replay RunReplay(const SimConfig& command_line) {
   options.predictor = r.predictor.get();
   options.estimate_predictor = r.estimate_predictor.get();
   options.record_series = config.record_series;
+  options.estimates = config.estimates;
+  options.idle_shortcuts = config.idle_shortcuts;
   r.result = Simulate(r.trace, r.fleet, options);
   r.metrics = ComputeMetrics(r.result, r.shares);
   r.info.trace = r.trace.name;
