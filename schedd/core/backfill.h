@@ -90,6 +90,11 @@ class Planner {
   /// one (an elastic job is planned at MAX unless MAX never fits within the window). Returns the
   /// sized job it planned and the start, or nullopt.
   std::optional<std::pair<QueuedJob, PlannedStart>> PlanReservation(const QueuedJob& q, Timestamp until);
+  /// BackfillPolicy::reserve_after: the jobs of `queue` that waited that long start now or get a
+  /// reservation (before `until`), oldest first, ahead of everything else. Returns the others, in
+  /// queue order.
+  std::vector<QueuedJob> PlanStarved(const std::vector<QueuedJob>& queue, Timestamp until, size_t& examined,
+                                     size_t max_test, CyclePlan& plan);
   /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
   /// (resources only shrink within a cycle, so it still does not).
   bool KnownNotToFit(const Shape& s, Duration time_limit) const;

@@ -188,6 +188,7 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
     if (policy.backfill.mode == core::BackfillMode::kConservative && policy.backfill.keep_plans) {
       out += "(keep-plans)";
     }
+    if (policy.backfill.reserve_after > 0) out += "(reserve-after " + std::to_string(policy.backfill.reserve_after) + "s)";
   }
   for (const auto& q : policy.qos) {
     if (q.preempt.empty()) continue;

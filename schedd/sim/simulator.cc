@@ -23,7 +23,7 @@ void Simulation::ChooseShortcuts() {
   // FIFO order is trace index order: submit time, then id (dense in trace order).
   parking_ = skip_idle_ && policy.queue_order == core::QueueOrder::kFifo &&
              (mode == core::BackfillMode::kNone || mode == core::BackfillMode::kEasy) &&
-             policy.backfill.max_job_test == 0 && !dependencies;
+             policy.backfill.max_job_test == 0 && policy.backfill.reserve_after == 0 && !dependencies;
 }
 
 

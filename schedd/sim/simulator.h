@@ -45,7 +45,8 @@ struct SimOptions {
   /// results (tests turn it off to check that): (1) when no pending job's total demand fits the
   /// free total, the pass is counted but not run (under EASY or conservative only without
   /// `estimates`; never with keep_plans, preemption or a shadow estimator); (2) under FIFO order
-  /// with no backfill or EASY, the core sees only the first pending jobs in queue order (and, under
+  /// with no backfill or EASY (and no reserve_after: a starved job's reservation could block one
+  /// that fits), the core sees only the first pending jobs in queue order (and, under
   /// EASY, those whose demand fits the free total): no pass then costs O(queue). A pass whose
   /// decisions could depend on a job left out is run again with more jobs.
   bool idle_shortcuts = true;
