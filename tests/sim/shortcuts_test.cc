@@ -95,3 +95,15 @@ TEST_CASE("idle shortcuts keep start-time estimates when they are recorded", "[s
     CHECK(differ == 0);
   }
 }
+
+TEST_CASE("idle shortcuts change no decision under the reserve_after starvation guard", "[sim][shortcuts]") {
+  SimConfig c;
+  c.trace_path = testing::DataDir() + "/traces/KTH-SP2.input.swf.gz";
+  c.policy_path = std::string(MLSCHED_POLICIES_DIR) + "/default.toml";  // reserve_after = 36h
+  c.max_jobs = 4000;
+  c.estimates = false;
+  c.queue_order = "fifo";  // where mlsim would otherwise park jobs
+  CheckSame(c);
+  c.queue_order = "multifactor";
+  CheckSame(c);
+}
