@@ -390,15 +390,7 @@ TEST_CASE("pending jobs carry the cycle's priority, reason detail and expected s
 
 TEST_CASE("QoS preemption: the low job is told to checkpoint, requeued on exit 75, and the high job starts", "[controller]") {
   World w(1, 2);
-  core::PolicySet policy;
-  core::QosPolicy low, high;
-  low.name = "low";
-  low.grace_time = 30;
-  high.name = "high";
-  high.preempt = {"low"};
-  policy.qos = {low, high};
-  policy.default_qos = "low";
-  w.ctl->SetPolicy(policy);
+  w.ctl->SetPolicy(LowHighQosPolicy());
   v1::JobSpec lspec = Spec(1, 2);
   lspec.set_qos("low");
   int64_t victim = w.Submit(lspec, w.alice);

@@ -181,15 +181,7 @@ TEST_CASE("an elastic job restarts only once its own exiting tasks are gone from
 
 TEST_CASE("an elastic gang preempted for one node restarts at once on the others with fewer tasks", "[controller][elastic][preempt]") {
   World w(4, 1);
-  core::PolicySet policy;
-  core::QosPolicy low, high;
-  low.name = "low";
-  low.grace_time = 30;
-  high.name = "high";
-  high.preempt = {"low"};
-  policy.qos = {low, high};
-  policy.default_qos = "low";
-  w.ctl->SetPolicy(policy);
+  w.ctl->SetPolicy(LowHighQosPolicy());
   const int64_t victim = RunningOnAllFour(w, 2, "low");
   w.sink.Clear();
   v1::JobSpec hspec = Spec(1, 1);

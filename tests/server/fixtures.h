@@ -66,6 +66,19 @@ struct ControllerWorld {
   void Start(core::PolicySet policy) { ctl = std::make_unique<Controller>(*store, sink, std::move(policy), cfg); }
 };
 
+/// QoS "low" (the default; grace 30 s) and "high", which may preempt it.
+inline core::PolicySet LowHighQosPolicy() {
+  core::PolicySet policy;
+  core::QosPolicy low, high;
+  low.name = "low";
+  low.grace_time = 30;
+  high.name = "high";
+  high.preempt = {"low"};
+  policy.qos = {low, high};
+  policy.default_qos = "low";
+  return policy;
+}
+
 inline v1::RegisterNode NodeReg(const std::string& name, int cpus, int gpus = 0, const std::string& gpu_type = "h100") {
   v1::RegisterNode r;
   r.set_name(name);
