@@ -134,6 +134,17 @@ double NodeCostPerHour(const Node& shape, const PolicySet& policy) {
   return cost;
 }
 
+void AppendProvisionable(const PolicySet& policy, std::vector<Node>& nodes) {
+  for (const ProvisioningPolicy& c : policy.provisioning)
+    for (int32_t i = 1; i <= std::min(c.max_nodes, kMaxFeasibilityShapes); ++i) {
+      Node n = c.shape;
+      n.pool = c.pool;
+      n.health = NodeHealth::kUp;
+      n.name = std::string(PoolName(c.pool)) + "-p*" + std::to_string(i);
+      nodes.push_back(std::move(n));
+    }
+}
+
 int64_t NodesNeeded(const Job& job, const Node& shape, const PolicySet& policy, Timestamp now) {
   JobSpec spec = job.spec;
   spec.spot = EffectiveSpot(job, policy, now);
@@ -171,8 +182,22 @@ ProvisioningPlan PlanProvisioning(const ClusterState& state, const CyclePlan& cy
     const auto it = by_id.find(p.job);
     if (WaitsForNodes(p.reason) && it != by_id.end()) waiting.push_back(it->second);
   }
+  // Each job counts once: for the pool whose nodes for it cost least (ties: the first in the policy).
+  std::map<Pool, std::vector<const Job*>> assigned;
+  for (const Job* j : waiting) {
+    const ProvisioningPolicy* best = nullptr;
+    double best_cost = 0;
+    for (const ProvisioningPolicy& cfg : policy.provisioning) {
+      Node shape = cfg.shape;
+      shape.pool = cfg.pool;
+      const int64_t n = NodesNeeded(*j, shape, policy, now);
+      const double cost = NodeCostPerHour(shape, policy) * static_cast<double>(n);
+      if (n > 0 && (!best || cost < best_cost)) best = &cfg, best_cost = cost;
+    }
+    if (best) assigned[best->pool].push_back(j);
+  }
   for (const ProvisioningPolicy& cfg : policy.provisioning) {
-    if (auto r = Request(cfg, policy, waiting, plan.ledger, present, now)) plan.resume.push_back(std::move(*r));
+    if (auto r = Request(cfg, policy, assigned[cfg.pool], plan.ledger, present, now)) plan.resume.push_back(std::move(*r));
     Node shape = cfg.shape;
     shape.pool = cfg.pool;
     const auto held = std::count_if(plan.ledger.nodes.begin(), plan.ledger.nodes.end(),

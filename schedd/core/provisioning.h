@@ -72,6 +72,15 @@ double NodeCostPerHour(const Node& shape, const PolicySet& policy);
 /// preference at `now`, missing features, region, GPU type or too small a node.
 int64_t NodesNeeded(const Job& job, const Node& shape, const PolicySet& policy, Timestamp now);
 
+/// Most copies of one pool's node shape AppendProvisionable adds (a gang wider than this many
+/// created nodes is judged on this many).
+inline constexpr int32_t kMaxFeasibilityShapes = 256;
+
+/// Appends to `nodes` the nodes each provisioned pool could create (min(max_nodes,
+/// kMaxFeasibilityShapes) copies of its shape, named "POOL-p*N"), so that submit-time feasibility
+/// (CheckJobFeasible) accepts a job only such nodes could run.
+void AppendProvisionable(const PolicySet& policy, std::vector<Node>& nodes);
+
 /// One provisioning step after `cycle` ran on `state`, for every pool in policy.provisioning:
 /// - a requested node that is in state.nodes becomes registered; one still missing after
 ///   resume_timeout is released as failed (no longer counted: its demand may be requested again);
@@ -79,7 +88,8 @@ int64_t NodesNeeded(const Job& job, const Node& shape, const PolicySet& policy, 
 ///   cycle.starts); idle for idle_time, or down/drained with no task, it is released;
 /// - demand: the pending jobs of `cycle.pending` that wait for nodes (reason Resources, Priority:
 ///   queued behind a job waiting for resources, or WaitingForSpotBudget) whose tasks fit the
-///   pool's shape need NodesNeeded nodes each; the pool asks for that total minus its requested nodes and
+///   pool's shape need NodesNeeded nodes each (each job counts for one pool: the one whose nodes for
+///   it cost least, the first in policy.provisioning on a tie); the pool asks for that total minus its requested nodes and
 ///   its idle registered ones, capped by max_nodes (requested + registered) and by
 ///   max_cost_per_hour (NodeCostPerHour x nodes held). New names are "<pool>-p<N>" from the
 ///   ledger's index, skipping names in state.nodes.

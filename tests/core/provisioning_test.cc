@@ -206,3 +206,39 @@ TEST_CASE("provisioning: NodeCostPerHour prices cores and GPUs of the shape", "[
   CHECK(NodeCostPerHour(n, p) == Approx(4 * 0.5 + 2 * 3.0));
   CHECK(NodeCostPerHour(Registered("y"), p) == 0);  // spot is not priced
 }
+
+TEST_CASE("provisioning: a job only created nodes could run is feasible at submit", "[core][provisioning]") {
+  std::vector<Node> nodes = ClusterBuilder().Pool("on-demand").Nodes("od-[1-2]").Cpus(2).Build();
+  const JobSpec spec = JobBuilder(1).Tasks(2).GpusPerTask(4, "h100").Build().spec;
+  CHECK(CheckJobFeasible(nodes, PolicySet{}, spec).has_value());
+  const PolicySet p = SpotPool(2);
+  AppendProvisionable(p, nodes);
+  REQUIRE(nodes.size() == 4);
+  CHECK(nodes[2].name == "spot-p*1");
+  CHECK(nodes[3].pool == Pool::kSpot);
+  CHECK_FALSE(CheckJobFeasible(nodes, p, spec).has_value());
+  // Three tasks of 4 GPUs need three nodes; the pool makes at most two.
+  CHECK(CheckJobFeasible(nodes, p, JobBuilder(1).Tasks(3).GpusPerTask(4, "h100").Build().spec).has_value());
+}
+
+TEST_CASE("provisioning: a job counts for the cheapest pool that fits it only", "[core][provisioning]") {
+  PolicySet p = SpotPool(4);
+  ProvisioningPolicy od = p.provisioning[0];
+  od.pool = Pool::kOnDemand;
+  od.shape.pool = Pool::kOnDemand;
+  p.provisioning.insert(p.provisioning.begin(), od);
+  p.placement.pricing["on-demand"].gpu_hour["h100"] = 6.0;
+  ClusterState s = BusyCluster();
+  s.jobs.push_back(JobBuilder(1).GpusPerTask(4).Build());
+  Job never = JobBuilder(2).GpusPerTask(4).Build();
+  never.spec.spot = SpotPreference::kNever;
+  s.jobs.push_back(never);
+  const ProvisioningPlan plan = Plan(s, p, {}, 0);
+  REQUIRE(plan.resume.size() == 2);
+  CHECK(plan.resume[0].pool == Pool::kOnDemand);
+  CHECK(plan.resume[0].jobs == std::vector<JobId>{2});
+  CHECK(plan.resume[0].nodes == std::vector<std::string>{"on-demand-p1"});
+  CHECK(plan.resume[1].pool == Pool::kSpot);
+  CHECK(plan.resume[1].jobs == std::vector<JobId>{1});
+  CHECK(plan.resume[1].nodes == std::vector<std::string>{"spot-p1"});
+}
