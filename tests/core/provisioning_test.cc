@@ -242,3 +242,22 @@ TEST_CASE("provisioning: a job counts for the cheapest pool that fits it only", 
   CHECK(plan.resume[1].jobs == std::vector<JobId>{1});
   CHECK(plan.resume[1].nodes == std::vector<std::string>{"spot-p1"});
 }
+
+TEST_CASE("provisioning: a spot-prefer job counts for spot during its wait budget only", "[core][provisioning]") {
+  PolicySet p = SpotPool(4);
+  ProvisioningPolicy od = p.provisioning[0];
+  od.pool = Pool::kOnDemand;
+  od.shape.pool = Pool::kOnDemand;
+  p.provisioning.push_back(od);
+  p.placement.pricing["on-demand"].gpu_hour["h100"] = 1.0;  // cheaper than spot here
+  p.placement.spot_wait_budget = 600;
+  ClusterState s = BusyCluster();
+  Job j = JobBuilder(1).GpusPerTask(4).Build();
+  j.spec.spot = SpotPreference::kPrefer;
+  s.jobs.push_back(j);
+  for (const auto& [now, pool] : {std::pair{Timestamp{10}, Pool::kSpot}, std::pair{Timestamp{700}, Pool::kOnDemand}}) {
+    const ProvisioningPlan plan = Plan(s, p, {}, now);
+    REQUIRE(plan.resume.size() == 1);
+    CHECK(plan.resume[0].pool == pool);
+  }
+}
