@@ -8,11 +8,15 @@
 // [BACKFILL...]: instead replays a workload generated in memory (synthetic.h) through the same
 // simulator (Simulate, as mlsim does):
 //   --synthetic-blue  230,000 SWF-like jobs on a 1,152-processor pool (SDSC-BLUE's size);
-//                     default modes easy and conservative
+//                     default modes none, easy and conservative
 //   --synthetic-gpu   1,000,000 gangs on 10,000 nodes x 8 GPUs (--nodes: another fleet size, same
 //                     offered load); default mode easy
 // --jobs N generates N jobs instead (same distributions and offered load). Prints the simulation's
-// wall time (generation excluded), jobs/s, cycle p50/p95/p99/max and the peak queue length.
+// wall time (generation excluded), jobs/s, cycle p50/p95/p99/max (of the passes run), passes
+// skipped as idle and the peak queue length. --digest also prints a hash of every job's outcome
+// (start, end, state, attempts) and the pass count: equal digests, equal schedules.
+// --no-shortcuts runs every pass on the whole queue (SimOptions::idle_shortcuts = false), to
+// time or check the shortcuts against.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +47,7 @@ void RunCase(const Case& c, const std::string& backfill) {
   config.nodes = c.nodes;
   config.gpus_per_node = c.gpus_per_node;
   config.max_jobs = c.max_jobs;
+  config.estimates = false;  // as mlsim without --start-estimates
   const auto t0 = std::chrono::steady_clock::now();
   mlsched::sim::Replay r = mlsched::sim::RunReplay(config);
   const double wall = Since(t0);
@@ -58,16 +63,43 @@ void RunCase(const Case& c, const std::string& backfill) {
   std::fflush(stdout);
 }
 
+/// FNV-1a over every job's outcome and the pass count.
+uint64_t Digest(const mlsched::sim::SimResult& r) {
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  };
+  for (const auto& j : r.jobs) {
+    mix(j.id);
+    mix(j.first_start);
+    mix(j.end);
+    mix(static_cast<int64_t>(j.state));
+    mix(j.attempts);
+  }
+  mix(r.cycles);
+  return h;
+}
+
+struct SyntheticFlags {
+  bool digest = false;
+  bool shortcuts = true;
+};
+
 /// Simulates a generated workload with one backfill mode, the way mlsim replays a trace
 /// (LoadPolicy, Simulate, ComputeMetrics), and prints one report.
 void RunSynthetic(const char* label, const mlsched::bench::SyntheticWorkload& w,
-                  const std::string& backfill) {
+                  const std::string& backfill, const SyntheticFlags& flags) {
   namespace sim = mlsched::sim;
   sim::SimConfig config;
   config.backfill = backfill;
   sim::SimOptions options;
   options.policy = sim::LoadPolicy(config, w.trace);
   options.record_series = true;  // for the peak queue length
+  options.estimates = false;     // as mlsim without --start-estimates
+  options.idle_shortcuts = flags.shortcuts;
   const auto t0 = std::chrono::steady_clock::now();
   sim::SimResult result = sim::Simulate(w.trace, w.fleet, options);
   const double wall = Since(t0);
@@ -87,10 +119,12 @@ void RunSynthetic(const char* label, const mlsched::bench::SyntheticWorkload& w,
   const double p95 = sim::Percentile(cycles, 95) * 1e3;
   const double p99 = sim::Percentile(cycles, 99) * 1e3;
   const double max = cycles.empty() ? 0 : cycles.back() * 1e3;
-  std::printf("%-14s %-13s %8lld jobs %9.2f s %9.0f jobs/s  %8lld cycles (%.1f%% of wall)\n",
+  std::printf("%-14s %-13s %8lld jobs %9.2f s %9.0f jobs/s  %8lld cycles (%.1f%% of wall), "
+              "%lld skipped as idle\n",
               label, backfill.c_str(), static_cast<long long>(m.jobs), wall,
               static_cast<double>(m.jobs) / wall, static_cast<long long>(result.cycles),
-              wall > 0 ? 100.0 * total_cycle_s / wall : 0.0);
+              wall > 0 ? 100.0 * total_cycle_s / wall : 0.0,
+              static_cast<long long>(result.skipped_cycles));
   std::printf("%-14s cycle p50 %.3f ms  p95 %.3f ms  p99 %.3f ms  max %.3f ms  mean %.3f ms\n", "",
               p50, p95, p99, max, mean_ms);
   std::printf("%-14s peak queue %lld  peak running %lld jobs holding %lld of %lld %s\n", "",
@@ -101,13 +135,17 @@ void RunSynthetic(const char* label, const mlsched::bench::SyntheticWorkload& w,
               "infeasible %lld\n",
               "", m.mean_bounded_slowdown, m.mean_wait_s, m.max_wait_s, m.utilization,
               static_cast<long long>(m.unfinished), static_cast<long long>(m.infeasible));
+  if (flags.digest) {
+    std::printf("%-14s %-13s digest %016llx\n", label, backfill.c_str(),
+                static_cast<unsigned long long>(Digest(result)));
+  }
   std::fflush(stdout);
 }
 
 void RunSyntheticOrSkip(const char* label, const mlsched::bench::SyntheticWorkload& w,
-                        const std::string& backfill) {
+                        const std::string& backfill, const SyntheticFlags& flags) {
   try {
-    RunSynthetic(label, w, backfill);
+    RunSynthetic(label, w, backfill, flags);
   } catch (const std::exception& e) {
     std::printf("%-14s %-13s skipped: %s\n", label, backfill.c_str(), e.what());
   }
@@ -129,7 +167,7 @@ int Usage(const std::string& bad) {
                "mlsim_bench: bad argument '%s'\n"
                "usage: mlsim_bench [--all-philly] [BACKFILL...]\n"
                "       mlsim_bench [--synthetic-blue] [--synthetic-gpu [--nodes N]] [--jobs N] "
-               "[--seed N] [BACKFILL...]\n",
+               "[--seed N] [--digest] [--no-shortcuts] [BACKFILL...]\n",
                bad.c_str());
   return 2;
 }
@@ -139,6 +177,7 @@ int Usage(const std::string& bad) {
 int main(int argc, char** argv) {
   std::vector<std::string> modes;
   bool all_philly = false, blue = false, gpu = false;
+  SyntheticFlags flags;
   int64_t jobs = 0;   // 0 = the workload's default size
   int64_t nodes = 0;  // 0 = the GPU workload's default fleet
   uint64_t seed = 0;  // 0 = the workload's default seed
@@ -150,6 +189,10 @@ int main(int argc, char** argv) {
       blue = true;
     } else if (arg == "--synthetic-gpu") {
       gpu = true;
+    } else if (arg == "--digest") {
+      flags.digest = true;
+    } else if (arg == "--no-shortcuts") {
+      flags.shortcuts = false;
     } else if ((arg == "--jobs" || arg == "--seed" || arg == "--nodes") && i + 1 < argc) {
       char* end = nullptr;
       const long long v = std::strtoll(argv[++i], &end, 10);
@@ -177,9 +220,9 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       const bench::SyntheticWorkload w = bench::MakeBlueWorkload(o);
       PrintWorkload("SDSC-BLUE-size", w, "procs", Since(t0));
-      for (const auto& mode : modes.empty() ? std::vector<std::string>{"easy", "conservative"}
+      for (const auto& mode : modes.empty() ? std::vector<std::string>{"none", "easy", "conservative"}
                                             : modes) {
-        RunSyntheticOrSkip("SDSC-BLUE-size", w, mode);
+        RunSyntheticOrSkip("SDSC-BLUE-size", w, mode, flags);
       }
     }
     if (gpu) {
@@ -191,7 +234,7 @@ int main(int argc, char** argv) {
       const bench::SyntheticWorkload w = bench::MakeGpuWorkload(o);
       PrintWorkload("GPU-cluster", w, "GPUs", Since(t0));
       for (const auto& mode : modes.empty() ? std::vector<std::string>{"easy"} : modes) {
-        RunSyntheticOrSkip("GPU-cluster", w, mode);
+        RunSyntheticOrSkip("GPU-cluster", w, mode, flags);
       }
     }
     return 0;

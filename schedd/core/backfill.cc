@@ -25,10 +25,31 @@ Planner::Planner(NodeLedger& ledger, AvailabilityTimeline& timeline, LimitTracke
                  const PolicySet& policy, Timestamp now)
     : ledger_(ledger), timeline_(timeline), limits_(limits), policy_(policy), now_(now) {}
 
+std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
+  const JobSpec& spec = q.job->spec;
+  if (!spec.features.empty() || !spec.gpu_types.empty() || (spec.region_strict && !spec.data_region.empty()) ||
+      !policy_.warm_pools.empty() || spec.per_task.gpus.size() > 1)
+    return std::nullopt;
+  PlainKey key{q.partition, spec.per_task.cpu_millis, spec.per_task.memory_bytes, 0, spec.ntasks, spec.topology, spec.spot};
+  if (!spec.per_task.gpus.empty()) {
+    const auto& [type, count] = *spec.per_task.gpus.begin();
+    if (!type.empty()) return std::nullopt;
+    key.gpus = count;
+  }
+  return key;
+}
+
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
-  auto found = shapes_.find(q.job);
-  if (found != shapes_.end()) return found->second;
-  return shapes_.emplace(q.job, MakeShape(q, nullptr)).first->second;
+  auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
+  if (!fresh) return *it->second;
+  if (const auto key = PlainKeyOf(q)) {
+    auto [plain, made] = plain_shapes_.try_emplace(*key);
+    if (made) plain->second = MakeShape(q, nullptr);
+    it->second = &plain->second;
+  } else {
+    it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
+  }
+  return *it->second;
 }
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
@@ -323,6 +344,32 @@ void Planner::Pend(const QueuedJob& q, PendingReason reason, std::optional<Times
   plan.pending.push_back({q.job->id, reason, start, std::move(detail), q.priority});
 }
 
+std::vector<QueuedJob> Planner::PlanStarved(const std::vector<QueuedJob>& queue, Timestamp until, size_t& examined,
+                                            size_t max_test, CyclePlan& plan) {
+  std::vector<const QueuedJob*> starved;
+  std::vector<QueuedJob> others;
+  for (const QueuedJob& q : queue) {
+    if (now_ - q.job->submit_time >= policy_.backfill.reserve_after) starved.push_back(&q);
+    else others.push_back(q);
+  }
+  std::stable_sort(starved.begin(), starved.end(), [](const QueuedJob* a, const QueuedJob* b) {
+    return a->job->submit_time < b->job->submit_time;
+  });
+  for (const QueuedJob* q : starved) {
+    if (examined++ >= max_test) { Pend(*q, PendingReason::kPriority, std::nullopt, "not examined (max_job_test)", plan); continue; }
+    if (auto hit = limits_.Check(*q->job)) { Pend(*q, hit->reason, std::nullopt, hit->detail, plan); continue; }
+    if (TryStartNow(*q, plan)) continue;
+    const std::string detail = NeedDetail(*q) + " (waited past reserve_after: planned first)";
+    if (auto planned = PlanReservation(*q, until)) {
+      Reserve(planned->first, planned->second);
+      Pend(*q, PendingReason::kResources, planned->second.time, detail, plan);
+    } else {
+      Pend(*q, PendingReason::kResources, std::nullopt, "no start within the backfill window", plan);
+    }
+  }
+  return others;
+}
+
 void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
   const BackfillPolicy& bf = policy_.backfill;
   const size_t max_test = bf.max_job_test > 0 ? static_cast<size_t>(bf.max_job_test) : queue.size();
@@ -334,12 +381,18 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
   const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
   if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
+  // reserve_after: jobs that waited that long are planned first, each with a reservation; the
+  // rest of the queue then runs as usual around them.
+  std::vector<QueuedJob> younger;
+  const bool guard = bf.reserve_after > 0 && bf.mode != BackfillMode::kNone && !keep;
+  if (guard) younger = PlanStarved(queue, until, examined, max_test, plan);
+  const std::vector<QueuedJob>& q_in = guard ? younger : queue;
   bool blocked = false;
   int64_t reserved = 0;
   size_t i = 0;
   // Main pass: queue order, until the reservations are used up (or the first block without backfill).
-  for (; i < queue.size(); ++i) {
-    const QueuedJob& q = queue[i];
+  for (; i < q_in.size(); ++i) {
+    const QueuedJob& q = q_in[i];
     if (bf.mode != BackfillMode::kNone && reserved >= depth && !keep) break;
     if (examined++ >= max_test) { Pend(q, blocked ? PendingReason::kPriority : PendingReason::kResources, std::nullopt, "not examined (max_job_test)", plan); continue; }
     if (auto hit = limits_.Check(*q.job)) { Pend(q, hit->reason, std::nullopt, hit->detail, plan); continue; }
@@ -362,7 +415,7 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
   }
   // Backfill pass: the rest start now only where they delay no reservation.
   std::vector<const QueuedJob*> rest;
-  for (; i < queue.size(); ++i) rest.push_back(&queue[i]);
+  for (; i < q_in.size(); ++i) rest.push_back(&q_in[i]);
   if (bf.order == BackfillOrder::kShortestFirst)
     std::stable_sort(rest.begin(), rest.end(), [](const QueuedJob* a, const QueuedJob* b) {
       return PlannedRuntime(*a->job) < PlannedRuntime(*b->job);

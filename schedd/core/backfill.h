@@ -55,8 +55,23 @@ class Planner {
     TaskDemand demand;
     std::string key;  // identical keys: identical fit behaviour within the cycle
   };
+  /// The job's shape on all its allowed nodes, made once per cycle per job and shared by jobs
+  /// with the same PlainKey.
   const Shape& ShapeOf(const QueuedJob& q);
   Shape MakeShape(const QueuedJob& q, const NodeFilter* filter);
+  /// Everything MakeShape reads from a "plain" job (no features, GPU types or named GPU types, no
+  /// strict data region; the policy has no warm pools): jobs with equal keys have equal shapes,
+  /// so the shape is made once per key, not once per job (the key is built without allocating).
+  struct PlainKey {
+    const PartitionPolicy* partition = nullptr;
+    int64_t cpu_millis = 0, memory_bytes = 0, gpus = 0;
+    int32_t ntasks = 0;
+    Topology topology = Topology::kNone;
+    SpotPreference spot = SpotPreference::kAllow;
+    auto operator<=>(const PlainKey&) const = default;
+  };
+  /// The job's PlainKey, or nullopt when it is not plain.
+  std::optional<PlainKey> PlainKeyOf(const QueuedJob& q) const;
   /// Indexes of the warm pools whose nodes `spec` may not use (other QoS, too long to borrow).
   std::vector<size_t> WarmExcluded(const JobSpec& spec);
   /// The job's shape restricted to the nodes passing q.placement[tier].
@@ -75,6 +90,11 @@ class Planner {
   /// one (an elastic job is planned at MAX unless MAX never fits within the window). Returns the
   /// sized job it planned and the start, or nullopt.
   std::optional<std::pair<QueuedJob, PlannedStart>> PlanReservation(const QueuedJob& q, Timestamp until);
+  /// BackfillPolicy::reserve_after: the jobs of `queue` that waited that long start now or get a
+  /// reservation (before `until`), oldest first, ahead of everything else. Returns the others, in
+  /// queue order.
+  std::vector<QueuedJob> PlanStarved(const std::vector<QueuedJob>& queue, Timestamp until, size_t& examined,
+                                     size_t max_test, CyclePlan& plan);
   /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
   /// (resources only shrink within a cycle, so it still does not).
   bool KnownNotToFit(const Shape& s, Duration time_limit) const;
@@ -106,7 +126,9 @@ class Planner {
   Timestamp now_;
   std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
   std::unordered_map<std::string, std::vector<size_t>> open_by_class_;
-  std::unordered_map<const Job*, Shape> shapes_;
+  std::unordered_map<const Job*, const Shape*> shapes_;  // into plain_shapes_ or own_shapes_
+  std::map<PlainKey, Shape> plain_shapes_;
+  std::deque<Shape> own_shapes_;
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
   /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
   std::unordered_map<std::string, Duration> failed_now_;

@@ -60,6 +60,7 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
       deps.emplace(state);
       break;
     }
+  queue.reserve(state.jobs.size());
   for (const Job& job : state.jobs) {
     if (job.state != JobState::kPending) continue;
     const PartitionPolicy* partition = nullptr;
@@ -69,6 +70,7 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
     }
     queue.push_back({&job, partition, 0, 0});
   }
+  plan.pending.reserve(plan.pending.size() + queue.size());  // at most one update per queued job
   if (policy.queue_order == QueueOrder::kMultifactor) {
     PriorityCalculator calc(state, policy, now);
     for (QueuedJob& q : queue) q.priority = calc.Compute(*q.job).priority;

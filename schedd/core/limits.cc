@@ -1,6 +1,6 @@
 #include "schedd/core/limits.h"
 
-#include <set>
+#include <algorithm>
 
 #include "schedd/core/dependency.h"
 
@@ -19,15 +19,16 @@ std::string Over(const std::string& what, int64_t limit, int64_t running, int64_
 
 std::vector<const AccountPolicy*> AccountChain(const PolicySet& policy, const std::string& account) {
   std::vector<const AccountPolicy*> chain;
-  std::set<std::string> seen;
-  std::string name = account;
-  while (!name.empty() && seen.insert(name).second) {
+  // A name always resolves to the same account (the last listed), so a name seen before is an
+  // account already in the chain: that is where a cycle is cut. No allocation without accounts.
+  const std::string* name = &account;
+  while (!name->empty()) {
     const AccountPolicy* found = nullptr;
     for (const AccountPolicy& a : policy.accounts)
-      if (a.name == name) found = &a;
-    if (!found) break;
+      if (a.name == *name) found = &a;
+    if (!found || std::find(chain.begin(), chain.end(), found) != chain.end()) break;
     chain.push_back(found);
-    name = found->parent;
+    name = &found->parent;
   }
   return chain;
 }
@@ -113,26 +114,26 @@ std::optional<LimitHit> LimitTracker::Check(const Job& job) const {
   if (const QosPolicy* q = FindQos(policy_, s.qos)) {
     auto it = by_qos_user_.find({q->name, s.user});
     Totals t = it == by_qos_user_.end() ? Totals{} : it->second;
-    const std::string who = "QoS '" + q->name + "' user '" + s.user + "' ";
+    auto who = [&] { return "QoS '" + q->name + "' user '" + s.user + "' "; };  // built on a hit only
     if (q->max_gpus_per_user > 0 && t.gpus + JobGpus(s) > q->max_gpus_per_user)
       return LimitHit{PendingReason::kQosLimit,
-                      Over(who + "max_gpus_per_user", q->max_gpus_per_user, t.gpus, JobGpus(s))};
+                      Over(who() + "max_gpus_per_user", q->max_gpus_per_user, t.gpus, JobGpus(s))};
     if (q->max_running_jobs_per_user > 0 && t.jobs + 1 > q->max_running_jobs_per_user)
       return LimitHit{PendingReason::kQosLimit,
-                      Over(who + "max_running_jobs_per_user", q->max_running_jobs_per_user, t.jobs, 1)};
+                      Over(who() + "max_running_jobs_per_user", q->max_running_jobs_per_user, t.jobs, 1)};
   }
   for (const AccountPolicy* a : AccountChain(policy_, s.account)) {
     auto it = by_account_.find(a->name);
     Totals t = it == by_account_.end() ? Totals{} : it->second;
-    const std::string who = "account '" + a->name + "' ";
+    auto who = [&] { return "account '" + a->name + "' "; };  // built on a hit only
     if (a->max_gpus > 0 && t.gpus + JobGpus(s) > a->max_gpus)
-      return LimitHit{PendingReason::kAccountQuota, Over(who + "max_gpus", a->max_gpus, t.gpus, JobGpus(s))};
+      return LimitHit{PendingReason::kAccountQuota, Over(who() + "max_gpus", a->max_gpus, t.gpus, JobGpus(s))};
     if (a->max_cpu_millis > 0 && t.cpu_millis + JobCpus(s) > a->max_cpu_millis)
       return LimitHit{PendingReason::kAccountQuota,
-                      Over(who + "max_cpu_millis", a->max_cpu_millis, t.cpu_millis, JobCpus(s))};
+                      Over(who() + "max_cpu_millis", a->max_cpu_millis, t.cpu_millis, JobCpus(s))};
     if (a->max_running_jobs > 0 && t.jobs + 1 > a->max_running_jobs)
       return LimitHit{PendingReason::kAccountQuota,
-                      Over(who + "max_running_jobs", a->max_running_jobs, t.jobs, 1)};
+                      Over(who() + "max_running_jobs", a->max_running_jobs, t.jobs, 1)};
   }
   return std::nullopt;
 }

@@ -29,6 +29,7 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
     TaskDemand freed;
   };
   std::vector<Release> releases;
+  releases.reserve(jobs.size());  // one task per job is the common case; gangs grow it
   for (const Job& job : jobs) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
     const Timestamp end = std::max(job.start_time + PlannedRuntime(job), now + 1);

@@ -296,6 +296,13 @@ struct BackfillPolicy {
   /// earlier start, like pyss's conservative scheduler: a plan never moves later. false: re-plan
   /// every cycle from scratch, like Slurm.
   bool keep_plans = false;
+  /// Starvation guard, seconds (0 = off): a pending job that has waited at least this long since
+  /// submission gets a reservation too, not only the jobs the mode reserves for; such jobs are
+  /// planned in queue order before the other backfill candidates. Selective reservation
+  /// (Srinivasan, Kettimuthu, Subramani and Sadayappan, "Selective Reservation Strategies for
+  /// Backfill Job Scheduling", JSSPP 2002), with a wait threshold in place of their expansion-factor
+  /// one: aggressive backfill keeps the mean low, the guard bounds the worst wait.
+  Duration reserve_after = 0;
 };
 
 /// Slurm multifactor priority weights (PriorityWeight*): priority = sum of weight x factor, each

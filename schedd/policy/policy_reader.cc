@@ -204,7 +204,7 @@ void PolicyReader::ReadScheduler(const toml::table& t, core::PolicySet& p) {
 
 void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   const std::string ctx = "[backfill]";
-  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution", "keep_plans"}, ctx);
+  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution", "keep_plans", "reserve_after"}, ctx);
   std::string mode, order;
   Str(t, "mode", mode, ctx);
   if (!mode.empty()) {
@@ -221,6 +221,7 @@ void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   Dur(t, "window", b.window, ctx);
   Dur(t, "resolution", b.resolution, ctx);
   Bool(t, "keep_plans", b.keep_plans, ctx);
+  Dur(t, "reserve_after", b.reserve_after, ctx);
   if (b.resolution < 1) Error(t.get("resolution")->source(), "'resolution' in [backfill]: must be at least 1 second");
 }
 

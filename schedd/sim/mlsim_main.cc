@@ -44,7 +44,9 @@ int RunCompareMode(const mlsched::sim::SimConfig& c, const Outputs& o) {
                  "--policy, --jobs-csv or --start-estimates\n";
     return 2;
   }
-  const std::vector<CompareRow> rows = RunCompare(c, SplitPolicyList(o.compare));
+  SimConfig config = c;
+  config.estimates = false;  // not reported by --compare
+  const std::vector<CompareRow> rows = RunCompare(config, SplitPolicyList(o.compare));
   const std::string trace = std::filesystem::path(c.trace_path).filename().string();
   if (o.json) {
     WriteCompareJson(std::cout, trace, rows);
@@ -61,7 +63,9 @@ int RunCompareMode(const mlsched::sim::SimConfig& c, const Outputs& o) {
 /// One replay: its report, and the per-job CSV and plot when asked for.
 int RunOne(const mlsched::sim::SimConfig& c, const Outputs& o) {
   using namespace mlsched::sim;
-  Replay r = RunReplay(c);
+  SimConfig config = c;
+  config.estimates = o.start_estimates;  // without them, passes that only re-plan can be skipped
+  Replay r = RunReplay(config);
   if (r.trace.skipped > 0) {
     std::cerr << "mlsim: skipped " << r.trace.skipped << " malformed record(s)";
     if (!r.trace.issues.empty()) std::cerr << ", first: " << r.trace.issues.front();

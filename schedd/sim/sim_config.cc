@@ -188,6 +188,7 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
     if (policy.backfill.mode == core::BackfillMode::kConservative && policy.backfill.keep_plans) {
       out += "(keep-plans)";
     }
+    if (policy.backfill.reserve_after > 0) out += "(reserve-after " + std::to_string(policy.backfill.reserve_after) + "s)";
   }
   for (const auto& q : policy.qos) {
     if (q.preempt.empty()) continue;
@@ -229,6 +230,8 @@ Replay RunReplay(const SimConfig& command_line) {
   options.predictor = r.predictor.get();
   options.estimate_predictor = r.estimate_predictor.get();
   options.record_series = config.record_series;
+  options.estimates = config.estimates;
+  options.idle_shortcuts = config.idle_shortcuts;
   r.result = Simulate(r.trace, r.fleet, options);
   r.metrics = ComputeMetrics(r.result, r.shares);
   r.info.trace = r.trace.name;

@@ -51,6 +51,10 @@ struct SimConfig {
   std::string app_runtimes_path;  // Pollux: TOML table application = seconds
   int64_t processors = 0;         // SWF machine size override
   bool record_series = false;
+  /// Record start-time estimates (SimOptions::estimates); mlsim turns it on with --start-estimates.
+  bool estimates = true;
+  /// SimOptions::idle_shortcuts (tests and benchmarks turn it off to compare).
+  bool idle_shortcuts = true;
   int64_t max_jobs = 0;           // replay only the first N jobs by submit time (0 = all)
 };
 

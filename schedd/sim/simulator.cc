@@ -1,138 +1,31 @@
 #include "schedd/sim/simulator.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <optional>
-#include <queue>
-#include <unordered_map>
-#include <random>
 #include <stdexcept>
-#include <tuple>
 
 #include "schedd/core/fairshare.h"
+#include "schedd/sim/simulation.h"
 
 namespace mlsched::sim {
-namespace {
+namespace detail {
 
-using core::Duration;
-using core::Timestamp;
+void Simulation::ChooseShortcuts() {
+  const core::PolicySet& policy = options_.policy;
+  const core::BackfillMode mode = policy.backfill.mode;
+  const bool plans_read = mode == core::BackfillMode::kConservative && policy.backfill.keep_plans;
+  skip_idle_ = options_.idle_shortcuts && !preemption_ && !plans_read &&
+               options_.estimate_predictor == nullptr &&
+               (mode == core::BackfillMode::kNone || !options_.estimates);
+  const bool dependencies = std::any_of(trace_.jobs.begin(), trace_.jobs.end(), [](const TraceJob& j) {
+    return !j.spec.dependencies.empty();
+  });
+  // FIFO order is trace index order: submit time, then id (dense in trace order).
+  parking_ = skip_idle_ && policy.queue_order == core::QueueOrder::kFifo &&
+             (mode == core::BackfillMode::kNone || mode == core::BackfillMode::kEasy) &&
+             policy.backfill.max_job_test == 0 && policy.backfill.reserve_after == 0 && !dependencies;
+}
 
-/// Events at one timestamp run in this order, all after that timestamp's submissions and before
-/// its scheduling pass (submission < termination < start < scheduling pass). kPreemptStop: a
-/// preemption victim's grace time is over.
-enum class EventKind : int {
-  kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3, kPreemptStop = 4
-};
-
-/// Why a running job goes back to the queue.
-enum class StopCause { kEviction, kPreemption };
-
-struct Event {
-  Timestamp time = 0;
-  EventKind kind = EventKind::kFinish;
-  int64_t seq = 0;     // insertion order: ties broken deterministically
-  int64_t target = 0;  // job index or node index
-  int32_t attempt = 0;
-  bool operator>(const Event& o) const {
-    return std::tie(time, kind, seq) > std::tie(o.time, o.kind, o.seq);
-  }
-};
-
-/// Per-job simulation state beside the core's Job.
-struct Live {
-  int64_t slot = -1;             // index in ClusterState::jobs, -1 when not there
-  Timestamp attempt_start = 0;
-  Duration progress = 0;         // checkpointed useful work, seconds
-  int extensions = 0;            // predictor extensions this attempt
-  Duration shadow_limit = 0;     // SimOptions::estimate_predictor's prediction at submission
-  bool running = false;
-  // Pending preemption of this attempt (set from a PreemptDecision until the victim stops).
-  core::JobId preemptor = 0;
-  core::Timestamp preempt_decided = 0;
-  Duration planned_lost_s = 0;
-  bool preempt_cancel = false;
-};
-
-class Simulation {
- public:
-  Simulation(const Trace& trace, const Fleet& fleet, const SimOptions& options)
-      : trace_(trace), fleet_(fleet), options_(options), live_(trace.jobs.size()),
-        rng_(options.seed) {
-    state_.nodes = fleet.nodes;
-    accrue_usage_ = options.policy.queue_order == core::QueueOrder::kMultifactor &&
-                    options.policy.weights.fairshare > 0;
-    preemption_ = std::any_of(options.policy.qos.begin(), options.policy.qos.end(),
-                              [](const core::QosPolicy& q) { return !q.preempt.empty(); });
-    result_.jobs.resize(trace.jobs.size());
-    result_.resource = TotalGpus(fleet) > 0 ? "gpu" : "cpu";
-    result_.capacity =
-        result_.resource == "gpu" ? TotalGpus(fleet) : TotalCpuMillis(fleet) / 1000;
-  }
-
-  SimResult Run();
-
- private:
-  void Submit(size_t index);
-  /// core::CheckJobFeasible on the fleet, remembered per job shape (it costs O(nodes) per call).
-  const std::optional<std::string>& Feasibility(const core::JobSpec& spec);
-  void HandleEvent(const Event& e);
-  void Finish(size_t index);
-  void PredictionDue(size_t index);
-  void EvictNode(size_t node);
-  void RecoverNode(size_t node);
-  void Requeue(size_t index, StopCause cause);
-  void Preempt(const core::PreemptDecision& decision);
-  void PreemptStop(size_t index);
-  void ReportCheckpoints();
-  /// Seconds between the job's checkpoints (0 = never).
-  Duration CheckpointInterval(size_t index) const {
-    const Duration own = trace_.jobs[index].checkpoint_interval_s;
-    return own >= 0 ? own : options_.checkpoint_interval_s;
-  }
-  /// Seconds of the current attempt covered by its latest checkpoint, at now_.
-  Duration SavedThisAttempt(size_t index) const {
-    const Duration elapsed = now_ - live_[index].attempt_start;
-    const Duration interval = CheckpointInterval(index);
-    return interval > 0 ? (elapsed / interval) * interval : 0;
-  }
-  void Cycle();
-  /// Keeps the plan a pending job's first cycle, and its last cycle within the recheck delay,
-  /// gave it (JobOutcome::estimate_at_submit, estimate_recheck).
-  void RecordEstimate(size_t index, const std::optional<Timestamp>& expected);
-  /// Records the estimates of a pass planned with SimOptions::estimate_predictor's time limits on
-  /// a copy of the state (not applied): a job it would start now is estimated to start now.
-  void ShadowEstimates();
-  void Start(const core::StartDecision& decision);
-  void Compact();
-  void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
-    events_.push(Event{time, kind, seq_++, target, attempt});
-  }
-  Duration EvictionDelay(size_t node);
-  core::Job& JobOf(size_t index) { return state_.jobs[static_cast<size_t>(live_[index].slot)]; }
-  bool AnyNodeDown() const {
-    return std::any_of(state_.nodes.begin(), state_.nodes.end(),
-                       [](const core::Node& n) { return n.health == core::NodeHealth::kDown; });
-  }
-
-  const Trace& trace_;
-  const Fleet& fleet_;
-  const SimOptions& options_;
-  core::ClusterState state_;
-  std::vector<Live> live_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
-  std::mt19937_64 rng_;
-  SimResult result_;
-  int64_t seq_ = 0;
-  Timestamp now_ = 0;
-  bool dirty_ = false, need_compact_ = false;
-  bool accrue_usage_ = false;   // the policy's priorities read fairshare usage
-  bool preemption_ = false;     // some QoS may preempt: the core reads checkpoints
-  Timestamp accrued_until_ = 0;
-  int64_t pending_ = 0, running_ = 0, busy_ = 0;
-  std::unordered_map<std::string, std::optional<std::string>> feasible_;  // shape key -> why not
-  std::optional<std::string> uncached_;
-};
 
 const std::optional<std::string>& Simulation::Feasibility(const core::JobSpec& spec) {
   // Everything CheckJobFeasible reads: partition, gang shape, GPU types, features and the placement
@@ -190,6 +83,7 @@ void Simulation::Submit(size_t index) {
   job.submit_time = now_;
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
+  view_.AddPending(index, NeedOf(tj.spec));
   ++pending_;
   dirty_ = true;
 }
@@ -232,6 +126,7 @@ void Simulation::Finish(size_t index) {
   live.running = false;
   live.slot = -1;
   need_compact_ = true;
+  view_.Stopped(live.held);
   --running_;
   busy_ -= tj.size;
   if (options_.predictor != nullptr) options_.predictor->Observe(tj.spec.user, tj.run_time);
@@ -276,6 +171,8 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   job.preempting = false;
   live.running = false;
   live.preemptor = 0;
+  view_.Stopped(live.held);
+  view_.AddPending(index, NeedOf(job.spec));
   --running_;
   ++pending_;
   busy_ -= tj.size;
@@ -336,6 +233,7 @@ void Simulation::PreemptStop(size_t index) {
   live.running = false;
   live.slot = -1;
   need_compact_ = true;
+  view_.Stopped(live.held);
   --running_;
   busy_ -= tj.size;
   dirty_ = true;
@@ -410,6 +308,8 @@ void Simulation::Start(const core::StartDecision& decision) {
   live.running = true;
   live.attempt_start = now_;
   live.extensions = 0;
+  live.held = Held(decision.allocation);
+  view_.Started(static_cast<size_t>(index), live.held);
   --pending_;
   ++running_;
   busy_ += tj.size;
@@ -417,84 +317,6 @@ void Simulation::Start(const core::StartDecision& decision) {
   Push(now_ + remaining, EventKind::kFinish, index, out.attempts);
   if (options_.predictor != nullptr && job.spec.time_limit < remaining) {
     Push(now_ + job.spec.time_limit, EventKind::kPredictionDue, index, out.attempts);
-  }
-}
-
-void Simulation::Compact() {
-  size_t w = 0;
-  for (size_t r = 0; r < state_.jobs.size(); ++r) {
-    if (core::IsFinal(state_.jobs[r].state)) continue;
-    if (w != r) state_.jobs[w] = std::move(state_.jobs[r]);
-    live_[static_cast<size_t>(state_.jobs[w].id - 1)].slot = static_cast<int64_t>(w);
-    ++w;
-  }
-  state_.jobs.resize(w);
-  need_compact_ = false;
-}
-
-void Simulation::RecordEstimate(size_t index, const std::optional<Timestamp>& expected) {
-  JobOutcome& out = result_.jobs[index];
-  if (out.first_start >= 0 || now_ > out.submit + options_.estimate_recheck_s) return;
-  const Timestamp t = expected.value_or(-1);
-  if (now_ == out.submit) out.estimate_at_submit = t;
-  out.estimate_recheck = t;
-}
-
-void Simulation::ShadowEstimates() {
-  core::ClusterState shadow = state_;
-  for (core::Job& job : shadow.jobs) {
-    const auto index = static_cast<size_t>(job.id - 1);
-    const Duration requested = trace_.jobs[index].requested_time;
-    Duration limit = live_[index].shadow_limit;
-    job.expected_start.reset();
-    if (job.state == core::JobState::kRunning) {
-      // Corrected as PredictionDue corrects the real one: stepwise past the elapsed time.
-      const Duration elapsed = now_ - live_[index].attempt_start;
-      for (int k = 0; limit <= elapsed && limit < requested; ++k) {
-        limit = std::max(options_.estimate_predictor->Extend(limit, k, requested), limit + 1);
-      }
-    }
-    job.spec.time_limit = std::min(std::max<Duration>(limit, 1), requested);
-  }
-  const core::CyclePlan plan = core::SchedulingCycle::Run(shadow, options_.policy, now_);
-  for (const auto& start : plan.starts) {
-    const auto index = static_cast<size_t>(start.job - 1);
-    if (live_[index].slot >= 0 && !live_[index].running) RecordEstimate(index, now_);
-  }
-  for (const auto& update : plan.pending) {
-    const auto index = static_cast<size_t>(update.job - 1);
-    if (live_[index].slot >= 0 && !live_[index].running) RecordEstimate(index, update.expected_start);
-  }
-}
-
-void Simulation::Cycle() {
-  if (need_compact_) Compact();
-  if (preemption_) ReportCheckpoints();
-  const auto t0 = std::chrono::steady_clock::now();
-  core::CyclePlan plan = core::SchedulingCycle::Run(state_, options_.policy, now_);
-  result_.cycle_wall_s.push_back(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  ++result_.cycles;
-  dirty_ = false;
-  for (const auto& start : plan.starts) Start(start);
-  for (const auto& preemption : plan.preemptions) Preempt(preemption);
-  for (const auto& update : plan.pending) {
-    const int64_t index = update.job - 1;
-    if (index >= 0 && index < static_cast<int64_t>(live_.size()) && live_[index].slot >= 0 &&
-        !live_[index].running) {
-      // Fed back like the daemon does: conservative backfill with keep_plans starts the next
-      // cycle from these planned starts (pyss semantics: a plan only moves earlier).
-      core::Job& job = JobOf(static_cast<size_t>(index));
-      job.reason = update.reason;
-      job.expected_start = update.expected_start;
-      if (options_.estimate_predictor == nullptr) {
-        RecordEstimate(static_cast<size_t>(index), update.expected_start);
-      }
-    }
-  }
-  if (options_.estimate_predictor != nullptr) ShadowEstimates();
-  if (options_.record_series) {
-    result_.series.push_back(SeriesPoint{now_, pending_, running_, busy_});
   }
 }
 
@@ -541,7 +363,8 @@ SimResult Simulation::Run() {
   return std::move(result_);
 }
 
-}  // namespace
+
+}  // namespace detail
 
 SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& options) {
   if (fleet.nodes.empty()) throw std::invalid_argument("Simulate: the fleet has no nodes");
@@ -549,7 +372,7 @@ SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& opt
       fleet.recovery_s.size() != fleet.nodes.size()) {
     throw std::invalid_argument("Simulate: fleet per-node vectors differ in size");
   }
-  return Simulation(trace, fleet, options).Run();
+  return detail::Simulation(trace, fleet, options).Run();
 }
 
 }  // namespace mlsched::sim

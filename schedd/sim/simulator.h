@@ -37,6 +37,19 @@ struct SimOptions {
   /// keeps the requested times: time-limit scheduling with prediction-based estimates, on the
   /// same schedule as without it. Fed like `predictor`. Costs a second core pass per cycle.
   core::RuntimePredictor* estimate_predictor = nullptr;
+  /// Record JobOutcome::estimate_at_submit and estimate_recheck. When false they stay -1 and a
+  /// pass under EASY or conservative backfill whose only effect would be new planned starts may be
+  /// skipped (see `idle_shortcuts`); every other output is the same.
+  bool estimates = true;
+  /// Skip the work of passes whose decisions are known without running them, with byte-identical
+  /// results (tests turn it off to check that): (1) when no pending job's total demand fits the
+  /// free total, the pass is counted but not run (under EASY or conservative only without
+  /// `estimates`; never with keep_plans, preemption or a shadow estimator); (2) under FIFO order
+  /// with no backfill or EASY (and no reserve_after: a starved job's reservation could block one
+  /// that fits), the core sees only the first pending jobs in queue order (and, under
+  /// EASY, those whose demand fits the free total): no pass then costs O(queue). A pass whose
+  /// decisions could depend on a job left out is run again with more jobs.
+  bool idle_shortcuts = true;
 };
 
 /// One attempt of a job on nodes: [start, end).
@@ -100,8 +113,11 @@ struct SimResult {
   std::string resource;             // "gpu" when the fleet has GPUs, else "cpu"
   int64_t capacity = 0;             // GPUs or processors
   int64_t cycles = 0;
+  /// Of `cycles`, passes not run because no pending job could start (SimOptions::idle_shortcuts).
+  int64_t skipped_cycles = 0;
   int64_t evictions = 0, preemptions = 0, fallbacks = 0;
-  std::vector<double> cycle_wall_s; // wall time of each Run call (not deterministic; not printed)
+  /// Wall time of each pass run (not deterministic; not printed); skipped passes have none.
+  std::vector<double> cycle_wall_s;
   std::vector<SeriesPoint> series;
   std::vector<PreemptionRecord> preemption_log;  // in the order the victims stopped
 };

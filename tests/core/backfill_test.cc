@@ -250,3 +250,32 @@ TEST_CASE("conservative with keep_plans: no planned start ever moves later",
     CHECK(r.started.size() == 60);
   }
 }
+
+TEST_CASE("reserve_after plans jobs that waited too long first - each with a reservation", "[core][backfill]") {
+  ClusterState s = CpuPool(10);
+  const Timestamp now = 10000;
+  s.jobs = {JobBuilder(1).CpusPerTask(6).TimeLimit(200s).Running(9900, Allocation{{Task(0, "pool", {}, "", 6000)}}).Build(),
+            JobBuilder(2).CpusPerTask(8).TimeLimit(500s).Submit(0).Build(),     // head: reserved at 10100
+            JobBuilder(3).CpusPerTask(9).TimeLimit(500s).Submit(1).Build(),     // waited ~2.8 h
+            JobBuilder(4).CpusPerTask(2).TimeLimit(2000s).Submit(9999).Build(), // would hold 2 cores past 10600
+            JobBuilder(5).CpusPerTask(1).TimeLimit(50s).Submit(9999).Build()};  // ends before anything
+  PolicySet p = WithBackfill(BackfillMode::kEasy);
+  SECTION("plain EASY backfills past the second job, which waits on") {
+    CyclePlan plan = RunChecked(s, p, now);
+    CHECK(StartedIds(plan) == std::vector<JobId>{4, 5});
+    CHECK_FALSE(PendingOf(plan, 3).expected_start.has_value());
+  }
+  SECTION("with the guard the starved job is planned and nothing delays it") {
+    p.backfill.reserve_after = 3600;
+    CyclePlan plan = RunChecked(s, p, now);
+    CHECK(StartedIds(plan) == std::vector<JobId>{5});
+    CHECK(PendingOf(plan, 2).expected_start == 10100);
+    CHECK(PendingOf(plan, 3).expected_start == 10600);
+    CHECK(PendingOf(plan, 3).detail == "needs 1x9000 CPU millicores, 4000 free now (waited past reserve_after: planned first)");
+    CHECK(PendingOf(plan, 4).expected_start >= 10600);  // the young job waits behind both
+  }
+  SECTION("a job younger than the threshold gets no reservation") {
+    p.backfill.reserve_after = 20000;
+    CHECK(StartedIds(RunChecked(s, p, now)) == std::vector<JobId>{4, 5});
+  }
+}

@@ -201,7 +201,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
         "p.toml:2:17: 'egress_per_gb' in [placement]: expected a number"}},
       {"unknown key in a table", "[backfill]\nmode = \"easy\"\nwindw = 5\n",
        {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, "
-        "resolution, keep_plans"}},
+        "resolution, keep_plans, reserve_after"}},
       {"wrong type", "[backfill]\ndepth = \"ten\"\n",
        {"p.toml:2:9: 'depth' in [backfill]: expected an integer, got a string"}},
       {"bad enum", "[backfill]\nmode = \"lazy\"\n",
