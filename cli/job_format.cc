@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdio>
 
-#include "cli/hostlist.h"
+#include "common/hostlist.h"
 #include "cli/job_states.h"
 
 namespace mlsched::cli {

@@ -1,11 +1,11 @@
 // Fuzz target: Slurm hostlists. ExpandHostlist (common/units.h) parses what users and admins type
-// (mladmin, partition node lists); CompressHostlist (cli/hostlist.h) must be its exact inverse.
+// (mladmin, partition node lists); CompressHostlist (common/hostlist.h) must be its exact inverse.
 // Properties: no crash or UB; for node names of [a-z0-9.-], expanding the compressed list gives
 // back exactly the input set.
 #include <set>
 #include <vector>
 
-#include "cli/hostlist.h"
+#include "common/hostlist.h"
 #include "common/units.h"
 #include "fuzz/fuzz_util.h"
 
@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (nl == std::string::npos) break;
     start = nl + 1;
   }
-  const std::string compressed = mlsched::cli::CompressHostlist(names);
+  const std::string compressed = mlsched::CompressHostlist(names);
   FUZZ_CHECK(ExpandAll(compressed) == want);
   return 0;
 }

@@ -26,6 +26,8 @@ BIN="${MLSCHED_BUILD_DIR:-$PWD/build}"
 SOCK="$STATE/schedd.sock"
 export MLSCHED_SERVER="unix:$SOCK"
 AGENT_CPUS="${AGENT_CPUS:-2}"
+# schedd passes both to the provisioning programs it runs (scripts/local-provision.sh).
+export MLSCHED_STATE="$STATE" MLSCHED_BUILD_DIR="$BIN"
 POLICY="${MLSCHED_POLICY:-$PWD/policies/default.toml}"
 
 start() {  # name, log, command...

@@ -450,6 +450,23 @@ struct ElasticPolicy {
   Duration restart_cost = 60;          // seconds a checkpoint + restart costs, for jobs not yet measured
 };
 
+/// Elastic capacity of one pool (the policy's [provisioning.POOL]; provisioning.h), after Slurm's
+/// power saving (ResumeProgram / SuspendProgram): schedd runs `resume_program HOSTLIST` to bring up
+/// agents on new nodes of shape `shape` while jobs that fit it wait for resources, and
+/// `suspend_program HOSTLIST` for nodes it created that stayed idle `idle_time` seconds or did not
+/// register within `resume_timeout` seconds.
+struct ProvisioningPolicy {
+  Pool pool = Pool::kOnDemand;
+  std::string resume_program;       // absolute path, run without a shell
+  std::string suspend_program;      // absolute path, run without a shell
+  int32_t max_nodes = 0;            // nodes of this pool schedd may hold created at once (requested + registered)
+  Duration idle_time = 600;         // seconds a created node runs no task before it is released
+  Duration resume_timeout = 300;    // seconds a requested node has to register
+  double max_cost_per_hour = 0;     // budget of the created nodes, [pricing.POOL] units per hour; 0 = none
+  Node shape;                       // what one created node registers as (name empty, pool = `pool`)
+  SourceLines source;
+};
+
 struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
@@ -472,6 +489,7 @@ struct PolicySet {
   InputLimits limits;                   // [limits]; root, schedd's user and operators skip the per-user ones
   PredictionPolicy prediction;          // [prediction]
   ElasticPolicy elastic;                // [elastic]
+  std::vector<ProvisioningPolicy> provisioning;  // [provisioning.POOL], at most one per pool
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.

@@ -133,7 +133,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
-                   "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic"},
+                   "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic", "provisioning"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -154,6 +154,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("pricing", [&](const toml::table& t) { ReadPricing(t, p.placement); });
   section("simulation", [&](const toml::table& t) { ReadSimulation(t, simulation_); });  // mlsim's
   section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
+  section("provisioning", [&](const toml::table& t) { ReadProvisioning(t, p); });
   section("elastic", [&](const toml::table& t) {
     CheckKeys(t, {"grow", "min_resize_interval", "restart_cost"}, "[elastic]");
     Bool(t, "grow", p.elastic.grow, "[elastic]");
@@ -187,6 +188,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   });
   CheckReferences(root, p);
   CheckAssociations(root, p);
+  CheckProvisioning(root, p);
   return p;
 }
 

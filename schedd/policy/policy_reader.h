@@ -70,6 +70,14 @@ class PolicyReader {
   void ReadPlacement(const toml::table& t, core::PlacementPolicy& p);
   void ReadPricing(const toml::table& t, core::PlacementPolicy& p);
   core::WarmPool ReadWarmPool(const toml::table& t, const std::string& ctx);
+  // provisioning_reader.cc
+  /// [provisioning.POOL] tables: programs, max_nodes, idle_time, resume_timeout, budget, node shape.
+  void ReadProvisioning(const toml::table& t, core::PolicySet& p);
+  core::ProvisioningPolicy ReadProvisioningPool(const toml::table& t, core::Pool pool, const std::string& ctx);
+  /// cpus, memory, gpus ("TYPE:N"), region, zone, domain, features of the nodes a pool creates.
+  void ReadShape(const toml::table& t, const std::string& ctx, core::Node& shape);
+  /// A budget (max_cost_per_hour) needs [pricing.POOL] prices for the shape.
+  void CheckProvisioning(const toml::table& root, const core::PolicySet& p);
   // simulation_reader.cc
   void ReadSimulation(const toml::table& t, SimulationSettings& s);
   /// [prediction]: enabled, predictor (a known name), history (1..64).

@@ -282,6 +282,7 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const R
   }
   std::vector<core::Node> nodes;
   for (const auto& [name, n] : nodes_) nodes.push_back(n.node);
+  core::AppendProvisionable(policy_, nodes);  // nodes [provisioning.POOL] may create count as well
   if (!nodes.empty()) {
     // Feasible when the job, or the last of its fallback tiers (all tiers open), could ever run.
     core::JobSpec c = ToCoreSpec(spec, caller.user);

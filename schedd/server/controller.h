@@ -20,10 +20,12 @@
 #include "schedd/core/dependency.h"
 #include "schedd/core/pools.h"
 #include "schedd/core/predictor.h"
+#include "schedd/core/provisioning.h"
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
 #include "schedd/server/admission.h"
 #include "schedd/server/metrics.h"
+#include "schedd/server/provision_runner.h"
 #include "schedd/server/store.h"
 
 namespace mlsched::server {
@@ -157,6 +159,11 @@ class Controller {
   void CountInternalError();
   /// Counts a refused request (mlsched_rejected_requests_total{reason}), when metrics are on.
   void CountRejected(const std::string& reason);
+  /// Provisioning ([provisioning.POOL]) runs its programs through `r` from now on (optional; not
+  /// owned); without one no node is requested or released.
+  void SetProvisionRunner(ProvisionRunner* r);
+  /// The nodes schedd created and has not released (tests, mladmin).
+  core::ProvisionLedger ProvisionedNodes();
   /// The gauges of a scrape: jobs by state and partition, GPUs by pool, nodes by state.
   SchedMetrics::Gauges CollectGauges();
 
@@ -200,6 +207,7 @@ class Controller {
     // Seconds a checkpoint-and-restart costs this job: its last stop plus launch to all ranks
     // running, without the time it waited in the queue; 0 = not measured yet.
     core::Duration restart_cost = 0;
+    std::string provision_note;  // the latest provisioning decision for it: "requested 2 nodes from pool spot (...)"
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {
@@ -309,6 +317,11 @@ class Controller {
   // controller_cycle.cc
   /// Nodes, pending and running jobs and exiting tasks for one cycle (usage is left to the caller).
   core::ClusterState Snapshot(int64_t now) const;
+  // controller_provision.cc
+  /// Elastic capacity after a cycle: core::PlanProvisioning on the same snapshot and plan; runs the
+  /// programs through runner_, records events, notes and metrics, and keeps the ledger.
+  void ProvisionLocked(const core::ClusterState& snap, const core::CyclePlan& plan, const core::PolicySet& policy,
+                       int64_t now);
   /// True when tasks of an ended attempt of `job` are still exiting on a node that could run it.
   bool OwnTasksExitingLocked(int64_t job) const;
   /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.
@@ -346,6 +359,10 @@ class Controller {
   std::map<std::string, double> usage_;
   // Run-time prediction ([prediction]): each user's recent run times, reloaded by Recover.
   core::UserMeanPredictor predictor_;
+  // Elastic capacity: the nodes schedd created, the programs' runner, each pool's cost per hour.
+  core::ProvisionLedger provisioned_;
+  ProvisionRunner* runner_ = nullptr;
+  std::map<std::string, double> provision_cost_;
   int64_t usage_until_ = 0;
   int64_t usage_saved_at_ = 0;
   static constexpr int64_t kUsageSaveEvery = 60;

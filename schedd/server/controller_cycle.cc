@@ -261,6 +261,7 @@ void Controller::RunCycle(int64_t now) {
   }
   for (const auto& d : plan.preemptions) PreemptLocked(d, now);
   for (const auto& d : plan.resizes) ResizeLocked(d, now);
+  ProvisionLocked(snap, plan, policy, now);
   for (const auto& p : plan.pending) {
     JobRec* j = Find(p.job);
     if (!j || j->state != core::JobState::kPending) continue;
@@ -268,6 +269,7 @@ void Controller::RunCycle(int64_t now) {
     j->expected_start = p.expected_start.value_or(0);
     j->priority = p.priority;
     j->reason_detail = p.detail;
+    if (!j->provision_note.empty()) j->reason_detail += (p.detail.empty() ? "" : "; ") + j->provision_note;
   }
   if (!plan.starts.empty() || !plan.preemptions.empty())
     spdlog::debug("cycle: {} jobs in snapshot, {} starts, {} us", snap.jobs.size(), plan.starts.size(), us);
@@ -289,6 +291,8 @@ SchedMetrics::Gauges Controller::CollectGauges() {
       if (it != nodes_.end()) g.running_gpus[core::PoolName(it->second.node.pool)] += t.gpu_indices_size();
     }
   }
+  for (const auto& n : provisioned_.nodes) g.provisioned[{core::PoolName(n.pool), n.registered ? "registered" : "requested"}] += 1;
+  g.provision_cost = provision_cost_;
   return g;
 }
 

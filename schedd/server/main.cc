@@ -287,6 +287,12 @@ int main(int argc, char** argv) {
     SchedMetrics metrics;
     ctl.SetMetrics(&metrics);
     auth.SetMetrics(&metrics);
+    ProvisionRunner provision_runner([&](const ProgramCall& call, const ProgramResult& r) {
+      if (!r.error.empty() || r.timed_out || r.exit_code != 0)  // logged by the runner
+        metrics.CountProvision(call.env.count("MLSCHED_PROVISION_POOL") ? call.env.at("MLSCHED_PROVISION_POOL") : "",
+                               call.kind + "_program_failed", 1);
+    });
+    ctl.SetProvisionRunner(&provision_runner);
     if (!estore) ctl.Recover(WallNow());
     std::unique_ptr<mlsched::MetricsHttpServer> metrics_http;
     if (metrics_port >= 0) {

@@ -35,6 +35,14 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
   jobs_ = &prometheus::BuildGauge().Name("mlsched_jobs").Help("Jobs in memory by state and partition").Register(*registry_);
   gpus_ = &prometheus::BuildGauge().Name("mlsched_running_gpus").Help("GPUs held by running tasks, by pool").Register(*registry_);
   nodes_ = &prometheus::BuildGauge().Name("mlsched_nodes").Help("Nodes by state").Register(*registry_);
+  provision_ = &prometheus::BuildCounter().Name("mlsched_provision_nodes_total")
+                    .Help("Nodes of provisioned pools by event (requested, registered, failed, released), and failed program runs (resume_program_failed, suspend_program_failed)")
+                    .Register(*registry_);
+  provisioned_ = &prometheus::BuildGauge().Name("mlsched_provisioned_nodes")
+                      .Help("Nodes created by schedd, by pool and state (requested, registered)").Register(*registry_);
+  provision_cost_ = &prometheus::BuildGauge().Name("mlsched_provision_cost_per_hour")
+                         .Help("Cost per hour of the nodes schedd created, by pool ([pricing.POOL] units)")
+                         .Register(*registry_);
 }
 
 void SchedMetrics::ObserveQueueWait(const std::string& partition, const std::string& accelerator, double seconds) {
@@ -48,11 +56,14 @@ void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"sta
 void SchedMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
 void SchedMetrics::CountInternalError() { internal_errors_->Increment(); }
 void SchedMetrics::ObserveCycle(double seconds) { cycle_->Observe(seconds); }
+void SchedMetrics::CountProvision(const std::string& pool, const std::string& event, double nodes) {
+  provision_->Add({{"pool", pool}, {"event", event}}).Increment(nodes);
+}
 
 std::string SchedMetrics::Render(const Gauges& g) {
   std::lock_guard lk(mu_);
   // Label sets that disappeared must read 0, not their last value: reset everything, then refill.
-  for (auto* fam : {jobs_, gpus_, nodes_})
+  for (auto* fam : {jobs_, gpus_, nodes_, provisioned_, provision_cost_})
     for (auto& mf : fam->Collect())
       for (auto& m : mf.metric) {
         std::map<std::string, std::string> labels;
@@ -62,6 +73,8 @@ std::string SchedMetrics::Render(const Gauges& g) {
   for (const auto& [key, v] : g.jobs) jobs_->Add({{"state", key.first}, {"partition", key.second}}).Set(v);
   for (const auto& [pool, v] : g.running_gpus) gpus_->Add({{"pool", pool}}).Set(v);
   for (const auto& [state, v] : g.nodes) nodes_->Add({{"state", state}}).Set(v);
+  for (const auto& [key, v] : g.provisioned) provisioned_->Add({{"pool", key.first}, {"state", key.second}}).Set(v);
+  for (const auto& [pool, v] : g.provision_cost) provision_cost_->Add({{"pool", pool}}).Set(v);
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -33,11 +33,16 @@ class SchedMetrics {
   /// A request or agent stream that failed inside schedd (a store error such as a full disk); it was
   /// answered with an error and schedd kept serving.
   void CountInternalError();
+  /// Provisioning ([provisioning.POOL]): `nodes` nodes of `pool` requested, registered, failed (not
+  /// registered within resume_timeout) or released (idle, drained or down, given to suspend_program).
+  void CountProvision(const std::string& pool, const std::string& event, double nodes);
   /// Gauges: replaced wholesale at each scrape.
   struct Gauges {
     std::map<std::pair<std::string, std::string>, double> jobs;  // (state, partition) -> count
     std::map<std::string, double> running_gpus;                 // pool -> GPUs held by running tasks
     std::map<std::string, double> nodes;                        // node state -> count
+    std::map<std::pair<std::string, std::string>, double> provisioned;  // (pool, requested|registered) -> nodes
+    std::map<std::string, double> provision_cost;               // pool -> cost per hour of its created nodes
   };
   /// Sets the gauges and returns the text exposition of every metric.
   std::string Render(const Gauges& g);
@@ -55,6 +60,9 @@ class SchedMetrics {
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Gauge>* gpus_;
   prometheus::Family<prometheus::Gauge>* nodes_;
+  prometheus::Family<prometheus::Counter>* provision_;
+  prometheus::Family<prometheus::Gauge>* provisioned_;
+  prometheus::Family<prometheus::Gauge>* provision_cost_;
   std::mutex mu_;  // Render: the gauge reset + refill is one step
 };
 

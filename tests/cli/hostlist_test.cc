@@ -4,11 +4,11 @@
 #include <random>
 #include <set>
 
-#include "cli/hostlist.h"
+#include "common/hostlist.h"
 #include "common/units.h"
 
 using mlsched::ExpandHostlist;
-using mlsched::cli::CompressHostlist;
+using mlsched::CompressHostlist;
 
 namespace {
 

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "schedd/core/provisioning.h"
 #include "schedd/core/types.h"
 #include "schedd/policy/policy_loader.h"
 
@@ -54,6 +55,14 @@ TEST_CASE("the shipped policies load", "[policy]") {
     CHECK(p.partitions[1].source.Of("allow_accounts").rfind(kPolicies + "/examples/gpu-cluster.toml:", 0) == 0);
     REQUIRE(p.users.size() == 1);
     CHECK(p.users[0].default_account == "nlp");
+  }
+  SECTION("examples/provisioning.toml") {
+    auto r = policy::LoadPolicyFile(kPolicies + "/examples/provisioning.toml");
+    INFO(r.ErrorText());
+    REQUIRE(r.ok());
+    REQUIRE(r.policy->provisioning.size() == 1);
+    CHECK(r.policy->provisioning[0].max_nodes == 8);
+    CHECK(core::NodeCostPerHour(r.policy->provisioning[0].shape, *r.policy) == Approx(32 * 0.01 + 4 * 1.20));
   }
 }
 
@@ -150,7 +159,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
-        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic"}},
+        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic, provisioning"}},
       {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
        {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history"}},
       {"bad [prediction] values",
@@ -309,4 +318,74 @@ TEST_CASE("the [elastic] table is read into the policy and its errors name FILE:
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:2:") && Catch::Contains("'min_resize_interval' in [elastic]: must be >= 0 seconds"));
   CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:3:") && Catch::Contains("resize_cost"));
+}
+
+TEST_CASE("[provisioning.POOL] is read into the policy with its node shape", "[policy][provisioning]") {
+  auto r = ParsePolicy(
+      "[pricing.spot]\ngpu_hour = { h100 = 2.5 }\ncpu_hour = 0.1\n"
+      "[provisioning.spot]\nresume_program = \"/usr/lib/mlsched/resume\"\nsuspend_program = \"/usr/lib/mlsched/suspend\"\n"
+      "max_nodes = 4\nidle_time = \"5m\"\nresume_timeout = 90\nmax_cost_per_hour = 30\n"
+      "cpus = 16\nmemory = \"64G\"\ngpus = \"h100:4\"\nregion = \"us-east\"\nzone = \"us-east-1a\"\n"
+      "domain = \"spot-a\"\nfeatures = [\"ib\"]\n",
+      "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  REQUIRE(r.policy->provisioning.size() == 1);
+  const auto& c = r.policy->provisioning[0];
+  CHECK(c.pool == mlsched::core::Pool::kSpot);
+  CHECK(c.resume_program == "/usr/lib/mlsched/resume");
+  CHECK(c.suspend_program == "/usr/lib/mlsched/suspend");
+  CHECK(c.max_nodes == 4);
+  CHECK(c.idle_time == 300);
+  CHECK(c.resume_timeout == 90);
+  CHECK(c.max_cost_per_hour == 30);
+  CHECK(c.shape.pool == mlsched::core::Pool::kSpot);
+  CHECK(c.shape.capacity.cpu_millis == 16000);
+  CHECK(c.shape.capacity.memory_bytes == (int64_t{64} << 30));
+  CHECK(c.shape.capacity.gpus == std::map<std::string, int64_t>{{"h100", 4}});
+  CHECK(c.shape.region == "us-east");
+  CHECK(c.shape.zone == "us-east-1a");
+  CHECK(c.shape.domain == "spot-a");
+  CHECK(c.shape.features == std::vector<std::string>{"ib"});
+  CHECK(c.source.keys.at("max_nodes") == "p.toml:7");
+  CHECK(ParsePolicy("", "e.toml").policy->provisioning.empty());
+}
+
+TEST_CASE("[provisioning.POOL] errors name FILE:LINE and the limit", "[policy][provisioning]") {
+  const std::string ok = "resume_program = \"/r\"\nsuspend_program = \"/s\"\nmax_nodes = 2\ncpus = 2\nmemory = \"4G\"\n";
+  struct Row {
+    const char* name;
+    std::string text;
+    const char* error;
+  };
+  const Row rows[] = {
+      {"unknown pool", "[provisioning.cloud]\n" + ok, "p.toml:1:1: unknown pool 'cloud' in [provisioning]"},
+      {"relative program", "[provisioning.spot]\nresume_program = \"resume.sh\"\nsuspend_program = \"/s\"\nmax_nodes = 2\ncpus = 2\nmemory = \"4G\"\n",
+       "p.toml:2:18: [provisioning.spot]: 'resume_program' must be an absolute path, got \"resume.sh\""},
+      {"missing suspend program", "[provisioning.spot]\nresume_program = \"/r\"\nmax_nodes = 2\ncpus = 2\nmemory = \"4G\"\n",
+       "[provisioning.spot]: 'suspend_program' (an absolute path) is required"},
+      {"max_nodes over the limit", "[provisioning.spot]\nresume_program = \"/r\"\nsuspend_program = \"/s\"\nmax_nodes = 5000\ncpus = 2\nmemory = \"4G\"\n",
+       "p.toml:4:13: [provisioning.spot]: 'max_nodes' must be at most 4096"},
+      {"max_nodes 0", "[provisioning.spot]\nresume_program = \"/r\"\nsuspend_program = \"/s\"\nmax_nodes = 0\ncpus = 2\nmemory = \"4G\"\n",
+       "p.toml:4:13: 'max_nodes' in [provisioning.spot]: must be >= 1, got 0"},
+      {"missing shape", "[provisioning.spot]\nresume_program = \"/r\"\nsuspend_program = \"/s\"\nmax_nodes = 2\n",
+       "[provisioning.spot]: 'cpus' (the node shape) is required"},
+      {"bad gpus", "[provisioning.spot]\n" + ok + "gpus = \"h100\"\n",
+       "p.toml:7:8: [provisioning.spot]: 'gpus' must be \"TYPE:N\" with 1 <= N <= 64 (or \"none\"), got \"h100\""},
+      {"too much memory", "[provisioning.spot]\nresume_program = \"/r\"\nsuspend_program = \"/s\"\nmax_nodes = 2\ncpus = 2\nmemory = \"65T\"\n",
+       "p.toml:6:10: [provisioning.spot]: 'memory' must be above 0 and at most 70368744177664"},
+      {"resume_timeout 0", "[provisioning.spot]\n" + ok + "resume_timeout = 0\n",
+       "p.toml:7:18: [provisioning.spot]: 'resume_timeout' must be 1..86400 seconds"},
+      {"budget without prices", "[provisioning.spot]\n" + ok + "max_cost_per_hour = 10\n",
+       "p.toml:7:21: [provisioning.spot]: 'max_cost_per_hour' needs prices: add [pricing.spot]"},
+      {"misspelt key", "[provisioning.spot]\n" + ok + "idle_timeout = 3\n",
+       "p.toml:7:1: unknown key 'idle_timeout' in [provisioning.spot]"},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      auto r = ParsePolicy(row.text, "p.toml");
+      REQUIRE_FALSE(r.ok());
+      CHECK_THAT(r.ErrorText(), Catch::Contains(row.error));
+    }
+  }
 }

@@ -1,10 +1,10 @@
-#include "cli/hostlist.h"
+#include "common/hostlist.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
 
-namespace mlsched::cli {
+namespace mlsched {
 
 namespace {
 
@@ -80,4 +80,4 @@ std::string CompressHostlist(std::vector<std::string> names) {
   return out;
 }
 
-}  // namespace mlsched::cli
+}  // namespace mlsched

@@ -1,0 +1,102 @@
+// Controller: elastic capacity through the provisioning programs ([provisioning.POOL]). The
+// decision is core::PlanProvisioning; here its requests and releases become program runs, events
+// (job events "provision" for the jobs a request is for; node events "provision-registered",
+// "provision-failed", "provision-release"), notes in the waiting jobs' reason and metrics.
+#include <spdlog/spdlog.h>
+
+#include "common/hostlist.h"
+#include "schedd/server/controller.h"
+
+namespace mlsched::server {
+namespace {
+
+// Most jobs one request writes its "provision" event and note to (the rest are counted).
+constexpr size_t kMaxProvisionEventJobs = 64;
+
+const core::ProvisioningPolicy* Config(const core::PolicySet& policy, core::Pool pool) {
+  for (const auto& c : policy.provisioning)
+    if (c.pool == pool) return &c;
+  return nullptr;
+}
+
+// The node shape for the programs' environment, in agentd's flag words.
+std::map<std::string, std::string> ShapeEnv(const core::ProvisioningPolicy& c) {
+  const core::ResourceVector& cap = c.shape.capacity;
+  std::string gpus = "none", features;
+  for (const auto& [type, n] : cap.gpus) gpus = (type.empty() ? "gpu" : type) + ":" + std::to_string(n);
+  for (const auto& f : c.shape.features) features += (features.empty() ? "" : ",") + f;
+  return {{"MLSCHED_PROVISION_POOL", core::PoolName(c.pool)},
+          {"MLSCHED_PROVISION_CPUS", std::to_string(cap.cpu_millis) + "m"},
+          {"MLSCHED_PROVISION_MEMORY", std::to_string(cap.memory_bytes >> 20)},  // MB, as agentd --mem
+          {"MLSCHED_PROVISION_GPUS", gpus},
+          {"MLSCHED_PROVISION_REGION", c.shape.region},
+          {"MLSCHED_PROVISION_ZONE", c.shape.zone},
+          {"MLSCHED_PROVISION_DOMAIN", c.shape.domain},
+          {"MLSCHED_PROVISION_FEATURES", features}};
+}
+
+std::string NodeCount(size_t n) { return std::to_string(n) + (n == 1 ? " node" : " nodes"); }
+
+}  // namespace
+
+void Controller::SetProvisionRunner(ProvisionRunner* r) {
+  std::lock_guard lk(mu_);
+  runner_ = r;
+}
+
+core::ProvisionLedger Controller::ProvisionedNodes() {
+  std::lock_guard lk(mu_);
+  return provisioned_;
+}
+
+void Controller::ProvisionLocked(const core::ClusterState& snap, const core::CyclePlan& plan,
+                                 const core::PolicySet& policy, int64_t now) {
+  if (!runner_ || (policy.provisioning.empty() && provisioned_.nodes.empty())) return;
+  core::ProvisioningPlan pp = core::PlanProvisioning(snap, plan, policy, provisioned_, now);
+  for (const auto& n : pp.ledger.nodes) {
+    if (!n.registered) continue;
+    const bool was = std::any_of(provisioned_.nodes.begin(), provisioned_.nodes.end(),
+                                 [&](const core::ProvisionedNode& o) { return o.name == n.name && o.registered; });
+    if (was) continue;
+    const std::string detail = "registered " + std::to_string(now - n.requested_at) + " s after the request";
+    store_.AppendEvent(0, n.name, "provision-registered", detail).get();
+    if (metrics_) metrics_->CountProvision(core::PoolName(n.pool), "registered", 1);
+    spdlog::info("provisioning: {} {}", n.name, detail);
+  }
+  // Suspend: one program run per pool for its released and failed nodes together.
+  std::map<core::Pool, std::vector<std::string>> to_suspend;
+  for (const auto& r : pp.suspend) {
+    const char* event = r.failed ? "failed" : "released";
+    store_.AppendEvent(0, r.node, r.failed ? "provision-failed" : "provision-release", r.reason).get();
+    if (metrics_) metrics_->CountProvision(core::PoolName(r.pool), event, 1);
+    spdlog::info("provisioning: {} {}: {}", r.node, event, r.reason);
+    to_suspend[r.pool].push_back(r.node);
+  }
+  for (const auto& [pool, names] : to_suspend) {
+    const core::ProvisioningPolicy* c = Config(policy, pool);
+    if (!c) continue;  // PlanProvisioning releases only nodes of configured pools
+    ProgramCall call{"suspend", c->suspend_program, CompressHostlist(names), ShapeEnv(*c),
+                     static_cast<int>(c->resume_timeout)};
+    if (!runner_->Submit(std::move(call))) spdlog::error("provisioning: queue full, suspend of {} dropped", names.size());
+  }
+  for (const auto& r : pp.resume) {
+    const core::ProvisioningPolicy* c = Config(policy, r.pool);
+    const std::string hostlist = CompressHostlist(r.nodes);
+    const std::string note = "requested " + NodeCount(r.nodes.size()) + " from pool " + core::PoolName(r.pool) +
+                             " (" + hostlist + ")";
+    const std::string detail = note + ": " + r.detail;
+    for (size_t i = 0; i < r.jobs.size() && i < kMaxProvisionEventJobs; ++i) {
+      store_.AppendEvent(r.jobs[i], "", "provision", detail).get();
+      if (JobRec* j = Find(r.jobs[i])) j->provision_note = note;
+    }
+    if (metrics_) metrics_->CountProvision(core::PoolName(r.pool), "requested", static_cast<double>(r.nodes.size()));
+    spdlog::info("provisioning: {}", detail);
+    ProgramCall call{"resume", c->resume_program, hostlist, ShapeEnv(*c), static_cast<int>(c->resume_timeout)};
+    if (!runner_->Submit(std::move(call))) spdlog::error("provisioning: queue full, resume of {} dropped", hostlist);
+  }
+  provisioned_ = std::move(pp.ledger);
+  provision_cost_.clear();
+  for (const auto& [pool, cost] : pp.cost_per_hour) provision_cost_[core::PoolName(pool)] = cost;
+}
+
+}  // namespace mlsched::server
