@@ -126,7 +126,9 @@ agents_up() {
       --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0 "${AGENT_EXTRA[@]}"
     n=$((n + 1))
   done
-  for i in $(seq 1 50); do
+  # Up to 30 s: on a loaded machine (CI runs tests two at a time) agents can take over 10 s to
+  # register, and a job submitted before they have (an elastic one) would start smaller.
+  for i in $(seq 1 150); do
     [ "$("$BIN/cli/mladmin" nodes --json 2>/dev/null | grep -o '"name"' | wc -l)" -ge "$n" ] && break
     sleep 0.2
   done
