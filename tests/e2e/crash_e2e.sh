@@ -55,7 +55,7 @@ submit_all() {  # client number: submits JOBS jobs, appends each acknowledged id
   local c=$1 i id
   for i in $(seq 1 "$JOBS"); do
     id=$("$BIN/cli/mlsub" --parsable -D "$OUT" -J "c$c-$i" -n 1 -c 1 -t 2:00 -o /dev/null \
-      --wrap 'echo "$MLSCHED_JOB_ID $MLSCHED_ATTEMPT" >> "runs/$MLSCHED_JOB_ID"; sleep 0.$((RANDOM % 4))') ||
+      --wrap 'echo "$MLSCHED_JOB_ID $MLSCHED_ATTEMPT" >> "runs/$MLSCHED_JOB_ID"; sleep 1.$((RANDOM % 10))') ||
       { echo "client $c: submission $i failed" >&2; continue; }
     echo "$id" >> "$OUT/acked.$c"
   done
