@@ -69,17 +69,81 @@ std::optional<ProvisionRelease> Step(ProvisionedNode& n, const ProvisioningPolic
   return std::nullopt;
 }
 
+// Nodes of `shape` that `tasks` tasks of `job` need (tasks per node from the shape's capacity), or
+// 0 when no task of it fits the shape.
+int64_t NodesFor(const Job& job, int64_t tasks, const Node& shape, const PolicySet& policy, Timestamp now) {
+  JobSpec spec = job.spec;
+  spec.spot = EffectiveSpot(job, policy, now);
+  std::vector<Node> one{shape};
+  one[0].health = NodeHealth::kUp;
+  NodeLedger ledger(one, {});
+  const NodeSlot& slot = ledger.slot(0);
+  if (!NodeEligible(slot, spec, FindPartition(policy, spec.partition))) return 0;
+  const std::optional<TaskDemand> demand = ResolveTaskDemand(spec, one[0]);
+  if (!demand || tasks < 1) return 0;
+  int64_t per_node = TasksThatFit(slot.capacity, *demand, tasks);
+  if (spec.topology == Topology::kSpread) per_node = std::min<int64_t>(per_node, 1);
+  if (per_node <= 0) return 0;
+  return (tasks + per_node - 1) / per_node;
+}
+
+// Demand for nodes: `tasks` more tasks of `job` (all of a pending job's largest size, or the tasks
+// a running elastic job is short of it).
+struct Demand {
+  const Job* job = nullptr;
+  int64_t tasks = 0;
+};
+
+// Running elastic jobs below their largest size, when jobs grow (policy.elastic.grow): a shrink
+// after an eviction or preemption asks its pool for a replacement this way. The tasks that free
+// nodes outside the provisioner's ledger hold now (after this cycle's starts; each node offered to
+// one job) are not asked for: PlanGrows gives them to the job.
+std::vector<Demand> GrowthDemand(const ClusterState& state, const CyclePlan& cycle, const PolicySet& policy,
+                                 const ProvisionLedger& ledger, Timestamp now) {
+  std::vector<Demand> out;
+  if (!policy.elastic.grow) return out;
+  std::set<JobId> resized, victims;
+  for (const ResizeDecision& r : cycle.resizes) resized.insert(r.job);
+  for (const PreemptDecision& d : cycle.preemptions) victims.insert(d.victim);
+  std::set<std::string> provisioned;
+  for (const ProvisionedNode& n : ledger.nodes) provisioned.insert(n.name);
+  std::optional<NodeLedger> free;  // built for the first candidate only
+  std::set<size_t> offered;
+  for (const Job& job : state.jobs) {
+    if (out.size() >= kMaxProvisionDemandJobs) break;
+    if (job.state != JobState::kRunning || !IsElastic(job.spec) || !job.allocation || job.preempting) continue;
+    if (resized.count(job.id) || victims.count(job.id) || job.spec.time_limit <= 0) continue;
+    int64_t missing = job.spec.ntasks - RunningTasks(job);
+    if (missing <= 0) continue;
+    if (!free) {
+      free.emplace(state.nodes, state.jobs);
+      for (const StartDecision& s : cycle.starts) free->Occupy(s.allocation);
+    }
+    const PartitionPolicy* partition = FindPartition(policy, job.spec.partition);
+    for (size_t i = 0; i < free->size() && missing > 0; ++i) {
+      const NodeSlot& slot = free->slot(i);
+      if (offered.count(i) || provisioned.count(slot.node->name) || !NodeEligible(slot, job.spec, partition)) continue;
+      const std::optional<TaskDemand> demand = ResolveTaskDemand(job.spec, *slot.node);
+      const int64_t fit = demand ? TasksThatFit(slot.free, *demand, missing) : 0;
+      if (fit > 0) missing -= fit, offered.insert(i);
+    }
+    if (missing > 0) out.push_back({&job, missing});
+  }
+  return out;
+}
+
 // The pool's request for the demand of `waiting`, or nullopt when it needs nothing more.
 std::optional<ProvisionRequest> Request(const ProvisioningPolicy& cfg, const PolicySet& policy,
-                                        const std::vector<const Job*>& waiting, ProvisionLedger& ledger,
+                                        const std::vector<Demand>& waiting, ProvisionLedger& ledger,
                                         const std::unordered_map<std::string, const Node*>& present,
                                         Timestamp now) {
   Node shape = cfg.shape;
   shape.pool = cfg.pool;
   int64_t need = 0;
   std::vector<JobId> jobs;
-  for (const Job* j : waiting) {
-    const int64_t n = NodesNeeded(*j, shape, policy, now);
+  for (const Demand& d : waiting) {
+    const Job* j = d.job;
+    const int64_t n = NodesFor(*j, d.tasks, shape, policy, now);
     if (n == 0) continue;
     need = std::min<int64_t>(need + n, 2 * kMaxProvisionedNodes);
     jobs.push_back(j->id);
@@ -146,19 +210,7 @@ void AppendProvisionable(const PolicySet& policy, std::vector<Node>& nodes) {
 }
 
 int64_t NodesNeeded(const Job& job, const Node& shape, const PolicySet& policy, Timestamp now) {
-  JobSpec spec = job.spec;
-  spec.spot = EffectiveSpot(job, policy, now);
-  std::vector<Node> one{shape};
-  one[0].health = NodeHealth::kUp;
-  NodeLedger ledger(one, {});
-  const NodeSlot& slot = ledger.slot(0);
-  if (!NodeEligible(slot, spec, FindPartition(policy, spec.partition))) return 0;
-  const std::optional<TaskDemand> demand = ResolveTaskDemand(spec, one[0]);
-  if (!demand || spec.ntasks < 1) return 0;
-  int64_t per_node = TasksThatFit(slot.capacity, *demand, spec.ntasks);
-  if (spec.topology == Topology::kSpread) per_node = std::min<int64_t>(per_node, 1);
-  if (per_node <= 0) return 0;
-  return (spec.ntasks + per_node - 1) / per_node;
+  return NodesFor(job, job.spec.ntasks, shape, policy, now);
 }
 
 ProvisioningPlan PlanProvisioning(const ClusterState& state, const CyclePlan& cycle, const PolicySet& policy,
@@ -176,25 +228,27 @@ ProvisioningPlan PlanProvisioning(const ClusterState& state, const CyclePlan& cy
   }
   std::unordered_map<JobId, const Job*> by_id;
   for (const Job& j : state.jobs) by_id.emplace(j.id, &j);
-  std::vector<const Job*> waiting;
+  std::vector<Demand> waiting;
   for (const PendingUpdate& p : cycle.pending) {
     if (waiting.size() >= kMaxProvisionDemandJobs) break;
     const auto it = by_id.find(p.job);
-    if (WaitsForNodes(p.reason) && it != by_id.end()) waiting.push_back(it->second);
+    if (WaitsForNodes(p.reason) && it != by_id.end()) waiting.push_back({it->second, it->second->spec.ntasks});
   }
+  if (!policy.provisioning.empty())
+    for (const Demand& d : GrowthDemand(state, cycle, policy, ledger, now)) waiting.push_back(d);
   // Each job counts once: for the pool whose nodes for it cost least (ties: the first in the policy).
-  std::map<Pool, std::vector<const Job*>> assigned;
-  for (const Job* j : waiting) {
+  std::map<Pool, std::vector<Demand>> assigned;
+  for (const Demand& d : waiting) {
     const ProvisioningPolicy* best = nullptr;
     double best_cost = 0;
     for (const ProvisioningPolicy& cfg : policy.provisioning) {
       Node shape = cfg.shape;
       shape.pool = cfg.pool;
-      const int64_t n = NodesNeeded(*j, shape, policy, now);
+      const int64_t n = NodesFor(*d.job, d.tasks, shape, policy, now);
       const double cost = NodeCostPerHour(shape, policy) * static_cast<double>(n);
       if (n > 0 && (!best || cost < best_cost)) best = &cfg, best_cost = cost;
     }
-    if (best) assigned[best->pool].push_back(j);
+    if (best) assigned[best->pool].push_back(d);
   }
   for (const ProvisioningPolicy& cfg : policy.provisioning) {
     if (auto r = Request(cfg, policy, assigned[cfg.pool], plan.ledger, present, now)) plan.resume.push_back(std::move(*r));

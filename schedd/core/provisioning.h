@@ -41,7 +41,8 @@ struct ProvisionLedger {
 struct ProvisionRequest {
   Pool pool = Pool::kOnDemand;
   std::vector<std::string> nodes;
-  std::vector<JobId> jobs;       // pending jobs (reason Resources) whose demand this covers
+  std::vector<JobId> jobs;       // jobs whose demand this covers: pending ones waiting for nodes,
+                                 // running elastic ones below their largest size
   double cost_per_hour = 0;      // of these nodes, [pricing.POOL] units
   std::string detail;            // "2 nodes needed for 1 job(s), 0 requested; max_nodes 2"
 };
@@ -91,7 +92,13 @@ void AppendProvisionable(const PolicySet& policy, std::vector<Node>& nodes);
 ///   pool's shape need NodesNeeded nodes each (each job counts for one pool: the one whose nodes for
 ///   it cost least, the first in policy.provisioning on a tie); the pool asks for that total minus its requested nodes and
 ///   its idle registered ones, capped by max_nodes (requested + registered) and by
-///   max_cost_per_hour (NodeCostPerHour x nodes held). New names are "<pool>-p<N>" from the
+///   max_cost_per_hour (NodeCostPerHour x nodes held). When jobs grow (policy.elastic.grow), a
+///   running elastic job below its largest size (not being stopped, not resized by `cycle`, with a
+///   time limit) is demand too, for the tasks it lacks beyond what free nodes outside the ledger
+///   hold now: so a gang shrunk by an eviction gets its replacement node (the cheapest pool first:
+///   spot before on-demand while its spot budget allows) and PlanGrows grows it onto that node once
+///   min_resize_interval has passed. Keep idle_time above min_resize_interval, or the replacement
+///   may be released idle before the grow. New names are "<pool>-p<N>" from the
 ///   ledger's index, skipping names in state.nodes.
 /// Nodes a pool no longer configures are released once idle. Pure and deterministic.
 ProvisioningPlan PlanProvisioning(const ClusterState& state, const CyclePlan& cycle, const PolicySet& policy,

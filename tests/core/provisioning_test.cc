@@ -261,3 +261,64 @@ TEST_CASE("provisioning: a spot-prefer job counts for spot during its wait budge
     CHECK(plan.resume[0].pool == pool);
   }
 }
+
+namespace {
+
+// Three busy spot nodes (4 h100 each) running `job` with one 4-GPU task each, plus `free_nodes`
+// idle static nodes of the same shape.
+ClusterState ShrunkGang(Job job, int free_nodes) {
+  ClusterState s;
+  s.nodes = ClusterBuilder().Pool("spot").Nodes("n[1-3]").Gpus("h100", 4).Cpus(16).MemoryGiB(64).Build();
+  for (int i = 0; i < free_nodes; ++i)
+    s.nodes.push_back(Registered("idle-" + std::to_string(i)));
+  Allocation a;
+  for (const char* n : {"n1", "n2", "n3"}) a.tasks.push_back(Task(static_cast<int32_t>(a.tasks.size()), n, {0, 1, 2, 3}, "h100", 1000));
+  job.state = JobState::kRunning;
+  job.start_time = 0;
+  job.allocation = a;
+  s.jobs.push_back(job);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("provisioning: a running elastic gang below its largest size asks for the nodes it lacks",
+          "[core][provisioning][elastic]") {
+  struct Row {
+    const char* name;
+    Job job;
+    bool grow;
+    int free_nodes;
+    size_t requested;
+  };
+  const Job elastic = JobBuilder(1).Elastic(2, 4).GpusPerTask(4, "h100").CpusPerTask(1).TimeLimit(3600s).Build();
+  Job preempting = elastic;
+  preempting.preempting = true;
+  Job no_limit = elastic;
+  no_limit.spec.time_limit = 0;
+  const Row rows[] = {
+      {"3 of 2-4 tasks: one replacement node", elastic, true, 0, 1},
+      {"elastic 2-6 at 3 tasks: three nodes", JobBuilder(1).Elastic(2, 6).GpusPerTask(4, "h100").TimeLimit(3600s).Build(),
+       true, 0, 3},
+      {"jobs do not grow: nothing", elastic, false, 0, 0},
+      {"a free static node holds the missing task: nothing", elastic, true, 1, 0},
+      {"a job being stopped: nothing", preempting, true, 0, 0},
+      {"no time limit (never grows): nothing", no_limit, true, 0, 0},
+      {"a rigid gang: nothing", JobBuilder(1).Tasks(3).GpusPerTask(4, "h100").TimeLimit(3600s).Build(), true, 0, 0},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      PolicySet p = SpotPool(8);
+      p.elastic.grow = row.grow;
+      p.elastic.min_resize_interval = 600;  // no grow onto free nodes in this cycle
+      const ClusterState s = ShrunkGang(row.job, row.free_nodes);
+      const ProvisioningPlan plan = Plan(s, p, {}, 10);
+      size_t n = 0;
+      for (const ProvisionRequest& r : plan.resume) n += r.nodes.size();
+      CHECK(n == row.requested);
+      if (n > 0) CHECK(plan.resume[0].jobs == std::vector<JobId>{1});
+      // Once requested, the replacement counts against the demand: no second request.
+      if (n > 0) CHECK(Plan(s, p, plan.ledger, 20).resume.empty());
+    }
+  }
+}
