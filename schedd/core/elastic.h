@@ -26,8 +26,15 @@ inline constexpr size_t kMaxGrowCandidates = 64;
 ///   is PlannedRuntime minus the time run so far (a job without a time limit has no known
 ///   remainder and never grows) and cost is job.restart_cost, or policy.elastic.restart_cost when
 ///   the job has not been measured.
-/// Capacity given to one grow is not offered to the next. Pure: at most kMaxGrowCandidates jobs,
-/// O(nodes + running tasks) when there is a candidate, nothing otherwise.
+/// Capacity given to one grow is not offered to the next.
+/// The same rule returns a job from a fallback tier (issue 16 point 3): a running job with
+/// spec.fallback whose attempt runs on an accelerator outside its own GPU types (another type, or
+/// CPU-only) and whose own types could hold it now at its size or larger (the largest that fits)
+/// gets a ResizeDecision with `accelerator` = its first own type, when the gain
+/// remaining x (1 - from / (to x policy.elastic.tier_speedup)) beats the restart cost. Tier returns
+/// are planned before grows. The restart goes through the next cycle's placement, which tries the
+/// job's own types first. Pure: at most kMaxGrowCandidates jobs of each kind, O(nodes + running
+/// tasks) when there is a candidate, nothing otherwise.
 std::vector<ResizeDecision> PlanGrows(const ClusterState& state, const PolicySet& policy, const CyclePlan& plan,
                                       Timestamp now);
 

@@ -448,6 +448,10 @@ struct ElasticPolicy {
   bool grow = true;                    // false: running jobs never grow
   Duration min_resize_interval = 600;  // seconds an attempt runs before it may be resized (no thrash)
   Duration restart_cost = 60;          // seconds a checkpoint + restart costs, for jobs not yet measured
+  /// Expected speed of a job on its preferred accelerator relative to a fallback tier (>= 1; 1 =
+  /// never move back): the gain of a tier return is remaining x (1 - 1 / tier_speedup) at one size.
+  /// One factor for every pair of tiers: a per-type throughput table (Gavel, OSDI'20) is finer.
+  double tier_speedup = 2.0;
 };
 
 /// Elastic capacity of one pool (the policy's [provisioning.POOL]; provisioning.h), after Slurm's
@@ -525,8 +529,12 @@ struct PreemptDecision {
 struct ResizeDecision {
   JobId job = 0;
   int32_t from = 0, to = 0;  // tasks
-  Duration gain = 0;         // seconds of run time saved: remaining x (1 - from / to)
+  Duration gain = 0;         // seconds of run time saved: remaining x (1 - from / to), or
+                             // remaining x (1 - from / (to x tier_speedup)) for a tier return
   Duration cost = 0;         // seconds the checkpoint and restart are expected to cost
+  std::string accelerator;   // tier return: the preferred GPU type the job moves back to; "" for a
+                             // size change on the tier it runs on
+  std::string from_accelerator;  // tier return: the fallback tier it leaves (a GPU type or "cpu")
 };
 
 struct CyclePlan {

@@ -7,6 +7,8 @@
 namespace mlsched::policy {
 namespace {
 
+constexpr double kMaxTierSpeedup = 1000;  // [elastic] tier_speedup: preferred vs fallback accelerator
+
 const char* TypeName(const toml::node& n) {
   switch (n.type()) {
     case toml::node_type::string: return "a string";
@@ -156,10 +158,15 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
   section("provisioning", [&](const toml::table& t) { ReadProvisioning(t, p); });
   section("elastic", [&](const toml::table& t) {
-    CheckKeys(t, {"grow", "min_resize_interval", "restart_cost"}, "[elastic]");
+    CheckKeys(t, {"grow", "min_resize_interval", "restart_cost", "tier_speedup"}, "[elastic]");
     Bool(t, "grow", p.elastic.grow, "[elastic]");
     Dur(t, "min_resize_interval", p.elastic.min_resize_interval, "[elastic]");
     Dur(t, "restart_cost", p.elastic.restart_cost, "[elastic]");
+    Num(t, "tier_speedup", p.elastic.tier_speedup, "[elastic]");
+    if (const toml::node* n = t.get("tier_speedup");
+        n && !(p.elastic.tier_speedup >= 1.0 && p.elastic.tier_speedup <= kMaxTierSpeedup))
+      Error(n->source(), "'tier_speedup' in [elastic] must be 1.." + std::to_string(static_cast<int>(kMaxTierSpeedup)) +
+                             " (1 = never move back to the preferred accelerator)");
   });
   section("preemption", [&](const toml::table& t) {
     CheckKeys(t, {"victim_order"}, "[preemption]");

@@ -154,7 +154,7 @@ void Controller::ResizeLocked(const core::ResizeDecision& d, int64_t now) {
   if (j->placement.tasks_size() != d.from) return;  // changed since the snapshot
   j->resizing = true;
   j->reason = "Resizing";  // RUNNING while its tasks checkpoint
-  j->stop_cause = "resize (capacity freed)";
+  j->stop_cause = d.accelerator.empty() ? "resize (capacity freed)" : "resize (back to " + d.accelerator + ")";
   j->stop_requested_at = now;
   v1::SchedulerMessage m;
   auto* sig = m.mutable_signal();
@@ -164,8 +164,11 @@ void Controller::ResizeLocked(const core::ResizeDecision& d, int64_t now) {
   sig->set_grace_s(cfg_.kill_grace_s);
   sig->set_reason("resize");
   SendToNodes(*j, m);
-  const std::string detail = "to " + std::to_string(d.to) + " tasks from " + std::to_string(d.from) +
-                             ": expected gain " + std::to_string(d.gain) + " s > restart cost " +
+  const std::string what = d.accelerator.empty()
+                               ? "to " + std::to_string(d.to) + " tasks from " + std::to_string(d.from)
+                               : "back to " + d.accelerator + " from fallback tier " + d.from_accelerator + " (" +
+                                     std::to_string(d.from) + "->" + std::to_string(d.to) + " tasks)";
+  const std::string detail = what + ": expected gain " + std::to_string(d.gain) + " s > restart cost " +
                              std::to_string(d.cost) + " s";
   store_.AppendEvent(j->id, "", "resize", detail).get();
   spdlog::info("job {} attempt {}: resize {}", j->id, j->attempt, detail);

@@ -131,3 +131,91 @@ TEST_CASE("no grow while a pending job waits for nodes: its reservation is not d
     }
   }
 }
+
+namespace {
+
+// h1 (8 h100) free unless `h100_busy`, a1 (8 a100), c1 (64 cores); job 2 wants 8 h100 with
+// fallback tiers a100 after 10 min and CPU after 1 h, and runs on `on` ("a1", "c1" or "h1") since
+// t = 1000 (submitted at 0, 1 h limit).
+ClusterState TierWorld(const std::string& on, bool h100_busy) {
+  ClusterState s;
+  s.nodes = ClusterBuilder().Nodes("h1").Gpus("h100", 8).Cpus(64).Nodes("a1").Gpus("a100", 8).Cpus(64)
+                .Nodes("c1").Cpus(64).Build();
+  const std::vector<int32_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+  if (h100_busy)
+    s.jobs.push_back(JobBuilder(1).GpusPerTask(8, "h100").TimeLimit(3600s).Running(0, Allocation{{Task(0, "h1", all, "h100")}}).Build());
+  const std::string type = on == "h1" ? "h100" : on == "a1" ? "a100" : "";
+  Job j = JobBuilder(2).GpusPerTask(8, "h100").CpusPerTask(8).TimeLimit(3600s).Submit(0)
+              .Running(1000, Allocation{{Task(0, on, type.empty() ? std::vector<int32_t>{} : all, type, 8000)}}).Build();
+  j.spec.fallback = {{"a100", 600}, {"cpu", 3600}};
+  s.jobs.push_back(j);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a job on a fallback tier moves back to its preferred accelerator by the grow rule", "[core][elastic][fallback]") {
+  struct Row {
+    const char* name;
+    std::string on;
+    bool h100_busy;
+    Timestamp now;
+    double speedup;
+    bool grow;
+    const char* from;  // nullptr: no decision
+  };
+  const Row rows[] = {
+      {"on a100 with h100 free: back to h100", "a1", false, 1700, 2.0, true, "a100"},
+      {"on the CPU tier with h100 free: back to h100", "c1", false, 1700, 2.0, true, "cpu"},
+      {"h100 busy: stays", "a1", true, 1700, 2.0, true, nullptr},
+      {"inside min_resize_interval: stays", "a1", false, 1599, 2.0, true, nullptr},
+      {"tier_speedup 1: no gain", "a1", false, 1700, 1.0, true, nullptr},
+      {"gain 2900 x (1 - 1/1.02) = 56 s below the 60 s cost: stays", "a1", false, 1700, 1.02, true, nullptr},
+      {"already on its own h100: nothing", "h1", false, 1700, 2.0, true, nullptr},
+      {"[elastic] grow = false", "a1", false, 1700, 2.0, false, nullptr},
+  };
+  for (const Row& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      const ClusterState s = TierWorld(row.on, row.h100_busy);
+      PolicySet p;
+      p.elastic.tier_speedup = row.speedup;
+      p.elastic.grow = row.grow;
+      const CyclePlan plan = RunChecked(s, p, row.now);
+      if (!row.from) {
+        CHECK(plan.resizes.empty());
+        continue;
+      }
+      REQUIRE(plan.resizes.size() == 1);
+      const ResizeDecision& d = plan.resizes[0];
+      CHECK(d.job == 2);
+      CHECK(d.accelerator == "h100");
+      CHECK(d.from_accelerator == row.from);
+      CHECK(d.from == 1);
+      CHECK(d.to == 1);
+      CHECK(d.gain == (3600 - 700) / 2);
+      CHECK(d.cost == 60);
+    }
+  }
+}
+
+TEST_CASE("after a tier return's stop the next placement takes the preferred accelerator", "[core][elastic][fallback]") {
+  ClusterState s = TierWorld("a1", false);
+  Job& j = s.jobs.back();
+  j.state = JobState::kPending;  // its ranks checkpointed and exited: requeued, fallback tiers still open
+  j.allocation.reset();
+  const CyclePlan plan = RunChecked(s, PolicySet{}, 1710);
+  REQUIRE(plan.starts.size() == 1);
+  CHECK(plan.starts[0].allocation.tasks[0].node == "h1");
+}
+
+TEST_CASE("a tier return and a grow never take the same free node", "[core][elastic][fallback]") {
+  ClusterState s = TierWorld("a1", false);
+  // An elastic h100 job shrunk to 1 of 2 tasks on a second h100 node: h1 is the only free h100.
+  s.nodes.push_back(ClusterBuilder().Nodes("h2").Gpus("h100", 8).Cpus(64).Build()[0]);
+  s.jobs.push_back(JobBuilder(3).Elastic(1, 2).GpusPerTask(8, "h100").TimeLimit(3600s)
+                       .Running(500, Allocation{{Task(0, "h2", {0, 1, 2, 3, 4, 5, 6, 7}, "h100")}}).Build());
+  const CyclePlan plan = RunChecked(s, PolicySet{}, 1700);
+  REQUIRE(plan.resizes.size() == 1);  // the tier return is planned first and takes h1
+  CHECK(plan.resizes[0].job == 2);
+  CHECK(plan.resizes[0].accelerator == "h100");
+}

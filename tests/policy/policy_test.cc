@@ -318,6 +318,15 @@ TEST_CASE("the [elastic] table is read into the policy and its errors name FILE:
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:2:") && Catch::Contains("'min_resize_interval' in [elastic]: must be >= 0 seconds"));
   CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:3:") && Catch::Contains("resize_cost"));
+  CHECK(none.policy->elastic.tier_speedup == 2.0);
+  auto speedup = ParsePolicy("[elastic]\ntier_speedup = 3.5\n", "p.toml");
+  REQUIRE(speedup.ok());
+  CHECK(speedup.policy->elastic.tier_speedup == 3.5);
+  for (const char* v : {"0.5", "1001", "\"fast\""}) {
+    auto out = ParsePolicy(std::string("[elastic]\n\ntier_speedup = ") + v + "\n", "t.toml");
+    REQUIRE_FALSE(out.ok());
+    CHECK_THAT(out.ErrorText(), Catch::Contains("t.toml:3:") && Catch::Contains("tier_speedup"));
+  }
 }
 
 TEST_CASE("[provisioning.POOL] is read into the policy with its node shape", "[policy][provisioning]") {

@@ -277,3 +277,53 @@ TEST_CASE("a shrunk elastic gang grows back at a checkpoint once its node return
   w.ctl->RunCycle(w.now + 100);
   CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
 }
+
+TEST_CASE("a job on a fallback tier returns to its preferred accelerator at a checkpoint once it is free", "[controller][elastic][fallback]") {
+  World w(0);
+  core::PolicySet policy;
+  policy.elastic.min_resize_interval = 10;
+  policy.elastic.restart_cost = 5;
+  w.ctl->SetPolicy(policy);
+  w.ctl->OnRegister(NodeReg("a1", 8, 8, "a100"), w.now);
+  v1::JobSpec spec = Spec(1, 1, 8);
+  spec.add_gpu_types("h100");
+  spec.set_time_limit_s(3600);
+  spec.set_checkpoint_interval_s(60);
+  auto* f = spec.add_fallback();
+  f->set_accelerator("a100");
+  f->set_after_s(600);
+  const int64_t id = w.Submit(spec, w.alice);
+  w.ctl->RunCycle(w.now + 600);
+  REQUIRE(w.Job(id).tasks(0).node() == "a1");
+  w.PrepareAndStartAll();
+  w.ctl->OnRegister(NodeReg("h1", 8, 8, "h100"), w.now + 605);  // h100 capacity arrives
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 609);  // attempt 1 started at now + 600: inside the 10 s interval
+  CHECK(w.sink.Of("a1", v1::SchedulerMessage::kSignal).empty());
+  w.ctl->RunCycle(w.now + 610);
+  auto sig = w.sink.Of("a1", v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().reason() == "resize");
+  CHECK(w.Job(id).reason() == "Resizing");
+  w.ctl->OnAgentMessage("a1", Exited(id, 1, 0, 75), w.now + 612);
+  CHECK(w.Job(id).state() == v1::PENDING);
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 612);
+  const auto info = w.Job(id);
+  REQUIRE(info.state() == v1::RUNNING);
+  CHECK(info.attempt() == 2);
+  CHECK(info.tasks(0).node() == "h1");
+  const auto prep = w.sink.Of("h1", v1::SchedulerMessage::kPrepare);
+  REQUIRE(prep.size() == 1);
+  CHECK(prep[0].prepare().env().at("MLSCHED_ACCELERATOR") == "h100");
+  const auto events = EventsOf(w.dir, id);
+  CHECK(std::any_of(events.begin(), events.end(), [](const std::string& e) {
+    return e.rfind("resize|back to h100 from fallback tier a100 (1->1 tasks): expected gain ", 0) == 0;
+  }));
+  CHECK(HasEvent(events, "start|attempt 2 on h100"));
+  // On its own accelerator now: no further move however long it runs.
+  w.PrepareAndStartAll();
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 700);
+  CHECK(w.sink.Of("h1", v1::SchedulerMessage::kSignal).empty());
+}
