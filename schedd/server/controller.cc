@@ -640,6 +640,7 @@ void Controller::Recover(int64_t now) {
   for (auto& [user, runs] : store_.LoadRuntimes()) history.runs[user].assign(runs.begin(), runs.end());
   predictor_ = core::UserMeanPredictor(policy_.prediction.history, 1.0, std::move(history));
   usage_saved_at_ = now;
+  RecoverProvisionedLocked();
   for (const auto& row : store_.LoadNodes()) {
     NodeRec n;
     n.info.ParseFromString(row.info);

@@ -40,6 +40,13 @@ class AgentSink {
   virtual bool Send(const std::string& node, const v1::SchedulerMessage& msg) = 0;
 };
 
+/// The provisioner's ledger as a serialized StoredProvisionLedger (Store::SaveProvisionLedger).
+std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger);
+/// Parses what SerializeProvisionLedger wrote; nullopt with `error` set when the bytes are over
+/// kMaxProvisionLedgerBytes, not a StoredProvisionLedger, or name an unknown pool, an empty node
+/// name or one over RegistrationLimits::kMaxNodeName bytes, or a negative name index.
+std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error);
+
 /// Who is calling: resolved from SO_PEERCRED (Unix socket) or the token + user header (TCP).
 struct Caller {
   std::string user;
@@ -322,6 +329,9 @@ class Controller {
   /// programs through runner_, records events, notes and metrics, and keeps the ledger.
   void ProvisionLocked(const core::ClusterState& snap, const core::CyclePlan& plan, const core::PolicySet& policy,
                        int64_t now);
+  /// Recover: loads the provisioner's ledger from the store (an unreadable one is logged and
+  /// dropped: its nodes stay as ordinary nodes).
+  void RecoverProvisionedLocked();
   /// True when tasks of an ended attempt of `job` are still exiting on a node that could run it.
   bool OwnTasksExitingLocked(int64_t job) const;
   /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.

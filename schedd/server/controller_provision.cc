@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/hostlist.h"
+#include "mlsched/v1/stored.pb.h"
 #include "schedd/server/controller.h"
 
 namespace mlsched::server {
@@ -39,6 +40,58 @@ std::string NodeCount(size_t n) { return std::to_string(n) + (n == 1 ? " node" :
 
 }  // namespace
 
+std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger) {
+  v1::StoredProvisionLedger s;
+  for (const core::ProvisionedNode& n : ledger.nodes) {
+    v1::StoredProvisionedNode* out = s.add_nodes();
+    out->set_name(n.name);
+    out->set_pool(core::PoolName(n.pool));
+    out->set_registered(n.registered);
+    out->set_requested_at(n.requested_at);
+    out->set_idle_since(n.idle_since);
+  }
+  for (const auto& [pool, index] : ledger.next_index) (*s.mutable_next_index())[core::PoolName(pool)] = index;
+  return s.SerializeAsString();
+}
+
+std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error) {
+  v1::StoredProvisionLedger s;
+  if (bytes.size() > kMaxProvisionLedgerBytes || !s.ParseFromString(bytes)) {
+    *error = "not a StoredProvisionLedger of at most " + std::to_string(kMaxProvisionLedgerBytes) + " bytes";
+    return std::nullopt;
+  }
+  core::ProvisionLedger ledger;
+  for (const auto& n : s.nodes()) {
+    const std::optional<core::Pool> pool = core::ParsePool(n.pool());
+    if (!pool || n.name().empty() || n.name().size() > RegistrationLimits::kMaxNodeName) {
+      *error = "node '" + n.name().substr(0, RegistrationLimits::kMaxNodeName) + "' of pool '" + n.pool().substr(0, 32) + "' is invalid";
+      return std::nullopt;
+    }
+    ledger.nodes.push_back(core::ProvisionedNode{n.name(), *pool, n.registered(), n.requested_at(), n.idle_since()});
+  }
+  for (const auto& [name, index] : s.next_index()) {
+    const std::optional<core::Pool> pool = core::ParsePool(name);
+    if (!pool || index < 0) {
+      *error = "next_index of pool '" + name.substr(0, 32) + "' is invalid";
+      return std::nullopt;
+    }
+    ledger.next_index[*pool] = index;
+  }
+  return ledger;
+}
+
+void Controller::RecoverProvisionedLocked() {
+  const std::string bytes = store_.LoadProvisionLedger();
+  if (bytes.empty()) return;
+  std::string error;
+  if (auto ledger = ParseProvisionLedger(bytes, &error)) {
+    provisioned_ = std::move(*ledger);
+    spdlog::info("provisioning: {} created node(s) recovered from the store", provisioned_.nodes.size());
+  } else {
+    spdlog::error("provisioning: the stored ledger is unreadable ({}); created nodes are no longer tracked", error);
+  }
+}
+
 void Controller::SetProvisionRunner(ProvisionRunner* r) {
   std::lock_guard lk(mu_);
   runner_ = r;
@@ -53,6 +106,9 @@ void Controller::ProvisionLocked(const core::ClusterState& snap, const core::Cyc
                                  const core::PolicySet& policy, int64_t now) {
   if (!runner_ || (policy.provisioning.empty() && provisioned_.nodes.empty())) return;
   core::ProvisioningPlan pp = core::PlanProvisioning(snap, plan, policy, provisioned_, now);
+  // Durable before any program runs: a schedd that dies after a resume program started still
+  // knows the node (and releases it); one that dies before never ran it.
+  if (!(pp.ledger == provisioned_)) store_.SaveProvisionLedger(SerializeProvisionLedger(pp.ledger)).get();
   for (const auto& n : pp.ledger.nodes) {
     if (!n.registered) continue;
     const bool was = std::any_of(provisioned_.nodes.begin(), provisioned_.nodes.end(),

@@ -400,6 +400,22 @@ std::map<std::string, std::vector<int64_t>> EtcdStore::LoadRuntimes() {
   return out;
 }
 
+std::future<void> EtcdStore::SaveProvisionLedger(std::string ledger) {
+  if (ledger.size() > kMaxProvisionLedgerBytes) {
+    std::promise<void> p;
+    p.set_exception(std::make_exception_ptr(StoreError("provisioning ledger of " + std::to_string(ledger.size()) +
+                                                       " bytes is over " + std::to_string(kMaxProvisionLedgerBytes))));
+    return p.get_future();
+  }
+  return Write([this, ledger = std::move(ledger)](Batch& b) { b.Put(Key("provisioned"), ledger); });
+}
+
+std::string EtcdStore::LoadProvisionLedger() {
+  for (const auto& kv : etcd_.RangePrefix(Key("provisioned")))
+    if (kv.key() == Key("provisioned")) return kv.value();
+  return "";
+}
+
 std::future<void> EtcdStore::SaveNode(NodeRow row) {
   return Write([this, row = std::move(row)](Batch& b) {
     v1::StoredNode s;

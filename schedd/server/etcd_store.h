@@ -65,6 +65,8 @@ class EtcdStore final : public Store {
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
   std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::future<void> SaveProvisionLedger(std::string ledger) override;
+  std::string LoadProvisionLedger() override;
   std::future<void> SaveNode(NodeRow row) override;
   std::vector<JobRow> LoadJobs(int64_t finished_since) override;
   std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) override;

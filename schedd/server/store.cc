@@ -122,6 +122,8 @@ const char* const kMigrations[] = {
     "CREATE TABLE runtime_history (user TEXT PRIMARY KEY, runs TEXT NOT NULL);",
     // 7: HA mode's history copied out of etcd (ImportHistory): how far each stream was copied.
     "CREATE TABLE history_cursor (stream TEXT PRIMARY KEY, cursor TEXT NOT NULL);",
+    // 8: the provisioner's ledger of created nodes (a serialized StoredProvisionLedger), one row.
+    "CREATE TABLE provision_ledger (id INTEGER PRIMARY KEY CHECK (id = 1), ledger BLOB NOT NULL);",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -374,6 +376,27 @@ std::future<void> SqliteStore::AppendEvent(int64_t job_id, std::string node, std
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
   return p->get_future();
+}
+
+std::future<void> SqliteStore::SaveProvisionLedger(std::string ledger) {
+  auto p = std::make_shared<std::promise<void>>();
+  if (ledger.size() > kMaxProvisionLedgerBytes) {
+    p->set_exception(std::make_exception_ptr(StoreError("provisioning ledger of " + std::to_string(ledger.size()) +
+                                                        " bytes is over " + std::to_string(kMaxProvisionLedgerBytes))));
+    return p->get_future();
+  }
+  Enqueue(
+      [ledger = std::move(ledger)](sqlite3* db) {
+        Stmt(db, "INSERT OR REPLACE INTO provision_ledger(id, ledger) VALUES (1, ?)").Bind(1, ledger).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::string SqliteStore::LoadProvisionLedger() {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_, "SELECT ledger FROM provision_ledger WHERE id = 1");
+  return s.Step() ? s.Blob(0) : std::string();
 }
 
 std::future<void> SqliteStore::SaveNode(NodeRow row) {

@@ -102,6 +102,9 @@ void SecureStateFiles(const std::string& state_dir);
 
 /// What the Controller needs of durable storage. Every write returns a future that is ready once
 /// the write is durable (or carries the StoreError that refused it); reads are synchronous.
+/// Most bytes of a stored provisioning ledger: 4,096 nodes per pool of about 40 bytes, three pools.
+inline constexpr size_t kMaxProvisionLedgerBytes = 1 << 20;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -131,6 +134,11 @@ class Store {
   virtual std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) = 0;
   /// Every user's stored run-time history.
   virtual std::map<std::string, std::vector<int64_t>> LoadRuntimes() = 0;
+  /// Replaces the provisioner's ledger (a serialized StoredProvisionLedger, at most
+  /// kMaxProvisionLedgerBytes).
+  virtual std::future<void> SaveProvisionLedger(std::string ledger) = 0;
+  /// The stored ledger, or "" when never saved.
+  virtual std::string LoadProvisionLedger() = 0;
   /// Upserts a node row.
   virtual std::future<void> SaveNode(NodeRow row) = 0;
   /// Jobs not in a final state, plus final jobs that ended at or after `finished_since`.
@@ -176,6 +184,8 @@ class SqliteStore final : public Store {
   std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
   /// (reader connection)
   std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::future<void> SaveProvisionLedger(std::string ledger) override;
+  std::string LoadProvisionLedger() override;
   std::future<void> SaveNode(NodeRow row) override;
   std::vector<JobRow> LoadJobs(int64_t finished_since) override;
   /// (reader connection)

@@ -123,6 +123,10 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
     s.SaveAttempt(at).get();
     s.SaveUsage({{"root/a", 12.5}}, 777).get();
     s.SaveRuntimes("alice", {10, 20}).get();
+    CHECK(s.LoadProvisionLedger().empty());
+    s.SaveProvisionLedger("ledger-1").get();
+    s.SaveProvisionLedger("ledger-2").get();
+    CHECK_THROWS(s.SaveProvisionLedger(std::string(kMaxProvisionLedgerBytes + 1, 'x')).get());
     s.SaveNode(NodeRow{"n1", "info", true, "maintenance"}).get();
   }
   // A new leader (another replica) sees everything and continues the ids.
@@ -145,6 +149,7 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
   CHECK(s.LoadUsage(&usage) == 777);
   CHECK(usage["root/a"] == 12.5);
   CHECK(s.LoadRuntimes()["alice"] == std::vector<int64_t>{10, 20});
+  CHECK(s.LoadProvisionLedger() == "ledger-2");
   auto nodes = s.LoadNodes();
   REQUIRE(nodes.size() == 1);
   CHECK(nodes[0].drained);

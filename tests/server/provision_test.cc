@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "mlsched/v1/stored.pb.h"
 #include "schedd/server/controller.h"
 #include "schedd/server/provision_runner.h"
 #include "tests/server/fixtures.h"
@@ -178,4 +179,82 @@ TEST_CASE("the controller requests nodes for a waiting job, fails one that never
   CHECK_THAT(text, Catch::Contains("mlsched_provision_nodes_total{event=\"failed\",pool=\"spot\"} 1"));
   CHECK_THAT(text, Catch::Contains("mlsched_provision_nodes_total{event=\"released\",pool=\"spot\"} 2"));
   CHECK_THAT(text, Catch::Contains("mlsched_provision_cost_per_hour{pool=\"spot\"} 0"));
+}
+
+TEST_CASE("the provisioner's ledger survives a schedd restart: a created node is still released", "[controller][provision]") {
+  TempDir progs;
+  ControllerWorld w;
+  core::PolicySet policy;
+  core::ProvisioningPolicy cfg;
+  cfg.pool = core::Pool::kSpot;
+  cfg.resume_program = FakeProgram(progs, "resume");
+  cfg.suspend_program = FakeProgram(progs, "suspend");
+  cfg.max_nodes = 2;
+  cfg.idle_time = 30;
+  cfg.resume_timeout = 20;
+  cfg.shape.pool = core::Pool::kSpot;
+  cfg.shape.capacity.cpu_millis = 4000;
+  cfg.shape.capacity.memory_bytes = int64_t{16} << 30;
+  policy.provisioning.push_back(cfg);
+  w.Start(policy);
+  auto runner = std::make_unique<ProvisionRunner>();
+  w.ctl->SetProvisionRunner(runner.get());
+  int64_t id = 0;
+  v1::JobSpec spec = Spec(1, 4);
+  spec.set_checkpoint_interval_s(60);
+  REQUIRE(w.ctl->Submit(User("alice", 1001), spec, w.now, &id).ok());
+  w.ctl->RunCycle(w.now);
+  runner->Drain();
+  REQUIRE(Calls(progs) == "resume spot-p1 pool=spot cpus=4000m\n");
+  v1::CancelJobsRequest cancel;
+  cancel.add_job_ids(id);
+  REQUIRE(w.ctl->Cancel(User("alice", 1001), cancel, w.now).cancelled_size() == 1);  // nothing needs the node now
+
+  // schedd restarts over the same store before the node registers.
+  w.ctl.reset();
+  runner.reset();
+  w.store.reset();
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
+  w.Start(policy);
+  w.ctl->Recover(w.now);
+  runner = std::make_unique<ProvisionRunner>();
+  w.ctl->SetProvisionRunner(runner.get());
+  const core::ProvisionLedger ledger = w.ctl->ProvisionedNodes();
+  REQUIRE(ledger.nodes.size() == 1);
+  CHECK(ledger.nodes[0].name == "spot-p1");
+  CHECK_FALSE(ledger.nodes[0].registered);
+  CHECK(ledger.next_index.at(core::Pool::kSpot) == 1);
+
+  v1::RegisterNode r = NodeReg("spot-p1", 4);
+  r.set_pool(v1::POOL_SPOT);
+  w.ctl->OnRegister(r, w.now + 5);
+  w.ctl->RunCycle(w.now + 5);   // registered, idle from here
+  w.ctl->RunCycle(w.now + 35);  // idle_time: released through the suspend program
+  runner->Drain();
+  CHECK_THAT(Calls(progs), Catch::EndsWith("suspend spot-p1 pool=spot cpus=4000m\n"));
+  CHECK(w.ctl->ProvisionedNodes().nodes.empty());
+  // New names continue after the recovered index.
+  w.ctl->RunCycle(w.now + 36);
+  CHECK(w.ctl->ProvisionedNodes().next_index.at(core::Pool::kSpot) == 1);
+}
+
+TEST_CASE("a stored provisioning ledger is checked when read back", "[provision]") {
+  core::ProvisionLedger ledger;
+  ledger.nodes.push_back(core::ProvisionedNode{"spot-p3", core::Pool::kSpot, true, 100, 120});
+  ledger.next_index[core::Pool::kSpot] = 3;
+  std::string error;
+  const auto back = ParseProvisionLedger(SerializeProvisionLedger(ledger), &error);
+  REQUIRE(back);
+  CHECK(*back == ledger);
+  CHECK_FALSE(ParseProvisionLedger("\xff\xff not a proto", &error));
+  CHECK_FALSE(error.empty());
+  v1::StoredProvisionLedger bad;
+  bad.add_nodes()->set_name("x");
+  bad.mutable_nodes(0)->set_pool("moon");
+  CHECK_FALSE(ParseProvisionLedger(bad.SerializeAsString(), &error));
+  CHECK(error == "node 'x' of pool 'moon' is invalid");
+  bad.mutable_nodes(0)->set_pool("spot");
+  bad.mutable_nodes(0)->set_name(std::string(300, 'n'));
+  CHECK_FALSE(ParseProvisionLedger(bad.SerializeAsString(), &error));
+  CHECK_FALSE(ParseProvisionLedger(std::string(kMaxProvisionLedgerBytes + 1, '\0'), &error));
 }
