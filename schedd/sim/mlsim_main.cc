@@ -155,6 +155,19 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
                  "evicted or preempted jobs resume from a checkpoint taken every S seconds of "
                  "their run (0: restart)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--elastic", c.elastic_min_fraction,
+                 "make every multi-task gang elastic: sizes max(1, ceil(n x F))..n (F in (0, 1]); "
+                 "shrinks at start and after evictions, grows at checkpoints ([elastic] policy)")
+      ->check(CLI::Range(0.0, 1.0).description("") & CLI::PositiveNumber);
+  app.add_option("--speedup-exponent", c.speedup_exponent,
+                 "elastic speed-up at k of n tasks: (k / n)^A of the traced rate (1 = linear)")
+      ->check(CLI::Range(mlsched::sim::kMinSpeedupExponent, 1.0));
+  app.add_option("--boot-delay", c.boot_delay_s,
+                 "provisioning: seconds from a resume request until the node joins (default 120)")
+      ->check(CLI::Range(int64_t{0}, mlsched::sim::kMaxBootDelayS));
+  app.add_flag("--cost", c.report_cost,
+               "report node-hours and cost per pool (the policy's [pricing.POOL]) for a fixed fleet "
+               "too (always reported with [provisioning.POOL])");
   app.add_option("--max-jobs", c.max_jobs, "replay only the first N jobs by submit time")
       ->check(CLI::PositiveNumber);
   app.add_flag("--strict", c.strict, "stop at the first malformed trace record");
