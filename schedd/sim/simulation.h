@@ -26,10 +26,11 @@ using core::Timestamp;
 /// Events at one timestamp run in this order, all after that timestamp's submissions and before
 /// its scheduling pass (submission < termination < start < scheduling pass). kPreemptStop: a
 /// preemption victim's grace time is over. kEviction and kRecovery target a node id (NodeInfo);
-/// kNodeBoot a provisioned node's boot (booting_); kProvisionTick only wakes the provisioner.
+/// kNodeBoot a provisioned node's boot (booting_); kProvisionTick only wakes the provisioner;
+/// kGrowDue: a shrunk elastic attempt has run min_resize_interval (a pass may grow it now).
 enum class EventKind : int {
   kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3, kPreemptStop = 4,
-  kNodeBoot = 5, kProvisionTick = 6
+  kNodeBoot = 5, kProvisionTick = 6, kGrowDue = 7
 };
 
 /// Why a running job goes back to the queue (kResize: it checkpointed to restart at a new size).
@@ -119,6 +120,9 @@ class Simulation {
   void Resize(const core::ResizeDecision& decision);
   /// Traced seconds of work per second for job `index` at `tasks` tasks (1 at its traced size).
   double Rate(size_t index, int32_t tasks) const;
+  /// Time limit of pending elastic job `index`: its remaining work at its smallest size (plus the
+  /// restart cost it will pay), seconds, so that the core's plans hold at any size it starts with.
+  Duration PendingLimit(size_t index) const;
   /// Resources (GPUs or processors) job `index` holds at `tasks` tasks.
   int64_t SizeAt(size_t index, int32_t tasks) const;
   /// Traced seconds of work the current attempt did in its first `wall` seconds.

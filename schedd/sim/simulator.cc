@@ -15,7 +15,8 @@ void Simulation::ChooseShortcuts() {
   const core::BackfillMode mode = policy.backfill.mode;
   const bool plans_read = mode == core::BackfillMode::kConservative && policy.backfill.keep_plans;
   // Provisioning changes the fleet and needs every pass's pending reasons: no shortcuts.
-  skip_idle_ = options_.idle_shortcuts && !preemption_ && !plans_read && !provisioning_ &&
+  // Elastic: passes with nothing pending may grow running jobs.
+  skip_idle_ = options_.idle_shortcuts && !preemption_ && !plans_read && !provisioning_ && !elastic_ &&
                options_.estimate_predictor == nullptr &&
                (mode == core::BackfillMode::kNone || !options_.estimates);
   const bool dependencies = std::any_of(trace_.jobs.begin(), trace_.jobs.end(), [](const TraceJob& j) {
@@ -83,6 +84,7 @@ void Simulation::Submit(size_t index) {
     live_[index].shadow_limit = options_.estimate_predictor->Predict(tj.spec.user, tj.requested_time);
   }
   job.submit_time = now_;
+  if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
   view_.AddPending(index, NeedOf(tj.spec));
@@ -117,6 +119,9 @@ void Simulation::HandleEvent(const Event& e) {
       return;
     case EventKind::kProvisionTick:
       ticks_.erase(e.time);  // the loop runs the provisioner at every event time
+      return;
+    case EventKind::kGrowDue:
+      if (live_[index].running && result_.jobs[index].attempts == e.attempt) dirty_ = true;
       return;
   }
 }
@@ -178,8 +183,7 @@ void Simulation::Requeue(size_t index, StopCause cause) {
     }
   }
   CloseAttempt(index);
-  // Elastic jobs plan with their remaining work (at full size) while pending.
-  if (core::IsElastic(job.spec)) job.spec.time_limit = std::max<Duration>(1, tj.run_time - live.progress);
+  if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   job.state = core::JobState::kPending;
   job.reason = core::PendingReason::kNone;
   job.start_time = 0;
@@ -358,6 +362,11 @@ void Simulation::Start(const core::StartDecision& decision) {
   // are their exact run times at the traced size).
   if (core::IsElastic(job.spec)) job.spec.time_limit = std::max<Duration>(1, remaining);
   Push(now_ + remaining, EventKind::kFinish, index, out.attempts);
+  if (core::IsElastic(job.spec) && live.tasks < job.spec.ntasks && options_.policy.elastic.grow) {
+    // The daemon's periodic cycles would see it eligible to grow then; a pass at that time does.
+    Push(now_ + std::max<Duration>(options_.policy.elastic.min_resize_interval, 1), EventKind::kGrowDue, index,
+         out.attempts);
+  }
   if (options_.predictor != nullptr && job.spec.time_limit < remaining) {
     Push(now_ + job.spec.time_limit, EventKind::kPredictionDue, index, out.attempts);
   }
@@ -392,7 +401,8 @@ SimResult Simulation::Run() {
       events_.pop();
       HandleEvent(e);
     }
-    if (pending_ == 0 || (!dirty_ && !(periodic && now_ >= last_cycle + period))) {
+    // Elastic: a pass with nothing pending may still grow shrunk jobs.
+    if ((pending_ == 0 && (!elastic_ || !dirty_)) || (!dirty_ && !(periodic && now_ >= last_cycle + period))) {
       if (provisioning_) Provision(core::CyclePlan{});  // idle nodes, failed boots
       continue;
     }

@@ -56,6 +56,14 @@ double Simulation::Rate(size_t index, int32_t tasks) const {
   return std::pow(static_cast<double>(tasks) / static_cast<double>(traced), options_.speedup_exponent);
 }
 
+Duration Simulation::PendingLimit(size_t index) const {
+  const TraceJob& tj = trace_.jobs[index];
+  const double slowest = Rate(index, tj.spec.elastic.min_tasks);
+  const Duration remaining = tj.run_time - live_[index].progress;
+  return std::max<Duration>(1, static_cast<Duration>(std::ceil(static_cast<double>(remaining) / slowest - 1e-9)) +
+                                   live_[index].next_dead_s);
+}
+
 int64_t Simulation::SizeAt(size_t index, int32_t tasks) const {
   const TraceJob& tj = trace_.jobs[index];
   if (tasks == tj.spec.ntasks || tj.spec.ntasks <= 0) return tj.size;
