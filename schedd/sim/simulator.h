@@ -174,7 +174,13 @@ struct SimResult {
 /// checkpoint (no checkpoint is taken on the signal) and is requeued keeping its submit time, or
 /// ends CANCELLED (preempt mode cancel; it then never finishes). Throws std::logic_error when the
 /// core returns an impossible plan (a start for a job that is not pending, an empty allocation, or
-/// a victim that is not running).
+/// a victim that is not running; a resize of a job that is not running). Elastic jobs
+/// (core::IsElastic) run at SimOptions::speedup_exponent's rate for their size and are resized as
+/// the core's plan.resizes say (checkpoint, requeue, restart in a pass at the same time after
+/// the decision's restart cost); with the policy's [provisioning.POOL], core::PlanProvisioning
+/// runs after every pass and at every other event time, and its requested nodes join after
+/// SimOptions::boot_delay_s. Throws std::invalid_argument on options outside their limits, or
+/// elastic jobs with a predictor.
 SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& options);
 
 }  // namespace mlsched::sim
