@@ -57,18 +57,19 @@ def load(trace, label):
     return {"n": len(rows), "jct": mean("mean_response_s") / 3600, "p95": mean("p95_response_s") / 3600,
             "wait95": mean("p95_wait_s") / 3600, "lost": mean("lost_resource_hours"), "cost": mean("cost"),
             "util": mean("utilization"), "resizes": mean("resizes"), "prov": mean("provisioned_node_hours"),
-            "span": mean("makespan_s") / 3600, "unfinished": mean("unfinished")}
+            "span": mean("makespan_s") / 3600, "unfinished": mean("unfinished"),
+            "peak": max((p.get("peak_cost_per_hour", 0) for r in rows for p in r.get("pools", {}).values()), default=0)}
 for trace, title in (("pollux", "Pollux workloads 1-8 x seeds 1-3 (means of 24 replays)"),
                      ("philly", f"Philly, first {philly_jobs} gangs, seed 1")):
     print(f"\n{title}")
     print(f"{'configuration':<28} {'mean JCT h':>10} {'p95 JCT h':>10} {'p95 wait h':>10} {'GPU-h lost':>10} "
-          f"{'cost':>10} {'cost/h':>7} {'util':>6} {'resizes':>7} {'prov node-h':>11}")
+          f"{'cost':>10} {'cost/h':>7} {'util':>6} {'resizes':>7} {'prov node-h':>11} {'peak prov/h':>11}")
     res = {l: load(trace, l) for l in labels}
     for l in labels:
         r = res[l]
         per_hour = r["cost"] / r["span"] if r["span"] > 0 else 0
         print(f"{l:<28} {r['jct']:>10.2f} {r['p95']:>10.2f} {r['wait95']:>10.2f} {r['lost']:>10.1f} "
-              f"{r['cost']:>10.0f} {per_hour:>7.1f} {r['util']:>6.3f} {r['resizes']:>7.1f} {r['prov']:>11.1f}")
+              f"{r['cost']:>10.0f} {per_hour:>7.1f} {r['util']:>6.3f} {r['resizes']:>7.1f} {r['prov']:>11.1f} {r['peak']:>11.2f}")
     for fleet in ("fixed", "provisioned"):
         rigid = res[f"{fleet} rigid"]["jct"]
         for curve in ("linear", "k^0.7"):

@@ -85,7 +85,8 @@ void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result,
                                     ? std::to_string(u.static_nodes) + " nodes"
                                     : std::to_string(u.requested) + " requested, " + std::to_string(u.released) +
                                           " released, " + std::to_string(u.failed) + " failed, " +
-                                          std::to_string(u.evicted) + " evicted";
+                                          std::to_string(u.evicted) + " evicted, peak " +
+                                          Fixed(u.peak_cost_per_hour, 2) + "/h";
       row("  " + pool, Fixed(u.cost, 2) + " (" + Fixed(u.node_hours, 2) + " node-hours; " + nodes + ")");
     }
   }
@@ -150,7 +151,7 @@ void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, 
     for (const auto& [pool, u] : result.pools) {
       pools[pool] = {{"static_nodes", u.static_nodes}, {"requested", u.requested}, {"released", u.released},
                      {"failed", u.failed}, {"evicted", u.evicted}, {"node_hours", Round6(u.node_hours)},
-                     {"cost", Round6(u.cost)}};
+                     {"cost", Round6(u.cost)}, {"peak_cost_per_hour", Round6(u.peak_cost_per_hour)}};
     }
   }
   j["jain_fairness"] = Round6(m.jain_fairness);

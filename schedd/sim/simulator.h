@@ -145,6 +145,8 @@ struct PoolUsage {
   int64_t evicted = 0;     // provisioned spot nodes evicted while registered
   double node_hours = 0;
   double cost = 0;
+  /// Provisioned: the most the pool's held nodes (requested + registered) cost per hour at once.
+  double peak_cost_per_hour = 0;
 };
 
 /// The whole replay.

@@ -122,6 +122,16 @@ void Simulation::Provision(const core::CyclePlan& plan) {
   }
   for (const auto& release : p.suspend) ReleaseNode(release);
   ledger_ = std::move(p.ledger);
+  if (!p.resume.empty()) {
+    std::map<core::Pool, int64_t> held;
+    for (const auto& [name, since] : held_since_) ++held[since.second];
+    for (const auto& [pool, count] : held) {
+      const core::ProvisioningPolicy* config = FindPoolPolicy(options_.policy, pool);
+      if (config == nullptr) continue;
+      double& peak = result_.pools[PoolKey(pool, true)].peak_cost_per_hour;
+      peak = std::max(peak, static_cast<double>(count) * core::NodeCostPerHour(config->shape, options_.policy));
+    }
+  }
   // Wake the provisioner when a node's idle time or boot timeout is up (nothing else may happen then).
   for (const auto& n : ledger_.nodes) {
     const core::ProvisioningPolicy* pool = FindPoolPolicy(options_.policy, n.pool);

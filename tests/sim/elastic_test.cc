@@ -183,6 +183,7 @@ TEST_CASE("provisioned nodes join after the boot delay and are billed until rele
   CHECK(spot.failed == 0);
   CHECK(spot.node_hours == Approx(920.0 / 3600));
   CHECK(spot.cost == Approx(4.0 * 920 / 3600));
+  CHECK(spot.peak_cost_per_hour == Approx(4.0));
   const PoolUsage& od = r.pools.at("on-demand/static");
   CHECK(od.static_nodes == 1);
   CHECK(od.node_hours == Approx(1000.0 / 3600));
@@ -265,4 +266,35 @@ TEST_CASE("cluster files give provisioned pools an eviction rate and reject bad 
                     Catch::Contains("unknown key 'rate'"));
   CHECK_THROWS_WITH(ReadClusterFile(testing::WriteTemp("prov-pool.toml", nodes + "[provisioned.cheap]\n")),
                     Catch::Contains("unknown pool"));
+}
+
+TEST_CASE("an elastic replay on a provisioned spot fleet is deterministic and within its budget", "[sim][elastic][provisioning]") {
+  // bench/sim/elastic.sh's provisioned configuration on the Pollux workload in tests/data.
+  const std::string bench = std::string(MLSCHED_SIM_POLICY_DIR) + "/../../../bench/sim/elastic";
+  SimConfig c;
+  c.trace_path = testing::DataDir() + "/traces/pollux-workload-1.csv";
+  c.app_runtimes_path = bench + "/apps.toml";
+  c.cluster_path = bench + "/fleet-provisioned.toml";
+  c.policy_path = bench + "/policy-provisioned.toml";
+  c.checkpoint_interval_s = 1800;
+  c.seed = 3;
+  c.elastic_min_fraction = 0.25;
+  c.speedup_exponent = 0.7;
+  auto render = [](const SimConfig& config) {
+    Replay r = RunReplay(config);
+    std::ostringstream out;
+    WriteJson(out, r.info, r.result, r.metrics);
+    return out.str();
+  };
+  const std::string first = render(c);
+  CHECK(render(c) == first);
+  Replay r = RunReplay(c);
+  CHECK(r.metrics.finished == r.metrics.jobs);
+  CHECK(r.result.elastic_jobs > 0);
+  const PoolUsage& spot = r.result.pools.at("spot/provisioned");
+  CHECK(spot.requested > 0);
+  CHECK(spot.peak_cost_per_hour > 0);
+  CHECK(spot.peak_cost_per_hour <= 21.6 + 1e-9);  // the policy's max_cost_per_hour
+  CHECK(r.result.capacity_s > 0);
+  CHECK(r.metrics.utilization <= 1.0);
 }
