@@ -101,8 +101,10 @@ void Simulation::Resize(const core::ResizeDecision& decision) {
     throw std::logic_error("core planned to resize job " + std::to_string(decision.job) + ", which is not running");
   }
   const auto i = static_cast<size_t>(index);
-  // Changed since the plan (the daemon's check): not the size it runs with, or being stopped.
-  if (JobOf(i).preempting || live_[i].tasks != decision.from || decision.to == decision.from) return;
+  // Changed since the plan (the daemon's check): not the size it runs with, or being stopped. Any
+  // other resize (a size change; a move back to another accelerator on cores that plan those) is
+  // one checkpoint, requeue and restart.
+  if (JobOf(i).preempting || live_[i].tasks != decision.from) return;
   ++result_.jobs[i].resizes;
   ++result_.resizes;
   live_[i].next_dead_s = std::max<Duration>(0, decision.cost);
