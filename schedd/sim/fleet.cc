@@ -31,6 +31,33 @@ void AddGroup(Fleet& fleet, const std::string& prefix, int count, const core::Re
   }
 }
 
+/// Reads the optional [provisioned.POOL] tables into fleet.provisioned_eviction_rate_per_hour.
+void ReadProvisioned(const toml::table& root, const std::string& path, Fleet& fleet) {
+  const toml::node* node = root.get("provisioned");
+  if (node == nullptr) return;
+  const toml::table* pools = node->as_table();
+  if (pools == nullptr) throw std::runtime_error(path + ": [provisioned] must be a table of pools");
+  for (auto&& [name, value] : *pools) {
+    const std::string where = path + ": [provisioned." + std::string(name.str()) + "]";
+    auto pool = core::ParsePool(std::string(name.str()));
+    if (!pool) throw std::runtime_error(where + ": unknown pool (want on-demand, spot or reserved)");
+    const toml::table* t = value.as_table();
+    if (t == nullptr) throw std::runtime_error(where + ": not a table");
+    for (auto&& [key, v] : *t) {
+      if (key.str() != "eviction_rate_per_hour") {
+        throw std::runtime_error(where + ": unknown key '" + std::string(key.str()) + "'");
+      }
+    }
+    const double rate = (*t)["eviction_rate_per_hour"].value_or(-1.0);
+    if (!(rate >= 0 && rate <= kMaxEvictionRatePerHour) || (rate > 0 && *pool != core::Pool::kSpot)) {
+      throw std::runtime_error(where + ": 'eviction_rate_per_hour' must be a number in 0.." +
+                               std::to_string(static_cast<int>(kMaxEvictionRatePerHour)) +
+                               ", and above 0 only for spot");
+    }
+    fleet.provisioned_eviction_rate_per_hour[*pool] = rate;
+  }
+}
+
 }  // namespace
 
 Fleet FleetFromNodes(std::vector<core::Node> nodes) {
@@ -104,6 +131,7 @@ Fleet ReadClusterFile(const std::string& path) {
              static_cast<int>((*t)["domain_size"].value_or<int64_t>(0)), rate,
              (*t)["recovery_s"].value_or<int64_t>(600));
   }
+  ReadProvisioned(root, path, fleet);
   return fleet;
 }
 

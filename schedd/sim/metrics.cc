@@ -17,6 +17,10 @@ double BoundedSlowdown(double wait_s, double run_s, double tau_s) {
   return std::max(1.0, (wait_s + run_s) / std::max(run_s, tau_s));
 }
 
+double ResourceSeconds(const JobOutcome& job) {
+  return job.resource_s >= 0 ? job.resource_s : static_cast<double>(job.size) * static_cast<double>(job.busy_s);
+}
+
 namespace {
 
 void FillAccounts(const SimResult& result, const std::map<std::string, double>& shares,
@@ -27,7 +31,7 @@ void FillAccounts(const SimResult& result, const std::map<std::string, double>& 
   for (const auto& j : result.jobs) {
     if (!j.infeasible.empty()) continue;
     Acc& a = acc[j.account];
-    const double used = static_cast<double>(j.size) * static_cast<double>(j.busy_s);
+    const double used = ResourceSeconds(j);
     a.used += used;
     total_used += used;
     if (j.first_start >= 0) {
@@ -83,10 +87,15 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     first_submit = std::min(first_submit, j.submit);
     m.lost_resource_hours += j.lost_resource_hours;
     m.lost_preemption_resource_hours +=
-        static_cast<double>(j.size) * static_cast<double>(j.lost_preemption_s) / 3600.0;
+        j.lost_preemption_resource_hours >= 0
+            ? j.lost_preemption_resource_hours
+            : static_cast<double>(j.size) * static_cast<double>(j.lost_preemption_s) / 3600.0;
     m.lost_eviction_resource_hours +=
-        static_cast<double>(j.size) * static_cast<double>(j.lost_eviction_s) / 3600.0;
-    held += static_cast<double>(j.size) * static_cast<double>(j.busy_s);
+        j.lost_eviction_resource_hours >= 0
+            ? j.lost_eviction_resource_hours
+            : static_cast<double>(j.size) * static_cast<double>(j.lost_eviction_s) / 3600.0;
+    m.lost_resize_resource_hours += j.lost_resize_resource_hours;
+    held += ResourceSeconds(j);
     if (j.end < 0) {
       ++m.unfinished;
       continue;
@@ -118,8 +127,16 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     m.makespan_s = last_end - first_submit;
   }
   for (auto& [accel, w] : by_accel) m.p95_wait_by_accelerator[accel] = Percentile(w, 95);
-  if (m.makespan_s > 0 && result.capacity > 0) {
+  if (result.capacity_s > 0) {
+    m.utilization = held / result.capacity_s;
+  } else if (m.makespan_s > 0 && result.capacity > 0) {
     m.utilization = held / (static_cast<double>(result.capacity) * static_cast<double>(m.makespan_s));
+  }
+  m.elastic_jobs = result.elastic_jobs;
+  m.resizes = result.resizes;
+  for (const auto& [pool, usage] : result.pools) {
+    m.cost += usage.cost;
+    if (usage.static_nodes == 0) m.provisioned_node_hours += usage.node_hours;
   }
   FillAccounts(result, shares, m);
   return m;

@@ -33,7 +33,8 @@ struct Metrics {
   /// run time; evicted jobs count their end - submit as wait + run.
   double mean_bounded_slowdown = 0;
   double max_bounded_slowdown = 0;  // the largest of the same, over finished jobs
-  /// Resource-seconds held by jobs / (capacity x makespan), resource = GPUs or processors.
+  /// Resource-seconds held by jobs / (capacity x makespan), resource = GPUs or processors; with
+  /// provisioning, / the resource-seconds the fleet offered (SimResult::capacity_s).
   double utilization = 0;
   int64_t makespan_s = 0;      // last end - first submission
   int64_t cycles = 0;
@@ -41,6 +42,13 @@ struct Metrics {
   double lost_resource_hours = 0;  // size x seconds of work lost / 3600, both causes
   double lost_preemption_resource_hours = 0;  // the part lost to QoS preemptions
   double lost_eviction_resource_hours = 0;    // the part lost to spot evictions
+  /// Elastic gangs: jobs with a range of sizes, resizes, and the size x restart-cost hours spent
+  /// restarting after them (part of lost_resource_hours; every part counts an attempt at the size
+  /// it ran with).
+  int64_t elastic_jobs = 0, resizes = 0;
+  double lost_resize_resource_hours = 0;
+  /// Cost of the fleet (SimResult::pools; [pricing.POOL] units), and the provisioned node-hours.
+  double cost = 0, provisioned_node_hours = 0;
   std::vector<AccountUsage> accounts;  // sorted by account name
   /// Jain's fairness index over accounts of (usage share / share) (Jain, Chiu & Hawe, DEC-TR-301,
   /// 1984): 1 = every account got exactly its share; 1/n = one account got everything.
@@ -54,6 +62,9 @@ double Percentile(std::vector<double>& values, double p);
 /// Computes the metrics. `shares` maps account -> raw share (normalized over the accounts that
 /// appear); accounts absent from it, or all accounts when it is empty, get equal shares.
 Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, double>& shares = {});
+
+/// Resource-seconds `job` held: JobOutcome::resource_s when tracked, else size x busy_s.
+double ResourceSeconds(const JobOutcome& job);
 
 /// max(1, (wait + run) / max(run, tau)).
 double BoundedSlowdown(double wait_s, double run_s, double tau_s = 10.0);

@@ -1,5 +1,6 @@
 // mlsim: replay a workload trace through the scheduling core and report wait, slowdown,
 // utilization and fairness. See schedd/sim/README.md.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -94,6 +95,31 @@ int RunOne(const mlsched::sim::SimConfig& c, const Outputs& o) {
   return 0;
 }
 
+/// Declares the elastic-gang and provisioning options (schedd/sim/README.md, "Elastic gangs and
+/// provisioning") on `app`, filling `c`.
+void AddCapacityOptions(CLI::App& app, mlsched::sim::SimConfig& c) {
+  app.add_option("--elastic", c.elastic_min_fraction,
+                 "make every multi-task gang elastic: sizes max(1, ceil(n x F))..n (F in (0, 1]); "
+                 "shrinks at start and after evictions, grows at checkpoints ([elastic] policy)")
+      ->check([](const std::string& text) -> std::string {
+        char* end = nullptr;
+        const double f = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !(f > 0 && f <= 1)) {
+          return "must be a fraction in (0, 1] (the smallest size over the traced one), got '" + text + "'";
+        }
+        return "";
+      });
+  app.add_option("--speedup-exponent", c.speedup_exponent,
+                 "elastic speed-up at k of n tasks: (k / n)^A of the traced rate (1 = linear)")
+      ->check(CLI::Range(mlsched::sim::kMinSpeedupExponent, 1.0));
+  app.add_option("--boot-delay", c.boot_delay_s,
+                 "provisioning: seconds from a resume request until the node joins (default 120)")
+      ->check(CLI::Range(int64_t{0}, mlsched::sim::kMaxBootDelayS));
+  app.add_flag("--cost", c.report_cost,
+               "report node-hours and cost per pool (the policy's [pricing.POOL]) for a fixed fleet "
+               "too (always reported with [provisioning.POOL])");
+}
+
 /// Declares mlsim's options on `app`, filling `c` (the replay) and `o` (the outputs).
 void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
   app.add_option("--trace", c.trace_path, "trace file (plain or .gz)")->required();
@@ -167,6 +193,7 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
                "schedule with the requested times (Slurm's way) but estimate start times with a "
                "shadow pass that plans with predicted run times (--predict-runtimes plans with them "
                "outright and makes this moot)");
+  AddCapacityOptions(app, c);
   app.add_option("--compare", o.compare,
                  "POLICY1.toml,POLICY2.toml,...: replay each policy file on the trace with the "
                  "other options and print one table (--json: one array); --plot then writes their "

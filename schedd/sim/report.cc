@@ -73,6 +73,23 @@ void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result,
   row("lost resource-hours", Fixed(m.lost_resource_hours, 2));
   row("  to preemptions", Fixed(m.lost_preemption_resource_hours, 2));
   row("  to evictions", Fixed(m.lost_eviction_resource_hours, 2));
+  if (m.elastic_jobs > 0) {
+    row("  to resize restarts", Fixed(m.lost_resize_resource_hours, 2));
+    row("elastic jobs", std::to_string(m.elastic_jobs));
+    row("resizes", std::to_string(m.resizes));
+  }
+  if (!result.pools.empty()) {
+    row("cost", Fixed(m.cost, 2));
+    for (const auto& [pool, u] : result.pools) {
+      const std::string nodes = u.static_nodes > 0
+                                    ? std::to_string(u.static_nodes) + " nodes"
+                                    : std::to_string(u.requested) + " requested, " + std::to_string(u.released) +
+                                          " released, " + std::to_string(u.failed) + " failed, " +
+                                          std::to_string(u.evicted) + " evicted, peak " +
+                                          Fixed(u.peak_cost_per_hour, 2) + "/h";
+      row("  " + pool, Fixed(u.cost, 2) + " (" + Fixed(u.node_hours, 2) + " node-hours; " + nodes + ")");
+    }
+  }
   row("Jain fairness (accounts)", Fixed(m.jain_fairness, 4));
   for (const auto& [accel, p95] : m.p95_wait_by_accelerator) {
     row("p95 wait " + accel + " (s)", Fixed(p95, 1));
@@ -122,6 +139,21 @@ void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, 
   j["lost_resource_hours"] = Round6(m.lost_resource_hours);
   j["lost_preemption_resource_hours"] = Round6(m.lost_preemption_resource_hours);
   j["lost_eviction_resource_hours"] = Round6(m.lost_eviction_resource_hours);
+  if (m.elastic_jobs > 0) {
+    j["lost_resize_resource_hours"] = Round6(m.lost_resize_resource_hours);
+    j["elastic_jobs"] = m.elastic_jobs;
+    j["resizes"] = m.resizes;
+  }
+  if (!result.pools.empty()) {
+    j["cost"] = Round6(m.cost);
+    j["provisioned_node_hours"] = Round6(m.provisioned_node_hours);
+    auto& pools = j["pools"] = nlohmann::ordered_json::object();
+    for (const auto& [pool, u] : result.pools) {
+      pools[pool] = {{"static_nodes", u.static_nodes}, {"requested", u.requested}, {"released", u.released},
+                     {"failed", u.failed}, {"evicted", u.evicted}, {"node_hours", Round6(u.node_hours)},
+                     {"cost", Round6(u.cost)}, {"peak_cost_per_hour", Round6(u.peak_cost_per_hour)}};
+    }
+  }
   j["jain_fairness"] = Round6(m.jain_fairness);
   auto& accel = j["p95_wait_by_accelerator_s"] = nlohmann::ordered_json::object();
   for (const auto& [name, p95] : m.p95_wait_by_accelerator) accel[name] = Round6(p95);

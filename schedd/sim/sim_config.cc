@@ -1,6 +1,7 @@
 #include "schedd/sim/sim_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include <toml++/toml.h>
@@ -74,7 +75,23 @@ Trace LoadTrace(const SimConfig& config) {
     trace.jobs.resize(static_cast<size_t>(config.max_jobs));
   }
   if (config.exact_runtimes) UseExactRuntimes(trace);
+  if (config.elastic_min_fraction > 0) MakeElastic(trace, config.elastic_min_fraction);
   return trace;
+}
+
+void MakeElastic(Trace& trace, double min_fraction) {
+  if (!(min_fraction > 0 && min_fraction <= 1)) {
+    throw std::invalid_argument("elastic minimum fraction " + std::to_string(min_fraction) +
+                                " is outside (0, 1]");
+  }
+  for (TraceJob& job : trace.jobs) {
+    const int32_t n = job.spec.ntasks;
+    const auto low = static_cast<int32_t>(std::ceil(static_cast<double>(n) * min_fraction - 1e-9));
+    const int32_t min_tasks = std::max<int32_t>(1, low);
+    if (n <= 1 || min_tasks >= n) continue;
+    job.spec.elastic.min_tasks = min_tasks;
+    job.spec.elastic.step = 1;
+  }
 }
 
 Fleet BuildFleet(const SimConfig& config, const Trace& trace) {
@@ -121,7 +138,15 @@ core::PolicySet ApplyOverrides(core::PolicySet policy, const SimConfig& config, 
   if (!config.victim_order.empty()) SetVictimOrder(policy, config.victim_order);
   if (config.keep_plans) policy.backfill.keep_plans = true;
   core::Duration longest = 0;
-  for (const auto& j : trace.jobs) longest = std::max(longest, j.spec.time_limit);
+  for (const auto& j : trace.jobs) {
+    core::Duration limit = j.spec.time_limit;
+    // An elastic job at its smallest size runs at most ntasks / min_tasks times longer (a speed-up
+    // exponent <= 1), plus a restart cost: its time limit follows (simulator.cc, Start).
+    if (core::IsElastic(j.spec)) {
+      limit = limit * j.spec.ntasks / j.spec.elastic.min_tasks + 1 + std::max<core::Duration>(0, policy.elastic.restart_cost);
+    }
+    longest = std::max(longest, limit);
+  }
   for (auto& p : policy.partitions) p.max_time_limit = std::max(p.max_time_limit, longest);
   return policy;
 }
@@ -201,6 +226,12 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
 std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& config) {
   std::string out = DescribeSchedulingPolicy(policy);
   if (config.exact_runtimes) out += ", exact run times";
+  if (config.elastic_min_fraction > 0) {
+    out += ", elastic gangs (min " + std::to_string(config.elastic_min_fraction).substr(0, 4) + " of size";
+    if (config.speedup_exponent != 1.0) out += ", speed-up k^" + std::to_string(config.speedup_exponent).substr(0, 4);
+    out += ")";
+  }
+  if (!policy.provisioning.empty()) out += ", provisioning (boot " + std::to_string(config.boot_delay_s) + " s)";
   if (config.predict_runtimes) out += ", user-history runtime predictions";
   if (!config.predict_runtimes && config.estimate_with_predictions) {
     out += ", start estimates from predicted run times";
@@ -212,6 +243,10 @@ Replay RunReplay(const SimConfig& command_line) {
   Replay r;
   policy::PolicyLoadResult file = ReadPolicy(command_line.policy_path);
   const SimConfig config = WithSimulationSettings(command_line, file.simulation, file.policy->prediction);
+  if (config.elastic_min_fraction > 0 && (config.predict_runtimes || config.estimate_with_predictions)) {
+    throw std::invalid_argument("--elastic cannot be combined with run-time predictions (--predict-runtimes, "
+                                "--estimate-with-predictions or the policy's [prediction])");
+  }
   r.trace = LoadTrace(config);
   r.fleet = BuildFleet(config, r.trace);
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
@@ -232,6 +267,9 @@ Replay RunReplay(const SimConfig& command_line) {
   options.record_series = config.record_series;
   options.estimates = config.estimates;
   options.idle_shortcuts = config.idle_shortcuts;
+  options.speedup_exponent = config.speedup_exponent;
+  options.boot_delay_s = config.boot_delay_s;
+  options.report_cost = config.report_cost;
   r.result = Simulate(r.trace, r.fleet, options);
   r.metrics = ComputeMetrics(r.result, r.shares);
   r.info.trace = r.trace.name;

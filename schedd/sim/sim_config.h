@@ -56,7 +56,18 @@ struct SimConfig {
   /// SimOptions::idle_shortcuts (tests and benchmarks turn it off to compare).
   bool idle_shortcuts = true;
   int64_t max_jobs = 0;           // replay only the first N jobs by submit time (0 = all)
+  /// Elastic gangs (mlsim --elastic F): every job of n > 1 tasks runs with any size in
+  /// [max(1, ceil(n x F)), n] (step 1); 0 = rigid, as traced. In (0, 1].
+  double elastic_min_fraction = 0;
+  double speedup_exponent = 1.0;       // SimOptions::speedup_exponent (1 = linear speed-up)
+  core::Duration boot_delay_s = 120;   // SimOptions::boot_delay_s, 0..kMaxBootDelayS
+  bool report_cost = false;            // SimOptions::report_cost (mlsim --cost)
 };
+
+/// Makes every job of the trace with n > 1 tasks elastic over [max(1, ceil(n x min_fraction)), n],
+/// step 1 (a job whose range would be one size stays rigid). Throws std::invalid_argument unless
+/// 0 < min_fraction <= 1.
+void MakeElastic(Trace& trace, double min_fraction);
 
 /// Everything one replay produced.
 struct Replay {

@@ -5,13 +5,16 @@
 
 #include <chrono>
 #include <optional>
+#include <map>
 #include <queue>
+#include <set>
 #include <random>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "schedd/core/provisioning.h"
 #include "schedd/sim/pending_view.h"
 #include "schedd/sim/simulator.h"
 
@@ -22,13 +25,27 @@ using core::Timestamp;
 
 /// Events at one timestamp run in this order, all after that timestamp's submissions and before
 /// its scheduling pass (submission < termination < start < scheduling pass). kPreemptStop: a
-/// preemption victim's grace time is over.
+/// preemption victim's grace time is over. kEviction and kRecovery target a node id (NodeInfo);
+/// kNodeBoot a provisioned node's boot (booting_); kProvisionTick only wakes the provisioner;
+/// kGrowDue: a shrunk elastic attempt has run min_resize_interval (a pass may grow it now).
 enum class EventKind : int {
-  kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3, kPreemptStop = 4
+  kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3, kPreemptStop = 4,
+  kNodeBoot = 5, kProvisionTick = 6, kGrowDue = 7
 };
 
-/// Why a running job goes back to the queue.
-enum class StopCause { kEviction, kPreemption };
+/// Why a running job goes back to the queue (kResize: it checkpointed to restart at a new size).
+enum class StopCause { kEviction, kPreemption, kResize };
+
+/// Passes one cycle may run to restart resized jobs (the rest of a last pass's resizes wait).
+inline constexpr int kMaxResizeRounds = 4;
+
+/// Simulation-only facts of one node of ClusterState::nodes (same index).
+struct NodeInfo {
+  int64_t id = 0;                // stable: events name nodes by it (indices shift on removal)
+  double rate_per_hour = 0;      // spot evictions per node-hour
+  Duration recovery_s = 0;       // static nodes: back up after an eviction this long
+  bool provisioned = false;      // created by the provisioner: evicted = gone, never recovers
+};
 
 struct Event {
   Timestamp time = 0;
@@ -55,6 +72,12 @@ struct Live {
   Duration planned_lost_s = 0;
   bool preempt_cancel = false;
   Need held;                     // what the running attempt holds (PendingView's bookkeeping)
+  // Elastic gangs: the attempt's tasks, its rate (traced seconds of work per second), and the
+  // restart cost (seconds without progress) at its start; next_dead_s: that of the next attempt.
+  int32_t tasks = 0;
+  double rate = 1.0;
+  Duration dead_s = 0, next_dead_s = 0;
+  double resource_s = 0;         // size x seconds held, all attempts
 };
 
 /// One replay (Simulate): owns the ClusterState the core sees, the event queue and the outcomes.
@@ -72,20 +95,52 @@ class Simulation {
     result_.resource = TotalGpus(fleet) > 0 ? "gpu" : "cpu";
     result_.capacity =
         result_.resource == "gpu" ? TotalGpus(fleet) : TotalCpuMillis(fleet) / 1000;
+    InitCapacity();
     ChooseShortcuts();
   }
 
   SimResult Run();
 
  private:
+  /// Node bookkeeping, provisioning and cost (simulator_capacity.cc).
+  void InitCapacity();
+  /// Index in state_.nodes of the node with this id, or -1 when it left the fleet.
+  int64_t NodeIndex(int64_t id) const;
+  /// Adds the fleet's offered resource-seconds up to now_ (SimResult::capacity_s).
+  void AccrueCapacity();
+  /// One provisioning step after a cycle (`plan`; an empty one between cycles).
+  void Provision(const core::CyclePlan& plan);
+  void BootNode(int64_t boot);
+  void ReleaseNode(const core::ProvisionRelease& release);
+  /// Bills a provisioned node from its request to now_ and forgets it.
+  void BillProvisioned(const std::string& name, core::Pool pool);
+  /// Bills the static nodes and the still-held provisioned ones up to now_ (end of the run).
+  void FinishCapacity();
+  /// Elastic gangs: checkpoint `decision.job` and requeue it to restart at another size.
+  void Resize(const core::ResizeDecision& decision);
+  /// Traced seconds of work per second for job `index` at `tasks` tasks (1 at its traced size).
+  double Rate(size_t index, int32_t tasks) const;
+  /// Time limit of pending elastic job `index`: its remaining work at its smallest size (plus the
+  /// restart cost it will pay), seconds, so that the core's plans hold at any size it starts with.
+  Duration PendingLimit(size_t index) const;
+  /// Resources (GPUs or processors) job `index` holds at `tasks` tasks.
+  int64_t SizeAt(size_t index, int32_t tasks) const;
+  /// Traced seconds of work the current attempt did in its first `wall` seconds.
+  Duration WorkDone(size_t index, Duration wall) const;
+  /// Ends the current attempt's bookkeeping (busy time, resources held, the run span, dead time).
+  void CloseAttempt(size_t index);
   void Submit(size_t index);
   /// core::CheckJobFeasible on the fleet, remembered per job shape (it costs O(nodes) per call).
   const std::optional<std::string>& Feasibility(const core::JobSpec& spec);
   void HandleEvent(const Event& e);
   void Finish(size_t index);
   void PredictionDue(size_t index);
-  void EvictNode(size_t node);
-  void RecoverNode(size_t node);
+  /// Spot eviction of the node with this id (NodeInfo::id): its jobs are requeued; a static node
+  /// recovers after its recovery time, a provisioned one stays down until released.
+  void EvictNode(int64_t id);
+  void RecoverNode(int64_t id);
+  /// Requeues (as evicted) every running job with a task on state_.nodes[node].
+  void RequeueJobsOn(size_t node);
   void Requeue(size_t index, StopCause cause);
   void Preempt(const core::PreemptDecision& decision);
   void PreemptStop(size_t index);
@@ -126,6 +181,7 @@ class Simulation {
   void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
     events_.push(Event{time, kind, seq_++, target, attempt});
   }
+  /// Seconds to the next eviction of state_.nodes[node] (exponential, its NodeInfo rate).
   Duration EvictionDelay(size_t node);
   core::Job& JobOf(size_t index) { return state_.jobs[static_cast<size_t>(live_[index].slot)]; }
   bool AnyNodeDown() const {
@@ -157,6 +213,23 @@ class Simulation {
   bool parking_ = false;    // the core sees PendingView's choice of pending jobs
   std::unordered_map<size_t, core::Job> parked_jobs_;  // by trace index
   std::vector<size_t> unpark_, park_;
+  // Nodes (parallel to state_.nodes), provisioning and cost.
+  std::vector<NodeInfo> node_info_;
+  int64_t next_node_id_ = 0;
+  bool provisioning_ = false;    // the policy has [provisioning.POOL] tables
+  bool elastic_ = false;         // some job is an elastic gang
+  core::ProvisionLedger ledger_;
+  struct Boot {
+    std::string name;
+    core::Pool pool = core::Pool::kOnDemand;
+  };
+  std::map<int64_t, Boot> booting_;                 // by boot id (kNodeBoot's target)
+  int64_t next_boot_ = 0;
+  std::map<std::string, std::pair<Timestamp, core::Pool>> held_since_;  // provisioned: requested when
+  std::vector<core::Node> feasible_nodes_;  // fleet + what provisioning could add (Feasibility)
+  std::set<Timestamp> ticks_;                       // kProvisionTick events pushed, not yet due
+  Timestamp capacity_since_ = -1;                   // AccrueCapacity's clock; -1 = not started
+  double capacity_now_ = 0;                         // resources the nodes now in the fleet offer
 };
 
 }  // namespace mlsched::sim::detail

@@ -14,14 +14,17 @@ void Simulation::ChooseShortcuts() {
   const core::PolicySet& policy = options_.policy;
   const core::BackfillMode mode = policy.backfill.mode;
   const bool plans_read = mode == core::BackfillMode::kConservative && policy.backfill.keep_plans;
-  skip_idle_ = options_.idle_shortcuts && !preemption_ && !plans_read &&
+  // Provisioning changes the fleet and needs every pass's pending reasons: no shortcuts.
+  // Elastic: passes with nothing pending may grow running jobs.
+  skip_idle_ = options_.idle_shortcuts && !preemption_ && !plans_read && !provisioning_ && !elastic_ &&
                options_.estimate_predictor == nullptr &&
                (mode == core::BackfillMode::kNone || !options_.estimates);
   const bool dependencies = std::any_of(trace_.jobs.begin(), trace_.jobs.end(), [](const TraceJob& j) {
     return !j.spec.dependencies.empty();
   });
   // FIFO order is trace index order: submit time, then id (dense in trace order).
-  parking_ = skip_idle_ && policy.queue_order == core::QueueOrder::kFifo &&
+  // Elastic: a grow reads whether any pending job waits, parked ones included.
+  parking_ = skip_idle_ && !elastic_ && policy.queue_order == core::QueueOrder::kFifo &&
              (mode == core::BackfillMode::kNone || mode == core::BackfillMode::kEasy) &&
              policy.backfill.max_job_test == 0 && policy.backfill.reserve_after == 0 && !dependencies;
 }
@@ -33,7 +36,7 @@ const std::optional<std::string>& Simulation::Feasibility(const core::JobSpec& s
   // message names the limit) are not remembered.
   const core::PartitionPolicy* partition = core::FindPartition(options_.policy, spec.partition);
   if (!partition || spec.time_limit <= 0 || spec.time_limit > partition->max_time_limit) {
-    uncached_ = core::CheckJobFeasible(fleet_.nodes, options_.policy, spec);
+    uncached_ = core::CheckJobFeasible(feasible_nodes_, options_.policy, spec);
     return uncached_;
   }
   std::string key = spec.partition + '|' + std::to_string(spec.ntasks) + '|' +
@@ -47,12 +50,12 @@ const std::optional<std::string>& Simulation::Feasibility(const core::JobSpec& s
   for (const auto& f : spec.features) key += f + ',';
   auto it = feasible_.find(key);
   if (it == feasible_.end())
-    it = feasible_.emplace(std::move(key), core::CheckJobFeasible(fleet_.nodes, options_.policy, spec)).first;
+    it = feasible_.emplace(std::move(key), core::CheckJobFeasible(feasible_nodes_, options_.policy, spec)).first;
   return it->second;
 }
 
 Duration Simulation::EvictionDelay(size_t node) {
-  const double per_second = fleet_.eviction_rate_per_hour[node] / 3600.0;
+  const double per_second = node_info_[node].rate_per_hour / 3600.0;
   // Inverse-transform sampling of an exponential inter-arrival time; u in (0, 1].
   const double u = static_cast<double>((rng_() >> 11) + 1) * 0x1.0p-53;
   return std::max<Duration>(1, static_cast<Duration>(std::ceil(-std::log(u) / per_second)));
@@ -81,6 +84,7 @@ void Simulation::Submit(size_t index) {
     live_[index].shadow_limit = options_.estimate_predictor->Predict(tj.spec.user, tj.requested_time);
   }
   job.submit_time = now_;
+  if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
   view_.AddPending(index, NeedOf(tj.spec));
@@ -105,10 +109,19 @@ void Simulation::HandleEvent(const Event& e) {
       }
       return;
     case EventKind::kEviction:
-      EvictNode(index);
+      EvictNode(e.target);
       return;
     case EventKind::kRecovery:
-      RecoverNode(index);
+      RecoverNode(e.target);
+      return;
+    case EventKind::kNodeBoot:
+      BootNode(e.target);
+      return;
+    case EventKind::kProvisionTick:
+      ticks_.erase(e.time);  // the loop runs the provisioner at every event time
+      return;
+    case EventKind::kGrowDue:
+      if (live_[index].running && result_.jobs[index].attempts == e.attempt) dirty_ = true;
       return;
   }
 }
@@ -121,14 +134,12 @@ void Simulation::Finish(size_t index) {
   job.state = tj.hits_time_limit ? core::JobState::kTimeout : core::JobState::kCompleted;
   out.state = job.state;
   out.end = now_;
-  out.busy_s += now_ - live.attempt_start;
-  out.runs.push_back(RunSpan{live.attempt_start, now_});
+  CloseAttempt(index);
   live.running = false;
   live.slot = -1;
   need_compact_ = true;
   view_.Stopped(live.held);
   --running_;
-  busy_ -= tj.size;
   if (options_.predictor != nullptr) options_.predictor->Observe(tj.spec.user, tj.run_time);
   if (options_.estimate_predictor != nullptr) options_.estimate_predictor->Observe(tj.spec.user, tj.run_time);
   dirty_ = true;
@@ -155,13 +166,24 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   Live& live = live_[index];
   core::Job& job = JobOf(index);
   const Duration elapsed = now_ - live.attempt_start;
-  const Duration saved = SavedThisAttempt(index);
-  const Duration lost = elapsed - saved;
-  live.progress = std::min(tj.run_time, live.progress + saved);
-  out.lost_resource_hours += static_cast<double>(tj.size) * static_cast<double>(lost) / 3600.0;
-  (cause == StopCause::kPreemption ? out.lost_preemption_s : out.lost_eviction_s) += lost;
-  out.busy_s += elapsed;
-  out.runs.push_back(RunSpan{live.attempt_start, now_});
+  // A resize checkpoints on its signal: nothing is lost. The restart cost's dead time is counted
+  // apart (CloseAttempt), not as lost work.
+  const Duration saved = cause == StopCause::kResize ? elapsed : SavedThisAttempt(index);
+  const Duration lost = elapsed - std::max(saved, std::min(live.dead_s, elapsed));
+  live.progress = std::min(tj.run_time, live.progress + WorkDone(index, saved));
+  if (cause != StopCause::kResize) {
+    out.lost_resource_hours +=
+        static_cast<double>(SizeAt(index, live.tasks)) * static_cast<double>(lost) / 3600.0;
+    (cause == StopCause::kPreemption ? out.lost_preemption_s : out.lost_eviction_s) += lost;
+    if (core::IsElastic(tj.spec)) {
+      double& part = cause == StopCause::kPreemption ? out.lost_preemption_resource_hours
+                                                     : out.lost_eviction_resource_hours;
+      part = std::max(part, 0.0) +
+             static_cast<double>(SizeAt(index, live.tasks)) * static_cast<double>(lost) / 3600.0;
+    }
+  }
+  CloseAttempt(index);
+  if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   job.state = core::JobState::kPending;
   job.reason = core::PendingReason::kNone;
   job.start_time = 0;
@@ -175,7 +197,6 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   view_.AddPending(index, NeedOf(job.spec));
   --running_;
   ++pending_;
-  busy_ -= tj.size;
   dirty_ = true;
 }
 
@@ -222,12 +243,14 @@ void Simulation::PreemptStop(size_t index) {
   }
   // Cancelled: final, never finishes (counted as unfinished); its work since the last checkpoint
   // is lost like a requeued victim's.
-  const Duration elapsed = now_ - live.attempt_start;
   out.lost_resource_hours +=
-      static_cast<double>(tj.size) * static_cast<double>(record.lost_s) / 3600.0;
+      static_cast<double>(SizeAt(index, live.tasks)) * static_cast<double>(record.lost_s) / 3600.0;
   out.lost_preemption_s += record.lost_s;
-  out.busy_s += elapsed;
-  out.runs.push_back(RunSpan{live.attempt_start, now_});
+  if (core::IsElastic(tj.spec)) {
+    out.lost_preemption_resource_hours = std::max(out.lost_preemption_resource_hours, 0.0) +
+        static_cast<double>(SizeAt(index, live.tasks)) * static_cast<double>(record.lost_s) / 3600.0;
+  }
+  CloseAttempt(index);
   out.state = core::JobState::kCancelled;
   job.state = core::JobState::kCancelled;
   live.running = false;
@@ -235,7 +258,6 @@ void Simulation::PreemptStop(size_t index) {
   need_compact_ = true;
   view_.Stopped(live.held);
   --running_;
-  busy_ -= tj.size;
   dirty_ = true;
 }
 
@@ -248,9 +270,8 @@ void Simulation::ReportCheckpoints() {
   }
 }
 
-void Simulation::EvictNode(size_t node) {
-  core::Node& n = state_.nodes[node];
-  n.health = core::NodeHealth::kDown;
+void Simulation::RequeueJobsOn(size_t node) {
+  const core::Node& n = state_.nodes[node];
   for (size_t i = 0; i < live_.size(); ++i) {
     if (!live_[i].running) continue;
     const auto& alloc = JobOf(i).allocation;
@@ -263,14 +284,28 @@ void Simulation::EvictNode(size_t node) {
     ++result_.evictions;
     Requeue(i, StopCause::kEviction);
   }
-  Push(now_ + std::max<Duration>(fleet_.recovery_s[node], 1), EventKind::kRecovery,
-       static_cast<int64_t>(node));
-  dirty_ = true;
 }
 
-void Simulation::RecoverNode(size_t node) {
-  state_.nodes[node].health = core::NodeHealth::kUp;
-  Push(now_ + EvictionDelay(node), EventKind::kEviction, static_cast<int64_t>(node));
+void Simulation::EvictNode(int64_t id) {
+  const int64_t at = NodeIndex(id);
+  if (at < 0) return;  // released since
+  const auto node = static_cast<size_t>(at);
+  state_.nodes[node].health = core::NodeHealth::kDown;
+  RequeueJobsOn(node);
+  dirty_ = true;
+  if (node_info_[node].provisioned) {
+    // Taken back by the cloud: the provisioner releases it (down, no task) at its next step.
+    ++result_.pools[std::string(core::PoolName(state_.nodes[node].pool)) + "/provisioned"].evicted;
+    return;
+  }
+  Push(now_ + std::max<Duration>(node_info_[node].recovery_s, 1), EventKind::kRecovery, id);
+}
+
+void Simulation::RecoverNode(int64_t id) {
+  const int64_t at = NodeIndex(id);
+  if (at < 0) return;
+  state_.nodes[static_cast<size_t>(at)].health = core::NodeHealth::kUp;
+  Push(now_ + EvictionDelay(static_cast<size_t>(at)), EventKind::kEviction, id);
   dirty_ = true;
 }
 
@@ -312,19 +347,34 @@ void Simulation::Start(const core::StartDecision& decision) {
   view_.Started(static_cast<size_t>(index), live.held);
   --pending_;
   ++running_;
-  busy_ += tj.size;
-  const Duration remaining = tj.run_time - live.progress;
+  const auto i = static_cast<size_t>(index);
+  live.tasks = static_cast<int32_t>(decision.allocation.tasks.size());
+  live.rate = Rate(i, live.tasks);
+  live.dead_s = live.next_dead_s;
+  live.next_dead_s = 0;
+  busy_ += SizeAt(i, live.tasks);
+  Duration remaining = tj.run_time - live.progress;
+  if (live.rate != 1.0) {
+    remaining = static_cast<Duration>(std::ceil(static_cast<double>(remaining) / live.rate - 1e-9));
+  }
+  remaining += live.dead_s;
+  // Elastic jobs plan with the attempt's exact remaining time at its size (the traces' limits
+  // are their exact run times at the traced size).
+  if (core::IsElastic(job.spec)) job.spec.time_limit = std::max<Duration>(1, remaining);
   Push(now_ + remaining, EventKind::kFinish, index, out.attempts);
+  if (core::IsElastic(job.spec) && live.tasks < job.spec.ntasks && options_.policy.elastic.grow) {
+    // The daemon's periodic cycles would see it eligible to grow then; a pass at that time does.
+    Push(now_ + std::max<Duration>(options_.policy.elastic.min_resize_interval, 1), EventKind::kGrowDue, index,
+         out.attempts);
+  }
   if (options_.predictor != nullptr && job.spec.time_limit < remaining) {
     Push(now_ + job.spec.time_limit, EventKind::kPredictionDue, index, out.attempts);
   }
 }
 
 SimResult Simulation::Run() {
-  for (size_t n = 0; n < fleet_.nodes.size(); ++n) {
-    if (fleet_.eviction_rate_per_hour[n] > 0) {
-      Push(EvictionDelay(n), EventKind::kEviction, static_cast<int64_t>(n));
-    }
+  for (size_t n = 0; n < node_info_.size(); ++n) {
+    if (node_info_[n].rate_per_hour > 0) Push(EvictionDelay(n), EventKind::kEviction, node_info_[n].id);
   }
   const auto& jobs = trace_.jobs;
   size_t next = 0;
@@ -345,21 +395,27 @@ SimResult Simulation::Run() {
       accrued_until_ = now_;
     }
     while (next < jobs.size() && jobs[next].submit_time == now_) Submit(next++);
+    if (next > 0) AccrueCapacity();
     while (!events_.empty() && events_.top().time == now_) {
       Event e = events_.top();
       events_.pop();
       HandleEvent(e);
     }
-    if (pending_ == 0 || (!dirty_ && !(periodic && now_ >= last_cycle + period))) continue;
+    // Elastic: a pass with nothing pending may still grow shrunk jobs.
+    if ((pending_ == 0 && (!elastic_ || !dirty_)) || (!dirty_ && !(periodic && now_ >= last_cycle + period))) {
+      if (provisioning_) Provision(core::CyclePlan{});  // idle nodes, failed boots
+      continue;
+    }
     const int64_t running_before = running_;
     Cycle();
     last_cycle = now_;
     // Stuck: nothing runs, nothing will arrive, every node is up and the pass started nothing.
     if (running_ == 0 && running_before == 0 && next == jobs.size() && pending_ > 0 &&
-        !AnyNodeDown() && period == 0) {
+        !AnyNodeDown() && period == 0 && booting_.empty()) {
       break;
     }
   }
+  FinishCapacity();
   return std::move(result_);
 }
 
@@ -371,6 +427,19 @@ SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& opt
   if (fleet.eviction_rate_per_hour.size() != fleet.nodes.size() ||
       fleet.recovery_s.size() != fleet.nodes.size()) {
     throw std::invalid_argument("Simulate: fleet per-node vectors differ in size");
+  }
+  if (!(options.speedup_exponent >= kMinSpeedupExponent && options.speedup_exponent <= 1.0)) {
+    throw std::invalid_argument("Simulate: speedup_exponent " + std::to_string(options.speedup_exponent) +
+                                " is outside " + std::to_string(kMinSpeedupExponent) + "..1");
+  }
+  if (options.boot_delay_s < 0 || options.boot_delay_s > kMaxBootDelayS) {
+    throw std::invalid_argument("Simulate: boot delay " + std::to_string(options.boot_delay_s) +
+                                " s is outside 0.." + std::to_string(kMaxBootDelayS) + " s");
+  }
+  const bool elastic = std::any_of(trace.jobs.begin(), trace.jobs.end(),
+                                   [](const TraceJob& j) { return core::IsElastic(j.spec); });
+  if (elastic && (options.predictor != nullptr || options.estimate_predictor != nullptr)) {
+    throw std::invalid_argument("Simulate: elastic jobs cannot be replayed with run-time predictions");
   }
   return detail::Simulation(trace, fleet, options).Run();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,22 @@ struct SimOptions {
   /// EASY, those whose demand fits the free total): no pass then costs O(queue). A pass whose
   /// decisions could depend on a job left out is run again with more jobs.
   bool idle_shortcuts = true;
+  /// Elastic gangs (TraceJob specs with spec.elastic set, e.g. mlsim --elastic): a job's work is
+  /// run_time x speedup(n) at its traced size n; at k tasks it advances speedup(k) / speedup(n)
+  /// traced seconds per second, speedup(k) = k^speedup_exponent (1 = linear; in (0, 1]:
+  /// sub-linear). Rigid jobs always run at their traced rate.
+  double speedup_exponent = 1.0;
+  /// Provisioning (the policy's [provisioning.POOL]): seconds from a resume request until the
+  /// node joins the fleet.
+  core::Duration boot_delay_s = 120;
+  /// Report node-hours and cost (SimResult::pools) for the static fleet too, priced with the
+  /// policy's [pricing.POOL]; always on when the policy provisions nodes.
+  bool report_cost = false;
 };
+
+/// Limits on SimOptions' elastic and provisioning settings (checked by Simulate).
+inline constexpr double kMinSpeedupExponent = 0.05;
+inline constexpr core::Duration kMaxBootDelayS = 86400;
 
 /// One attempt of a job on nodes: [start, end).
 struct RunSpan {
@@ -77,6 +93,16 @@ struct JobOutcome {
   /// QoS preemption stopped the job, and when a spot eviction did.
   core::Duration lost_preemption_s = 0;
   core::Duration lost_eviction_s = 0;
+  /// Elastic jobs: resizes (checkpoint and restart at another size) and the size x restart-cost
+  /// seconds they spent dead after them, hours (also in lost_resource_hours).
+  int32_t resizes = 0;
+  double lost_resize_resource_hours = 0;
+  /// Resource-seconds held over all attempts (size of each attempt x its length); -1 = not tracked
+  /// (rigid jobs: size x busy_s). Set for elastic jobs, whose attempts differ in size.
+  double resource_s = -1;
+  /// Elastic jobs: the eviction and preemption parts of lost_resource_hours at the sizes the job
+  /// ran with; -1 = not tracked (rigid jobs: size x lost_eviction_s / 3600, likewise preemption).
+  double lost_eviction_resource_hours = -1, lost_preemption_resource_hours = -1;
   std::string infeasible;           // non-empty: never admitted (CheckJobFeasible's reason)
   std::vector<RunSpan> runs;        // every attempt, in order (for plots)
   /// Start-time estimates (the core's PendingUpdate::expected_start), seconds of simulated time;
@@ -107,6 +133,22 @@ struct PreemptionRecord {
   bool cancelled = false;           // preempt mode cancel: the victim ended CANCELLED
 };
 
+/// Node-hours and cost of one pool's nodes, static ("on-demand") or provisioned
+/// ("spot/provisioned"). Static nodes are billed from the first submission to the last event
+/// (down time included); provisioned ones from their resume request to their release (booting
+/// included) or the end. Cost = node-hours x core::NodeCostPerHour (the policy's [pricing.POOL]).
+struct PoolUsage {
+  int64_t static_nodes = 0;
+  int64_t requested = 0;   // provisioned: nodes asked of the resume program
+  int64_t released = 0;    // provisioned: suspended after idle_time or when down (evicted)
+  int64_t failed = 0;      // provisioned: not booted within resume_timeout
+  int64_t evicted = 0;     // provisioned spot nodes evicted while registered
+  double node_hours = 0;
+  double cost = 0;
+  /// Provisioned: the most the pool's held nodes (requested + registered) cost per hour at once.
+  double peak_cost_per_hour = 0;
+};
+
 /// The whole replay.
 struct SimResult {
   std::vector<JobOutcome> jobs;     // in trace order
@@ -120,6 +162,13 @@ struct SimResult {
   std::vector<double> cycle_wall_s;
   std::vector<SeriesPoint> series;
   std::vector<PreemptionRecord> preemption_log;  // in the order the victims stopped
+  /// Elastic gangs: jobs with a range of sizes, and resizes applied (core::ResizeDecision).
+  int64_t elastic_jobs = 0, resizes = 0;
+  /// Resource-seconds the fleet offered from the first submission to the end; 0 = capacity x
+  /// makespan (a fixed fleet). Set when nodes come and go (provisioning).
+  double capacity_s = 0;
+  /// By "POOL/static" or "POOL/provisioned"; empty unless SimOptions::report_cost or provisioning.
+  std::map<std::string, PoolUsage> pools;
 };
 
 /// Replays `trace` on `fleet`. QoS preemptions the core plans are applied: the victim keeps running
@@ -127,7 +176,13 @@ struct SimResult {
 /// checkpoint (no checkpoint is taken on the signal) and is requeued keeping its submit time, or
 /// ends CANCELLED (preempt mode cancel; it then never finishes). Throws std::logic_error when the
 /// core returns an impossible plan (a start for a job that is not pending, an empty allocation, or
-/// a victim that is not running).
+/// a victim that is not running; a resize of a job that is not running). Elastic jobs
+/// (core::IsElastic) run at SimOptions::speedup_exponent's rate for their size and are resized as
+/// the core's plan.resizes say (checkpoint, requeue, restart in a pass at the same time after
+/// the decision's restart cost); with the policy's [provisioning.POOL], core::PlanProvisioning
+/// runs after every pass and at every other event time, and its requested nodes join after
+/// SimOptions::boot_delay_s. Throws std::invalid_argument on options outside their limits, or
+/// elastic jobs with a predictor.
 SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& options);
 
 }  // namespace mlsched::sim

@@ -131,7 +131,16 @@ void Simulation::Cycle() {
     ++result_.cycles;
     ++result_.skipped_cycles;
   } else {
-    Apply(Pass());
+    core::CyclePlan plan = Pass();
+    Apply(plan);
+    // Resizes (elastic grows): the jobs checkpoint and go back to the queue; a pass at the same
+    // time restarts them at the size that fits now (the nodes PlanGrows found are free for them).
+    for (int round = 0; !plan.resizes.empty() && round < kMaxResizeRounds; ++round) {
+      for (const auto& resize : plan.resizes) Resize(resize);
+      plan = Pass();
+      Apply(plan);
+    }
+    if (provisioning_) Provision(plan);
   }
   if (options_.record_series) {
     result_.series.push_back(SeriesPoint{now_, pending_, running_, busy_});
