@@ -15,7 +15,7 @@ build=$(realpath "$1")
 philly_jobs=${2:-2000}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$src/bench/sim/elastic
-traces=${TRACES:-/work/shared/traces/gpu}
+traces=${TRACES:-$src/../shared/traces/gpu}
 mlsim=$build/schedd/sim/mlsim
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
