@@ -61,6 +61,24 @@ std::vector<std::string> EventsOf(const TempDir& dir, int64_t job) {
   return out;
 }
 
+// A spot pool of 4-CPU, 16 GiB nodes run by the fake programs in `progs`: at most 2, idle_time
+// 30 s, resume_timeout 20 s.
+core::PolicySet SpotProvisioning(const TempDir& progs) {
+  core::PolicySet policy;
+  core::ProvisioningPolicy cfg;
+  cfg.pool = core::Pool::kSpot;
+  cfg.resume_program = FakeProgram(progs, "resume");
+  cfg.suspend_program = FakeProgram(progs, "suspend");
+  cfg.max_nodes = 2;
+  cfg.idle_time = 30;
+  cfg.resume_timeout = 20;
+  cfg.shape.pool = core::Pool::kSpot;
+  cfg.shape.capacity.cpu_millis = 4000;
+  cfg.shape.capacity.memory_bytes = int64_t{16} << 30;
+  policy.provisioning.push_back(cfg);
+  return policy;
+}
+
 }  // namespace
 
 TEST_CASE("RunProgram: argv[1] is the hostlist, the shape is in the environment, output is kept", "[provision]") {
@@ -95,18 +113,7 @@ TEST_CASE("the controller requests nodes for a waiting job, fails one that never
           "[controller][provision]") {
   TempDir progs;
   ControllerWorld w;
-  core::PolicySet policy;
-  core::ProvisioningPolicy cfg;
-  cfg.pool = core::Pool::kSpot;
-  cfg.resume_program = FakeProgram(progs, "resume");
-  cfg.suspend_program = FakeProgram(progs, "suspend");
-  cfg.max_nodes = 2;
-  cfg.idle_time = 30;
-  cfg.resume_timeout = 20;
-  cfg.shape.pool = core::Pool::kSpot;
-  cfg.shape.capacity.cpu_millis = 4000;
-  cfg.shape.capacity.memory_bytes = int64_t{16} << 30;
-  policy.provisioning.push_back(cfg);
+  core::PolicySet policy = SpotProvisioning(progs);
   policy.placement.pricing["spot"].cpu_hour = 0.5;
   w.Start(policy);
   SchedMetrics metrics;
@@ -184,18 +191,7 @@ TEST_CASE("the controller requests nodes for a waiting job, fails one that never
 TEST_CASE("the provisioner's ledger survives a schedd restart: a created node is still released", "[controller][provision]") {
   TempDir progs;
   ControllerWorld w;
-  core::PolicySet policy;
-  core::ProvisioningPolicy cfg;
-  cfg.pool = core::Pool::kSpot;
-  cfg.resume_program = FakeProgram(progs, "resume");
-  cfg.suspend_program = FakeProgram(progs, "suspend");
-  cfg.max_nodes = 2;
-  cfg.idle_time = 30;
-  cfg.resume_timeout = 20;
-  cfg.shape.pool = core::Pool::kSpot;
-  cfg.shape.capacity.cpu_millis = 4000;
-  cfg.shape.capacity.memory_bytes = int64_t{16} << 30;
-  policy.provisioning.push_back(cfg);
+  const core::PolicySet policy = SpotProvisioning(progs);
   w.Start(policy);
   auto runner = std::make_unique<ProvisionRunner>();
   w.ctl->SetProvisionRunner(runner.get());

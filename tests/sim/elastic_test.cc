@@ -154,6 +154,24 @@ TEST_CASE("a sub-linear speed-up curve sets the rate at a smaller size", "[sim][
   CHECK_THROWS_WITH(Simulate(MakeTrace({GpuGang(1, 0, 10, 1)}), fleet, options), Catch::Contains("speedup_exponent"));
 }
 
+namespace {
+
+// A spot pool creating nodes shaped like `like`: at most `max_nodes`, idle_time 300 s.
+core::ProvisioningPolicy SpotPoolLike(const core::Node& like, int32_t max_nodes, core::Duration resume_timeout) {
+  core::ProvisioningPolicy pool;
+  pool.pool = core::Pool::kSpot;
+  pool.resume_program = pool.suspend_program = "/bin/true";
+  pool.max_nodes = max_nodes;
+  pool.idle_time = 300;
+  pool.resume_timeout = resume_timeout;
+  pool.shape = like;
+  pool.shape.name.clear();
+  pool.shape.pool = core::Pool::kSpot;
+  return pool;
+}
+
+}  // namespace
+
 TEST_CASE("provisioned nodes join after the boot delay and are billed until released idle", "[sim][provisioning]") {
   // One static 4-GPU node (unpriced) runs A (4 GPUs, 1000 s). B (4 GPUs, 500 s) waits: the spot
   // pool is asked for one node at 0, it joins at 120 (boot delay), B runs 120..620, the node is
@@ -161,16 +179,7 @@ TEST_CASE("provisioned nodes join after the boot delay and are billed until rele
   Fleet fleet;
   AddNodes(fleet, "od", 1, 4, core::Pool::kOnDemand, 0, 0);
   SimOptions options;
-  core::ProvisioningPolicy pool;
-  pool.pool = core::Pool::kSpot;
-  pool.resume_program = pool.suspend_program = "/bin/true";
-  pool.max_nodes = 2;
-  pool.idle_time = 300;
-  pool.resume_timeout = 600;
-  pool.shape = fleet.nodes[0];
-  pool.shape.name.clear();
-  pool.shape.pool = core::Pool::kSpot;
-  options.policy.provisioning.push_back(pool);
+  options.policy.provisioning.push_back(SpotPoolLike(fleet.nodes[0], 2, 600));
   options.policy.placement.pricing["spot"].gpu_hour["v100"] = 1.0;
   options.boot_delay_s = 120;
   SimResult r = Simulate(MakeTrace({GpuGang(1, 0, 1000, 4), GpuGang(2, 0, 500, 4)}), fleet, options);
@@ -199,15 +208,7 @@ TEST_CASE("a node that boots later than resume_timeout is released as failed and
   Fleet fleet;
   AddNodes(fleet, "od", 1, 4, core::Pool::kOnDemand, 0, 0);
   SimOptions options;
-  core::ProvisioningPolicy pool;
-  pool.pool = core::Pool::kSpot;
-  pool.resume_program = pool.suspend_program = "/bin/true";
-  pool.max_nodes = 1;
-  pool.resume_timeout = 100;
-  pool.shape = fleet.nodes[0];
-  pool.shape.name.clear();
-  pool.shape.pool = core::Pool::kSpot;
-  options.policy.provisioning.push_back(pool);
+  options.policy.provisioning.push_back(SpotPoolLike(fleet.nodes[0], 1, 100));
   options.boot_delay_s = 300;  // later than resume_timeout: every request fails
   SimResult r = Simulate(MakeTrace({GpuGang(1, 0, 1000, 4), GpuGang(2, 0, 500, 4)}), fleet, options);
   CHECK(r.jobs[1].first_start == 1000);  // on the static node once A ended
