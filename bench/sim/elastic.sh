@@ -9,7 +9,8 @@
 # sub-linear one (--speedup-exponent 0.7), on the fixed fleet (fleet-fixed.toml) and on a
 # provisioned one (8 on-demand nodes + up to 8 spot nodes created on demand within 21.60 per hour,
 # fleet-provisioned.toml + policy-provisioned.toml, 120 s boot delay). Prints one table per trace
-# and the two goals' verdicts. About 1 minute on the 2-core machine.
+# and the two goals' verdicts; every elastic configuration runs again with [elastic] start =
+# "earliest-finish" (rows "... ef"). About 1.5 minutes on the 2-core machine.
 set -euo pipefail
 build=$(realpath "$1")
 philly_jobs=${2:-2000}
@@ -27,24 +28,35 @@ configs=(
   "provisioned rigid|provisioned|"
   "provisioned elastic linear|provisioned|--elastic 0.25"
   "provisioned elastic k^0.7|provisioned|--elastic 0.25 --speedup-exponent 0.7"
+  "fixed elastic linear ef|fixed|--elastic 0.25|ef"
+  "fixed elastic k^0.7 ef|fixed|--elastic 0.25 --speedup-exponent 0.7|ef"
+  "provisioned elastic linear ef|provisioned|--elastic 0.25|ef"
+  "provisioned elastic k^0.7 ef|provisioned|--elastic 0.25 --speedup-exponent 0.7|ef"
 )
-replay() {  # NAME FLEET ARGS...: one replay's JSON into $out/NAME.json
-  local name=$1 fleet=$2; shift 2
-  "$mlsim" --cluster "$dir/fleet-$fleet.toml" --policy "$dir/policy-$fleet.toml" \
+# "ef": the same policy with [elastic] start = "earliest-finish".
+for fleet in fixed provisioned; do
+  sed 's/^grow = true/start = "earliest-finish"\ngrow = true/' "$dir/policy-$fleet.toml" > "$out/policy-$fleet-ef.toml"
+  grep -q '^start = "earliest-finish"' "$out/policy-$fleet-ef.toml"
+done
+replay() {  # NAME FLEET VARIANT ARGS...: one replay's JSON into $out/NAME.json
+  local name=$1 fleet=$2 policy=$dir/policy-$2.toml; shift 2
+  [ "$1" = ef ] && policy=$out/policy-$fleet-ef.toml
+  shift
+  "$mlsim" --cluster "$dir/fleet-$fleet.toml" --policy "$policy" \
     --checkpoint-interval 1800 --boot-delay 120 --cost --json "$@" > "$out/$name.json"
 }
 for c in "${configs[@]}"; do
-  IFS='|' read -r label fleet args <<< "$c"
+  IFS='|' read -r label fleet args variant <<< "$c"
   key=${label// /_}
   for w in 1 2 3 4 5 6 7 8; do
     for seed in 1 2 3; do
       # shellcheck disable=SC2086
-      replay "pollux.$key.w$w.s$seed" "$fleet" --trace "$traces/pollux-workloads/workload-$w.csv" \
+      replay "pollux.$key.w$w.s$seed" "$fleet" "${variant:-}" --trace "$traces/pollux-workloads/workload-$w.csv" \
         --app-runtimes "$dir/apps.toml" --seed "$seed" $args
     done
   done
   # shellcheck disable=SC2086
-  replay "philly.$key.s1" "$fleet" --trace "$traces/philly-2017-09-10.csv" --max-jobs "$philly_jobs" \
+  replay "philly.$key.s1" "$fleet" "${variant:-}" --trace "$traces/philly-2017-09-10.csv" --max-jobs "$philly_jobs" \
     --seed 1 $args
 done
 python3 - "$out" "$philly_jobs" "${configs[@]}" <<'PY'
@@ -62,17 +74,17 @@ def load(trace, label):
 for trace, title in (("pollux", "Pollux workloads 1-8 x seeds 1-3 (means of 24 replays)"),
                      ("philly", f"Philly, first {philly_jobs} gangs, seed 1")):
     print(f"\n{title}")
-    print(f"{'configuration':<28} {'mean JCT h':>10} {'p95 JCT h':>10} {'p95 wait h':>10} {'GPU-h lost':>10} "
+    print(f"{'configuration':<31} {'mean JCT h':>10} {'p95 JCT h':>10} {'p95 wait h':>10} {'GPU-h lost':>10} "
           f"{'cost':>10} {'cost/h':>7} {'util':>6} {'resizes':>7} {'prov node-h':>11} {'peak prov/h':>11}")
     res = {l: load(trace, l) for l in labels}
     for l in labels:
         r = res[l]
         per_hour = r["cost"] / r["span"] if r["span"] > 0 else 0
-        print(f"{l:<28} {r['jct']:>10.2f} {r['p95']:>10.2f} {r['wait95']:>10.2f} {r['lost']:>10.1f} "
+        print(f"{l:<31} {r['jct']:>10.2f} {r['p95']:>10.2f} {r['wait95']:>10.2f} {r['lost']:>10.1f} "
               f"{r['cost']:>10.0f} {per_hour:>7.1f} {r['util']:>6.3f} {r['resizes']:>7.1f} {r['prov']:>11.1f} {r['peak']:>11.2f}")
     for fleet in ("fixed", "provisioned"):
         rigid = res[f"{fleet} rigid"]["jct"]
-        for curve in ("linear", "k^0.7"):
+        for curve in ("linear", "k^0.7", "linear ef", "k^0.7 ef"):
             e = res[f"{fleet} elastic {curve}"]["jct"]
             # Against rigid jobs on the same fleet; with k^0.7 the rigid baseline is the same replay
             # (a rigid job always runs at its traced size, so the curve does not change it).

@@ -222,9 +222,28 @@ QueuedJob Planner::SizedAs(const QueuedJob& q, int32_t ntasks) {
 
 bool Planner::TryStartNow(const QueuedJob& q, CyclePlan& plan) {
   if (!IsElastic(q.job->spec)) return TryStartSized(q, plan);
-  for (int32_t n : GangSizes(q.job->spec))
-    if (TryStartSized(SizedAs(q, n), plan)) return true;
+  const std::vector<int32_t> sizes = GangSizes(q.job->spec);
+  const bool earliest_finish = policy_.elastic.start == ElasticStart::kEarliestFinish;
+  std::optional<std::optional<Timestamp>> finish_at_max;  // computed at the first smaller size tried
+  for (int32_t n : sizes) {
+    const QueuedJob sized = SizedAs(q, n);
+    if (earliest_finish && n < sizes.front()) {
+      if (KnownNotToFit(ShapeOf(sized), PlannedRuntime(*sized.job))) continue;  // cheap: no plan needed
+      if (!finish_at_max) finish_at_max = FinishAtLargest(q);
+      // Smaller sizes finish later still: waiting for the largest size wins over all of them.
+      if (*finish_at_max && **finish_at_max <= now_ + ElasticRuntime(*q.job, n)) return false;
+    }
+    if (TryStartSized(sized, plan)) return true;
+  }
   return false;
+}
+
+std::optional<Timestamp> Planner::FinishAtLargest(const QueuedJob& q) {
+  const BackfillPolicy& bf = policy_.backfill;
+  const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
+  const auto start = FindEarliest(q, until);  // q is the job at its largest size
+  if (!start) return std::nullopt;
+  return start->time + ElasticRuntime(*q.job, q.job->spec.ntasks);
 }
 
 std::optional<std::pair<QueuedJob, PlannedStart>> Planner::PlanReservation(const QueuedJob& q, Timestamp until) {

@@ -80,7 +80,12 @@ class Planner {
   /// An elastic job tries its sizes largest first (GangSizes): it starts with the largest size that
   /// fits now, and since every size is checked against the reservations on the timeline, a smaller
   /// size never delays a reservation.
+  /// With [elastic] start = "earliest-finish", a size below the largest starts only when
+  /// now + ElasticRuntime(size) is before FinishAtLargest; else the job waits at its largest size.
   bool TryStartNow(const QueuedJob& q, CyclePlan& plan);
+  /// When elastic `q` would finish at its largest size: its earliest start on the timeline (within
+  /// the backfill window) plus ElasticRuntime at that size; nullopt when it has no start there.
+  std::optional<Timestamp> FinishAtLargest(const QueuedJob& q);
   /// TryStartNow for one gang size; with placement tiers, tries each in order.
   bool TryStartSized(const QueuedJob& q, CyclePlan& plan);
   /// `q` as a gang of `ntasks` tasks: q itself for its largest size, else a copy of its job with

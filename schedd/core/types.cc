@@ -136,6 +136,12 @@ std::vector<int32_t> GangSizes(const JobSpec& spec) {
   return sizes;
 }
 
+Duration ElasticRuntime(const Job& job, int32_t tasks) {
+  const Duration planned = PlannedRuntime(job);
+  if (!IsElastic(job.spec) || tasks <= 0) return planned;
+  return planned * job.spec.elastic.min_tasks / tasks;
+}
+
 std::optional<std::string> CheckGangSize(const JobSpec& spec) {
   if (spec.ntasks < 1) return "ntasks must be >= 1 (got " + std::to_string(spec.ntasks) + ")";
   if (!IsElastic(spec)) return std::nullopt;

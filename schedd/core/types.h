@@ -214,6 +214,11 @@ inline int32_t RunningTasks(const Job& job) {
                                                           : job.spec.ntasks;
 }
 
+/// Seconds an elastic job is expected to run at `tasks` tasks, for ElasticStart::kEarliestFinish:
+/// PlannedRuntime x GangSizes().back() / tasks, i.e. linear speed-up with the time limit (or the
+/// prediction) read as the run time at the smallest size. A rigid job: PlannedRuntime.
+Duration ElasticRuntime(const Job& job, int32_t tasks);
+
 /// Seconds the core plans `job` to run: its predicted run time when set (at most its time
 /// limit), else its time limit.
 inline Duration PlannedRuntime(const Job& job) {
@@ -444,7 +449,15 @@ struct PredictionPolicy {
 
 /// Elastic gangs (the policy's [elastic]; elastic.h): when a running elastic job below its largest
 /// size is asked to checkpoint and restart larger.
+/// How an elastic job that does not fit at its largest size picks its start ([elastic] start).
+/// kLargest: at once, with the largest size that fits now (Slurm's sbatch -N MIN-MAX).
+/// kEarliestFinish: that size only when it is expected to finish no later than waiting for the
+/// largest size would (moldable scheduling's partition-size selection, Srinivasan et al., HiPC
+/// 2002); else the job waits (and is planned) at its largest size. See ElasticRuntime.
+enum class ElasticStart { kLargest, kEarliestFinish };
+
 struct ElasticPolicy {
+  ElasticStart start = ElasticStart::kLargest;
   bool grow = true;                    // false: running jobs never grow
   Duration min_resize_interval = 600;  // seconds an attempt runs before it may be resized (no thrash)
   Duration restart_cost = 60;          // seconds a checkpoint + restart costs, for jobs not yet measured

@@ -158,7 +158,14 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
   section("provisioning", [&](const toml::table& t) { ReadProvisioning(t, p); });
   section("elastic", [&](const toml::table& t) {
-    CheckKeys(t, {"grow", "min_resize_interval", "restart_cost", "tier_speedup"}, "[elastic]");
+    CheckKeys(t, {"start", "grow", "min_resize_interval", "restart_cost", "tier_speedup"}, "[elastic]");
+    std::string start;
+    Str(t, "start", start, "[elastic]");
+    if (start == "largest") p.elastic.start = core::ElasticStart::kLargest;
+    else if (start == "earliest-finish") p.elastic.start = core::ElasticStart::kEarliestFinish;
+    else if (!start.empty())
+      Error(t.get("start")->source(),
+            "'start' in [elastic]: expected \"largest\" or \"earliest-finish\", got \"" + start.substr(0, 64) + "\"");
     Bool(t, "grow", p.elastic.grow, "[elastic]");
     Dur(t, "min_resize_interval", p.elastic.min_resize_interval, "[elastic]");
     Dur(t, "restart_cost", p.elastic.restart_cost, "[elastic]");

@@ -197,3 +197,51 @@ TEST_CASE("after a QoS preemption an elastic job restarts at once beside its pre
   for (const StartDecision& d : second.starts)
     for (const TaskPlacement& t : d.allocation.tasks) CHECK(used.insert(t.node).second);
 }
+
+TEST_CASE("[elastic] start = earliest-finish: a smaller size starts only when it finishes before waiting for MAX",
+          "[core][elastic][backfill]") {
+  // gpu-[1-3] are busy until t = 1000; gpu-4 is free. Job 2 is elastic 1-4 (one whole node per
+  // task); its limit L is its run time at 1 task, L/4 at 4 (ElasticRuntime). Starting now with 1
+  // task finishes at L; waiting for 4 tasks at 1000 finishes at 1000 + L/4.
+  struct Row {
+    const char* name;
+    ElasticStart rule;
+    Duration limit;
+    size_t started;            // tasks started now (0 = waits)
+    Timestamp planned_start;   // of a waiting job
+  };
+  const Row rows[] = {
+      {"L = 1200: 1 task now ends at 1200 before 1000 + 300", ElasticStart::kEarliestFinish, 1200, 1, 0},
+      {"L = 4000: 1 task now would end at 4000 after 1000 + 1000: waits for 4", ElasticStart::kEarliestFinish, 4000, 0, 1000},
+      {"L = 1332: 1332 vs 1000 + 333 - just before: starts", ElasticStart::kEarliestFinish, 1332, 1, 0},
+      {"L = 1336: 1336 vs 1000 + 334 - just after: waits", ElasticStart::kEarliestFinish, 1336, 0, 1000},
+      {"start = largest: 1 task now whatever L", ElasticStart::kLargest, 4000, 1, 0},
+  };
+  for (const Row& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      ClusterState s;
+      s.nodes = FourNodes();
+      s.jobs = {Busy(1, {"gpu-1", "gpu-2", "gpu-3"}, 1000),
+                JobBuilder(2).Elastic(1, 4).GpusPerTask(8, "h100").TimeLimit(std::chrono::seconds(row.limit)).Build()};
+      PolicySet p;
+      p.elastic.start = row.rule;
+      p.backfill.mode = BackfillMode::kEasy;
+      const CyclePlan plan = RunChecked(s, p, 0);
+      CHECK(StartedTasks(plan, 2) == row.started);
+      if (row.started == 0) {
+        CHECK(PendingOf(plan, 2).reason == PendingReason::kResources);
+        REQUIRE(PendingOf(plan, 2).expected_start);
+        CHECK(*PendingOf(plan, 2).expected_start == row.planned_start);
+      }
+    }
+  }
+}
+
+TEST_CASE("ElasticRuntime scales the planned run time linearly from the smallest size", "[core][elastic]") {
+  Job j = JobBuilder(1).Elastic(2, 8).TimeLimit(std::chrono::seconds(800)).Build();
+  CHECK(ElasticRuntime(j, 2) == 800);
+  CHECK(ElasticRuntime(j, 4) == 400);
+  CHECK(ElasticRuntime(j, 8) == 200);
+  const Job rigid = JobBuilder(2).Tasks(4).TimeLimit(std::chrono::seconds(800)).Build();
+  CHECK(ElasticRuntime(rigid, 2) == 800);
+}

@@ -319,6 +319,13 @@ TEST_CASE("the [elastic] table is read into the policy and its errors name FILE:
   CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:2:") && Catch::Contains("'min_resize_interval' in [elastic]: must be >= 0 seconds"));
   CHECK_THAT(bad.ErrorText(), Catch::Contains("bad.toml:3:") && Catch::Contains("resize_cost"));
   CHECK(none.policy->elastic.tier_speedup == 2.0);
+  CHECK(none.policy->elastic.start == mlsched::core::ElasticStart::kLargest);
+  auto ef = ParsePolicy("[elastic]\nstart = \"earliest-finish\"\n", "p.toml");
+  REQUIRE(ef.ok());
+  CHECK(ef.policy->elastic.start == mlsched::core::ElasticStart::kEarliestFinish);
+  auto bad_start = ParsePolicy("[elastic]\nstart = \"soonest\"\n", "s.toml");
+  REQUIRE_FALSE(bad_start.ok());
+  CHECK_THAT(bad_start.ErrorText(), Catch::Contains("s.toml:2:") && Catch::Contains("expected \"largest\" or \"earliest-finish\""));
   auto speedup = ParsePolicy("[elastic]\ntier_speedup = 3.5\n", "p.toml");
   REQUIRE(speedup.ok());
   CHECK(speedup.policy->elastic.tier_speedup == 3.5);
