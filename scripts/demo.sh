@@ -41,7 +41,7 @@ fail() { say "FAILED: $*" >&2; echo "logs: $MLSCHED_STATE/logs" >&2; exit 1; }
 # The cluster runs policies/default.toml with two demo settings: jobs may be resized after 3 s
 # (default 10 min), and the spot pool has elastic capacity: one more node at most, made by
 # scripts/local-provision-resume (a local agentd) and released by local-provision-suspend after
-# 10 s idle (Slurm power saving's ResumeProgram/SuspendProgram).
+# 30 s idle (Slurm power saving's ResumeProgram/SuspendProgram).
 POLICY_FILE="$MLSCHED_STATE/demo-policy.toml"
 mkdir -p "$MLSCHED_STATE"
 sed 's/^min_resize_interval = "10m"/min_resize_interval = "3s"/' policies/default.toml > "$POLICY_FILE"
@@ -53,7 +53,7 @@ cat >> "$POLICY_FILE" <<EOF
 resume_program = "$ROOT/scripts/local-provision-resume"
 suspend_program = "$ROOT/scripts/local-provision-suspend"
 max_nodes = 1
-idle_time = "10s"             # above [elastic] min_resize_interval: the replacement waits for the grow
+idle_time = "30s"             # above min_resize_interval + a restart: the replacement waits for the grow
 resume_timeout = "60s"
 max_cost_per_hour = 0.10      # spot cores cost 0.015 an hour: up to 3 nodes of 2 cores
 cpus = 2
@@ -143,7 +143,7 @@ say "job $JOB COMPLETED"
 [ -n "$grown" ] || fail "the job did not grow back to 4 ranks on $replacement"
 events=$(sqlite3 -readonly -separator '|' "$DB" "SELECT kind, detail FROM events WHERE job_id = $JOB ORDER BY id")
 for kind in shrink provision resize grow; do
-  echo "$events" | grep -q "^$kind|" || fail "schedd recorded no '$kind' event for job $JOB: $events"
+  grep -q "^$kind|" <<<"$events" || fail "schedd recorded no '$kind' event for job $JOB: $events"
 done
 echo "---- rank 0 output ($LOG) ----"
 cat "$LOG"
@@ -158,12 +158,12 @@ awk -v a="$acc" -v m="$MIN_ACC" 'BEGIN { exit !(a >= m) }' || fail "test accurac
 
 # The replacement, idle once the job is done, goes back through the suspend program after idle_time.
 released=""
-for _ in $(seq 1 300); do
+for _ in $(seq 1 450); do
   released=$(sqlite3 -readonly "$DB" "SELECT detail FROM events WHERE kind = 'provision-release' AND node = '$replacement'" 2>/dev/null || true)
   [ -n "$released" ] && break
   sleep 0.2
 done
-[ -n "$released" ] || fail "$replacement was not released within 60 s of the job's end"
+[ -n "$released" ] || fail "$replacement was not released within 90 s of the job's end"
 say "$replacement released through the suspend program: $released"
 
 echo; say "timeline of job $JOB (schedd's event log, $DB):"

@@ -65,6 +65,10 @@ std::string RunningAccelerator(const Job& job) {
   return "cpu";
 }
 
+// The job's own GPU types, before any fallback tier opens (a tier with after = 0 is still a
+// fallback); empty when it takes any type.
+std::vector<std::string> OwnGpuTypes(const JobSpec& spec) { return OpenGpuTiers(spec, -1); }
+
 // Running jobs on a fallback tier (an accelerator outside their own GPU types) whose attempt has
 // run the resize interval, not being stopped, oldest attempt first, at most kMaxGrowCandidates.
 std::vector<const Job*> TierCandidates(const ClusterState& state, const PolicySet& policy, const CyclePlan& plan,
@@ -74,9 +78,11 @@ std::vector<const Job*> TierCandidates(const ClusterState& state, const PolicySe
   std::vector<const Job*> out;
   for (const Job& job : state.jobs) {
     if (job.state != JobState::kRunning || job.spec.fallback.empty() || !job.allocation || job.preempting) continue;
+    // Only jobs that keep their progress across a restart: a checkpointing or an elastic one.
+    if (job.spec.checkpoint_interval <= 0 && !IsElastic(job.spec)) continue;
     if (victims.count(job.id) || resized.count(job.id) || now - job.start_time < policy.elastic.min_resize_interval)
       continue;
-    const std::vector<std::string> own = OpenGpuTiers(job.spec, 0);
+    const std::vector<std::string> own = OwnGpuTypes(job.spec);
     if (!own.empty() && std::find(own.begin(), own.end(), RunningAccelerator(job)) == own.end()) out.push_back(&job);
   }
   std::sort(out.begin(), out.end(), [](const Job* a, const Job* b) {
@@ -113,7 +119,7 @@ std::vector<ResizeDecision> PlanGrows(const ClusterState& state, const PolicySet
     const int32_t from = RunningTasks(*job);
     const Duration cost = job->restart_cost > 0 ? job->restart_cost : policy.elastic.restart_cost;
     Job preferred = *job;  // the same job restricted to its own GPU types
-    preferred.spec.gpu_types = OpenGpuTiers(job->spec, 0);
+    preferred.spec.gpu_types = OwnGpuTypes(job->spec);
     preferred.spec.per_task.gpus = {{"", job->spec.per_task.GpuCount()}};
     preferred.spec.fallback.clear();
     ledger.Release(*job->allocation);
@@ -123,8 +129,11 @@ std::vector<ResizeDecision> PlanGrows(const ClusterState& state, const PolicySet
     const auto gain = to > 0 ? static_cast<Duration>(static_cast<double>(remaining) * (1.0 - 1.0 / speedup)) : 0;
     if (to > 0 && gain > cost) {
       txn.Commit();
+      ledger.Occupy(*job->allocation);  // held until its ranks have checkpointed and exited
       resized.insert(job->id);
-      out.push_back({job->id, from, to, gain, cost, preferred.spec.gpu_types.front(), RunningAccelerator(*job)});
+      std::string own;  // the type it returns to (its own types, when it named several)
+      for (const std::string& t : preferred.spec.gpu_types) own += (own.empty() ? "" : ",") + t;
+      out.push_back({job->id, from, to, gain, cost, own, RunningAccelerator(*job)});
       continue;
     }
     txn.Discard();

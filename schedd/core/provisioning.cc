@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "schedd/core/elastic.h"
 #include "schedd/core/ledger.h"
 #include "schedd/core/placement.h"
 #include "schedd/core/pools.h"
@@ -60,6 +61,9 @@ std::optional<ProvisionRelease> Step(ProvisionedNode& n, const ProvisioningPolic
   }
   if (n.idle_since == 0) n.idle_since = now;
   const NodeHealth health = it->second->health;
+  // A down node may come back (after a schedd restart every node is down until its agent
+  // reconnects): it is released once down and idle for resume_timeout. Drained: at once.
+  if (health == NodeHealth::kDown && now - n.idle_since < cfg.resume_timeout) return std::nullopt;
   if (health != NodeHealth::kUp)
     return ProvisionRelease{n.pool, n.name, false, health == NodeHealth::kDown ? "down with no task" : "drained with no task"};
   if (now - n.idle_since >= cfg.idle_time)
@@ -96,8 +100,9 @@ struct Demand {
 
 // Running elastic jobs below their largest size, when jobs grow (policy.elastic.grow): a shrink
 // after an eviction or preemption asks its pool for a replacement this way. The tasks that free
-// nodes outside the provisioner's ledger hold now (after this cycle's starts; each node offered to
-// one job) are not asked for: PlanGrows gives them to the job.
+// nodes hold now (after this cycle's starts; each node offered to one job; created nodes that are
+// requested or idle excluded, since Request counts them as supply) are not asked for: PlanGrows
+// gives them to the job.
 std::vector<Demand> GrowthDemand(const ClusterState& state, const CyclePlan& cycle, const PolicySet& policy,
                                  const ProvisionLedger& ledger, Timestamp now) {
   std::vector<Demand> out;
@@ -105,16 +110,22 @@ std::vector<Demand> GrowthDemand(const ClusterState& state, const CyclePlan& cyc
   std::set<JobId> resized, victims;
   for (const ResizeDecision& r : cycle.resizes) resized.insert(r.job);
   for (const PreemptDecision& d : cycle.preemptions) victims.insert(d.victim);
-  std::set<std::string> provisioned;
-  for (const ProvisionedNode& n : ledger.nodes) provisioned.insert(n.name);
+  std::set<std::string> supply;  // requested or idle created nodes: Request counts them already
+  for (const ProvisionedNode& n : ledger.nodes)
+    if (!n.registered || n.idle_since != 0) supply.insert(n.name);
   std::optional<NodeLedger> free;  // built for the first candidate only
   std::set<size_t> offered;
+  size_t examined = 0;
   for (const Job& job : state.jobs) {
-    if (out.size() >= kMaxProvisionDemandJobs) break;
     if (job.state != JobState::kRunning || !IsElastic(job.spec) || !job.allocation || job.preempting) continue;
     if (resized.count(job.id) || victims.count(job.id) || job.spec.time_limit <= 0) continue;
     int64_t missing = job.spec.ntasks - RunningTasks(job);
     if (missing <= 0) continue;
+    if (++examined > kMaxGrowCandidates) break;
+    // PlanGrows' test at the largest size: a node the grow would never use is not asked for.
+    const Duration remaining = PlannedRuntime(job) - (now - job.start_time);
+    const Duration cost = job.restart_cost > 0 ? job.restart_cost : policy.elastic.restart_cost;
+    if (remaining <= 0 || remaining * missing / job.spec.ntasks <= cost) continue;
     if (!free) {
       free.emplace(state.nodes, state.jobs);
       for (const StartDecision& s : cycle.starts) free->Occupy(s.allocation);
@@ -122,9 +133,10 @@ std::vector<Demand> GrowthDemand(const ClusterState& state, const CyclePlan& cyc
     const PartitionPolicy* partition = FindPartition(policy, job.spec.partition);
     for (size_t i = 0; i < free->size() && missing > 0; ++i) {
       const NodeSlot& slot = free->slot(i);
-      if (offered.count(i) || provisioned.count(slot.node->name) || !NodeEligible(slot, job.spec, partition)) continue;
+      if (offered.count(i) || supply.count(slot.node->name) || !NodeEligible(slot, job.spec, partition)) continue;
       const std::optional<TaskDemand> demand = ResolveTaskDemand(job.spec, *slot.node);
-      const int64_t fit = demand ? TasksThatFit(slot.free, *demand, missing) : 0;
+      int64_t fit = demand ? TasksThatFit(slot.free, *demand, missing) : 0;
+      if (job.spec.topology == Topology::kSpread) fit = std::min<int64_t>(fit, 1);
       if (fit > 0) missing -= fit, offered.insert(i);
     }
     if (missing > 0) out.push_back({&job, missing});
@@ -235,7 +247,7 @@ ProvisioningPlan PlanProvisioning(const ClusterState& state, const CyclePlan& cy
     if (WaitsForNodes(p.reason) && it != by_id.end()) waiting.push_back({it->second, it->second->spec.ntasks});
   }
   if (!policy.provisioning.empty())
-    for (const Demand& d : GrowthDemand(state, cycle, policy, ledger, now)) waiting.push_back(d);
+    for (const Demand& d : GrowthDemand(state, cycle, policy, plan.ledger, now)) waiting.push_back(d);
   // Each job counts once: for the pool whose nodes for it cost least (ties: the first in the policy).
   std::map<Pool, std::vector<Demand>> assigned;
   for (const Demand& d : waiting) {

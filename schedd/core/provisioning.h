@@ -25,7 +25,8 @@ struct ProvisionedNode {
   Pool pool = Pool::kOnDemand;
   bool registered = false;
   Timestamp requested_at = 0;  // when the resume program was asked for it
-  Timestamp idle_since = 0;    // registered: since when it runs no task; 0 = busy (or not known yet)
+  Timestamp idle_since = 0;    // registered: since when it runs no task; 0 = busy (or not known yet,
+                               // e.g. after a restart)
   bool operator==(const ProvisionedNode&) const = default;
 };
 
@@ -86,19 +87,21 @@ void AppendProvisionable(const PolicySet& policy, std::vector<Node>& nodes);
 /// - a requested node that is in state.nodes becomes registered; one still missing after
 ///   resume_timeout is released as failed (no longer counted: its demand may be requested again);
 /// - a registered node records when it became idle (no running task in `state`, and not among
-///   cycle.starts); idle for idle_time, or down/drained with no task, it is released;
+///   cycle.starts); idle for idle_time, drained with no task, or down with no task for
+///   resume_timeout (it may be reconnecting), it is released;
 /// - demand: the pending jobs of `cycle.pending` that wait for nodes (reason Resources, Priority:
 ///   queued behind a job waiting for resources, or WaitingForSpotBudget) whose tasks fit the
 ///   pool's shape need NodesNeeded nodes each (each job counts for one pool: the one whose nodes for
 ///   it cost least, the first in policy.provisioning on a tie); the pool asks for that total minus its requested nodes and
 ///   its idle registered ones, capped by max_nodes (requested + registered) and by
 ///   max_cost_per_hour (NodeCostPerHour x nodes held). When jobs grow (policy.elastic.grow), a
-///   running elastic job below its largest size (not being stopped, not resized by `cycle`, with a
-///   time limit) is demand too, for the tasks it lacks beyond what free nodes outside the ledger
-///   hold now: so a gang shrunk by an eviction gets its replacement node (the cheapest pool first:
+///   running elastic job below its largest size (not being stopped, not resized by `cycle`, whose
+///   grow to its largest size would beat its restart cost as in PlanGrows; at most
+///   kMaxGrowCandidates) is demand too, for the tasks it lacks beyond what free nodes hold now
+///   (created nodes already requested or idle are the pool's supply instead): so a gang shrunk by an eviction gets its replacement node (the cheapest pool first:
 ///   spot before on-demand while its spot budget allows) and PlanGrows grows it onto that node once
-///   min_resize_interval has passed. Keep idle_time above min_resize_interval, or the replacement
-///   may be released idle before the grow. New names are "<pool>-p<N>" from the
+///   min_resize_interval has passed. Keep idle_time above min_resize_interval plus a restart
+///   (checkpoint, exit, relaunch), or the replacement may be released idle before the grow. New names are "<pool>-p<N>" from the
 ///   ledger's index, skipping names in state.nodes.
 /// Nodes a pool no longer configures are released once idle. Pure and deterministic.
 ProvisioningPlan PlanProvisioning(const ClusterState& state, const CyclePlan& cycle, const PolicySet& policy,

@@ -447,22 +447,23 @@ struct PredictionPolicy {
   int32_t history = 2;                  // run times kept and averaged per user, 1..64
 };
 
-/// Elastic gangs (the policy's [elastic]; elastic.h): when a running elastic job below its largest
-/// size is asked to checkpoint and restart larger.
 /// How an elastic job that does not fit at its largest size picks its start ([elastic] start).
 /// kLargest: at once, with the largest size that fits now (Slurm's sbatch -N MIN-MAX).
-/// kEarliestFinish: that size only when it is expected to finish no later than waiting for the
+/// kEarliestFinish: that size only when it is expected to finish strictly before waiting for the
 /// largest size would (moldable scheduling's partition-size selection, Srinivasan et al., HiPC
 /// 2002); else the job waits (and is planned) at its largest size. See ElasticRuntime.
 enum class ElasticStart { kLargest, kEarliestFinish };
 
+/// Elastic gangs (the policy's [elastic]; elastic.h): how an elastic job starts, and when a running
+/// one below its largest size (or on a fallback tier) is asked to checkpoint and restart.
 struct ElasticPolicy {
   ElasticStart start = ElasticStart::kLargest;
   bool grow = true;                    // false: running jobs never grow
   Duration min_resize_interval = 600;  // seconds an attempt runs before it may be resized (no thrash)
   Duration restart_cost = 60;          // seconds a checkpoint + restart costs, for jobs not yet measured
   /// Expected speed of a job on its preferred accelerator relative to a fallback tier (>= 1; 1 =
-  /// never move back): the gain of a tier return is remaining x (1 - 1 / tier_speedup) at one size.
+  /// move back only when its own type also lets it grow): the gain of a tier return is
+  /// remaining x (1 - from / (to x tier_speedup)).
   /// One factor for every pair of tiers: a per-type throughput table (Gavel, OSDI'20) is finer.
   double tier_speedup = 2.0;
 };
@@ -545,8 +546,8 @@ struct ResizeDecision {
   Duration gain = 0;         // seconds of run time saved: remaining x (1 - from / to), or
                              // remaining x (1 - from / (to x tier_speedup)) for a tier return
   Duration cost = 0;         // seconds the checkpoint and restart are expected to cost
-  std::string accelerator;   // tier return: the preferred GPU type the job moves back to; "" for a
-                             // size change on the tier it runs on
+  std::string accelerator;   // tier return: the job's own GPU type it moves back to (its own types,
+                             // comma-separated, when it named several); "" for a size change
   std::string from_accelerator;  // tier return: the fallback tier it leaves (a GPU type or "cpu")
 };
 

@@ -163,7 +163,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
     Str(t, "start", start, "[elastic]");
     if (start == "largest") p.elastic.start = core::ElasticStart::kLargest;
     else if (start == "earliest-finish") p.elastic.start = core::ElasticStart::kEarliestFinish;
-    else if (!start.empty())
+    else if (t.get("start") && t.get("start")->is_string())
       Error(t.get("start")->source(),
             "'start' in [elastic]: expected \"largest\" or \"earliest-finish\", got \"" + start.substr(0, 64) + "\"");
     Bool(t, "grow", p.elastic.grow, "[elastic]");

@@ -44,7 +44,7 @@ class AgentSink {
 std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger);
 /// Parses what SerializeProvisionLedger wrote; nullopt with `error` set when the bytes are over
 /// kMaxProvisionLedgerBytes, not a StoredProvisionLedger, or name an unknown pool, an empty node
-/// name or one over RegistrationLimits::kMaxNodeName bytes, or a negative name index.
+/// name or one over RegistrationLimits::kMaxNodeName bytes, or a name index outside 0..2^40.
 std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error);
 
 /// Who is calling: resolved from SO_PEERCRED (Unix socket) or the token + user header (TCP).

@@ -13,6 +13,8 @@ namespace {
 
 // Most jobs one request writes its "provision" event and note to (the rest are counted).
 constexpr size_t kMaxProvisionEventJobs = 64;
+// Largest stored name index ("<pool>-p<N>") accepted: far above any real count, far below overflow.
+constexpr int64_t kMaxNameIndex = int64_t{1} << 40;
 
 const core::ProvisioningPolicy* Config(const core::PolicySet& policy, core::Pool pool) {
   for (const auto& c : policy.provisioning)
@@ -71,7 +73,7 @@ std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& byt
   }
   for (const auto& [name, index] : s.next_index()) {
     const std::optional<core::Pool> pool = core::ParsePool(name);
-    if (!pool || index < 0) {
+    if (!pool || index < 0 || index > kMaxNameIndex) {
       *error = "next_index of pool '" + name.substr(0, 32) + "' is invalid";
       return std::nullopt;
     }
@@ -86,6 +88,7 @@ void Controller::RecoverProvisionedLocked() {
   std::string error;
   if (auto ledger = ParseProvisionLedger(bytes, &error)) {
     provisioned_ = std::move(*ledger);
+    for (core::ProvisionedNode& n : provisioned_.nodes) n.idle_since = 0;  // idle clocks restart now
     spdlog::info("provisioning: {} created node(s) recovered from the store", provisioned_.nodes.size());
   } else {
     spdlog::error("provisioning: the stored ledger is unreadable ({}); created nodes are no longer tracked", error);

@@ -100,11 +100,11 @@ struct StoreError : std::runtime_error {
 /// created 0600 first, so SQLite creates the others with that mode). Throws StoreError.
 void SecureStateFiles(const std::string& state_dir);
 
-/// What the Controller needs of durable storage. Every write returns a future that is ready once
-/// the write is durable (or carries the StoreError that refused it); reads are synchronous.
 /// Most bytes of a stored provisioning ledger: 4,096 nodes per pool of about 40 bytes, three pools.
 inline constexpr size_t kMaxProvisionLedgerBytes = 1 << 20;
 
+/// What the Controller needs of durable storage. Every write returns a future that is ready once
+/// the write is durable (or carries the StoreError that refused it); reads are synchronous.
 class Store {
  public:
   virtual ~Store() = default;

@@ -148,6 +148,7 @@ ClusterState TierWorld(const std::string& on, bool h100_busy) {
   Job j = JobBuilder(2).GpusPerTask(8, "h100").CpusPerTask(8).TimeLimit(3600s).Submit(0)
               .Running(1000, Allocation{{Task(0, on, type.empty() ? std::vector<int32_t>{} : all, type, 8000)}}).Build();
   j.spec.fallback = {{"a100", 600}, {"cpu", 3600}};
+  j.spec.checkpoint_interval = 600;  // keeps its progress across a restart
   s.jobs.push_back(j);
   return s;
 }
@@ -173,10 +174,12 @@ TEST_CASE("a job on a fallback tier moves back to its preferred accelerator by t
       {"gain 2900 x (1 - 1/1.02) = 56 s below the 60 s cost: stays", "a1", false, 1700, 1.02, true, nullptr},
       {"already on its own h100: nothing", "h1", false, 1700, 2.0, true, nullptr},
       {"[elastic] grow = false", "a1", false, 1700, 2.0, false, nullptr},
+      {"a rigid job that never checkpoints would lose its work: stays", "a1", false, 1700, 2.0, true, nullptr},
   };
   for (const Row& row : rows) {
     DYNAMIC_SECTION(row.name) {
-      const ClusterState s = TierWorld(row.on, row.h100_busy);
+      ClusterState s = TierWorld(row.on, row.h100_busy);
+      if (std::string(row.name).find("never checkpoints") != std::string::npos) s.jobs.back().spec.checkpoint_interval = 0;
       PolicySet p;
       p.elastic.tier_speedup = row.speedup;
       p.elastic.grow = row.grow;
@@ -206,6 +209,15 @@ TEST_CASE("after a tier return's stop the next placement takes the preferred acc
   const CyclePlan plan = RunChecked(s, PolicySet{}, 1710);
   REQUIRE(plan.starts.size() == 1);
   CHECK(plan.starts[0].allocation.tasks[0].node == "h1");
+}
+
+TEST_CASE("a fallback tier open at once is still a fallback: the job returns to its own type", "[core][elastic][fallback]") {
+  ClusterState s = TierWorld("a1", false);
+  s.jobs.back().spec.fallback = {{"a100", 0}};
+  const CyclePlan plan = RunChecked(s, PolicySet{}, 1700);
+  REQUIRE(plan.resizes.size() == 1);
+  CHECK(plan.resizes[0].accelerator == "h100");
+  CHECK(plan.resizes[0].from_accelerator == "a100");
 }
 
 TEST_CASE("a tier return and a grow never take the same free node", "[core][elastic][fallback]") {

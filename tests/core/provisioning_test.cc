@@ -186,6 +186,25 @@ TEST_CASE("provisioning: a drained created node with no task is released at once
   CHECK(plan.suspend[0].reason == "drained with no task");
 }
 
+TEST_CASE("provisioning: a down created node is kept resume_timeout (it may reconnect) then released",
+          "[core][provisioning]") {
+  ClusterState s = BusyCluster();
+  Node n = Registered("spot-p1");
+  n.health = NodeHealth::kDown;  // e.g. every node right after a schedd restart, until its agent is back
+  s.nodes.push_back(n);
+  ProvisionLedger ledger;
+  ledger.nodes.push_back(ProvisionedNode{"spot-p1", Pool::kSpot, true, 0, 0});  // idle clock unknown
+  ledger.next_index[Pool::kSpot] = 1;
+  const ProvisioningPlan first = Plan(s, SpotPool(2), ledger, 100);
+  CHECK(first.suspend.empty());
+  REQUIRE(first.ledger.nodes.size() == 1);
+  CHECK(first.ledger.nodes[0].idle_since == 100);
+  CHECK(Plan(s, SpotPool(2), first.ledger, 159).suspend.empty());  // resume_timeout is 60 s
+  const ProvisioningPlan later = Plan(s, SpotPool(2), first.ledger, 160);
+  REQUIRE(later.suspend.size() == 1);
+  CHECK(later.suspend[0].reason == "down with no task");
+}
+
 TEST_CASE("provisioning: new names skip nodes already in the cluster", "[core][provisioning]") {
   ClusterState s = BusyCluster();
   s.nodes.push_back(Registered("spot-p1"));  // a static node that happens to carry the name
@@ -296,6 +315,8 @@ TEST_CASE("provisioning: a running elastic gang below its largest size asks for 
   preempting.preempting = true;
   Job no_limit = elastic;
   no_limit.spec.time_limit = 0;
+  Job ending = elastic;
+  ending.spec.time_limit = 200;  // at t = 10: 190 s left x 1/4 = 47 s gain < the 60 s restart cost
   const Row rows[] = {
       {"3 of 2-4 tasks: one replacement node", elastic, true, 0, 1},
       {"elastic 2-6 at 3 tasks: three nodes", JobBuilder(1).Elastic(2, 6).GpusPerTask(4, "h100").TimeLimit(3600s).Build(),
@@ -304,6 +325,7 @@ TEST_CASE("provisioning: a running elastic gang below its largest size asks for 
       {"a free static node holds the missing task: nothing", elastic, true, 1, 0},
       {"a job being stopped: nothing", preempting, true, 0, 0},
       {"no time limit (never grows): nothing", no_limit, true, 0, 0},
+      {"near its end the grow would not pay: nothing", ending, true, 0, 0},
       {"a rigid gang: nothing", JobBuilder(1).Tasks(3).GpusPerTask(4, "h100").TimeLimit(3600s).Build(), true, 0, 0},
   };
   for (const Row& row : rows) {

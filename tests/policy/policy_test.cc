@@ -326,6 +326,7 @@ TEST_CASE("the [elastic] table is read into the policy and its errors name FILE:
   auto bad_start = ParsePolicy("[elastic]\nstart = \"soonest\"\n", "s.toml");
   REQUIRE_FALSE(bad_start.ok());
   CHECK_THAT(bad_start.ErrorText(), Catch::Contains("s.toml:2:") && Catch::Contains("expected \"largest\" or \"earliest-finish\""));
+  CHECK_FALSE(ParsePolicy("[elastic]\nstart = \"\"\n", "e.toml").ok());
   auto speedup = ParsePolicy("[elastic]\ntier_speedup = 3.5\n", "p.toml");
   REQUIRE(speedup.ok());
   CHECK(speedup.policy->elastic.tier_speedup == 3.5);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "mlsched/v1/stored.pb.h"
@@ -253,4 +254,8 @@ TEST_CASE("a stored provisioning ledger is checked when read back", "[provision]
   bad.mutable_nodes(0)->set_name(std::string(300, 'n'));
   CHECK_FALSE(ParseProvisionLedger(bad.SerializeAsString(), &error));
   CHECK_FALSE(ParseProvisionLedger(std::string(kMaxProvisionLedgerBytes + 1, '\0'), &error));
+  v1::StoredProvisionLedger huge_index;
+  (*huge_index.mutable_next_index())["spot"] = std::numeric_limits<int64_t>::max();
+  CHECK_FALSE(ParseProvisionLedger(huge_index.SerializeAsString(), &error));
+  CHECK(error == "next_index of pool 'spot' is invalid");
 }
