@@ -40,12 +40,18 @@ class AgentSink {
   virtual bool Send(const std::string& node, const v1::SchedulerMessage& msg) = 0;
 };
 
-/// The provisioner's ledger as a serialized StoredProvisionLedger (Store::SaveProvisionLedger).
-std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger);
+/// Released created nodes whose suspend program has not finished: name -> pool.
+using ReleasingNodes = std::map<std::string, core::Pool>;
+
+/// The provisioner's ledger and its releasing nodes as a serialized StoredProvisionLedger
+/// (Store::SaveProvisionLedger).
+std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger, const ReleasingNodes& releasing = {});
 /// Parses what SerializeProvisionLedger wrote; nullopt with `error` set when the bytes are over
 /// kMaxProvisionLedgerBytes, not a StoredProvisionLedger, or name an unknown pool, an empty node
 /// name or one over RegistrationLimits::kMaxNodeName bytes, or a name index outside 0..2^40.
-std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error);
+/// The releasing nodes go to `releasing` when given (same checks).
+std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error,
+                                                          ReleasingNodes* releasing = nullptr);
 
 /// Who is calling: resolved from SO_PEERCRED (Unix socket) or the token + user header (TCP).
 struct Caller {
@@ -171,6 +177,11 @@ class Controller {
   void SetProvisionRunner(ProvisionRunner* r);
   /// The nodes schedd created and has not released (tests, mladmin).
   core::ProvisionLedger ProvisionedNodes();
+  /// The runner's completion callback: a finished suspend program (whatever its exit) takes its
+  /// nodes out of the releasing list, stored at the next provisioning step. Thread-safe.
+  void OnProgramDone(const ProgramCall& call, const ProgramResult& result);
+  /// Released created nodes whose suspend program has not finished.
+  ReleasingNodes ReleasingProvisionedNodes();
   /// The gauges of a scrape: jobs by state and partition, GPUs by pool, nodes by state.
   SchedMetrics::Gauges CollectGauges();
 
@@ -332,6 +343,9 @@ class Controller {
   /// Recover: loads the provisioner's ledger from the store (an unreadable one is logged and
   /// dropped: its nodes stay as ordinary nodes).
   void RecoverProvisionedLocked();
+  /// Submits the suspend program for every node of releasing_ not yet handed to the runner
+  /// (suspend_unsent_): after Recover, and when the runner's queue was full.
+  void ResubmitSuspendsLocked(const core::PolicySet& policy);
   /// True when tasks of an ended attempt of `job` are still exiting on a node that could run it.
   bool OwnTasksExitingLocked(int64_t job) const;
   /// Adds the running jobs' usage over [usage_until_, now) and saves it now and then.
@@ -371,6 +385,9 @@ class Controller {
   core::UserMeanPredictor predictor_;
   // Elastic capacity: the nodes schedd created, the programs' runner, each pool's cost per hour.
   core::ProvisionLedger provisioned_;
+  ReleasingNodes releasing_;                 // suspend submitted (or due), not finished
+  std::set<std::string> suspend_unsent_;     // in releasing_, not yet handed to the runner
+  bool releasing_dirty_ = false;             // releasing_ shrank since the ledger was stored
   ProvisionRunner* runner_ = nullptr;
   std::map<std::string, double> provision_cost_;
   int64_t usage_until_ = 0;

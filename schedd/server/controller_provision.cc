@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/hostlist.h"
+#include "common/units.h"
 #include "mlsched/v1/stored.pb.h"
 #include "schedd/server/controller.h"
 
@@ -42,7 +43,7 @@ std::string NodeCount(size_t n) { return std::to_string(n) + (n == 1 ? " node" :
 
 }  // namespace
 
-std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger) {
+std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger, const ReleasingNodes& releasing) {
   v1::StoredProvisionLedger s;
   for (const core::ProvisionedNode& n : ledger.nodes) {
     v1::StoredProvisionedNode* out = s.add_nodes();
@@ -53,10 +54,16 @@ std::string SerializeProvisionLedger(const core::ProvisionLedger& ledger) {
     out->set_idle_since(n.idle_since);
   }
   for (const auto& [pool, index] : ledger.next_index) (*s.mutable_next_index())[core::PoolName(pool)] = index;
+  for (const auto& [name, pool] : releasing) {
+    v1::StoredProvisionedNode* out = s.add_releasing();
+    out->set_name(name);
+    out->set_pool(core::PoolName(pool));
+  }
   return s.SerializeAsString();
 }
 
-std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error) {
+std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& bytes, std::string* error,
+                                                          ReleasingNodes* releasing) {
   v1::StoredProvisionLedger s;
   if (bytes.size() > kMaxProvisionLedgerBytes || !s.ParseFromString(bytes)) {
     *error = "not a StoredProvisionLedger of at most " + std::to_string(kMaxProvisionLedgerBytes) + " bytes";
@@ -79,6 +86,15 @@ std::optional<core::ProvisionLedger> ParseProvisionLedger(const std::string& byt
     }
     ledger.next_index[*pool] = index;
   }
+  for (const auto& n : s.releasing()) {
+    const std::optional<core::Pool> pool = core::ParsePool(n.pool());
+    if (!pool || n.name().empty() || n.name().size() > RegistrationLimits::kMaxNodeName) {
+      *error = "releasing node '" + n.name().substr(0, RegistrationLimits::kMaxNodeName) + "' of pool '" +
+               n.pool().substr(0, 32) + "' is invalid";
+      return std::nullopt;
+    }
+    if (releasing) (*releasing)[n.name()] = *pool;
+  }
   return ledger;
 }
 
@@ -86,10 +102,14 @@ void Controller::RecoverProvisionedLocked() {
   const std::string bytes = store_.LoadProvisionLedger();
   if (bytes.empty()) return;
   std::string error;
-  if (auto ledger = ParseProvisionLedger(bytes, &error)) {
+  ReleasingNodes releasing;
+  if (auto ledger = ParseProvisionLedger(bytes, &error, &releasing)) {
     provisioned_ = std::move(*ledger);
     for (core::ProvisionedNode& n : provisioned_.nodes) n.idle_since = 0;  // idle clocks restart now
-    spdlog::info("provisioning: {} created node(s) recovered from the store", provisioned_.nodes.size());
+    releasing_ = std::move(releasing);
+    for (const auto& [name, pool] : releasing_) suspend_unsent_.insert(name);  // run them again
+    spdlog::info("provisioning: {} created node(s) recovered from the store, {} being released",
+                 provisioned_.nodes.size(), releasing_.size());
   } else {
     spdlog::error("provisioning: the stored ledger is unreadable ({}); created nodes are no longer tracked", error);
   }
@@ -105,13 +125,53 @@ core::ProvisionLedger Controller::ProvisionedNodes() {
   return provisioned_;
 }
 
+void Controller::OnProgramDone(const ProgramCall& call, const ProgramResult&) {
+  if (call.kind != "suspend") return;
+  const auto names = ExpandHostlist(call.hostlist);
+  if (!names) return;
+  std::lock_guard lk(mu_);
+  for (const std::string& n : *names.value)
+    if (releasing_.erase(n) > 0) releasing_dirty_ = true;
+}
+
+ReleasingNodes Controller::ReleasingProvisionedNodes() {
+  std::lock_guard lk(mu_);
+  return releasing_;
+}
+
+void Controller::ResubmitSuspendsLocked(const core::PolicySet& policy) {
+  std::map<core::Pool, std::vector<std::string>> by_pool;
+  for (const std::string& name : suspend_unsent_)
+    if (auto it = releasing_.find(name); it != releasing_.end()) by_pool[it->second].push_back(name);
+  suspend_unsent_.clear();
+  for (const auto& [pool, names] : by_pool) {
+    const core::ProvisioningPolicy* c = Config(policy, pool);
+    if (!c) {  // the pool is gone from the policy: nothing to run them with
+      for (const auto& n : names) releasing_.erase(n);
+      releasing_dirty_ = true;
+      spdlog::warn("provisioning: pool {} no longer provisioned; {} not suspended", core::PoolName(pool), names.size());
+      continue;
+    }
+    ProgramCall call{"suspend", c->suspend_program, CompressHostlist(names), ShapeEnv(*c),
+                     static_cast<int>(c->resume_timeout)};
+    if (!runner_->Submit(std::move(call))) suspend_unsent_.insert(names.begin(), names.end());  // next cycle
+  }
+}
+
 void Controller::ProvisionLocked(const core::ClusterState& snap, const core::CyclePlan& plan,
                                  const core::PolicySet& policy, int64_t now) {
-  if (!runner_ || (policy.provisioning.empty() && provisioned_.nodes.empty())) return;
+  if (!runner_ || (policy.provisioning.empty() && provisioned_.nodes.empty() && releasing_.empty() && !releasing_dirty_))
+    return;
+  ResubmitSuspendsLocked(policy);
   core::ProvisioningPlan pp = core::PlanProvisioning(snap, plan, policy, provisioned_, now);
+  for (const auto& r : pp.suspend) releasing_[r.node] = r.pool;
   // Durable before any program runs: a schedd that dies after a resume program started still
-  // knows the node (and releases it); one that dies before never ran it.
-  if (!(pp.ledger == provisioned_)) store_.SaveProvisionLedger(SerializeProvisionLedger(pp.ledger)).get();
+  // knows the node (and releases it); a released node stays stored until its suspend program
+  // has finished (run again after a restart).
+  if (!(pp.ledger == provisioned_) || !pp.suspend.empty() || releasing_dirty_) {
+    store_.SaveProvisionLedger(SerializeProvisionLedger(pp.ledger, releasing_)).get();
+    releasing_dirty_ = false;
+  }
   for (const auto& n : pp.ledger.nodes) {
     if (!n.registered) continue;
     const bool was = std::any_of(provisioned_.nodes.begin(), provisioned_.nodes.end(),
@@ -136,7 +196,10 @@ void Controller::ProvisionLocked(const core::ClusterState& snap, const core::Cyc
     if (!c) continue;  // PlanProvisioning releases only nodes of configured pools
     ProgramCall call{"suspend", c->suspend_program, CompressHostlist(names), ShapeEnv(*c),
                      static_cast<int>(c->resume_timeout)};
-    if (!runner_->Submit(std::move(call))) spdlog::error("provisioning: queue full, suspend of {} dropped", names.size());
+    if (!runner_->Submit(std::move(call))) {
+      spdlog::error("provisioning: queue full, suspend of {} node(s) retried next cycle", names.size());
+      suspend_unsent_.insert(names.begin(), names.end());
+    }
   }
   for (const auto& r : pp.resume) {
     const core::ProvisioningPolicy* c = Config(policy, r.pool);

@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
     ctl.SetMetrics(&metrics);
     auth.SetMetrics(&metrics);
     ProvisionRunner provision_runner([&](const ProgramCall& call, const ProgramResult& r) {
+      ctl.OnProgramDone(call, r);  // a finished suspend leaves the stored releasing list
       if (!r.error.empty() || r.timed_out || r.exit_code != 0)  // logged by the runner
         metrics.CountProvision(call.env.count("MLSCHED_PROVISION_POOL") ? call.env.at("MLSCHED_PROVISION_POOL") : "",
                                call.kind + "_program_failed", 1);

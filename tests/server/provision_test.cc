@@ -194,7 +194,8 @@ TEST_CASE("the provisioner's ledger survives a schedd restart: a created node is
   ControllerWorld w;
   const core::PolicySet policy = SpotProvisioning(progs);
   w.Start(policy);
-  auto runner = std::make_unique<ProvisionRunner>();
+  auto wired = [&w] { return std::make_unique<ProvisionRunner>([&w](const ProgramCall& c, const ProgramResult& r) { w.ctl->OnProgramDone(c, r); }); };
+  auto runner = wired();
   w.ctl->SetProvisionRunner(runner.get());
   int64_t id = 0;
   v1::JobSpec spec = Spec(1, 4);
@@ -214,7 +215,7 @@ TEST_CASE("the provisioner's ledger survives a schedd restart: a created node is
   w.store = std::make_unique<SqliteStore>(w.dir.path.string());
   w.Start(policy);
   w.ctl->Recover(w.now);
-  runner = std::make_unique<ProvisionRunner>();
+  runner = wired();
   w.ctl->SetProvisionRunner(runner.get());
   const core::ProvisionLedger ledger = w.ctl->ProvisionedNodes();
   REQUIRE(ledger.nodes.size() == 1);
@@ -230,6 +231,7 @@ TEST_CASE("the provisioner's ledger survives a schedd restart: a created node is
   runner->Drain();
   CHECK_THAT(Calls(progs), Catch::EndsWith("suspend spot-p1 pool=spot cpus=4000m\n"));
   CHECK(w.ctl->ProvisionedNodes().nodes.empty());
+  CHECK(w.ctl->ReleasingProvisionedNodes().empty());  // its suspend program finished
   // New names continue after the recovered index.
   w.ctl->RunCycle(w.now + 36);
   CHECK(w.ctl->ProvisionedNodes().next_index.at(core::Pool::kSpot) == 1);
@@ -258,4 +260,53 @@ TEST_CASE("a stored provisioning ledger is checked when read back", "[provision]
   (*huge_index.mutable_next_index())["spot"] = std::numeric_limits<int64_t>::max();
   CHECK_FALSE(ParseProvisionLedger(huge_index.SerializeAsString(), &error));
   CHECK(error == "next_index of pool 'spot' is invalid");
+}
+
+TEST_CASE("a suspend program that had not finished before a schedd restart runs again after it", "[controller][provision]") {
+  TempDir progs;
+  ControllerWorld w;
+  const core::PolicySet policy = SpotProvisioning(progs);
+  w.Start(policy);
+  auto runner = std::make_unique<ProvisionRunner>();  // not wired: its suspends never report back
+  w.ctl->SetProvisionRunner(runner.get());
+  v1::RegisterNode r = NodeReg("spot-p1", 4);
+  r.set_pool(v1::POOL_SPOT);
+  int64_t id = 0;
+  v1::JobSpec spec = Spec(1, 4);
+  spec.set_checkpoint_interval_s(60);
+  REQUIRE(w.ctl->Submit(User("alice", 1001), spec, w.now, &id).ok());
+  w.ctl->RunCycle(w.now);  // asks for spot-p1
+  v1::CancelJobsRequest cancel;
+  cancel.add_job_ids(id);
+  REQUIRE(w.ctl->Cancel(User("alice", 1001), cancel, w.now).cancelled_size() == 1);
+  w.ctl->OnRegister(r, w.now + 1);
+  w.ctl->RunCycle(w.now + 1);
+  w.ctl->RunCycle(w.now + 31);  // idle_time: released, suspend submitted
+  runner->Drain();
+  REQUIRE(w.ctl->ReleasingProvisionedNodes().count("spot-p1") == 1);  // as if schedd died before it finished
+
+  w.ctl.reset();
+  runner.reset();
+  w.store.reset();
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
+  w.Start(policy);
+  w.ctl->Recover(w.now + 40);
+  runner = std::make_unique<ProvisionRunner>([&w](const ProgramCall& c, const ProgramResult& res) { w.ctl->OnProgramDone(c, res); });
+  w.ctl->SetProvisionRunner(runner.get());
+  CHECK(w.ctl->ProvisionedNodes().nodes.empty());
+  CHECK(w.ctl->ReleasingProvisionedNodes().count("spot-p1") == 1);
+  w.ctl->RunCycle(w.now + 41);
+  runner->Drain();
+  const std::string calls = Calls(progs);
+  CHECK(std::count(calls.begin(), calls.end(), '\n') == 3);  // resume, suspend, suspend again
+  CHECK_THAT(calls, Catch::EndsWith("suspend spot-p1 pool=spot cpus=4000m\nsuspend spot-p1 pool=spot cpus=4000m\n"));
+  CHECK(w.ctl->ReleasingProvisionedNodes().empty());
+  w.ctl->RunCycle(w.now + 42);  // the finished suspend leaves the stored list too
+  w.ctl.reset();
+  runner.reset();
+  w.store.reset();
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
+  w.Start(policy);
+  w.ctl->Recover(w.now + 50);
+  CHECK(w.ctl->ReleasingProvisionedNodes().empty());
 }
