@@ -105,27 +105,6 @@ TEST_CASE("a bad elastic range is rejected naming the field", "[controller][elas
 
 namespace {
 
-// "kind|detail" of every event of `job` in the store's SQLite file (written durably: AppendEvent waits).
-std::vector<std::string> EventsOf(const TempDir& dir, int64_t job) {
-  std::vector<std::string> out;
-  sqlite3* db = nullptr;
-  const std::string path = (dir.path / "state.db").string();
-  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "SELECT kind, detail FROM events WHERE job_id = ? ORDER BY id", -1, &st, nullptr) == SQLITE_OK);
-  sqlite3_bind_int64(st, 1, job);
-  while (sqlite3_step(st) == SQLITE_ROW)
-    out.push_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) + "|" +
-                  reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return out;
-}
-
-bool HasEvent(const std::vector<std::string>& events, const std::string& e) {
-  return std::find(events.begin(), events.end(), e) != events.end();
-}
-
 // Starts an elastic gang of min_tasks..4 tasks on the 4 nodes of `w`; returns its id.
 int64_t RunningOnAllFour(World& w, int32_t min_tasks, const std::string& qos = "") {
   v1::JobSpec spec = ElasticSpec(min_tasks, 4);

@@ -2,6 +2,9 @@
 // that play the agents' side of the protocol.
 #pragma once
 
+#include <sqlite3.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -65,6 +68,34 @@ struct ControllerWorld {
   int64_t now = 1'000'000;
   void Start(core::PolicySet policy) { ctl = std::make_unique<Controller>(*store, sink, std::move(policy), cfg); }
 };
+
+/// "kind|detail" (with_node: "kind|node|detail") of every event of `job` (0: node events), in
+/// order, read from the store's SQLite file in `dir` (events are durable once AppendEvent returns).
+inline std::vector<std::string> EventsOf(const TempDir& dir, int64_t job, bool with_node = false) {
+  std::vector<std::string> out;
+  sqlite3* db = nullptr;
+  const std::string path = (dir.path / "state.db").string();
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT kind, node, detail FROM events WHERE job_id = ? ORDER BY id", -1, &st, nullptr) ==
+          SQLITE_OK);
+  sqlite3_bind_int64(st, 1, job);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    auto text = [&](int c) {
+      const unsigned char* t = sqlite3_column_text(st, c);
+      return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+    };
+    out.push_back(text(0) + "|" + (with_node ? text(1) + "|" : "") + text(2));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+/// Whether `events` (EventsOf) holds `e` exactly.
+inline bool HasEvent(const std::vector<std::string>& events, const std::string& e) {
+  return std::find(events.begin(), events.end(), e) != events.end();
+}
 
 /// QoS "low" (the default; grace 30 s) and "high", which may preempt it.
 inline core::PolicySet LowHighQosPolicy() {

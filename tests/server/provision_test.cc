@@ -40,28 +40,6 @@ std::string Calls(const TempDir& dir) {
   return s.str();
 }
 
-// "kind|detail" of every event of `job` (0: node events) in the store's SQLite file.
-std::vector<std::string> EventsOf(const TempDir& dir, int64_t job) {
-  std::vector<std::string> out;
-  sqlite3* db = nullptr;
-  const std::string path = (dir.path / "state.db").string();
-  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "SELECT kind, node, detail FROM events WHERE job_id = ? ORDER BY id", -1, &st, nullptr) ==
-          SQLITE_OK);
-  sqlite3_bind_int64(st, 1, job);
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    auto text = [&](int c) {
-      const unsigned char* t = sqlite3_column_text(st, c);
-      return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
-    };
-    out.push_back(text(0) + "|" + text(1) + "|" + text(2));
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return out;
-}
-
 // A spot pool of 4-CPU, 16 GiB nodes run by the fake programs in `progs`: at most 2, idle_time
 // 30 s, resume_timeout 20 s.
 core::PolicySet SpotProvisioning(const TempDir& progs) {
@@ -139,7 +117,7 @@ TEST_CASE("the controller requests nodes for a waiting job, fails one that never
   REQUIRE(w.ctl->Get(Root(), id, &info).ok());
   CHECK(info.state() == v1::PENDING);
   CHECK_THAT(info.reason_detail(), Catch::Contains("requested 2 nodes from pool spot (spot-p[1-2])"));
-  const auto job_events = EventsOf(w.dir, id);
+  const auto job_events = EventsOf(w.dir, id, true);
   REQUIRE_FALSE(job_events.empty());
   CHECK_THAT(job_events.back(), Catch::StartsWith("provision||requested 2 nodes from pool spot (spot-p[1-2]): 2 nodes needed"));
   CHECK(w.ctl->ProvisionedNodes().nodes.size() == 2);
@@ -153,7 +131,7 @@ TEST_CASE("the controller requests nodes for a waiting job, fails one that never
   runner.Drain();
   CHECK(Calls(progs) == "resume spot-p[1-2] pool=spot cpus=4000m\nsuspend spot-p2 pool=spot cpus=4000m\n"
                         "resume spot-p3 pool=spot cpus=4000m\n");
-  const auto node_events = EventsOf(w.dir, 0);
+  const auto node_events = EventsOf(w.dir, 0, true);
   CHECK(std::count(node_events.begin(), node_events.end(),
                    "provision-failed|spot-p2|did not register within 20 s (resume_timeout)") == 1);
   CHECK(std::count(node_events.begin(), node_events.end(), "provision-registered|spot-p1|registered 5 s after the request") == 1);
