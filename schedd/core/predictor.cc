@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 #include <iterator>
 #include <utility>
 
@@ -29,20 +31,147 @@ UserMeanPredictor::UserMeanPredictor(int history, double scale, RuntimeHistory i
     while (static_cast<int>(q.size()) > k_) q.pop_front();
 }
 
-Duration UserMeanPredictor::Predict(const std::string& user, Duration time_limit) const {
-  const Duration limit = std::max<Duration>(time_limit, 1);
-  auto it = history_.runs.find(user);
-  if (it == history_.runs.end() || it->second.empty()) return limit;
-  Duration sum = 0;
-  for (Duration d : it->second) sum += d;
-  const double mean = static_cast<double>(sum) / static_cast<double>(it->second.size());
-  return std::clamp<Duration>(static_cast<Duration>(std::ceil(mean * scale_)), 1, limit);
+namespace {
+
+/// Mean of the last `k` run times of `runs` (at least one); seconds.
+double MeanOfLast(const std::deque<Duration>& runs, int k) {
+  const size_t n = std::min(runs.size(), static_cast<size_t>(k));
+  double sum = 0;
+  for (size_t i = runs.size() - n; i < runs.size(); ++i) sum += static_cast<double>(runs[i]);
+  return sum / static_cast<double>(n);
 }
 
-void UserMeanPredictor::Observe(const std::string& user, Duration actual) {
-  auto& q = history_.runs[user];
+Duration Capped(double seconds, Duration time_limit) {
+  const Duration limit = std::max<Duration>(time_limit, 1);
+  if (!std::isfinite(seconds) || seconds >= static_cast<double>(limit)) return limit;
+  return std::clamp<Duration>(static_cast<Duration>(std::ceil(seconds)), 1, limit);
+}
+
+void Keep(RuntimeHistory& h, const std::string& user, Duration actual, int keep) {
+  auto& q = h.runs[user];
   q.push_back(std::max<Duration>(actual, 0));
-  while (static_cast<int>(q.size()) > k_) q.pop_front();
+  while (static_cast<int>(q.size()) > keep) q.pop_front();
+}
+
+double Ln(double seconds) { return std::log(std::max(seconds, 1.0)); }
+
+}  // namespace
+
+Duration UserMeanPredictor::Predict(const JobFeatures& f) const {
+  auto it = history_.runs.find(f.user);
+  if (it == history_.runs.end() || it->second.empty()) return std::max<Duration>(f.time_limit, 1);
+  return Capped(MeanOfLast(it->second, k_) * scale_, f.time_limit);
+}
+
+void UserMeanPredictor::Observe(const JobFeatures& f, Duration actual) { Keep(history_, f.user, actual, k_); }
+
+namespace {
+constexpr int kMinKept = 3;             // runs the online model's features read
+constexpr double kForgetting = 0.999;   // RLS forgetting factor
+constexpr double kInitialP = 100.0;     // P(0) = kInitialP x I: a weak prior on w = 0
+constexpr double kMaxTrace = 1000.0;    // bounded-trace RLS: P is scaled down beyond this trace
+}  // namespace
+
+OnlineLinearPredictor::OnlineLinearPredictor(int history, double scale, RuntimeHistory initial)
+    : k_(history < 1 ? 1 : history), scale_(scale > 0 ? scale : 1.0), history_(std::move(initial)),
+      w_(kFeatures, 0.0), p_(kFeatures * kFeatures, 0.0) {
+  for (int i = 0; i < kFeatures; ++i) p_[i * kFeatures + i] = kInitialP;
+  for (auto& [user, q] : history_.runs)
+    while (static_cast<int>(q.size()) > std::max(k_, kMinKept)) q.pop_front();
+}
+
+std::vector<double> OnlineLinearPredictor::FeaturesOf(const JobFeatures& f) const {
+  auto it = history_.runs.find(f.user);
+  if (it == history_.runs.end() || it->second.empty()) return {};
+  const std::deque<Duration>& runs = it->second;
+  auto last = [&](size_t back) {  // the back-th latest run; a missing one repeats the oldest kept
+    return static_cast<double>(runs[runs.size() - 1 - std::min(back, runs.size() - 1)]);
+  };
+  return {1.0, Ln(static_cast<double>(f.time_limit)), Ln(static_cast<double>(f.ntasks)), Ln(last(0)),
+          Ln(last(1)), Ln(last(2)), Ln(MeanOfLast(runs, k_))};
+}
+
+Duration OnlineLinearPredictor::Predict(const JobFeatures& f) const {
+  const std::vector<double> x = FeaturesOf(f);
+  if (x.empty()) return std::max<Duration>(f.time_limit, 1);
+  if (n_ < kWarmup) return Capped(MeanOfLast(history_.runs.at(f.user), k_) * scale_, f.time_limit);
+  double y = 0;
+  for (int i = 0; i < kFeatures; ++i) y += w_[i] * x[i];
+  // exp(E[ln t] + var/2): the mean of a log-normal run time, not its median (which would
+  // under-predict half the jobs).
+  return Capped(std::exp(std::min(y + var_ / 2, 50.0)) * scale_, f.time_limit);
+}
+
+void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
+  // Features as the history stood before this run is added (an approximation of what was known
+  // at submission: runs that ended while the job was queued or running are included).
+  const std::vector<double> x = FeaturesOf(f);
+  if (!x.empty()) {
+    std::vector<double> px(kFeatures, 0.0);  // P x
+    for (int i = 0; i < kFeatures; ++i)
+      for (int j = 0; j < kFeatures; ++j) px[i] += p_[i * kFeatures + j] * x[j];
+    double denom = kForgetting, err = Ln(static_cast<double>(actual));
+    for (int i = 0; i < kFeatures; ++i) denom += x[i] * px[i], err -= w_[i] * x[i];
+    if (std::isfinite(denom) && denom > 0 && std::isfinite(err)) {
+      // The error variance counts the errors of the model that predicts (after the warm-up): a
+      // running mean at first, then exponentially weighted like the fit.
+      if (n_ >= kWarmup) {
+        const double alpha = std::max(1.0 / static_cast<double>(n_ - kWarmup + 1), 1 - kForgetting);
+        var_ += alpha * (err * err - var_);
+      }
+      double trace = 0;
+      for (int i = 0; i < kFeatures; ++i) {
+        w_[i] += px[i] / denom * err;  // gain k = P x / (lambda + x'P x)
+        for (int j = 0; j < kFeatures; ++j)  // P = (P - k x'P) / lambda; P is symmetric
+          p_[i * kFeatures + j] = (p_[i * kFeatures + j] - px[i] * px[j] / denom) / kForgetting;
+        trace += p_[i * kFeatures + i];
+      }
+      if (trace > kMaxTrace)
+        for (double& v : p_) v *= kMaxTrace / trace;
+      ++n_;
+    }
+  }
+  Keep(history_, f.user, actual, std::max(k_, kMinKept));
+}
+
+std::string OnlineLinearPredictor::ModelState() const {
+  std::string out = "online-linear/1 " + std::to_string(n_);
+  char v[40];
+  std::snprintf(v, sizeof v, " %.17g", var_);
+  out += v;
+  char buf[40];
+  for (const std::vector<double>* v : {&w_, &p_})
+    for (double d : *v) {
+      std::snprintf(buf, sizeof buf, " %.17g", d);
+      out += buf;
+    }
+  return out;
+}
+
+bool OnlineLinearPredictor::RestoreModel(std::string_view text) {
+  constexpr std::string_view kTag = "online-linear/1 ";
+  if (text.substr(0, kTag.size()) != kTag || text.size() > 4096) return false;
+  std::istringstream in{std::string(text.substr(kTag.size()))};
+  int64_t n = -1;
+  std::vector<double> v(kFeatures + kFeatures * kFeatures);
+  double var = -1;
+  if (!(in >> n) || n < 0 || !(in >> var) || !std::isfinite(var) || var < 0) return false;
+  for (double& d : v)
+    if (!(in >> d) || !std::isfinite(d)) return false;
+  std::string rest;
+  if (in >> rest) return false;  // trailing garbage
+  n_ = n;
+  var_ = var;
+  w_.assign(v.begin(), v.begin() + kFeatures);
+  p_.assign(v.begin() + kFeatures, v.end());
+  return true;
+}
+
+std::unique_ptr<RuntimePredictor> MakePredictor(const std::string& name, int history, double scale,
+                                                RuntimeHistory initial) {
+  if (name == "user-mean") return std::make_unique<UserMeanPredictor>(history, scale, std::move(initial));
+  if (name == "online-linear") return std::make_unique<OnlineLinearPredictor>(history, scale, std::move(initial));
+  return nullptr;
 }
 
 }  // namespace mlsched::core

@@ -6,7 +6,10 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "schedd/core/types.h"
 
@@ -32,14 +35,30 @@ Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit);
 /// time (for callers that keep no per-job correction state). Seconds.
 Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit);
 
+/// What a predictor knows of a job: its user, requested time limit (seconds) and task count.
+struct JobFeatures {
+  std::string user;
+  Duration time_limit = 0;
+  int32_t ntasks = 1;
+};
+
 /// A source of planning run times.
 class RuntimePredictor {
  public:
   virtual ~RuntimePredictor() = default;
-  /// Predicted run time (seconds) of a job of `user` with `time_limit`: in [1, max(time_limit, 1)].
-  virtual Duration Predict(const std::string& user, Duration time_limit) const = 0;
-  /// A job of `user` ended after `actual` seconds of run time.
-  virtual void Observe(const std::string& user, Duration actual) = 0;
+  /// Predicted run time (seconds) of the job `f`: in [1, max(f.time_limit, 1)].
+  virtual Duration Predict(const JobFeatures& f) const = 0;
+  /// The job `f` ended after `actual` seconds of run time.
+  virtual void Observe(const JobFeatures& f, Duration actual) = 0;
+  /// Predict / Observe for a one-task job of `user`.
+  Duration Predict(const std::string& user, Duration time_limit) const { return Predict(JobFeatures{user, time_limit, 1}); }
+  void Observe(const std::string& user, Duration actual) { Observe(JobFeatures{user, 0, 1}, actual); }
+  /// The per-user run times as they stand (what a caller persists beside the model state).
+  virtual const RuntimeHistory& history() const = 0;
+  /// A learned model's state as text ("" for predictors without one), and its restore: false
+  /// (and the state unchanged) when `text` is not a state this predictor wrote.
+  virtual std::string ModelState() const { return ""; }
+  virtual bool RestoreModel(std::string_view text) { return text.empty(); }
   /// A running job reached its prediction for the (k+1)-th time after `elapsed` seconds: its new
   /// prediction (> elapsed unless capped at `time_limit`). Defaults to ExtendPrediction.
   virtual Duration Extend(Duration elapsed, int k, Duration time_limit) const {
@@ -57,10 +76,11 @@ class UserMeanPredictor : public RuntimePredictor {
   /// (<= 0 counts as 1), trading early reservations for fewer corrections. `initial`: a history
   /// kept from before (e.g. reloaded after a restart), trimmed to `history` per user.
   explicit UserMeanPredictor(int history = 2, double scale = 1.0, RuntimeHistory initial = {});
-  Duration Predict(const std::string& user, Duration time_limit) const override;
-  void Observe(const std::string& user, Duration actual) override;
-  /// The history as it stands (what a caller persists).
-  const RuntimeHistory& history() const { return history_; }
+  using RuntimePredictor::Observe;
+  using RuntimePredictor::Predict;
+  Duration Predict(const JobFeatures& f) const override;
+  void Observe(const JobFeatures& f, Duration actual) override;
+  const RuntimeHistory& history() const override { return history_; }
   int history_length() const { return k_; }
 
  private:
@@ -68,5 +88,51 @@ class UserMeanPredictor : public RuntimePredictor {
   double scale_;
   RuntimeHistory history_;
 };
+
+/// An online-learned linear model of log run time (the approach of Gaussier, Glesser, Reis &
+/// Trystram, "Improving Backfilling by using Machine Learning to Predict Running Times", SC'15:
+/// a linear model over the job's request and its user's recent run times, updated after every
+/// job). Fitted by exponentially weighted recursive least squares (Haykin, "Adaptive Filter
+/// Theory", ch. 10; forgetting factor 0.999, so the last ~1,000 jobs weigh most) on
+///   y = ln(run time), x = [1, ln(time limit), ln(ntasks), ln(last run), ln(second last),
+///                          ln(third last), ln(mean of the user's kept runs)]
+/// (each argument floored at 1 s; a missing run repeats the oldest kept one, and a user without history
+/// is predicted their time limit, as UserMeanPredictor does). The prediction is the log-normal
+/// mean exp(w.x + v/2) x `scale`, v the weighted mean squared error, capped to [1, time limit]. Until `kWarmup` jobs have been observed it
+/// falls back to the user mean. Deterministic; the state (weights, inverse correlation matrix,
+/// count) is text for persistence (ModelState). Corrections on overrun: ExtendPrediction.
+class OnlineLinearPredictor : public RuntimePredictor {
+ public:
+  static constexpr int kFeatures = 7;
+  static constexpr int64_t kWarmup = 32;
+  /// history: run times kept per user (at least 3 are kept for the features; the user mean
+  /// averages the last `history`); scale: multiplies the prediction (<= 0 counts as 1).
+  explicit OnlineLinearPredictor(int history = 2, double scale = 1.0, RuntimeHistory initial = {});
+  using RuntimePredictor::Observe;
+  using RuntimePredictor::Predict;
+  Duration Predict(const JobFeatures& f) const override;
+  void Observe(const JobFeatures& f, Duration actual) override;
+  const RuntimeHistory& history() const override { return history_; }
+  /// "online-linear/1 N v w0..w6 P00..P66": N observations, then 1 + 7 + 49 numbers (%.17g).
+  std::string ModelState() const override;
+  bool RestoreModel(std::string_view text) override;
+  int64_t observations() const { return n_; }
+
+ private:
+  std::vector<double> FeaturesOf(const JobFeatures& f) const;
+  int k_;
+  double scale_;
+  RuntimeHistory history_;
+  std::vector<double> w_;  // kFeatures weights
+  std::vector<double> p_;  // kFeatures x kFeatures inverse correlation matrix, row-major
+  int64_t n_ = 0;
+  double var_ = 0;  // exponentially weighted mean of squared a-priori errors (ln s)^2
+};
+
+/// The predictor the policy's [prediction] `predictor` names ("user-mean" or "online-linear"),
+/// with `history` runs kept per user, `scale` (1 = none) and a history kept from before.
+/// nullptr for an unknown name (the policy loader refuses those first).
+std::unique_ptr<RuntimePredictor> MakePredictor(const std::string& name, int history, double scale,
+                                                RuntimeHistory initial = {});
 
 }  // namespace mlsched::core

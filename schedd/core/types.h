@@ -443,7 +443,8 @@ struct InputLimits {
 /// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
 struct PredictionPolicy {
   bool enabled = false;
-  std::string predictor = "user-mean";  // UserMeanPredictor (Tsafrir et al. 2007); the only one
+  std::string predictor = "user-mean";  // "user-mean": UserMeanPredictor (Tsafrir et al. 2007);
+                                        // "online-linear": OnlineLinearPredictor (after SC'15)
   int32_t history = 2;                  // run times kept and averaged per user, 1..64
 };
 

@@ -42,9 +42,9 @@ void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& 
   CheckKeys(t, {"enabled", "predictor", "history"}, ctx);
   Bool(t, "enabled", p.enabled, ctx);
   Str(t, "predictor", p.predictor, ctx);
-  if (t.get("predictor") && p.predictor != "user-mean")
-    Error(t.get("predictor")->source(),
-          "'predictor' in [prediction]: expected \"user-mean\", got \"" + p.predictor + "\"");
+  if (t.get("predictor") && p.predictor != "user-mean" && p.predictor != "online-linear")
+    Error(t.get("predictor")->source(), "'predictor' in [prediction]: expected \"user-mean\" or \"online-linear\", got \"" +
+                                            p.predictor + "\"");
   const size_t before = errors_.size();
   Int32(t, "history", p.history, 1, ctx);
   if (errors_.size() == before && p.history > kMaxPredictionHistory)

@@ -52,11 +52,18 @@ Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobS
   return {};
 }
 
+// The predictor [prediction] names (the loader admits only known names; user-mean otherwise).
+std::unique_ptr<core::RuntimePredictor> MakePredictorFor(const core::PredictionPolicy& p,
+                                                         core::RuntimeHistory history = {}) {
+  auto made = core::MakePredictor(p.predictor, p.history, 1.0, history);
+  return made ? std::move(made) : std::make_unique<core::UserMeanPredictor>(p.history, 1.0, std::move(history));
+}
+
 }  // namespace
 
 Controller::Controller(Store& store, AgentSink& sink, core::PolicySet policy, ControllerConfig config)
     : store_(store), sink_(sink), cfg_(config), policy_(std::move(policy)),
-      predictor_(policy_.prediction.history) {}
+      predictor_(MakePredictorFor(policy_.prediction)) {}
 
 core::InputLimits Controller::Limits() {
   std::lock_guard lk(mu_);
@@ -74,8 +81,10 @@ void Controller::CountRejected(const std::string& reason) {
 void Controller::SetPolicy(core::PolicySet policy) {
   std::lock_guard lk(mu_);
   policy_ = std::move(policy);
-  if (policy_.prediction.history != predictor_.history_length())
-    predictor_ = core::UserMeanPredictor(policy_.prediction.history, 1.0, predictor_.history());
+  // A new predictor keeps the recorded run times, and a learned model's state when it is the same kind.
+  auto next = MakePredictorFor(policy_.prediction, predictor_->history());
+  next->RestoreModel(predictor_->ModelState());
+  predictor_ = std::move(next);
   Trigger();
 }
 
@@ -638,7 +647,10 @@ void Controller::Recover(int64_t now) {
   usage_until_ = store_.LoadUsage(&usage_);  // the first cycle accrues the downtime of jobs that kept running
   core::RuntimeHistory history;
   for (auto& [user, runs] : store_.LoadRuntimes()) history.runs[user].assign(runs.begin(), runs.end());
-  predictor_ = core::UserMeanPredictor(policy_.prediction.history, 1.0, std::move(history));
+  predictor_ = MakePredictorFor(policy_.prediction, std::move(history));
+  if (const std::string model = store_.LoadPredictorModel(); !model.empty() && !predictor_->RestoreModel(model))
+    spdlog::warn("stored run-time predictor state is not one the '{}' predictor wrote; it starts afresh",
+                 policy_.prediction.predictor);
   usage_saved_at_ = now;
   RecoverProvisionedLocked();
   for (const auto& row : store_.LoadNodes()) {

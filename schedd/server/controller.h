@@ -382,7 +382,7 @@ class Controller {
   // to the store every kUsageSaveEvery seconds.
   std::map<std::string, double> usage_;
   // Run-time prediction ([prediction]): each user's recent run times, reloaded by Recover.
-  core::UserMeanPredictor predictor_;
+  std::unique_ptr<core::RuntimePredictor> predictor_;  // policy_.prediction's predictor; never null
   // Elastic capacity: the nodes schedd created, the programs' runner, each pool's cost per hour.
   core::ProvisionLedger provisioned_;
   ReleasingNodes releasing_;                 // suspend submitted (or due), not finished

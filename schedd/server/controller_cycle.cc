@@ -111,7 +111,7 @@ bool Controller::OwnTasksExitingLocked(int64_t job) const {
 
 core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) const {
   if (!policy_.prediction.enabled || j.spec.time_limit <= 0) return 0;
-  const core::Duration predicted = predictor_.Predict(j.user, j.spec.time_limit);
+  const core::Duration predicted = predictor_->Predict(core::JobFeatures{j.user, j.spec.time_limit, j.spec.ntasks});
   if (j.state != core::JobState::kRunning) return predicted;
   // The history may have grown since the job started; the correction only ever raises it.
   return core::CorrectedPrediction(predicted, now - j.start_time, j.spec.time_limit);
@@ -120,9 +120,10 @@ core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) co
 void Controller::ObserveRuntimeLocked(const JobRec& j, core::JobState final_state, int64_t now) {
   if (!policy_.prediction.enabled || j.start_time <= 0 || now < j.start_time) return;
   if (final_state != core::JobState::kCompleted && final_state != core::JobState::kTimeout) return;
-  predictor_.Observe(j.user, now - j.start_time);
-  const auto& runs = predictor_.history().runs.at(j.user);
+  predictor_->Observe(core::JobFeatures{j.user, j.spec.time_limit, j.spec.ntasks}, now - j.start_time);
+  const auto& runs = predictor_->history().runs.at(j.user);
   store_.SaveRuntimes(j.user, {runs.begin(), runs.end()});  // advisory: not waited for
+  if (std::string model = predictor_->ModelState(); !model.empty()) store_.SavePredictorModel(std::move(model));
 }
 
 void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {

@@ -400,6 +400,22 @@ std::map<std::string, std::vector<int64_t>> EtcdStore::LoadRuntimes() {
   return out;
 }
 
+std::future<void> EtcdStore::SavePredictorModel(std::string state) {
+  if (state.size() > kMaxPredictorModelBytes) {
+    std::promise<void> p;
+    p.set_exception(std::make_exception_ptr(StoreError("predictor state of " + std::to_string(state.size()) +
+                                                       " bytes is over " + std::to_string(kMaxPredictorModelBytes))));
+    return p.get_future();
+  }
+  return Write([this, state = std::move(state)](Batch& b) { b.Put(Key("predictor"), state); });
+}
+
+std::string EtcdStore::LoadPredictorModel() {
+  for (const auto& kv : etcd_.RangePrefix(Key("predictor")))
+    if (kv.key() == Key("predictor")) return kv.value();
+  return "";
+}
+
 std::future<void> EtcdStore::SaveProvisionLedger(std::string ledger) {
   if (ledger.size() > kMaxProvisionLedgerBytes) {
     std::promise<void> p;

@@ -65,6 +65,8 @@ class EtcdStore final : public Store {
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
   std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::future<void> SavePredictorModel(std::string state) override;
+  std::string LoadPredictorModel() override;
   std::future<void> SaveProvisionLedger(std::string ledger) override;
   std::string LoadProvisionLedger() override;
   std::future<void> SaveNode(NodeRow row) override;

@@ -124,6 +124,8 @@ const char* const kMigrations[] = {
     "CREATE TABLE history_cursor (stream TEXT PRIMARY KEY, cursor TEXT NOT NULL);",
     // 8: the provisioner's ledger of created nodes (a serialized StoredProvisionLedger), one row.
     "CREATE TABLE provision_ledger (id INTEGER PRIMARY KEY CHECK (id = 1), ledger BLOB NOT NULL);",
+    // 9: a learned run-time predictor's state ([prediction] predictor = "online-linear"), one row.
+    "CREATE TABLE predictor_model (id INTEGER PRIMARY KEY CHECK (id = 1), state BLOB NOT NULL);",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -376,6 +378,27 @@ std::future<void> SqliteStore::AppendEvent(int64_t job_id, std::string node, std
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
   return p->get_future();
+}
+
+std::future<void> SqliteStore::SavePredictorModel(std::string state) {
+  auto p = std::make_shared<std::promise<void>>();
+  if (state.size() > kMaxPredictorModelBytes) {
+    p->set_exception(std::make_exception_ptr(StoreError("predictor state of " + std::to_string(state.size()) +
+                                                        " bytes is over " + std::to_string(kMaxPredictorModelBytes))));
+    return p->get_future();
+  }
+  Enqueue(
+      [state = std::move(state)](sqlite3* db) {
+        Stmt(db, "INSERT OR REPLACE INTO predictor_model(id, state) VALUES (1, ?)").Bind(1, state).Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::string SqliteStore::LoadPredictorModel() {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_, "SELECT state FROM predictor_model WHERE id = 1");
+  return s.Step() ? s.Blob(0) : std::string();
 }
 
 std::future<void> SqliteStore::SaveProvisionLedger(std::string ledger) {

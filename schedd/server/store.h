@@ -102,6 +102,8 @@ void SecureStateFiles(const std::string& state_dir);
 
 /// Most bytes of a stored provisioning ledger: 4,096 nodes per pool of about 40 bytes, three pools.
 inline constexpr size_t kMaxProvisionLedgerBytes = 1 << 20;
+/// Largest stored state of a learned run-time predictor (bytes; OnlineLinearPredictor's is ~1.4 KiB).
+inline constexpr size_t kMaxPredictorModelBytes = 4096;
 
 /// What the Controller needs of durable storage. Every write returns a future that is ready once
 /// the write is durable (or carries the StoreError that refused it); reads are synchronous.
@@ -134,6 +136,11 @@ class Store {
   virtual std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) = 0;
   /// Every user's stored run-time history.
   virtual std::map<std::string, std::vector<int64_t>> LoadRuntimes() = 0;
+  /// Replaces the stored state of a learned run-time predictor (core::RuntimePredictor::ModelState,
+  /// text of at most kMaxPredictorModelBytes; StoreError beyond).
+  virtual std::future<void> SavePredictorModel(std::string state) = 0;
+  /// The stored predictor state, or "" when never saved.
+  virtual std::string LoadPredictorModel() = 0;
   /// Replaces the provisioner's ledger (a serialized StoredProvisionLedger, at most
   /// kMaxProvisionLedgerBytes).
   virtual std::future<void> SaveProvisionLedger(std::string ledger) = 0;
@@ -184,6 +191,8 @@ class SqliteStore final : public Store {
   std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
   /// (reader connection)
   std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::future<void> SavePredictorModel(std::string state) override;
+  std::string LoadPredictorModel() override;
   std::future<void> SaveProvisionLedger(std::string ledger) override;
   std::string LoadProvisionLedger() override;
   std::future<void> SaveNode(NodeRow row) override;

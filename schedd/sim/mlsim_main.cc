@@ -145,6 +145,10 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
   app.add_flag("--exact-runtimes", c.exact_runtimes, "time limit = actual run time");
   app.add_flag("--predict-runtimes", c.predict_runtimes,
                "plan with run times predicted from each user's last two jobs (Tsafrir 2007)");
+  app.add_option("--predictor", c.predictor,
+                 "run-time predictor: user-mean (Tsafrir 2007) or online-linear (a linear model of log "
+                 "run time learned online, after Gaussier et al. SC'15); default: the policy's [prediction]")
+      ->check(CLI::IsMember({"user-mean", "online-linear"}));
   app.add_option("--predict-history", c.predict_history, "run times averaged per user")
       ->check(CLI::PositiveNumber);
   app.add_option("--predict-scale", c.predict_scale, "prediction = scale x mean of the history")

@@ -123,6 +123,7 @@ SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSetti
                                  const core::PredictionPolicy& prediction) {
   config.exact_runtimes = config.exact_runtimes || file.exact_runtimes;
   config.predict_runtimes = config.predict_runtimes || file.predict_runtimes || prediction.enabled;
+  if (config.predictor.empty()) config.predictor = prediction.predictor;
   if (!config.predict_history) config.predict_history = file.predict_history.value_or(prediction.history);
   if (!config.predict_scale) config.predict_scale = file.predict_scale.value_or(1.0);
   if (!config.seed) config.seed = file.seed.value_or(1);
@@ -232,7 +233,8 @@ std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& confi
     out += ")";
   }
   if (!policy.provisioning.empty()) out += ", provisioning (boot " + std::to_string(config.boot_delay_s) + " s)";
-  if (config.predict_runtimes) out += ", user-history runtime predictions";
+  if (config.predict_runtimes)
+    out += config.predictor == "online-linear" ? ", online-linear runtime predictions" : ", user-history runtime predictions";
   if (!config.predict_runtimes && config.estimate_with_predictions) {
     out += ", start estimates from predicted run times";
   }
@@ -252,10 +254,9 @@ Replay RunReplay(const SimConfig& command_line) {
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
   r.shares = AccountShares(r.policy);
   if (config.predict_runtimes) {
-    r.predictor = std::make_unique<core::UserMeanPredictor>(*config.predict_history, *config.predict_scale);
+    r.predictor = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
   } else if (config.estimate_with_predictions) {
-    r.estimate_predictor =
-        std::make_unique<core::UserMeanPredictor>(*config.predict_history, *config.predict_scale);
+    r.estimate_predictor = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
   }
   SimOptions options;
   options.policy = r.policy;

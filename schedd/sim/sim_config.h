@@ -35,6 +35,7 @@ struct SimConfig {
   /// Schedule with the requested times but take start-time estimates from a shadow pass planned
   /// with predicted run times (SimOptions::estimate_predictor); not with predict_runtimes.
   bool estimate_with_predictions = false;
+  std::string predictor;                    // user-mean | online-linear; "" = the policy's (user-mean)
   std::optional<int> predict_history;       // run times averaged per user (2)
   std::optional<double> predict_scale;      // prediction = scale x mean (1.0)
   std::optional<uint64_t> seed;             // seed of spot evictions (1)

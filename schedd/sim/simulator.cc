@@ -79,10 +79,9 @@ void Simulation::Submit(size_t index) {
   core::Job job;
   job.id = static_cast<core::JobId>(index + 1);
   job.spec = tj.spec;
-  if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(tj.spec.user, tj.requested_time);
-  if (options_.estimate_predictor != nullptr) {
-    live_[index].shadow_limit = options_.estimate_predictor->Predict(tj.spec.user, tj.requested_time);
-  }
+  const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks};
+  if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(features);
+  if (options_.estimate_predictor != nullptr) live_[index].shadow_limit = options_.estimate_predictor->Predict(features);
   job.submit_time = now_;
   if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
@@ -140,8 +139,9 @@ void Simulation::Finish(size_t index) {
   need_compact_ = true;
   view_.Stopped(live.held);
   --running_;
-  if (options_.predictor != nullptr) options_.predictor->Observe(tj.spec.user, tj.run_time);
-  if (options_.estimate_predictor != nullptr) options_.estimate_predictor->Observe(tj.spec.user, tj.run_time);
+  const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks};
+  if (options_.predictor != nullptr) options_.predictor->Observe(features, tj.run_time);
+  if (options_.estimate_predictor != nullptr) options_.estimate_predictor->Observe(features, tj.run_time);
   dirty_ = true;
 }
 

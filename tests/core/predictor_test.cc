@@ -2,6 +2,9 @@
 // the cap at the time limit and the stepwise correction on overrun.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
+
 #include "schedd/core/predictor.h"
 
 using namespace mlsched::core;
@@ -90,4 +93,78 @@ TEST_CASE("the core plans with the predicted run time but never beyond the time 
   CHECK(PlannedRuntime(job) == 600);
   job.predicted_runtime = 7200;
   CHECK(PlannedRuntime(job) == 3600);
+}
+
+namespace {
+JobFeatures Req(const std::string& user, Duration limit, int32_t ntasks = 1) { return JobFeatures{user, limit, ntasks}; }
+}  // namespace
+
+TEST_CASE("online-linear predictor learns how run times follow the request", "[predictor]") {
+  // Every job runs a quarter of its time limit, whatever its user ran before: the user mean is
+  // wrong whenever the limit changes, a model over ln(time limit) is not.
+  OnlineLinearPredictor ol;
+  UserMeanPredictor um;
+  const Duration limits[] = {600, 3600, 7200, 20000, 1800, 43200};
+  for (int i = 0; i < 300; ++i) {
+    const std::string user = "u" + std::to_string(i % 7);
+    const Duration limit = limits[(i / 7 + i) % 6];  // each user sees every limit
+    ol.Observe(Req(user, limit), limit / 4);
+    um.Observe(Req(user, limit), limit / 4);
+  }
+  REQUIRE(ol.observations() > OnlineLinearPredictor::kWarmup);
+  for (Duration limit : {1200, 10000, 36000}) {
+    const Duration p = ol.Predict(Req("u3", limit));
+    CHECK(p > limit / 4 * 0.9);
+    CHECK(p < limit / 4 * 1.1);
+  }
+  CHECK(std::abs(um.Predict(Req("u3", 36000)) - 9000) > 900);  // the baseline misses by > 10 %
+}
+
+TEST_CASE("online-linear predictor: cold start - warm-up - bounds", "[predictor]") {
+  OnlineLinearPredictor p;
+  CHECK(p.Predict(Req("nobody", 7200)) == 7200);  // no history: the time limit
+  CHECK(p.Predict(Req("nobody", 0)) == 1);
+  p.Observe(Req("alice", 7200), 100);
+  p.Observe(Req("alice", 7200), 300);
+  CHECK(p.observations() == 1);                 // the first job has no features yet
+  CHECK(p.Predict(Req("alice", 7200)) == 200);  // before kWarmup: the user mean (history 2)
+  CHECK(p.Predict(Req("alice", 150)) == 150);   // never above the time limit
+  CHECK(p.history().runs.at("alice").size() == 2);
+  for (int i = 0; i < 50; ++i) p.Observe(Req("alice", 7200), 100 + i);
+  CHECK(p.history().runs.at("alice").size() == 3);  // at least 3 kept for the features
+  const Duration d = p.Predict(Req("alice", 7200));
+  CHECK(d >= 100);
+  CHECK(d <= 200);
+  CHECK(p.Predict(Req("alice", 50)) <= 50);
+}
+
+TEST_CASE("online-linear predictor state round-trips and bad state is refused", "[predictor]") {
+  OnlineLinearPredictor a;
+  for (int i = 0; i < 80; ++i) a.Observe(Req("u" + std::to_string(i % 3), 3600 * (1 + i % 4), 1 + i % 8), 60 * (1 + i % 11));
+  const std::string state = a.ModelState();
+  OnlineLinearPredictor b(2, 1.0, a.history());
+  REQUIRE(b.RestoreModel(state));
+  CHECK(b.ModelState() == state);
+  for (int32_t n : {1, 4, 64}) CHECK(b.Predict(Req("u1", 7200, n)) == a.Predict(Req("u1", 7200, n)));
+  OnlineLinearPredictor c;
+  const std::string fresh = c.ModelState();
+  const std::string bad[] = {"", "user-mean/1 3", state + " 1", state.substr(0, state.size() / 2),
+                             "online-linear/1 -4" + state.substr(state.find(' ', 16)),
+                             "online-linear/1 5 nan" + state.substr(state.find(' ', 18)),
+                             state + std::string(5000, ' ')};
+  for (const std::string& text : bad) {
+    CAPTURE(text.substr(0, 40));
+    CHECK_FALSE(c.RestoreModel(text));
+    CHECK(c.ModelState() == fresh);  // unchanged
+  }
+  UserMeanPredictor um;
+  CHECK(um.ModelState().empty());
+  CHECK(um.RestoreModel(""));
+  CHECK_FALSE(um.RestoreModel(state));
+}
+
+TEST_CASE("MakePredictor knows the policy's predictor names", "[predictor]") {
+  CHECK(dynamic_cast<UserMeanPredictor*>(MakePredictor("user-mean", 2, 1.0).get()) != nullptr);
+  CHECK(dynamic_cast<OnlineLinearPredictor*>(MakePredictor("online-linear", 2, 1.0).get()) != nullptr);
+  CHECK(MakePredictor("oracle", 2, 1.0) == nullptr);
 }

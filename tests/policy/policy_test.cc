@@ -165,7 +165,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"bad [prediction] values",
        "[prediction]\nenabled = \"yes\"\npredictor = \"oracle\"\nhistory = 65\n",
        {"p.toml:2:11: 'enabled' in [prediction]: expected true or false, got a string",
-        "p.toml:3:13: 'predictor' in [prediction]: expected \"user-mean\", got \"oracle\"",
+        "p.toml:3:13: 'predictor' in [prediction]: expected \"user-mean\" or \"online-linear\", got \"oracle\"",
         "p.toml:4:11: 'history' in [prediction]: must be <= 64, got 65"}},
       {"[prediction] history below 1 and predictor not a string",
        "[prediction]\nhistory = 0\npredictor = 1\n",

@@ -127,6 +127,9 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
     s.SaveProvisionLedger("ledger-1").get();
     s.SaveProvisionLedger("ledger-2").get();
     CHECK_THROWS(s.SaveProvisionLedger(std::string(kMaxProvisionLedgerBytes + 1, 'x')).get());
+    CHECK(s.LoadPredictorModel().empty());
+    s.SavePredictorModel("model-1").get();
+    CHECK_THROWS(s.SavePredictorModel(std::string(kMaxPredictorModelBytes + 1, 'x')).get());
     s.SaveNode(NodeRow{"n1", "info", true, "maintenance"}).get();
   }
   // A new leader (another replica) sees everything and continues the ids.
@@ -150,6 +153,7 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
   CHECK(usage["root/a"] == 12.5);
   CHECK(s.LoadRuntimes()["alice"] == std::vector<int64_t>{10, 20});
   CHECK(s.LoadProvisionLedger() == "ledger-2");
+  CHECK(s.LoadPredictorModel() == "model-1");
   auto nodes = s.LoadNodes();
   REQUIRE(nodes.size() == 1);
   CHECK(nodes[0].drained);

@@ -11,17 +11,20 @@ namespace core = mlsched::core;
 
 namespace {
 
-core::PolicySet PredictingPolicy() {
-  return PolicyFromText("[backfill]\nmode = \"easy\"\n[prediction]\nenabled = true\nhistory = 2\n", "p.toml");
+core::PolicySet PredictingPolicy(const std::string& predictor = "user-mean") {
+  return PolicyFromText("[backfill]\nmode = \"easy\"\n[prediction]\nenabled = true\nhistory = 2\npredictor = \"" +
+                            predictor + "\"\n",
+                        "p.toml");
 }
 
 struct PredictWorld : ControllerWorld {
   Caller alice = User("alice", 1001);
+  std::string predictor;
 
-  PredictWorld() { Boot(); }
+  explicit PredictWorld(std::string name = "user-mean") : predictor(std::move(name)) { Boot(); }
   /// A controller (new, or after a restart over the same store) with one 2-CPU node.
   void Boot() {
-    Start(PredictingPolicy());
+    Start(PredictingPolicy(predictor));
     ctl->Recover(now);
     ctl->OnRegister(NodeReg("n1", 2), now);
   }
@@ -166,4 +169,43 @@ TEST_CASE("prediction: mlq --explain says what the expected start rests on", "[s
   CHECK(w.ctl->StartBasis(running, w.now).empty());  // not pending
   w.ctl->SetPolicy(PolicyFromText("[backfill]\nmode = \"easy\"\n", "p.toml"));
   CHECK(w.ctl->StartBasis(waiting, w.now).find("the time limits of 1 running job(s)") != std::string::npos);
+}
+
+TEST_CASE("prediction: the online-linear model learns from finished jobs and a restart keeps it", "[server][prediction]") {
+  PredictWorld w("online-linear");
+  core::OnlineLinearPredictor reference(2);  // fed what schedd sees: alice, 3600 s limit, 1 task
+  for (int i = 0; i < 40; ++i) {
+    const int64_t run = 100 + 70 * (i % 5);
+    w.RunFor(run);
+    reference.Observe(core::JobFeatures{"alice", 3600, 1}, run);
+  }
+  REQUIRE(reference.observations() > core::OnlineLinearPredictor::kWarmup);
+  w.Restart();
+  CHECK(w.store->LoadPredictorModel() == reference.ModelState());
+  // After the restart the blocked job plans with the model's prediction for the running job.
+  const core::Duration predicted = reference.Predict(core::JobFeatures{"alice", 3600, 1});
+  CHECK(predicted != core::UserMeanPredictor(2, 1.0, reference.history()).Predict("alice", 3600));
+  int64_t running = w.Submit(3600);
+  const int64_t t0 = w.now;
+  w.RunStart(running);
+  int64_t blocked = w.Submit(3600);
+  w.now = t0 + 1;
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(blocked).expected_start() == t0 + predicted);
+}
+
+TEST_CASE("prediction: a damaged stored model is dropped and the model starts afresh", "[server][prediction]") {
+  PredictWorld w("online-linear");
+  w.RunFor(100);
+  w.RunFor(300);
+  w.store->SavePredictorModel("online-linear/1 7 nan").get();
+  w.Restart();  // logged; the user's history is kept, so before the warm-up the user mean plans
+  int64_t running = w.Submit(3600);
+  const int64_t t0 = w.now;
+  w.RunStart(running);
+  int64_t blocked = w.Submit(3600);
+  w.now = t0 + 1;
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(blocked).expected_start() == t0 + 200);
+  CHECK_THROWS(w.store->SavePredictorModel(std::string(kMaxPredictorModelBytes + 1, 'x')).get());
 }
