@@ -363,12 +363,29 @@ void Planner::Pend(const QueuedJob& q, PendingReason reason, std::optional<Times
   plan.pending.push_back({q.job->id, reason, start, std::move(detail), q.priority});
 }
 
+bool Planner::Starved(const QueuedJob& q) {
+  const BackfillPolicy& bf = policy_.backfill;
+  const Duration waited = now_ - q.job->submit_time;
+  if (waited >= bf.reserve_after) return true;
+  if (bf.reserve_after_wide <= 0 || waited < bf.reserve_after_wide) return false;
+  const Shape& s = ShapeOf(q);
+  auto [it, fresh] = eligible_capacity_.try_emplace(s.eligible);
+  if (fresh)
+    for (size_t n : *s.eligible) {
+      it->second.cpu_millis += ledger_.slot(n).capacity.cpu_millis;
+      it->second.gpus += ledger_.slot(n).capacity.gpus;
+    }
+  const auto [need, have] = s.demand.gpus > 0 ? std::pair{s.demand.gpus, it->second.gpus}
+                                              : std::pair{s.demand.cpu_millis, it->second.cpu_millis};
+  return static_cast<double>(need) * q.job->spec.ntasks > bf.wide_fraction * static_cast<double>(have);
+}
+
 std::vector<QueuedJob> Planner::PlanStarved(const std::vector<QueuedJob>& queue, Timestamp until, size_t& examined,
                                             size_t max_test, CyclePlan& plan) {
   std::vector<const QueuedJob*> starved;
   std::vector<QueuedJob> others;
   for (const QueuedJob& q : queue) {
-    if (now_ - q.job->submit_time >= policy_.backfill.reserve_after) starved.push_back(&q);
+    if (Starved(q)) starved.push_back(&q);
     else others.push_back(q);
   }
   std::stable_sort(starved.begin(), starved.end(), [](const QueuedJob* a, const QueuedJob* b) {

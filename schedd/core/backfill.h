@@ -98,6 +98,9 @@ class Planner {
   /// BackfillPolicy::reserve_after: the jobs of `queue` that waited that long start now or get a
   /// reservation (before `until`), oldest first, ahead of everything else. Returns the others, in
   /// queue order.
+  /// The guard applies to `q`: it waited reserve_after, or reserve_after_wide and it is wide
+  /// (BackfillPolicy::wide_fraction of its eligible nodes' capacity).
+  bool Starved(const QueuedJob& q);
   std::vector<QueuedJob> PlanStarved(const std::vector<QueuedJob>& queue, Timestamp until, size_t& examined,
                                      size_t max_test, CyclePlan& plan);
   /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
@@ -137,6 +140,8 @@ class Planner {
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
   /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
   std::unordered_map<std::string, Duration> failed_now_;
+  /// Summed capacity of each eligible node set (Starved), made once per cycle per set.
+  std::unordered_map<const std::vector<size_t>*, TaskDemand> eligible_capacity_;
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;

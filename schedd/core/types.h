@@ -308,6 +308,12 @@ struct BackfillPolicy {
   /// Backfill Job Scheduling", JSSPP 2002), with a wait threshold in place of their expansion-factor
   /// one: aggressive backfill keeps the mean low, the guard bounds the worst wait.
   Duration reserve_after = 0;
+  /// The guard's threshold for wide jobs, seconds (0 = reserve_after): a job whose total demand
+  /// exceeds `wide_fraction` of what its eligible nodes hold (GPUs for GPU jobs, else CPU
+  /// millicores) waits only this long before its reservation. Backfill starves wide jobs most
+  /// (narrow ones find holes; a wide one needs the machine drained), so they get a shorter bound.
+  Duration reserve_after_wide = 0;
+  double wide_fraction = 0.5;  // (0, 1]
 };
 
 /// Slurm multifactor priority weights (PriorityWeight*): priority = sum of weight x factor, each

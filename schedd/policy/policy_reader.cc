@@ -218,7 +218,8 @@ void PolicyReader::ReadScheduler(const toml::table& t, core::PolicySet& p) {
 
 void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   const std::string ctx = "[backfill]";
-  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution", "keep_plans", "reserve_after"}, ctx);
+  CheckKeys(t, {"mode", "order", "depth", "max_job_test", "window", "resolution", "keep_plans", "reserve_after",
+                "reserve_after_wide", "wide_fraction"}, ctx);
   std::string mode, order;
   Str(t, "mode", mode, ctx);
   if (!mode.empty()) {
@@ -236,6 +237,12 @@ void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
   Dur(t, "resolution", b.resolution, ctx);
   Bool(t, "keep_plans", b.keep_plans, ctx);
   Dur(t, "reserve_after", b.reserve_after, ctx);
+  Dur(t, "reserve_after_wide", b.reserve_after_wide, ctx);
+  Num(t, "wide_fraction", b.wide_fraction, ctx);
+  if (const toml::node* n = t.get("wide_fraction"); n && !(b.wide_fraction > 0 && b.wide_fraction <= 1))
+    Error(n->source(), "'wide_fraction' in [backfill]: must be in (0, 1] (a share of the job's eligible capacity)");
+  if (const toml::node* n = t.get("reserve_after_wide"); n && b.reserve_after == 0 && b.reserve_after_wide > 0)
+    Error(n->source(), "'reserve_after_wide' in [backfill]: needs 'reserve_after' (the guard for every job) too");
   if (b.resolution < 1) Error(t.get("resolution")->source(), "'resolution' in [backfill]: must be at least 1 second");
 }
 

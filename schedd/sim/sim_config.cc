@@ -215,6 +215,10 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
       out += "(keep-plans)";
     }
     if (policy.backfill.reserve_after > 0) out += "(reserve-after " + std::to_string(policy.backfill.reserve_after) + "s)";
+    if (policy.backfill.reserve_after > 0 && policy.backfill.reserve_after_wide > 0) {
+      out += "(wide " + std::to_string(policy.backfill.reserve_after_wide) + "s over " +
+             std::to_string(policy.backfill.wide_fraction).substr(0, 4) + ")";
+    }
   }
   for (const auto& q : policy.qos) {
     if (q.preempt.empty()) continue;

@@ -279,3 +279,31 @@ TEST_CASE("reserve_after plans jobs that waited too long first - each with a res
     CHECK(StartedIds(RunChecked(s, p, now)) == std::vector<JobId>{4, 5});
   }
 }
+
+TEST_CASE("reserve_after_wide guards wide jobs sooner than narrow ones", "[core][backfill]") {
+  ClusterState s = CpuPool(10);
+  const Timestamp now = 10000;
+  s.jobs = {JobBuilder(1).CpusPerTask(6).TimeLimit(200s).Running(9900, Allocation{{Task(0, "pool", {}, "", 6000)}}).Build(),
+            JobBuilder(2).CpusPerTask(8).TimeLimit(500s).Submit(0).Build(),     // head: reserved at 10100
+            JobBuilder(3).CpusPerTask(9).TimeLimit(500s).Submit(5000).Build(),  // wide (9 of 10), waited 5000 s
+            JobBuilder(4).CpusPerTask(2).TimeLimit(2000s).Submit(9999).Build(), // would hold 2 cores past 10600
+            JobBuilder(5).CpusPerTask(1).TimeLimit(50s).Submit(9999).Build()};  // ends before anything
+  PolicySet p = WithBackfill(BackfillMode::kEasy);
+  p.backfill.reserve_after = 20000;
+  p.backfill.reserve_after_wide = 3600;
+  SECTION("a wide job past reserve_after_wide is planned first") {
+    CyclePlan plan = RunChecked(s, p, now);
+    CHECK(StartedIds(plan) == std::vector<JobId>{5});
+    CHECK(PendingOf(plan, 3).expected_start == 10600);
+  }
+  SECTION("the same job is narrow when wide_fraction is above its share") {
+    p.backfill.wide_fraction = 0.95;
+    CyclePlan plan = RunChecked(s, p, now);
+    CHECK(StartedIds(plan) == std::vector<JobId>{4, 5});
+    CHECK_FALSE(PendingOf(plan, 3).expected_start.has_value());
+  }
+  SECTION("not yet past reserve_after_wide") {
+    p.backfill.reserve_after_wide = 12000;  // longer than every wait here
+    CHECK(StartedIds(RunChecked(s, p, now)) == std::vector<JobId>{4, 5});
+  }
+}

@@ -201,7 +201,10 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
         "p.toml:2:17: 'egress_per_gb' in [placement]: expected a number"}},
       {"unknown key in a table", "[backfill]\nmode = \"easy\"\nwindw = 5\n",
        {"p.toml:3:1: unknown key 'windw' in [backfill]; expected one of: mode, order, depth, max_job_test, window, "
-        "resolution, keep_plans, reserve_after"}},
+        "resolution, keep_plans, reserve_after, reserve_after_wide, wide_fraction"}},
+      {"bad wide guard", "[backfill]\nwide_fraction = 1.5\nreserve_after_wide = \"1d\"\n",
+       {"p.toml:2:17: 'wide_fraction' in [backfill]: must be in (0, 1] (a share of the job's eligible capacity)",
+        "p.toml:3:22: 'reserve_after_wide' in [backfill]: needs 'reserve_after' (the guard for every job) too"}},
       {"wrong type", "[backfill]\ndepth = \"ten\"\n",
        {"p.toml:2:9: 'depth' in [backfill]: expected an integer, got a string"}},
       {"bad enum", "[backfill]\nmode = \"lazy\"\n",
