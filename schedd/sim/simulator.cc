@@ -27,6 +27,8 @@ void Simulation::ChooseShortcuts() {
   parking_ = skip_idle_ && !elastic_ && policy.queue_order == core::QueueOrder::kFifo &&
              (mode == core::BackfillMode::kNone || mode == core::BackfillMode::kEasy) &&
              policy.backfill.max_job_test == 0 && policy.backfill.reserve_after == 0 && !dependencies;
+  // Warm pools make a job's eligible nodes depend on its time limit (Planner::WarmExcluded).
+  shapes_ = parking_ && mode == core::BackfillMode::kEasy && policy.warm_pools.empty();
 }
 
 
@@ -87,7 +89,7 @@ void Simulation::Submit(size_t index) {
   if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
-  view_.AddPending(index, NeedOf(tj.spec));
+  AddPending(index);
   ++pending_;
   dirty_ = true;
 }
@@ -194,7 +196,7 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   live.running = false;
   live.preemptor = 0;
   view_.Stopped(live.held);
-  view_.AddPending(index, NeedOf(job.spec));
+  AddPending(index);
   --running_;
   ++pending_;
   dirty_ = true;
