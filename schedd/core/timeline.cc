@@ -191,4 +191,12 @@ std::optional<Timestamp> AvailabilityTimeline::NextChange(Timestamp t) const {
   return it->time;
 }
 
+std::vector<FreeStep> AvailabilityTimeline::AggregateSteps() const {
+  const std::span<const Step> p = Aggregate();
+  std::vector<FreeStep> out;
+  out.reserve(p.size());
+  for (const Step& s : p) out.push_back({s.time, s.free.cpu_millis, s.free.memory_bytes, s.free.gpus});
+  return out;
+}
+
 }  // namespace mlsched::core

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -178,7 +179,7 @@ core::CyclePlan Simulation::Pass() {
 
 void Simulation::Cycle() {
   dirty_ = false;
-  if (skip_idle_ && !view_.AnyMayStart()) {
+  if (skip_idle_ && (!view_.AnyMayStart() || NothingNewFits())) {
     // Nothing can start: the pass would only restate pending reasons and planned starts, which
     // nothing reads here (SimOptions::idle_shortcuts). Counted as a pass all the same.
     ++result_.cycles;
@@ -194,10 +195,33 @@ void Simulation::Cycle() {
       Apply(plan);
     }
     if (provisioning_) Provision(plan);
+    if (replan_skip_) {
+      free_after_ = std::move(plan.free_after);
+      since_plan_.clear();
+      plan_fresh_ = true;
+    }
   }
   if (options_.record_series) {
     result_.series.push_back(SeriesPoint{now_, pending_, running_, busy_});
   }
+}
+
+bool Simulation::NothingNewFits() const {
+  if (!plan_fresh_ || free_after_.empty()) return false;
+  // Under conservative backfill every job pending at the last pass keeps its planned start (the
+  // timeline has not changed since, and plans do not depend on now): only a job submitted since
+  // could start, and only where the plan's free total covers it over its whole run.
+  const auto first = std::upper_bound(free_after_.begin(), free_after_.end(), now_,
+                                      [](Timestamp t, const core::FreeStep& s) { return t < s.time; });
+  for (const auto& [need, run] : since_plan_) {
+    bool covered = true;
+    for (auto it = first == free_after_.begin() ? first : std::prev(first);
+         covered && it != free_after_.end() && (it->time <= now_ || it->time < now_ + run); ++it) {
+      covered = it->cpu_millis >= need.cpu_millis && it->memory_bytes >= need.memory_bytes && it->gpus >= need.gpus;
+    }
+    if (covered) return false;
+  }
+  return true;
 }
 
 void Simulation::Apply(const core::CyclePlan& plan) {
