@@ -40,8 +40,10 @@ std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
 }
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
+  if (q.job == last_job_) return *last_shape_;
   auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
-  if (!fresh) return *it->second;
+  last_job_ = q.job;
+  if (!fresh) return *(last_shape_ = it->second);
   if (const auto key = PlainKeyOf(q)) {
     auto [plain, made] = plain_shapes_.try_emplace(*key);
     if (made) plain->second = MakeShape(q, nullptr);
@@ -49,7 +51,7 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   } else {
     it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
   }
-  return *it->second;
+  return *(last_shape_ = it->second);
 }
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
@@ -124,6 +126,9 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
   }
   s.key += '|';
   s.key += TopologyName(spec.topology);
+  const auto [id, fresh_key] = key_ids_.try_emplace(s.key, key_ids_.size());
+  if (fresh_key) failed_now_.push_back(kNeverFailed);
+  s.key_id = id->second;
   return s;
 }
 
@@ -167,9 +172,9 @@ const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const 
 std::optional<NodeChoice> Planner::ChooseNow(const QueuedJob& q, const Shape& s, const std::string& type) {
   const JobSpec& spec = q.job->spec;
   if ((spec.topology == Topology::kNone || spec.topology == Topology::kSameDomain) && kept_.empty()) {
-    auto it = fit_now_.find(s.key + '#' + type);
+    auto it = fit_now_.find(std::pair{s.key_id, type});
     if (it == fit_now_.end())
-      it = fit_now_.try_emplace(s.key + '#' + type, ledger_, *s.eligible, ledger_.GpuTypeId(type), s.demand,
+      it = fit_now_.try_emplace(std::pair{s.key_id, type}, ledger_, *s.eligible, ledger_.GpuTypeId(type), s.demand,
                                 spec.ntasks).first;
     it->second.Update(ledger_, touched_);
     if (auto decided = it->second.Choose(ledger_, timeline_, now_, now_ + PlannedRuntime(*q.job), spec.topology))
@@ -201,10 +206,16 @@ std::vector<size_t> Planner::WarmExcluded(const JobSpec& spec) {
   return out;
 }
 
+const std::vector<std::string>& Planner::TypeChoices(const JobSpec& spec, const TaskDemand& demand) {
+  static const std::vector<std::string> kAnyType{""};
+  if (demand.gpus <= 0) return kAnyType;  // GpuTypeChoices' answer, without allocating
+  type_choices_ = GpuTypeChoices(ledger_, spec, demand);
+  return type_choices_;
+}
+
 bool Planner::KnownNotToFit(const Shape& s, Duration time_limit) const {
   // The memo is void once a kept plan is released (resources then grow within the cycle).
-  auto failed = failed_now_.find(s.key);
-  return kept_.empty() && failed != failed_now_.end() && failed->second <= time_limit;
+  return kept_.empty() && failed_now_[s.key_id] != kNeverFailed && failed_now_[s.key_id] <= time_limit;
 }
 
 QueuedJob Planner::SizedAs(const QueuedJob& q, int32_t ntasks) {
@@ -273,7 +284,7 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   if (!s.eligible->empty() &&
       Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
       Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks)) {
-    for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+    for (const std::string& type : TypeChoices(spec, s.demand)) {
       auto choice = ChooseNow(q, s, type);
       if (!choice) continue;
       AllocationTxn txn(ledger_);
@@ -288,7 +299,7 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
     }
   }
   if (!started) {
-    Duration& d = failed_now_.try_emplace(s.key, std::numeric_limits<Duration>::max()).first->second;
+    Duration& d = failed_now_[s.key_id];
     d = std::min(d, planned);
   }
   return started;
@@ -308,7 +319,7 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
     if (t > until) return std::nullopt;
     if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + planned), s.demand, spec.ntasks)) {
-      for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+      for (const std::string& type : TypeChoices(spec, s.demand)) {
         auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
         if (choice) return PlannedStart{t, std::move(*choice)};
       }
@@ -332,7 +343,7 @@ void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
     if (!t || *t < now_) continue;
     const Shape& s = ShapeOf(q);
     if (s.eligible->empty()) continue;
-    for (const std::string& type : GpuTypeChoices(ledger_, q.job->spec, s.demand)) {
+    for (const std::string& type : TypeChoices(q.job->spec, s.demand)) {
       auto choice = ChooseNodes(Candidates(q, s, type, *t, *t > now_), q.job->spec.ntasks,
                                 q.job->spec.topology);
       if (!choice) continue;
@@ -398,6 +409,7 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
                                                          : std::numeric_limits<int64_t>::max();
   const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
   const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
+  shapes_.reserve(queue.size());
   if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
   // reserve_after: jobs that waited that long are planned first, each with a reservation; the

@@ -54,6 +54,7 @@ class Planner {
     char needs = 'N';  // 'G': GPUs, 'C': CPUs only, 'N': neither
     TaskDemand demand;
     std::string key;  // identical keys: identical fit behaviour within the cycle
+    size_t key_id = 0;  // dense id of `key` within the cycle (key_ids_): indexes failed_now_
   };
   /// The job's shape on all its allowed nodes, made once per cycle per job and shared by jobs
   /// with the same PlainKey.
@@ -103,6 +104,9 @@ class Planner {
   /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
   /// (resources only shrink within a cycle, so it still does not).
   bool KnownNotToFit(const Shape& s, Duration time_limit) const;
+  /// GpuTypeChoices(ledger_, spec, demand), valid until the next call (no allocation for jobs
+  /// without GPUs).
+  const std::vector<std::string>& TypeChoices(const JobSpec& spec, const TaskDemand& demand);
   /// TryStartNow on the nodes of one shape.
   bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
   /// Earliest start in [now, until] on the timeline, without reserving.
@@ -132,19 +136,26 @@ class Planner {
   std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
   std::unordered_map<std::string, std::vector<size_t>> open_by_class_;
   std::unordered_map<const Job*, const Shape*> shapes_;  // into plain_shapes_ or own_shapes_
+  const Job* last_job_ = nullptr;  // ShapeOf's last answer (it is asked several times per job)
+  const Shape* last_shape_ = nullptr;
   std::map<PlainKey, Shape> plain_shapes_;
   std::deque<Shape> own_shapes_;
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
-  /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
-  std::unordered_map<std::string, Duration> failed_now_;
+  /// Shape key -> its key_id, one per distinct key.
+  std::unordered_map<std::string, size_t> key_ids_;
+  /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
+  /// kNeverFailed while none failed.
+  std::vector<Duration> failed_now_;
+  static constexpr Duration kNeverFailed = INT64_MAX;
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
+  std::vector<std::string> type_choices_;  // TypeChoices' answer for jobs with GPUs
   /// Elastic jobs at a size below their largest (SizedAs); stable addresses for shapes_.
   std::map<std::pair<const Job*, int32_t>, const Job*> sized_;
   std::deque<Job> sized_jobs_;
-  /// Shape key + GPU type -> where that shape fits now, kept current through touched_.
-  std::unordered_map<std::string, NowFitIndex> fit_now_;
+  /// (key_id, GPU type) -> where that shape fits now, kept current through touched_.
+  std::map<std::pair<size_t, std::string>, NowFitIndex> fit_now_;
   /// Warm pools: for each, which ledger nodes it holds (computed on first use).
   std::vector<std::vector<bool>> warm_nodes_;
   /// Ledger nodes changed by this cycle's starts, in order (NowFitIndex::Update replays them).
