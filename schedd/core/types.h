@@ -565,11 +565,11 @@ struct CyclePlan {
   std::vector<PendingUpdate> pending;
   std::vector<PreemptDecision> preemptions;
   std::vector<ResizeDecision> resizes;
-  /// The planner's availability timeline summed over nodes once its starts and planned starts
-  /// (reservations) are taken, from now on, before preemptions and grows; steps in time order.
-  /// A job that needs more than this over [now, now + its run time) could not have started in
-  /// this cycle, nor in a later one where nothing but submissions changed (the simulator's idle
-  /// passes under conservative backfill).
+  /// Under conservative backfill (empty otherwise): the planner's availability timeline summed
+  /// over nodes once its starts and planned starts (reservations) are taken, from now on, before
+  /// preemptions and grows; steps in time order. A job that needs more than this over
+  /// [now, now + its run time) could not have started in this cycle, nor in a later one where
+  /// nothing but submissions changed (the simulator's idle passes).
   std::vector<FreeStep> free_after;
 };
 
