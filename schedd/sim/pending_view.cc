@@ -50,7 +50,9 @@ void PendingView::AddPending(size_t index, Need need, std::optional<std::string>
   auto [id, fresh] = shape_ids_.try_emplace(std::move(*shape), shapes_.size());
   if (fresh) shapes_.push_back(Shape{need, {}, {}});
   shape_of_[index] = id->second;
-  Join(shapes_[id->second], index, planned_s);
+  Shape& s = shapes_[id->second];
+  if (s.members.empty()) live_shapes_.emplace(s.need, id->second);
+  Join(s, index, planned_s);
 }
 
 void PendingView::Started(size_t index, Need held) {
@@ -61,7 +63,9 @@ void PendingView::Started(size_t index, Need held) {
     need_of_.erase(it);
   }
   if (auto shape = shape_of_.find(index); shape != shape_of_.end()) {
-    Leave(shapes_[shape->second], index);
+    Shape& s = shapes_[shape->second];
+    Leave(s, index);
+    if (s.members.empty()) live_shapes_.erase({s.need, shape->second});
     shape_of_.erase(shape);
   }
   visible_.erase(index);
@@ -156,8 +160,10 @@ void PendingView::Arrange(bool covered_too, std::vector<size_t>* unpark, std::ve
       for (size_t i : members)
         if (i > cut) show.push_back(i);
     }
-    for (const Shape& s : shapes_) {
-      if (s.records.empty() || !Covered(s.need)) continue;
+    for (const auto& [need, id] : live_shapes_) {
+      if (need.cpu_millis > 0 && need.cpu_millis > free_cpu) break;  // ordered by CPUs first
+      const Shape& s = shapes_[id];
+      if (!Covered(need)) continue;
       for (auto r = s.records.upper_bound(cut); r != s.records.end(); ++r)
         if (parked_.count(*r)) show.push_back(*r);
     }

@@ -124,6 +124,7 @@ class PendingView {
   std::map<size_t, Need> need_of_;                  // every pending job's need
   std::map<std::string, size_t> shape_ids_;         // shape key -> index in shapes_
   std::vector<Shape> shapes_;
+  std::set<std::pair<Need, size_t>> live_shapes_;   // shapes with pending jobs, by need
   std::map<size_t, size_t> shape_of_;               // pending jobs with a shape -> shapes_ index
 };
 
