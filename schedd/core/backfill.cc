@@ -1,6 +1,8 @@
 #include "schedd/core/backfill.h"
 
 #include <algorithm>
+#include <charconv>
+#include <tuple>
 #include <limits>
 
 namespace mlsched::core {
@@ -46,7 +48,7 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   if (!fresh) return *(last_shape_ = it->second);
   if (const auto key = PlainKeyOf(q)) {
     auto [plain, made] = plain_shapes_.try_emplace(*key);
-    if (made) plain->second = MakeShape(q, nullptr);
+    if (made) plain->second = MakePlainShape(q);
     it->second = &plain->second;
   } else {
     it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
@@ -60,10 +62,11 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
   return tier_shapes_.emplace(std::pair{q.job, tier}, MakeShape(q, &(*q.placement)[tier])).first->second;
 }
 
-Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) {
+std::string Planner::ClassOf(const QueuedJob& q, const NodeFilter* filter, const std::vector<size_t>& warm,
+                             char* needs) const {
   const JobSpec& spec = q.job->spec;
   // The node class: everything that decides which nodes are eligible. Built by appending into one
-  // buffer: this runs for every queued job on every cycle.
+  // buffer.
   std::string klass;
   klass.reserve(64);
   klass += q.partition->name;
@@ -79,9 +82,9 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
       klass += ',';
       named = true;
     }
-  const char needs = named ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
+  *needs = named ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
   klass += '|';
-  klass += needs;
+  klass += *needs;
   if (spec.spot != SpotPreference::kAllow && spec.spot != SpotPreference::kPrefer) {
     klass += "|spot:";
     klass += SpotPreferenceName(spec.spot);
@@ -96,33 +99,64 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
     klass += '@';
     klass += filter->region;
   }
-  const std::vector<size_t> warm = WarmExcluded(spec);
   for (size_t w : warm) {
     klass += "|warm:";
     klass += std::to_string(w);
   }
-  auto [it, inserted] = eligible_by_class_.try_emplace(klass);
-  if (inserted)
+  return klass;
+}
+
+Planner::NodeClass& Planner::ClassNodes(const QueuedJob& q, const NodeFilter* filter) {
+  const JobSpec& spec = q.job->spec;
+  const std::vector<size_t> warm = WarmExcluded(spec);
+  char needs = 'N';
+  std::string klass = ClassOf(q, filter, warm, &needs);
+  auto [it, inserted] = classes_.try_emplace(klass);
+  NodeClass& c = it->second;
+  if (inserted) {
+    c.klass = std::move(klass);
+    c.needs = needs;
     for (size_t i = 0; i < ledger_.size(); ++i) {
       if (!NodeEligible(ledger_.slot(i), spec, q.partition)) continue;
       if (filter && !PassesFilter(*ledger_.slot(i).node, *filter)) continue;
       if (std::any_of(warm.begin(), warm.end(), [&](size_t w) { return warm_nodes_[w][i]; })) continue;
-      it->second.push_back(i);
+      c.eligible.push_back(i);
     }
+    c.open = c.eligible;
+  }
+  return c;
+}
+
+Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) {
+  return ShapeIn(q, ClassNodes(q, filter));
+}
+
+Planner::Shape Planner::MakePlainShape(const QueuedJob& q) {
+  // A plain job's class is decided by its partition, whether it asks for GPUs or CPUs and its spot
+  // preference (ClassOf), so it is looked up once per such triple, not built per shape.
+  const JobSpec& spec = q.job->spec;
+  const bool gpus = !spec.per_task.gpus.empty() && spec.per_task.gpus.begin()->second > 0;
+  const auto key = std::tuple{q.partition, gpus, spec.per_task.cpu_millis > 0, spec.spot};
+  auto it = plain_classes_.find(key);
+  if (it == plain_classes_.end()) it = plain_classes_.emplace(key, &ClassNodes(q, nullptr)).first;
+  return ShapeIn(q, *it->second);
+}
+
+Planner::Shape Planner::ShapeIn(const QueuedJob& q, NodeClass& c) {
+  const JobSpec& spec = q.job->spec;
   Shape s;
-  s.eligible = &it->second;
-  s.needs = needs;
-  auto [open, fresh] = open_by_class_.try_emplace(klass);
-  if (fresh) open->second = it->second;
-  s.open_now = &open->second;
-  s.demand = it->second.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
+  s.eligible = &c.eligible;
+  s.needs = c.needs;
+  s.open_now = &c.open;
+  s.demand = c.eligible.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
                                              spec.per_task.GpuCount()}
-                                : *ResolveTaskDemand(spec, *ledger_.slot(it->second.front()).node);
-  s.key.reserve(klass.size() + 48);
-  s.key += klass;
+                                : *ResolveTaskDemand(spec, *ledger_.slot(c.eligible.front()).node);
+  s.key.reserve(c.klass.size() + 64);
+  s.key += c.klass;
+  char digits[24];
   for (int64_t v : {s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, int64_t{spec.ntasks}}) {
     s.key += '|';
-    s.key += std::to_string(v);
+    s.key.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
   }
   s.key += '|';
   s.key += TopologyName(spec.topology);
@@ -258,6 +292,10 @@ std::optional<Timestamp> Planner::FinishAtLargest(const QueuedJob& q) {
 }
 
 std::optional<std::pair<QueuedJob, PlannedStart>> Planner::PlanReservation(const QueuedJob& q, Timestamp until) {
+  if (!IsElastic(q.job->spec)) {  // one size: GangSizes would be {ntasks} and SizedAs q itself
+    if (auto start = FindEarliest(q, until)) return std::pair{q, std::move(*start)};
+    return std::nullopt;
+  }
   for (int32_t n : GangSizes(q.job->spec)) {
     QueuedJob sized = SizedAs(q, n);
     if (auto start = FindEarliest(sized, until)) return std::pair{sized, std::move(*start)};

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -59,7 +60,24 @@ class Planner {
   /// The job's shape on all its allowed nodes, made once per cycle per job and shared by jobs
   /// with the same PlainKey.
   const Shape& ShapeOf(const QueuedJob& q);
+  /// A node class: the eligible nodes of every job whose ClassOf string is `klass`.
+  struct NodeClass {
+    std::string klass;
+    char needs = 'N';
+    std::vector<size_t> eligible;  // ledger indices, ascending
+    std::vector<size_t> open;      // Shape::open_now of the class
+  };
+  /// The class string of `q` restricted to `filter` (null: none) and without warm pools `warm`;
+  /// sets `needs` ('G', 'C' or 'N').
+  std::string ClassOf(const QueuedJob& q, const NodeFilter* filter, const std::vector<size_t>& warm,
+                      char* needs) const;
+  /// The class of `q` (restricted to `filter`), made on first use in the cycle.
+  NodeClass& ClassNodes(const QueuedJob& q, const NodeFilter* filter);
   Shape MakeShape(const QueuedJob& q, const NodeFilter* filter);
+  /// MakeShape(q, nullptr) for a job with a PlainKey, finding its class without building its string.
+  Shape MakePlainShape(const QueuedJob& q);
+  /// The shape of `q` on the nodes of class `c` (demand, key and key_id).
+  Shape ShapeIn(const QueuedJob& q, NodeClass& c);
   /// Everything MakeShape reads from a "plain" job (no features, GPU types or named GPU types, no
   /// strict data region; the policy has no warm pools): jobs with equal keys have equal shapes,
   /// so the shape is made once per key, not once per job (the key is built without allocating).
@@ -133,8 +151,9 @@ class Planner {
   LimitTracker& limits_;
   const PolicySet& policy_;
   Timestamp now_;
-  std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
-  std::unordered_map<std::string, std::vector<size_t>> open_by_class_;
+  std::unordered_map<std::string, NodeClass> classes_;  // by class string; stable addresses
+  /// Plain jobs' classes by (partition, asks for GPUs, asks for CPUs, spot preference).
+  std::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_;
   std::unordered_map<const Job*, const Shape*> shapes_;  // into plain_shapes_ or own_shapes_
   const Job* last_job_ = nullptr;  // ShapeOf's last answer (it is asked several times per job)
   const Shape* last_shape_ = nullptr;
