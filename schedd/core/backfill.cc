@@ -1,7 +1,6 @@
 #include "schedd/core/backfill.h"
 
 #include <algorithm>
-#include <charconv>
 #include <tuple>
 #include <limits>
 
@@ -151,16 +150,11 @@ Planner::Shape Planner::ShapeIn(const QueuedJob& q, NodeClass& c) {
   s.demand = c.eligible.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
                                              spec.per_task.GpuCount()}
                                 : *ResolveTaskDemand(spec, *ledger_.slot(c.eligible.front()).node);
-  s.key.reserve(c.klass.size() + 64);
-  s.key += c.klass;
-  char digits[24];
-  for (int64_t v : {s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, int64_t{spec.ntasks}}) {
-    s.key += '|';
-    s.key.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
-  }
-  s.key += '|';
-  s.key += TopologyName(spec.topology);
-  const auto [id, fresh_key] = key_ids_.try_emplace(s.key, key_ids_.size());
+  // The key (class, demand, tasks, topology) stands for the string klass|cpu|memory|gpus|tasks|topology:
+  // the class object is one per class string, and the fields after it hold no '|'.
+  const auto [id, fresh_key] = key_ids_.try_emplace(
+      ShapeKey{&c, s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, spec.ntasks, spec.topology},
+      key_ids_.size());
   if (fresh_key) failed_now_.push_back(kNeverFailed);
   s.key_id = id->second;
   return s;

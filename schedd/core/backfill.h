@@ -54,8 +54,9 @@ class Planner {
     std::vector<size_t>* open_now = nullptr;
     char needs = 'N';  // 'G': GPUs, 'C': CPUs only, 'N': neither
     TaskDemand demand;
-    std::string key;  // identical keys: identical fit behaviour within the cycle
-    size_t key_id = 0;  // dense id of `key` within the cycle (key_ids_): indexes failed_now_
+    /// Dense id of the shape's key (class, per-task demand, tasks, topology) within the cycle:
+    /// identical keys, identical fit behaviour. Indexes failed_now_ and fit_now_.
+    size_t key_id = 0;
   };
   /// The job's shape on all its allowed nodes, made once per cycle per job and shared by jobs
   /// with the same PlainKey.
@@ -160,8 +161,16 @@ class Planner {
   std::map<PlainKey, Shape> plain_shapes_;
   std::deque<Shape> own_shapes_;
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
+  /// A shape's key: its node class (one object per class string), per-task demand, tasks, topology.
+  struct ShapeKey {
+    const NodeClass* klass = nullptr;
+    int64_t cpu_millis = 0, memory_bytes = 0, gpus = 0;
+    int32_t ntasks = 0;
+    Topology topology = Topology::kNone;
+    auto operator<=>(const ShapeKey&) const = default;
+  };
   /// Shape key -> its key_id, one per distinct key.
-  std::unordered_map<std::string, size_t> key_ids_;
+  std::map<ShapeKey, size_t> key_ids_;
   /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
   /// kNeverFailed while none failed.
   std::vector<Duration> failed_now_;
