@@ -2,8 +2,9 @@
 # bench/sim/sim_outputs.sh BUILD_DIR OUT_DIR: records mlsim's JSON and per-job CSV for every
 # configuration the sim validation tests pin (KTH-SP2, SDSC-SP2: no backfill, EASY, exact run
 # times, shortest-first, conservative with and without kept plans, predicted run times, start
-# estimates, the shipped policies), plus Philly (first 10,000 jobs), Alibaba, Pollux on a spot
-# fleet with evictions, the preemption benchmark and the synthetic SDSC-BLUE-size digests.
+# estimates, the shipped policies), plus Philly (first 10,000 jobs; the whole trace under EASY),
+# Alibaba, Pollux on a spot fleet with evictions, the preemption benchmark and the synthetic
+# SDSC-BLUE-size digests.
 # Run it before and after a change to the core or the simulator and `diff -r` the two folders:
 # any byte that differs is a changed decision. About 5-15 minutes on the 2-core machine.
 set -euo pipefail
@@ -36,6 +37,8 @@ for t in KTH-SP2 SDSC-SP2; do
 done
 ph=$data/philly-2017-09-10.csv.gz
 for b in none easy conservative; do run "philly10k-$b" --trace "$ph" --max-jobs 10000 --backfill "$b"; done
+# The whole trace under EASY (5 s since the shape records; over 10 minutes on builds before them).
+run philly-easy --trace "$ph" --backfill easy
 run alibaba-easy --trace "$data/openb_pod_list_default.csv.gz" --backfill easy
 apps=$out/apps.toml
 printf 'cifar10 = 3600\ndeepspeech2 = 7200\nncf = 900\nbert = 5400\nimagenet = 43200\nyolov3 = 14400\n' > "$apps"

@@ -1,6 +1,7 @@
 #include "schedd/core/backfill.h"
 
 #include <algorithm>
+#include <tuple>
 #include <limits>
 
 namespace mlsched::core {
@@ -40,16 +41,18 @@ std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
 }
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
+  if (q.job == last_job_) return *last_shape_;
   auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
-  if (!fresh) return *it->second;
+  last_job_ = q.job;
+  if (!fresh) return *(last_shape_ = it->second);
   if (const auto key = PlainKeyOf(q)) {
     auto [plain, made] = plain_shapes_.try_emplace(*key);
-    if (made) plain->second = MakeShape(q, nullptr);
+    if (made) plain->second = MakePlainShape(q);
     it->second = &plain->second;
   } else {
     it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
   }
-  return *it->second;
+  return *(last_shape_ = it->second);
 }
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
@@ -58,10 +61,11 @@ const Planner::Shape& Planner::ShapeOf(const QueuedJob& q, size_t tier) {
   return tier_shapes_.emplace(std::pair{q.job, tier}, MakeShape(q, &(*q.placement)[tier])).first->second;
 }
 
-Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) {
+std::string Planner::ClassOf(const QueuedJob& q, const NodeFilter* filter, const std::vector<size_t>& warm,
+                             char* needs) const {
   const JobSpec& spec = q.job->spec;
   // The node class: everything that decides which nodes are eligible. Built by appending into one
-  // buffer: this runs for every queued job on every cycle.
+  // buffer.
   std::string klass;
   klass.reserve(64);
   klass += q.partition->name;
@@ -77,9 +81,9 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
       klass += ',';
       named = true;
     }
-  const char needs = named ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
+  *needs = named ? 'G' : spec.per_task.cpu_millis > 0 ? 'C' : 'N';
   klass += '|';
-  klass += needs;
+  klass += *needs;
   if (spec.spot != SpotPreference::kAllow && spec.spot != SpotPreference::kPrefer) {
     klass += "|spot:";
     klass += SpotPreferenceName(spec.spot);
@@ -94,36 +98,65 @@ Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) 
     klass += '@';
     klass += filter->region;
   }
-  const std::vector<size_t> warm = WarmExcluded(spec);
   for (size_t w : warm) {
     klass += "|warm:";
     klass += std::to_string(w);
   }
-  auto [it, inserted] = eligible_by_class_.try_emplace(klass);
-  if (inserted)
+  return klass;
+}
+
+Planner::NodeClass& Planner::ClassNodes(const QueuedJob& q, const NodeFilter* filter) {
+  const JobSpec& spec = q.job->spec;
+  const std::vector<size_t> warm = WarmExcluded(spec);
+  char needs = 'N';
+  std::string klass = ClassOf(q, filter, warm, &needs);
+  auto [it, inserted] = classes_.try_emplace(klass);
+  NodeClass& c = it->second;
+  if (inserted) {
+    c.klass = std::move(klass);
+    c.needs = needs;
     for (size_t i = 0; i < ledger_.size(); ++i) {
       if (!NodeEligible(ledger_.slot(i), spec, q.partition)) continue;
       if (filter && !PassesFilter(*ledger_.slot(i).node, *filter)) continue;
       if (std::any_of(warm.begin(), warm.end(), [&](size_t w) { return warm_nodes_[w][i]; })) continue;
-      it->second.push_back(i);
+      c.eligible.push_back(i);
     }
-  Shape s;
-  s.eligible = &it->second;
-  s.needs = needs;
-  auto [open, fresh] = open_by_class_.try_emplace(klass);
-  if (fresh) open->second = it->second;
-  s.open_now = &open->second;
-  s.demand = it->second.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
-                                             spec.per_task.GpuCount()}
-                                : *ResolveTaskDemand(spec, *ledger_.slot(it->second.front()).node);
-  s.key.reserve(klass.size() + 48);
-  s.key += klass;
-  for (int64_t v : {s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, int64_t{spec.ntasks}}) {
-    s.key += '|';
-    s.key += std::to_string(v);
+    c.open = c.eligible;
   }
-  s.key += '|';
-  s.key += TopologyName(spec.topology);
+  return c;
+}
+
+Planner::Shape Planner::MakeShape(const QueuedJob& q, const NodeFilter* filter) {
+  return ShapeIn(q, ClassNodes(q, filter));
+}
+
+Planner::Shape Planner::MakePlainShape(const QueuedJob& q) {
+  // A plain job's class is decided by its partition, whether it asks for GPUs or CPUs and its spot
+  // preference (ClassOf), so it is looked up once per such triple, not built per shape.
+  const JobSpec& spec = q.job->spec;
+  const bool gpus = !spec.per_task.gpus.empty() && spec.per_task.gpus.begin()->second > 0;
+  const auto key = std::tuple{q.partition, gpus, spec.per_task.cpu_millis > 0, spec.spot};
+  auto it = plain_classes_.find(key);
+  if (it == plain_classes_.end()) it = plain_classes_.emplace(key, &ClassNodes(q, nullptr)).first;
+  return ShapeIn(q, *it->second);
+}
+
+Planner::Shape Planner::ShapeIn(const QueuedJob& q, NodeClass& c) {
+  const JobSpec& spec = q.job->spec;
+  Shape s;
+  s.eligible = &c.eligible;
+  s.needs = c.needs;
+  s.open_now = &c.open;
+  s.demand = c.eligible.empty() ? TaskDemand{spec.per_task.cpu_millis, spec.per_task.memory_bytes,
+                                             spec.per_task.GpuCount()}
+                                : *ResolveTaskDemand(spec, *ledger_.slot(c.eligible.front()).node);
+  // The key (class, demand, tasks, topology) stands for the string klass|cpu|memory|gpus|tasks|topology:
+  // the class object is one per class string, and the fields after it hold no '|'.
+  const auto [id, fresh_key] = key_ids_.try_emplace(
+      ShapeKey{&c, s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, spec.ntasks, spec.topology},
+      key_ids_.size());
+  if (fresh_key) failed_now_.push_back(kNeverFailed);
+  s.key_id = id->second;
   return s;
 }
 
@@ -167,9 +200,9 @@ const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const 
 std::optional<NodeChoice> Planner::ChooseNow(const QueuedJob& q, const Shape& s, const std::string& type) {
   const JobSpec& spec = q.job->spec;
   if ((spec.topology == Topology::kNone || spec.topology == Topology::kSameDomain) && kept_.empty()) {
-    auto it = fit_now_.find(s.key + '#' + type);
+    auto it = fit_now_.find(std::pair{s.key_id, type});
     if (it == fit_now_.end())
-      it = fit_now_.try_emplace(s.key + '#' + type, ledger_, *s.eligible, ledger_.GpuTypeId(type), s.demand,
+      it = fit_now_.try_emplace(std::pair{s.key_id, type}, ledger_, *s.eligible, ledger_.GpuTypeId(type), s.demand,
                                 spec.ntasks).first;
     it->second.Update(ledger_, touched_);
     if (auto decided = it->second.Choose(ledger_, timeline_, now_, now_ + PlannedRuntime(*q.job), spec.topology))
@@ -201,10 +234,16 @@ std::vector<size_t> Planner::WarmExcluded(const JobSpec& spec) {
   return out;
 }
 
+const std::vector<std::string>& Planner::TypeChoices(const JobSpec& spec, const TaskDemand& demand) {
+  static const std::vector<std::string> kAnyType{""};
+  if (demand.gpus <= 0) return kAnyType;  // GpuTypeChoices' answer, without allocating
+  type_choices_ = GpuTypeChoices(ledger_, spec, demand);
+  return type_choices_;
+}
+
 bool Planner::KnownNotToFit(const Shape& s, Duration time_limit) const {
   // The memo is void once a kept plan is released (resources then grow within the cycle).
-  auto failed = failed_now_.find(s.key);
-  return kept_.empty() && failed != failed_now_.end() && failed->second <= time_limit;
+  return kept_.empty() && failed_now_[s.key_id] != kNeverFailed && failed_now_[s.key_id] <= time_limit;
 }
 
 QueuedJob Planner::SizedAs(const QueuedJob& q, int32_t ntasks) {
@@ -247,6 +286,10 @@ std::optional<Timestamp> Planner::FinishAtLargest(const QueuedJob& q) {
 }
 
 std::optional<std::pair<QueuedJob, PlannedStart>> Planner::PlanReservation(const QueuedJob& q, Timestamp until) {
+  if (!IsElastic(q.job->spec)) {  // one size: GangSizes would be {ntasks} and SizedAs q itself
+    if (auto start = FindEarliest(q, until)) return std::pair{q, std::move(*start)};
+    return std::nullopt;
+  }
   for (int32_t n : GangSizes(q.job->spec)) {
     QueuedJob sized = SizedAs(q, n);
     if (auto start = FindEarliest(sized, until)) return std::pair{sized, std::move(*start)};
@@ -273,7 +316,7 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   if (!s.eligible->empty() &&
       Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
       Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks)) {
-    for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+    for (const std::string& type : TypeChoices(spec, s.demand)) {
       auto choice = ChooseNow(q, s, type);
       if (!choice) continue;
       AllocationTxn txn(ledger_);
@@ -288,7 +331,7 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
     }
   }
   if (!started) {
-    Duration& d = failed_now_.try_emplace(s.key, std::numeric_limits<Duration>::max()).first->second;
+    Duration& d = failed_now_[s.key_id];
     d = std::min(d, planned);
   }
   return started;
@@ -308,7 +351,7 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
     if (t > until) return std::nullopt;
     if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + planned), s.demand, spec.ntasks)) {
-      for (const std::string& type : GpuTypeChoices(ledger_, spec, s.demand)) {
+      for (const std::string& type : TypeChoices(spec, s.demand)) {
         auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
         if (choice) return PlannedStart{t, std::move(*choice)};
       }
@@ -332,7 +375,7 @@ void Planner::KeepPreviousPlans(const std::vector<QueuedJob>& queue) {
     if (!t || *t < now_) continue;
     const Shape& s = ShapeOf(q);
     if (s.eligible->empty()) continue;
-    for (const std::string& type : GpuTypeChoices(ledger_, q.job->spec, s.demand)) {
+    for (const std::string& type : TypeChoices(q.job->spec, s.demand)) {
       auto choice = ChooseNodes(Candidates(q, s, type, *t, *t > now_), q.job->spec.ntasks,
                                 q.job->spec.topology);
       if (!choice) continue;
@@ -415,6 +458,7 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
                                                          : std::numeric_limits<int64_t>::max();
   const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
   const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
+  shapes_.reserve(queue.size());
   if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
   // reserve_after: jobs that waited that long are planned first, each with a reservation; the

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -53,12 +54,31 @@ class Planner {
     std::vector<size_t>* open_now = nullptr;
     char needs = 'N';  // 'G': GPUs, 'C': CPUs only, 'N': neither
     TaskDemand demand;
-    std::string key;  // identical keys: identical fit behaviour within the cycle
+    /// Dense id of the shape's key (class, per-task demand, tasks, topology) within the cycle:
+    /// identical keys, identical fit behaviour. Indexes failed_now_ and fit_now_.
+    size_t key_id = 0;
   };
   /// The job's shape on all its allowed nodes, made once per cycle per job and shared by jobs
   /// with the same PlainKey.
   const Shape& ShapeOf(const QueuedJob& q);
+  /// A node class: the eligible nodes of every job whose ClassOf string is `klass`.
+  struct NodeClass {
+    std::string klass;
+    char needs = 'N';
+    std::vector<size_t> eligible;  // ledger indices, ascending
+    std::vector<size_t> open;      // Shape::open_now of the class
+  };
+  /// The class string of `q` restricted to `filter` (null: none) and without warm pools `warm`;
+  /// sets `needs` ('G', 'C' or 'N').
+  std::string ClassOf(const QueuedJob& q, const NodeFilter* filter, const std::vector<size_t>& warm,
+                      char* needs) const;
+  /// The class of `q` (restricted to `filter`), made on first use in the cycle.
+  NodeClass& ClassNodes(const QueuedJob& q, const NodeFilter* filter);
   Shape MakeShape(const QueuedJob& q, const NodeFilter* filter);
+  /// MakeShape(q, nullptr) for a job with a PlainKey, finding its class without building its string.
+  Shape MakePlainShape(const QueuedJob& q);
+  /// The shape of `q` on the nodes of class `c` (demand, key and key_id).
+  Shape ShapeIn(const QueuedJob& q, NodeClass& c);
   /// Everything MakeShape reads from a "plain" job (no features, GPU types or named GPU types, no
   /// strict data region; the policy has no warm pools): jobs with equal keys have equal shapes,
   /// so the shape is made once per key, not once per job (the key is built without allocating).
@@ -106,6 +126,9 @@ class Planner {
   /// True when a job of shape `s` with this time limit already failed to fit now in this cycle
   /// (resources only shrink within a cycle, so it still does not).
   bool KnownNotToFit(const Shape& s, Duration time_limit) const;
+  /// GpuTypeChoices(ledger_, spec, demand), valid until the next call (no allocation for jobs
+  /// without GPUs).
+  const std::vector<std::string>& TypeChoices(const JobSpec& spec, const TaskDemand& demand);
   /// TryStartNow on the nodes of one shape.
   bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
   /// Earliest start in [now, until] on the timeline, without reserving.
@@ -132,24 +155,40 @@ class Planner {
   LimitTracker& limits_;
   const PolicySet& policy_;
   Timestamp now_;
-  std::unordered_map<std::string, std::vector<size_t>> eligible_by_class_;
-  std::unordered_map<std::string, std::vector<size_t>> open_by_class_;
+  std::unordered_map<std::string, NodeClass> classes_;  // by class string; stable addresses
+  /// Plain jobs' classes by (partition, asks for GPUs, asks for CPUs, spot preference).
+  std::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_;
   std::unordered_map<const Job*, const Shape*> shapes_;  // into plain_shapes_ or own_shapes_
+  const Job* last_job_ = nullptr;  // ShapeOf's last answer (it is asked several times per job)
+  const Shape* last_shape_ = nullptr;
   std::map<PlainKey, Shape> plain_shapes_;
   std::deque<Shape> own_shapes_;
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
-  /// Shape key -> the shortest time limit that did not fit now (resources only shrink in a cycle).
-  std::unordered_map<std::string, Duration> failed_now_;
+  /// A shape's key: its node class (one object per class string), per-task demand, tasks, topology.
+  struct ShapeKey {
+    const NodeClass* klass = nullptr;
+    int64_t cpu_millis = 0, memory_bytes = 0, gpus = 0;
+    int32_t ntasks = 0;
+    Topology topology = Topology::kNone;
+    auto operator<=>(const ShapeKey&) const = default;
+  };
+  /// Shape key -> its key_id, one per distinct key.
+  std::map<ShapeKey, size_t> key_ids_;
+  /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
+  /// kNeverFailed while none failed.
+  std::vector<Duration> failed_now_;
+  static constexpr Duration kNeverFailed = INT64_MAX;
   /// Summed capacity of each eligible node set (Starved), made once per cycle per set.
   std::unordered_map<const std::vector<size_t>*, TaskDemand> eligible_capacity_;
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
+  std::vector<std::string> type_choices_;  // TypeChoices' answer for jobs with GPUs
   /// Elastic jobs at a size below their largest (SizedAs); stable addresses for shapes_.
   std::map<std::pair<const Job*, int32_t>, const Job*> sized_;
   std::deque<Job> sized_jobs_;
-  /// Shape key + GPU type -> where that shape fits now, kept current through touched_.
-  std::unordered_map<std::string, NowFitIndex> fit_now_;
+  /// (key_id, GPU type) -> where that shape fits now, kept current through touched_.
+  std::map<std::pair<size_t, std::string>, NowFitIndex> fit_now_;
   /// Warm pools: for each, which ledger nodes it holds (computed on first use).
   std::vector<std::vector<bool>> warm_nodes_;
   /// Ledger nodes changed by this cycle's starts, in order (NowFitIndex::Update replays them).

@@ -123,6 +123,7 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
   AvailabilityTimeline timeline(ledger, state.jobs, now);
   LimitTracker limits(state, policy);
   Planner(ledger, timeline, limits, policy, now).Run(queue, plan);
+  if (policy.backfill.mode == BackfillMode::kConservative) plan.free_after = timeline.AggregateSteps();
   for (PendingUpdate& p : plan.pending)
     if (p.reason == PendingReason::kResources && spot_only.count(p.job)) {
       p.reason = PendingReason::kWaitingForSpotBudget;

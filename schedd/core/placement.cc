@@ -150,6 +150,13 @@ std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidat
   }
   int32_t max_key = 0;
   for (const auto& c : candidates) max_key = std::max(max_key, GroupKey(c, topology));
+  if (max_key == 0) {  // one group (a flat fleet, an SWF machine): its sum decides, no tally needed
+    int64_t sum = 0;
+    for (const auto& c : candidates)
+      if (c.tasks > 0) sum += c.tasks;
+    if (sum < ntasks) return std::nullopt;
+    return ChooseInGroup(candidates, ntasks);
+  }
   std::vector<int64_t> group_sum(static_cast<size_t>(max_key) + 1, 0);
   for (const auto& c : candidates)
     if (c.tasks > 0) group_sum[GroupKey(c, topology)] += c.tasks;
@@ -157,7 +164,6 @@ std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidat
   for (int32_t key = 0; key <= max_key; ++key)
     if (group_sum[key] >= ntasks && (!best || group_sum[key] < best->first)) best = {group_sum[key], key};
   if (!best) return std::nullopt;
-  if (max_key == 0) return ChooseInGroup(candidates, ntasks);
   std::vector<NodeCandidate> group;
   for (const auto& c : candidates)
     if (c.tasks > 0 && GroupKey(c, topology) == best->second) group.push_back(c);

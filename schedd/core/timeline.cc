@@ -95,7 +95,9 @@ AvailabilityTimeline::Profile& AvailabilityTimeline::MutableProfile(size_t node)
   if (own_[node] < 0) {
     const std::span<const Step> built = ProfileOf(node);
     own_[node] = static_cast<int32_t>(owned_.size());
-    owned_.emplace_back(built.begin(), built.end());
+    Profile& p = owned_.emplace_back();
+    p.reserve(2 * built.size() + 16);  // each reservation adds up to two steps
+    p.assign(built.begin(), built.end());
   }
   return owned_[static_cast<size_t>(own_[node])];
 }
@@ -189,6 +191,14 @@ std::optional<Timestamp> AvailabilityTimeline::NextChange(Timestamp t) const {
                              [](Timestamp x, const Step& s) { return x < s.time; });
   if (it == aggregate.end()) return std::nullopt;
   return it->time;
+}
+
+std::vector<FreeStep> AvailabilityTimeline::AggregateSteps() const {
+  const std::span<const Step> p = Aggregate();
+  std::vector<FreeStep> out;
+  out.reserve(p.size());
+  for (const Step& s : p) out.push_back({s.time, s.free.cpu_millis, s.free.memory_bytes, s.free.gpus});
+  return out;
 }
 
 }  // namespace mlsched::core

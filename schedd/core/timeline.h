@@ -40,6 +40,8 @@ class AvailabilityTimeline {
                                             const TaskDemand& per_task, int64_t count) const;
   /// The first time after `t` at which some node's free resources change, or nullopt.
   std::optional<Timestamp> NextChange(Timestamp t) const;
+  /// The sum over all nodes of free resources from now on, one step per change (CyclePlan::free_after).
+  std::vector<FreeStep> AggregateSteps() const;
 
  private:
   struct Step {

@@ -558,11 +558,26 @@ struct ResizeDecision {
   std::string from_accelerator;  // tier return: the fallback tier it leaves (a GPU type or "cpu")
 };
 
+/// One step of a free-resource profile: the sum over all up nodes of what is free from `time`
+/// (seconds) until the next step's time (the last step: from then on). CPU millicores, bytes, GPUs.
+struct FreeStep {
+  Timestamp time = 0;
+  int64_t cpu_millis = 0;
+  int64_t memory_bytes = 0;
+  int64_t gpus = 0;
+};
+
 struct CyclePlan {
   std::vector<StartDecision> starts;
   std::vector<PendingUpdate> pending;
   std::vector<PreemptDecision> preemptions;
   std::vector<ResizeDecision> resizes;
+  /// Under conservative backfill (empty otherwise): the planner's availability timeline summed
+  /// over nodes once its starts and planned starts (reservations) are taken, from now on, before
+  /// preemptions and grows; steps in time order. A job that needs more than this over
+  /// [now, now + its run time) could not have started in this cycle, nor in a later one where
+  /// nothing but submissions changed (the simulator's idle passes).
+  std::vector<FreeStep> free_after;
 };
 
 /// Why a spec can never run on this cluster (e.g. "job needs 9 GPUs per task but no node has more

@@ -170,6 +170,20 @@ class Simulation {
   /// the job that blocked the queue (no backfill) or holds the reservation (EASY) comes before
   /// every parked job, so the parked ones would only have been left pending (they cannot start).
   bool PassStands(const core::CyclePlan& plan) const;
+  /// After a pass with shapes_: shows the parked jobs a record no longer covers (a record that
+  /// started or was held by something other than resources; PendingView::OpenGap). True when there
+  /// were none: the pass stands as far as shapes go.
+  bool GapsClosed(const core::CyclePlan& plan);
+  /// The PendingView shape key of pending `job` (everything the core's shape key reads), or nullopt
+  /// when shapes_ is off or the job must stay visible while its need fits (held, dependencies,
+  /// fallback tiers, elastic, a spot preference that changes with its wait).
+  std::optional<std::string> ShapeKey(const core::Job& job) const;
+  /// AddPending for job `index` (now in state_), with its shape key and planned run time.
+  void AddPending(size_t index);
+  /// With replan_skip_: true when the last pass run still decides this one (only submissions since)
+  /// and no job submitted since fits its CyclePlan::free_after over [now, now + run time): the pass
+  /// would start nothing. O(jobs submitted since x log steps).
+  bool NothingNewFits() const;
   /// Keeps the plan a pending job's first cycle, and its last cycle within the recheck delay,
   /// gave it (JobOutcome::estimate_at_submit, estimate_recheck).
   void RecordEstimate(size_t index, const std::optional<Timestamp>& expected);
@@ -211,6 +225,13 @@ class Simulation {
   PendingView view_;
   bool skip_idle_ = false;  // a pass in which no pending job fits the free total is not run
   bool parking_ = false;    // the core sees PendingView's choice of pending jobs
+  bool shapes_ = false;     // parking_ under EASY: jobs a record of their shape covers are parked too
+  // Conservative: a pass is skipped while only submissions came since the last pass run and none
+  // of them fits that pass's free_after (NothingNewFits).
+  bool replan_skip_ = false;
+  bool plan_fresh_ = false;                          // only submissions since the last pass run
+  std::vector<core::FreeStep> free_after_;           // that pass's CyclePlan::free_after
+  std::vector<std::pair<Need, Duration>> since_plan_;  // jobs submitted since: need, planned run time
   std::unordered_map<size_t, core::Job> parked_jobs_;  // by trace index
   std::vector<size_t> unpark_, park_;
   // Nodes (parallel to state_.nodes), provisioning and cost.

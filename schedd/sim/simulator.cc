@@ -27,6 +27,18 @@ void Simulation::ChooseShortcuts() {
   parking_ = skip_idle_ && !elastic_ && policy.queue_order == core::QueueOrder::kFifo &&
              (mode == core::BackfillMode::kNone || mode == core::BackfillMode::kEasy) &&
              policy.backfill.max_job_test == 0 && policy.backfill.reserve_after == 0 && !dependencies;
+  // Warm pools make a job's eligible nodes depend on its time limit (Planner::WarmExcluded).
+  shapes_ = parking_ && mode == core::BackfillMode::kEasy && policy.warm_pools.empty();
+  // Conservative plans that do not move while only submissions come: FIFO (a new job is last),
+  // no window or resolution (plans would depend on now), nothing that changes with a job's wait
+  // (reserve_after, fallback tiers, a spot preference with a wait budget).
+  const bool waits_matter = std::any_of(trace_.jobs.begin(), trace_.jobs.end(), [](const TraceJob& j) {
+    return !j.spec.fallback.empty() || j.spec.spot == core::SpotPreference::kPrefer;
+  });
+  replan_skip_ = skip_idle_ && !dependencies && !waits_matter && mode == core::BackfillMode::kConservative &&
+                 policy.queue_order == core::QueueOrder::kFifo && policy.backfill.window == 0 &&
+                 policy.backfill.resolution <= 1 && policy.backfill.max_job_test == 0 &&
+                 policy.backfill.reserve_after == 0;
 }
 
 
@@ -86,12 +98,14 @@ void Simulation::Submit(size_t index) {
   if (core::IsElastic(job.spec)) job.spec.time_limit = PendingLimit(index);
   live_[index].slot = static_cast<int64_t>(state_.jobs.size());
   state_.jobs.push_back(std::move(job));
-  view_.AddPending(index, NeedOf(tj.spec));
+  AddPending(index);
+  if (plan_fresh_) since_plan_.emplace_back(NeedOf(JobOf(index).spec), core::PlannedRuntime(JobOf(index)));
   ++pending_;
   dirty_ = true;
 }
 
 void Simulation::HandleEvent(const Event& e) {
+  plan_fresh_ = false;  // only submissions keep the last pass's plan (NothingNewFits)
   const auto index = static_cast<size_t>(e.target);
   switch (e.kind) {
     case EventKind::kFinish:
@@ -194,7 +208,7 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   live.running = false;
   live.preemptor = 0;
   view_.Stopped(live.held);
-  view_.AddPending(index, NeedOf(job.spec));
+  AddPending(index);
   --running_;
   ++pending_;
   dirty_ = true;

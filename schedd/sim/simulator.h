@@ -48,8 +48,11 @@ struct SimOptions {
   /// `estimates`; never with keep_plans, preemption or a shadow estimator); (2) under FIFO order
   /// with no backfill or EASY (and no reserve_after: a starved job's reservation could block one
   /// that fits), the core sees only the first pending jobs in queue order (and, under
-  /// EASY, those whose demand fits the free total): no pass then costs O(queue). A pass whose
-  /// decisions could depend on a job left out is run again with more jobs.
+  /// EASY, those whose demand fits the free total and that no earlier, at most as long job of
+  /// their shape covers: PendingView's records): no pass then costs O(queue). A pass whose
+  /// decisions could depend on a job left out is run again with more jobs; (3) under conservative
+  /// backfill (FIFO, no window or resolution), a pass after nothing but submissions is skipped
+  /// when no job submitted since fits the last pass's CyclePlan::free_after.
   bool idle_shortcuts = true;
   /// Elastic gangs (TraceJob specs with spec.elastic set, e.g. mlsim --elastic): a job's work is
   /// run_time x speedup(n) at its traced size n; at k tasks it advances speedup(k) / speedup(n)

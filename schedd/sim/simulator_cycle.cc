@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
 
+#include "schedd/core/pools.h"
 #include "schedd/sim/simulation.h"
 
 namespace mlsched::sim::detail {
@@ -104,28 +108,78 @@ bool Simulation::PassStands(const core::CyclePlan& plan) const {
   return false;
 }
 
+std::optional<std::string> Simulation::ShapeKey(const core::Job& job) const {
+  const core::JobSpec& spec = job.spec;
+  if (!shapes_ || spec.hold || !spec.dependencies.empty() || !spec.fallback.empty() || core::IsElastic(spec) ||
+      spec.spot == core::SpotPreference::kPrefer)
+    return std::nullopt;
+  // What Planner::MakeShape's key reads (partition, features, GPU types, per-task demand, tasks,
+  // topology, the effective spot preference, a strict data region).
+  std::string key = spec.partition;
+  key += '|';
+  for (const auto& f : spec.features) key += f + ',';
+  key += '|';
+  for (const auto& t : spec.gpu_types) key += t + ',';
+  key += '|';
+  for (const auto& [type, n] : spec.per_task.gpus) key += type + ':' + std::to_string(n) + ',';
+  for (int64_t v : {spec.per_task.cpu_millis, spec.per_task.memory_bytes, int64_t{spec.ntasks},
+                    static_cast<int64_t>(spec.topology),
+                    static_cast<int64_t>(core::EffectiveSpot(job, options_.policy, now_))}) {
+    key += '|';
+    key += std::to_string(v);
+  }
+  key += '|';
+  if (spec.region_strict) key += spec.data_region;
+  return key;
+}
+
+void Simulation::AddPending(size_t index) {
+  const core::Job& job = JobOf(index);
+  view_.AddPending(index, NeedOf(job.spec), ShapeKey(job), core::PlannedRuntime(job));
+}
+
+bool Simulation::GapsClosed(const core::CyclePlan& plan) {
+  unpark_.clear();
+  for (const auto& start : plan.starts) view_.OpenGap(static_cast<size_t>(start.job - 1), &unpark_);
+  for (const auto& u : plan.pending)
+    if (u.reason != core::PendingReason::kResources && u.reason != core::PendingReason::kPriority)
+      view_.OpenGap(static_cast<size_t>(u.job - 1), &unpark_);
+  for (size_t i : unpark_) {
+    auto it = parked_jobs_.find(i);
+    live_[i].slot = static_cast<int64_t>(state_.jobs.size());
+    state_.jobs.push_back(std::move(it->second));
+    parked_jobs_.erase(it);
+  }
+  return unpark_.empty();
+}
+
 core::CyclePlan Simulation::Pass() {
   double wall = 0;
+  bool arrange = parking_;
   while (true) {
-    if (parking_) Arrange();
+    if (arrange) Arrange();
+    arrange = false;
     if (need_compact_) Compact();
     if (preemption_) ReportCheckpoints();
     const auto t0 = std::chrono::steady_clock::now();
     core::CyclePlan plan = core::SchedulingCycle::Run(state_, options_.policy, now_);
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!parking_ || PassStands(plan)) {
-      result_.cycle_wall_s.push_back(wall);
-      ++result_.cycles;
-      if (parking_) view_.Settle(plan.starts.size() + 1);
-      return plan;
+    if (parking_ && !PassStands(plan)) {
+      view_.Widen();  // the pass may depend on a parked job: run it again seeing more of them
+      arrange = true;
+      continue;
     }
-    view_.Widen();  // the pass may depend on a parked job: run it again seeing more of them
+    if (shapes_ && !GapsClosed(plan)) continue;  // run again with the uncovered jobs shown
+    result_.cycle_wall_s.push_back(wall);
+    ++result_.cycles;
+    if (parking_) view_.Settle(plan.starts.size() + 1);
+    return plan;
   }
 }
 
 void Simulation::Cycle() {
   dirty_ = false;
-  if (skip_idle_ && !view_.AnyMayStart()) {
+  if (skip_idle_ && (!view_.AnyMayStart() || NothingNewFits())) {
     // Nothing can start: the pass would only restate pending reasons and planned starts, which
     // nothing reads here (SimOptions::idle_shortcuts). Counted as a pass all the same.
     ++result_.cycles;
@@ -141,10 +195,33 @@ void Simulation::Cycle() {
       Apply(plan);
     }
     if (provisioning_) Provision(plan);
+    if (replan_skip_) {
+      free_after_ = std::move(plan.free_after);
+      since_plan_.clear();
+      plan_fresh_ = true;
+    }
   }
   if (options_.record_series) {
     result_.series.push_back(SeriesPoint{now_, pending_, running_, busy_});
   }
+}
+
+bool Simulation::NothingNewFits() const {
+  if (!plan_fresh_ || free_after_.empty()) return false;
+  // Under conservative backfill every job pending at the last pass keeps its planned start (the
+  // timeline has not changed since, and plans do not depend on now): only a job submitted since
+  // could start, and only where the plan's free total covers it over its whole run.
+  const auto first = std::upper_bound(free_after_.begin(), free_after_.end(), now_,
+                                      [](Timestamp t, const core::FreeStep& s) { return t < s.time; });
+  for (const auto& [need, run] : since_plan_) {
+    bool covered = true;
+    for (auto it = first == free_after_.begin() ? first : std::prev(first);
+         covered && it != free_after_.end() && (it->time <= now_ || it->time < now_ + run); ++it) {
+      covered = it->cpu_millis >= need.cpu_millis && it->memory_bytes >= need.memory_bytes && it->gpus >= need.gpus;
+    }
+    if (covered) return false;
+  }
+  return true;
 }
 
 void Simulation::Apply(const core::CyclePlan& plan) {

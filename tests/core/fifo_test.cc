@@ -120,5 +120,5 @@ TEST_CASE("the invariant checker catches broken plans", "[core][invariants]") {
   v = CheckInvariants(s, p, bad);
   CHECK(has("over-allocated"));
   CHECK(has("account research over max_gpus"));
-  CHECK(CheckInvariants(s, p, CyclePlan{{}, {{2, PendingReason::kResources, std::nullopt, "", 0}}, {}, {}}).empty());
+  CHECK(CheckInvariants(s, p, CyclePlan{{}, {{2, PendingReason::kResources, std::nullopt, "", 0}}, {}, {}, {}}).empty());
 }

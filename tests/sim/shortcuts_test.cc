@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "schedd/sim/pending_view.h"
 #include "schedd/sim/report.h"
 #include "schedd/sim/sim_config.h"
 #include "test_util.h"
@@ -106,4 +107,47 @@ TEST_CASE("idle shortcuts change no decision under the reserve_after starvation 
   CheckSame(c);
   c.queue_order = "multifactor";
   CheckSame(c);
+}
+
+TEST_CASE("EASY shape records change no decision: Philly gangs in queue and shortest-first order", "[sim][shortcuts]") {
+  // Thousands of one-GPU gangs wait behind the head's reservation: most of them are parked as
+  // covered by a record of their shape (PendingView), and records that start open their gaps.
+  SimConfig c;
+  c.trace_path = testing::DataDir() + "/traces/philly-2017-09-10.csv.gz";
+  c.max_jobs = 3000;
+  c.nodes = 16;
+  c.gpus_per_node = 4;
+  c.estimates = false;
+  c.backfill = "easy";
+  CHECK(Render(c, true) == Render(c, false));
+  c.backfill_order = "shortest-first";
+  CHECK(Render(c, true) == Render(c, false));
+}
+
+TEST_CASE("PendingView shows the records of a shape and opens the gap of a record", "[sim][shortcuts]") {
+  PendingView v(Need{0, 0, 4}, 1);  // 4 GPUs, a prefix of one job
+  const Need one{0, 0, 1};
+  // Planned run times by index: records are 0 (50), 1 (40), 3 (30) and 5 (20); 2 (60) comes
+  // after 1 and 4 (30) after 3, each with a run time at least that of the record before it.
+  const int64_t planned[] = {50, 40, 60, 30, 30, 20};
+  for (size_t i = 0; i < 6; ++i) v.AddPending(i, one, "a", planned[i]);
+  std::vector<size_t> unpark, park;
+  v.Arrange(true, &unpark, &park);
+  CHECK(unpark.empty());
+  CHECK(park == std::vector<size_t>{2, 4});
+  v.OpenGap(3, &unpark);  // record 3 started in a tentative pass: 4 must be seen
+  CHECK(unpark == std::vector<size_t>{4});
+  v.OpenGap(2, &unpark);  // not a record: nothing to open
+  CHECK(unpark == std::vector<size_t>{4});
+  // Record 1 starts: 2 (60) is still covered by record 0 (50); 4 is parked again.
+  v.Started(1, one);
+  v.Arrange(true, &unpark, &park);
+  CHECK(unpark.empty());
+  CHECK(park == std::vector<size_t>{4});
+  CHECK(v.IsParked(2));
+  // No GPU free: nothing fits, every job past the prefix is parked.
+  v.Started(0, Need{0, 0, 3});
+  v.Arrange(true, &unpark, &park);
+  CHECK(park == std::vector<size_t>{3, 5});
+  CHECK(!v.AnyMayStart());
 }
