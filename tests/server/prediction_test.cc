@@ -55,6 +55,17 @@ struct PredictWorld : ControllerWorld {
     ctl->OnAgentMessage("n1", PrepareOk(id, 1), now);
     ctl->OnAgentMessage("n1", Started(id, 1, 0), now);
   }
+  /// Starts a job (time limit 1 h) at `now` and submits a second one the node cannot hold beside
+  /// it; after a cycle 1 s later returns the second job and the first one's start (`t0`).
+  int64_t BlockedBehindRunning(int64_t& t0) {
+    int64_t running = Submit(3600);
+    t0 = now;
+    RunStart(running);
+    int64_t blocked = Submit(3600);
+    now = t0 + 1;
+    ctl->RunCycle(now);
+    return blocked;
+  }
   /// Runs a job for `seconds` until it exits 0.
   void RunFor(int64_t seconds) {
     int64_t id = Submit(3600);
@@ -78,12 +89,8 @@ TEST_CASE("prediction: finished jobs feed the history and a restart reloads it",
   CHECK(stored["alice"] == std::vector<int64_t>{300, 500});
   // After the restart the blocked job plans with the running job's prediction (mean 400 s), not
   // with its time limit of 3600 s.
-  int64_t running = w.Submit(3600);
-  const int64_t t0 = w.now;
-  w.RunStart(running);
-  int64_t blocked = w.Submit(3600);
-  w.now = t0 + 1;
-  w.ctl->RunCycle(w.now);
+  int64_t t0 = 0;
+  const int64_t blocked = w.BlockedBehindRunning(t0);
   CHECK(w.Job(blocked).reason() == "Resources");
   CHECK(w.Job(blocked).expected_start() == t0 + 400);
 }
@@ -185,12 +192,8 @@ TEST_CASE("prediction: the online-linear model learns from finished jobs and a r
   // After the restart the blocked job plans with the model's prediction for the running job.
   const core::Duration predicted = reference.Predict(core::JobFeatures{"alice", 3600, 1});
   CHECK(predicted != core::UserMeanPredictor(2, 1.0, reference.history()).Predict("alice", 3600));
-  int64_t running = w.Submit(3600);
-  const int64_t t0 = w.now;
-  w.RunStart(running);
-  int64_t blocked = w.Submit(3600);
-  w.now = t0 + 1;
-  w.ctl->RunCycle(w.now);
+  int64_t t0 = 0;
+  const int64_t blocked = w.BlockedBehindRunning(t0);
   CHECK(w.Job(blocked).expected_start() == t0 + predicted);
 }
 
@@ -200,12 +203,8 @@ TEST_CASE("prediction: a damaged stored model is dropped and the model starts af
   w.RunFor(300);
   w.store->SavePredictorModel("online-linear/1 7 nan").get();
   w.Restart();  // logged; the user's history is kept, so before the warm-up the user mean plans
-  int64_t running = w.Submit(3600);
-  const int64_t t0 = w.now;
-  w.RunStart(running);
-  int64_t blocked = w.Submit(3600);
-  w.now = t0 + 1;
-  w.ctl->RunCycle(w.now);
+  int64_t t0 = 0;
+  const int64_t blocked = w.BlockedBehindRunning(t0);
   CHECK(w.Job(blocked).expected_start() == t0 + 200);
   CHECK_THROWS(w.store->SavePredictorModel(std::string(kMaxPredictorModelBytes + 1, 'x')).get());
 }
