@@ -581,7 +581,6 @@ Status Controller::Hold(const Caller& caller, int64_t job_id, bool release, int6
   if (j->spec.hold == !release) return {};
   j->spec.hold = !release;
   j->reason = release ? "None" : "JobHeldUser";
-  if (!release) j->expected_start = 0;  // held jobs are not planned (Snapshot)
   JobRow row = ToRow(*j);
   v1::JobSpec spec;
   if (auto blob = store_.LoadSpec(job_id)) spec.ParseFromString(*blob);

@@ -334,10 +334,7 @@ class Controller {
   void RecoverDependenciesLocked();
   // controller_cycle.cc
   /// Nodes, pending and running jobs and exiting tasks for one cycle (usage is left to the caller).
-  /// Held jobs are left out (a cycle only answers "JobHeldUser" for them, set already by Submit
-  /// and Hold) unless `with_held` or some pending job has dependencies (which may name them), so
-  /// a queue of held jobs costs a cycle nothing.
-  core::ClusterState Snapshot(int64_t now, bool with_held = false) const;
+  core::ClusterState Snapshot(int64_t now) const;
   // controller_provision.cc
   /// Elastic capacity after a cycle: core::PlanProvisioning on the same snapshot and plan; runs the
   /// programs through runner_, records events, notes and metrics, and keeps the ledger.

@@ -9,14 +9,8 @@
 
 namespace mlsched::server {
 
-core::ClusterState Controller::Snapshot(int64_t now, bool with_held) const {
+core::ClusterState Controller::Snapshot(int64_t now) const {
   core::ClusterState s;
-  if (!with_held)
-    for (const auto& [id, j] : jobs_)
-      if (j.state == core::JobState::kPending && !j.spec.dependencies.empty()) {
-        with_held = true;
-        break;
-      }
   std::map<std::string, std::string> gpu_type;  // node -> its GPU type
   s.nodes.reserve(nodes_.size());
   for (const auto& [name, n] : nodes_) {
@@ -36,7 +30,7 @@ core::ClusterState Controller::Snapshot(int64_t now, bool with_held) const {
   s.jobs.reserve(jobs_.size() + ghosts_.size());
   for (const auto& [id, j] : jobs_) {
     if (j.state == core::JobState::kPending) {
-      if (j.eligible_after > now || (j.spec.hold && !with_held)) continue;
+      if (j.eligible_after > now) continue;
       // An elastic job whose last attempt still has tasks exiting on usable nodes waits for them (a
       // SIGTERMed gang exits within its grace time): started now, it would take only the nodes
       // free before they exit, a smaller size than the cluster holds.
@@ -205,7 +199,7 @@ std::vector<core::PriorityBreakdown> Controller::ExplainPriorities(int64_t now) 
   core::PolicySet policy;
   {
     std::lock_guard lk(mu_);
-    snap = Snapshot(now, /*with_held=*/true);
+    snap = Snapshot(now);
     snap.usage = usage_;
     policy = policy_;
   }

@@ -439,39 +439,6 @@ TEST_CASE("fallback tier: a job waiting for h100 starts on a100 after its budget
   CHECK(prep[0].prepare().tasks(0).gpu_indices_size() == 8);
 }
 
-TEST_CASE("held jobs stay out of the cycle but a job depending on one still sees it", "[controller][dependency]") {
-  World w(1, 4);
-  v1::JobSpec held = Spec(1);
-  held.set_hold(true);
-  int64_t a = w.Submit(held, w.alice);
-  w.ctl->RunCycle(w.now);
-  CHECK(w.Job(a).reason() == "JobHeldUser");
-  CHECK(w.Job(a).expected_start() == 0);
-  // A job waiting behind a running one, once held, says so after the next cycle too.
-  int64_t big = w.Submit(Spec(1, 4), w.alice);  // the whole node
-  int64_t next = w.Submit(Spec(1, 4), w.alice);
-  w.ctl->RunCycle(w.now);
-  REQUIRE(w.Job(big).state() == v1::RUNNING);
-  REQUIRE(w.Job(next).reason() == "Resources");
-  REQUIRE(w.ctl->Hold(w.alice, next, false, w.now).ok());
-  w.ctl->RunCycle(w.now);
-  CHECK(w.Job(next).reason() == "JobHeldUser");
-  CHECK(w.Job(next).expected_start() == 0);
-  // A dependency on a held job waits for it (the held job is in the snapshot then).
-  v1::JobSpec after = Spec(1);
-  after.set_dependency("afterok:" + std::to_string(a));
-  int64_t b = w.Submit(after, w.alice);
-  w.ctl->RunCycle(w.now);
-  CHECK(w.Job(b).state() == v1::PENDING);
-  CHECK(w.Job(b).reason() == "Dependency");
-  CHECK(w.Job(b).reason_detail() == "afterok:" + std::to_string(a) + " (job " + std::to_string(a) + " is PENDING)");
-  CHECK(w.Job(a).reason() == "JobHeldUser");
-  // Released, the held job is planned and runs like any other.
-  REQUIRE(w.ctl->Hold(w.alice, a, true, w.now).ok());
-  w.ctl->RunCycle(w.now);
-  CHECK(w.Job(a).reason() != "JobHeldUser");
-}
-
 TEST_CASE("dependencies: afterok waits, starts after success, never after failure; bad ones are rejected", "[controller][dependency]") {
   World w(2, 4);
   int64_t a = w.Submit(Spec(1), w.alice);
