@@ -70,6 +70,7 @@ constexpr int kMinKept = 3;             // runs the online model's features read
 constexpr double kForgetting = 0.999;   // RLS forgetting factor
 constexpr double kInitialP = 100.0;     // P(0) = kInitialP x I: a weak prior on w = 0
 constexpr double kMaxTrace = 1000.0;    // bounded-trace RLS: P is scaled down beyond this trace
+constexpr int64_t kMaxObservations = int64_t{1} << 50;  // the count saturates here
 }  // namespace
 
 OnlineLinearPredictor::OnlineLinearPredictor(int history, double scale, RuntimeHistory initial)
@@ -112,6 +113,8 @@ void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
       for (int j = 0; j < kFeatures; ++j) px[i] += p_[i * kFeatures + j] * x[j];
     double denom = kForgetting, err = Ln(static_cast<double>(actual));
     for (int i = 0; i < kFeatures; ++i) denom += x[i] * px[i], err -= w_[i] * x[i];
+    const std::vector<double> w_before = w_, p_before = p_;
+    const double var_before = var_;
     if (std::isfinite(denom) && denom > 0 && std::isfinite(err)) {
       // The error variance counts the errors of the model that predicts (after the warm-up): a
       // running mean at first, then exponentially weighted like the fit.
@@ -128,7 +131,13 @@ void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
       }
       if (trace > kMaxTrace)
         for (double& v : p_) v *= kMaxTrace / trace;
-      ++n_;
+      const bool finite = std::isfinite(var_) && std::all_of(w_.begin(), w_.end(), [](double v) { return std::isfinite(v); }) &&
+                          std::all_of(p_.begin(), p_.end(), [](double v) { return std::isfinite(v); });
+      if (finite) {
+        if (n_ < kMaxObservations) ++n_;
+      } else {  // an update that overflowed is dropped, not kept to poison every later one
+        w_ = w_before, p_ = p_before, var_ = var_before;
+      }
     }
   }
   Keep(history_, f.user, actual, std::max(k_, kMinKept));
@@ -155,11 +164,19 @@ bool OnlineLinearPredictor::RestoreModel(std::string_view text) {
   int64_t n = -1;
   std::vector<double> v(kFeatures + kFeatures * kFeatures);
   double var = -1;
-  if (!(in >> n) || n < 0 || !(in >> var) || !std::isfinite(var) || var < 0) return false;
+  if (!(in >> n) || n < 0 || n > kMaxObservations || !(in >> var) || !std::isfinite(var) || var < 0) return false;
   for (double& d : v)
     if (!(in >> d) || !std::isfinite(d)) return false;
   std::string rest;
   if (in >> rest) return false;  // trailing garbage
+  // P must be what Observe keeps: a positive diagonal within the bounded trace.
+  double trace = 0;
+  for (int i = 0; i < kFeatures; ++i) {
+    const double d = v[kFeatures + i * kFeatures + i];
+    if (!(d > 0)) return false;
+    trace += d;
+  }
+  if (trace > kMaxTrace * (1 + 1e-9)) return false;
   n_ = n;
   var_ = var;
   w_.assign(v.begin(), v.begin() + kFeatures);

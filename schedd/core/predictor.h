@@ -95,11 +95,11 @@ class UserMeanPredictor : public RuntimePredictor {
 /// job). Fitted by exponentially weighted recursive least squares (Haykin, "Adaptive Filter
 /// Theory", ch. 10; forgetting factor 0.999, so the last ~1,000 jobs weigh most) on
 ///   y = ln(run time), x = [1, ln(time limit), ln(ntasks), ln(last run), ln(second last),
-///                          ln(third last), ln(mean of the user's kept runs)]
+///                          ln(third last), ln(mean of the user's last `history` runs)]
 /// (each argument floored at 1 s; a missing run repeats the oldest kept one, and a user without history
 /// is predicted their time limit, as UserMeanPredictor does). The prediction is the log-normal
 /// mean exp(w.x + v/2) x `scale`, v the weighted mean squared error, capped to [1, time limit]. Until `kWarmup` jobs have been observed it
-/// falls back to the user mean. Deterministic; the state (weights, inverse correlation matrix,
+/// falls back to the user mean (jobs of users without history do not train it). Deterministic; the state (weights, inverse correlation matrix,
 /// count) is text for persistence (ModelState). Corrections on overrun: ExtendPrediction.
 class OnlineLinearPredictor : public RuntimePredictor {
  public:
@@ -114,6 +114,8 @@ class OnlineLinearPredictor : public RuntimePredictor {
   void Observe(const JobFeatures& f, Duration actual) override;
   const RuntimeHistory& history() const override { return history_; }
   /// "online-linear/1 N v w0..w6 P00..P66": N observations, then 1 + 7 + 49 numbers (%.17g).
+  /// RestoreModel refuses anything else, N above 2^50, non-finite numbers and a P whose diagonal
+  /// is not positive or whose trace is above the bound Observe keeps.
   std::string ModelState() const override;
   bool RestoreModel(std::string_view text) override;
   int64_t observations() const { return n_; }

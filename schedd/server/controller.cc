@@ -83,7 +83,7 @@ void Controller::SetPolicy(core::PolicySet policy) {
   policy_ = std::move(policy);
   // A new predictor keeps the recorded run times, and a learned model's state when it is the same kind.
   auto next = MakePredictorFor(policy_.prediction, predictor_->history());
-  next->RestoreModel(predictor_->ModelState());
+  if (!next->ModelState().empty()) next->RestoreModel(predictor_->ModelState());
   predictor_ = std::move(next);
   Trigger();
 }
@@ -648,7 +648,9 @@ void Controller::Recover(int64_t now) {
   core::RuntimeHistory history;
   for (auto& [user, runs] : store_.LoadRuntimes()) history.runs[user].assign(runs.begin(), runs.end());
   predictor_ = MakePredictorFor(policy_.prediction, std::move(history));
-  if (const std::string model = store_.LoadPredictorModel(); !model.empty() && !predictor_->RestoreModel(model))
+  // Only a learned predictor has a state; a stored one of another kind is left alone.
+  if (const std::string model = store_.LoadPredictorModel();
+      !model.empty() && !predictor_->ModelState().empty() && !predictor_->RestoreModel(model))
     spdlog::warn("stored run-time predictor state is not one the '{}' predictor wrote; it starts afresh",
                  policy_.prediction.predictor);
   usage_saved_at_ = now;

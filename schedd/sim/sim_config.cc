@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include <toml++/toml.h>
@@ -216,8 +217,9 @@ std::string DescribeSchedulingPolicy(const core::PolicySet& policy) {
     }
     if (policy.backfill.reserve_after > 0) out += "(reserve-after " + std::to_string(policy.backfill.reserve_after) + "s)";
     if (policy.backfill.reserve_after > 0 && policy.backfill.reserve_after_wide > 0) {
-      out += "(wide " + std::to_string(policy.backfill.reserve_after_wide) + "s over " +
-             std::to_string(policy.backfill.wide_fraction).substr(0, 4) + ")";
+      char fraction[32];
+      std::snprintf(fraction, sizeof fraction, "%g", policy.backfill.wide_fraction);
+      out += "(wide " + std::to_string(policy.backfill.reserve_after_wide) + "s over " + fraction + ")";
     }
   }
   for (const auto& q : policy.qos) {
@@ -257,6 +259,9 @@ Replay RunReplay(const SimConfig& command_line) {
   r.fleet = BuildFleet(config, r.trace);
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
   r.shares = AccountShares(r.policy);
+  if ((config.predict_runtimes || config.estimate_with_predictions) &&
+      !core::MakePredictor(config.predictor, 1, 1.0))
+    throw std::invalid_argument("unknown run-time predictor '" + config.predictor + "'");
   if (config.predict_runtimes) {
     r.predictor = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
   } else if (config.estimate_with_predictions) {

@@ -151,7 +151,13 @@ TEST_CASE("online-linear predictor state round-trips and bad state is refused", 
   const std::string bad[] = {"", "user-mean/1 3", state + " 1", state.substr(0, state.size() / 2),
                              "online-linear/1 -4" + state.substr(state.find(' ', 16)),
                              "online-linear/1 5 nan" + state.substr(state.find(' ', 18)),
-                             state + std::string(5000, ' ')};
+                             state + std::string(5000, ' '),
+                             "online-linear/1 0 0" + [] {  // a P with a zero diagonal
+                               std::string zeros;
+                               for (int i = 0; i < 7 + 49; ++i) zeros += " 0";
+                               return zeros;
+                             }(),
+                             "online-linear/1 1125899906842625" + state.substr(state.find(' ', 16))};  // N > 2^50
   for (const std::string& text : bad) {
     CAPTURE(text.substr(0, 40));
     CHECK_FALSE(c.RestoreModel(text));

@@ -205,6 +205,8 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"bad wide guard", "[backfill]\nwide_fraction = 1.5\nreserve_after_wide = \"1d\"\n",
        {"p.toml:2:17: 'wide_fraction' in [backfill]: must be in (0, 1] (a share of the job's eligible capacity)",
         "p.toml:3:22: 'reserve_after_wide' in [backfill]: needs 'reserve_after' (the guard for every job) too"}},
+      {"wide guard not shorter", "[backfill]\nreserve_after = \"1d\"\nreserve_after_wide = \"2d\"\n",
+       {"p.toml:3:22: 'reserve_after_wide' in [backfill]: must be shorter than 'reserve_after' (else it changes nothing)"}},
       {"wrong type", "[backfill]\ndepth = \"ten\"\n",
        {"p.toml:2:9: 'depth' in [backfill]: expected an integer, got a string"}},
       {"bad enum", "[backfill]\nmode = \"lazy\"\n",

@@ -201,7 +201,7 @@ TEST_CASE("prediction: a damaged stored model is dropped and the model starts af
   PredictWorld w("online-linear");
   w.RunFor(100);
   w.RunFor(300);
-  w.store->SavePredictorModel("online-linear/1 7 nan").get();
+  w.store->SavePredictorModel("online-linear/1 40 nan").get();  // past the warm-up, were it taken
   w.Restart();  // logged; the user's history is kept, so before the warm-up the user mean plans
   int64_t t0 = 0;
   const int64_t blocked = w.BlockedBehindRunning(t0);
