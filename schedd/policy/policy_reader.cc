@@ -243,7 +243,7 @@ void PolicyReader::ReadBackfill(const toml::table& t, core::BackfillPolicy& b) {
     Error(n->source(), "'wide_fraction' in [backfill]: must be in (0, 1] (a share of the job's eligible capacity)");
   if (const toml::node* n = t.get("reserve_after_wide"); n && b.reserve_after == 0 && b.reserve_after_wide > 0)
     Error(n->source(), "'reserve_after_wide' in [backfill]: needs 'reserve_after' (the guard for every job) too");
-  else if (n && b.reserve_after_wide >= b.reserve_after)
+  else if (n && b.reserve_after_wide > 0 && b.reserve_after_wide >= b.reserve_after)
     Error(n->source(), "'reserve_after_wide' in [backfill]: must be shorter than 'reserve_after' (else it changes nothing)");
   if (b.resolution < 1) Error(t.get("resolution")->source(), "'resolution' in [backfill]: must be at least 1 second");
 }

@@ -146,6 +146,19 @@ TEST_CASE("the [prediction] table is read into the policy", "[policy][prediction
   CHECK(none.policy->prediction.history == 2);
 }
 
+TEST_CASE("the wide-job starvation guard is read - 0 turns it off", "[policy]") {
+  auto r = ParsePolicy("[backfill]\nreserve_after = \"2d\"\nreserve_after_wide = \"1d\"\nwide_fraction = 0.6\n", "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  CHECK(r.policy->backfill.reserve_after_wide == 86400);
+  CHECK(r.policy->backfill.wide_fraction == 0.6);
+  for (const char* off : {"[backfill]\nreserve_after_wide = 0\n", "[backfill]\nreserve_after = \"1d\"\nreserve_after_wide = 0\n"}) {
+    auto o = ParsePolicy(off, "p.toml");
+    INFO(o.ErrorText());
+    CHECK(o.ok());
+  }
+}
+
 TEST_CASE("an empty file is the built-in default policy", "[policy]") {
   auto r = ParsePolicy("", "empty.toml");
   REQUIRE(r.ok());
