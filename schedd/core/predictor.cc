@@ -81,23 +81,23 @@ OnlineLinearPredictor::OnlineLinearPredictor(int history, double scale, RuntimeH
     while (static_cast<int>(q.size()) > std::max(k_, kMinKept)) q.pop_front();
 }
 
-std::vector<double> OnlineLinearPredictor::FeaturesOf(const JobFeatures& f) const {
+std::optional<OnlineLinearPredictor::Features> OnlineLinearPredictor::FeaturesOf(const JobFeatures& f) const {
   auto it = history_.runs.find(f.user);
-  if (it == history_.runs.end() || it->second.empty()) return {};
+  if (it == history_.runs.end() || it->second.empty()) return std::nullopt;
   const std::deque<Duration>& runs = it->second;
   auto last = [&](size_t back) {  // the back-th latest run; a missing one repeats the oldest kept
     return static_cast<double>(runs[runs.size() - 1 - std::min(back, runs.size() - 1)]);
   };
-  return {1.0, Ln(static_cast<double>(f.time_limit)), Ln(static_cast<double>(f.ntasks)), Ln(last(0)),
-          Ln(last(1)), Ln(last(2)), Ln(MeanOfLast(runs, k_))};
+  return Features{1.0, Ln(static_cast<double>(f.time_limit)), Ln(static_cast<double>(f.ntasks)), Ln(last(0)),
+                  Ln(last(1)), Ln(last(2)), Ln(MeanOfLast(runs, k_))};
 }
 
 Duration OnlineLinearPredictor::Predict(const JobFeatures& f) const {
-  const std::vector<double> x = FeaturesOf(f);
-  if (x.empty()) return std::max<Duration>(f.time_limit, 1);
+  const std::optional<Features> x = FeaturesOf(f);  // per pending job per cycle: no allocation
+  if (!x) return std::max<Duration>(f.time_limit, 1);
   if (n_ < kWarmup) return Capped(MeanOfLast(history_.runs.at(f.user), k_) * scale_, f.time_limit);
   double y = 0;
-  for (int i = 0; i < kFeatures; ++i) y += w_[i] * x[i];
+  for (int i = 0; i < kFeatures; ++i) y += w_[i] * (*x)[i];
   // exp(E[ln t] + var/2): the mean of a log-normal run time, not its median (which would
   // under-predict half the jobs).
   return Capped(std::exp(std::min(y + var_ / 2, 50.0)) * scale_, f.time_limit);
@@ -106,9 +106,9 @@ Duration OnlineLinearPredictor::Predict(const JobFeatures& f) const {
 void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
   // Features as the history stood before this run is added (an approximation of what was known
   // at submission: runs that ended while the job was queued or running are included).
-  const std::vector<double> x = FeaturesOf(f);
-  if (!x.empty()) {
-    std::vector<double> px(kFeatures, 0.0);  // P x
+  if (const std::optional<Features> features = FeaturesOf(f)) {
+    const Features& x = *features;
+    Features px{};  // P x
     for (int i = 0; i < kFeatures; ++i)
       for (int j = 0; j < kFeatures; ++j) px[i] += p_[i * kFeatures + j] * x[j];
     double denom = kForgetting, err = Ln(static_cast<double>(actual));

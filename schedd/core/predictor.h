@@ -4,9 +4,11 @@
 // Pure: the history is a value the caller keeps (schedd persists it, mlsim holds it in memory).
 #pragma once
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -121,7 +123,9 @@ class OnlineLinearPredictor : public RuntimePredictor {
   int64_t observations() const { return n_; }
 
  private:
-  std::vector<double> FeaturesOf(const JobFeatures& f) const;
+  using Features = std::array<double, kFeatures>;
+  /// The feature vector x of `f`; nullopt when its user has no history.
+  std::optional<Features> FeaturesOf(const JobFeatures& f) const;
   int k_;
   double scale_;
   RuntimeHistory history_;

@@ -259,13 +259,10 @@ Replay RunReplay(const SimConfig& command_line) {
   r.fleet = BuildFleet(config, r.trace);
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
   r.shares = AccountShares(r.policy);
-  if ((config.predict_runtimes || config.estimate_with_predictions) &&
-      !core::MakePredictor(config.predictor, 1, 1.0))
-    throw std::invalid_argument("unknown run-time predictor '" + config.predictor + "'");
-  if (config.predict_runtimes) {
-    r.predictor = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
-  } else if (config.estimate_with_predictions) {
-    r.estimate_predictor = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
+  if (config.predict_runtimes || config.estimate_with_predictions) {
+    auto made = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
+    if (!made) throw std::invalid_argument("unknown run-time predictor '" + config.predictor + "'");
+    (config.predict_runtimes ? r.predictor : r.estimate_predictor) = std::move(made);
   }
   SimOptions options;
   options.policy = r.policy;
