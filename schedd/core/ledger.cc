@@ -35,17 +35,18 @@ std::vector<int32_t> DeviceSet::LowestAbsent(int32_t k) const {
 }
 
 namespace {
-// The node's single GPU type and count (the first type with a positive count).
-std::pair<std::string, int64_t> NodeGpu(const Node& node) {
+// The node's single GPU type and count (the first type with a positive count; "" and 0 without).
+std::pair<const std::string&, int64_t> NodeGpu(const Node& node) {
+  static const std::string kNone;
   for (const auto& [type, count] : node.capacity.gpus)
     if (count > 0) return {type, count};
-  return {"", 0};
+  return {kNone, 0};
 }
 }  // namespace
 
 std::optional<TaskDemand> ResolveTaskDemand(const JobSpec& spec, const Node& node) {
   TaskDemand d{spec.per_task.cpu_millis, spec.per_task.memory_bytes, 0};
-  const std::string node_type = NodeGpu(node).first;
+  const std::string& node_type = NodeGpu(node).first;
   for (const auto& [type, count] : spec.per_task.gpus) {
     if (count <= 0) continue;
     if (!type.empty() && type != node_type) return std::nullopt;
@@ -71,7 +72,7 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
     return ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
   };
   for (const Node& node : nodes) {
-    auto [type, count] = NodeGpu(node);
+    const auto [type, count] = NodeGpu(node);
     NodeSlot slot;
     slot.node = &node;
     slot.gpu_type = type;
@@ -114,9 +115,11 @@ void NodeLedger::Occupy(const Allocation& allocation) {
     int64_t i = Find(task);
     if (i < 0) continue;
     NodeSlot& slot = slots_[i];
+    const int64_t gpus = task.resources.GpuCount();
     slot.free.cpu_millis -= task.resources.cpu_millis;
     slot.free.memory_bytes -= task.resources.memory_bytes;
-    slot.free.gpus -= task.resources.GpuCount();
+    slot.free.gpus -= gpus;
+    if (task.resources.cpu_millis < 0 || task.resources.memory_bytes < 0 || gpus < 0) negative_allocation_ = true;
     for (int32_t d : task.gpu_indices) slot.used_devices.Insert(d);
   }
 }

@@ -106,6 +106,9 @@ class NodeLedger {
   /// e.g. to see what a gang would free if it were preempted. Unknown nodes are ignored.
   void Occupy(const Allocation& allocation);
   void Release(const Allocation& allocation);
+  /// True once an occupied allocation held a negative resource amount (never for validated jobs;
+  /// the availability timeline then cannot assume that releases only add resources).
+  bool NegativeAllocation() const { return negative_allocation_; }
   /// The distinct GPU types of the nodes, in name order.
   const std::vector<std::string>& gpu_types() const { return gpu_types_; }
   /// Index of `type` in gpu_types(), or -1.
@@ -115,6 +118,7 @@ class NodeLedger {
   std::vector<NodeSlot> slots_;
   mutable std::unordered_map<std::string_view, size_t> index_;  // built by the first Find(name)
   std::vector<std::string> gpu_types_;
+  bool negative_allocation_ = false;
 };
 
 /// A transaction over a NodeLedger: Take() subtracts a task's resources and picks its device

@@ -20,8 +20,28 @@ TaskDemand Min(const TaskDemand& a, const TaskDemand& b) {
 }  // namespace
 
 AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs,
-                                           Timestamp now)
-    : now_(now), own_(ledger.size(), -1), future_reserved_(ledger.size(), false) {
+                                           Timestamp now, Build build)
+    : now_(now), ledger_(ledger), jobs_(jobs) {
+  single_ = ledger.size() == 1 && ledger.slot(0).node->health == NodeHealth::kUp;
+  free_now_.resize(ledger.size());
+  for (size_t i = 0; i < ledger.size(); ++i) {
+    if (ledger.slot(i).node->health != NodeHealth::kUp) continue;  // no new work, ever (for now)
+    TaskDemand& free = free_now_[i];
+    free = ledger.slot(i).free;
+    free.gpus = ledger.FreeGpus(i);
+    Add(total_now_, free);
+  }
+  // Answering "from now on" with the free resources now needs releases that only add resources.
+  if (build == Build::kNow || ledger.NegativeAllocation()) Materialize();
+}
+
+void AvailabilityTimeline::Materialize() const {
+  if (!lazy_) return;
+  lazy_ = false;
+  // The free resources at construction: the deferred starts given back.
+  for (const DeferredStart& d : deferred_) Add(free_now_[d.node], d.amount);
+  own_.assign(ledger_.size(), -1);
+  future_reserved_.assign(ledger_.size(), false);
   // Every running task's release (node, expected end, resources), sorted by node then time.
   struct Release {
     size_t node;
@@ -29,12 +49,12 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
     TaskDemand freed;
   };
   std::vector<Release> releases;
-  releases.reserve(jobs.size());  // one task per job is the common case; gangs grow it
-  for (const Job& job : jobs) {
+  releases.reserve(jobs_.size());  // one task per job is the common case; gangs grow it
+  for (const Job& job : jobs_) {
     if (job.state == JobState::kPending || IsFinal(job.state) || !job.allocation) continue;
-    const Timestamp end = std::max(job.start_time + PlannedRuntime(job), now + 1);
+    const Timestamp end = std::max(job.start_time + PlannedRuntime(job), now_ + 1);
     for (const TaskPlacement& t : job.allocation->tasks) {
-      int64_t i = ledger.Find(t);
+      int64_t i = ledger_.Find(t);
       if (i < 0) continue;
       releases.push_back({static_cast<size_t>(i), end,
                           {t.resources.cpu_millis, t.resources.memory_bytes, t.resources.GpuCount()}});
@@ -45,15 +65,13 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
   });
   TaskDemand total{};
   size_t r = 0;
-  built_.reserve(ledger.size() + releases.size());
-  built_begin_.reserve(ledger.size() + 1);
-  for (size_t i = 0; i < ledger.size(); ++i) {
-    const bool up = ledger.slot(i).node->health == NodeHealth::kUp;
-    TaskDemand free = ledger.slot(i).free;
-    free.gpus = ledger.FreeGpus(i);
-    if (!up) free = {};  // no new work, ever (for now)
+  built_.reserve(ledger_.size() + releases.size());
+  built_begin_.reserve(ledger_.size() + 1);
+  for (size_t i = 0; i < ledger_.size(); ++i) {
+    const bool up = ledger_.slot(i).node->health == NodeHealth::kUp;
+    TaskDemand free = free_now_[i];  // {} when not up
     built_begin_.push_back(static_cast<uint32_t>(built_.size()));
-    built_.push_back({now, free});
+    built_.push_back({now_, free});
     Add(total, free);
     for (; r < releases.size() && releases[r].node == i; ++r) {
       if (!up) continue;
@@ -66,20 +84,22 @@ AvailabilityTimeline::AvailabilityTimeline(const NodeLedger& ledger, const std::
     }
   }
   built_begin_.push_back(static_cast<uint32_t>(built_.size()));
-  // One node that is up (an SWF machine): the aggregate is that node's profile, kept once.
-  single_ = ledger.size() == 1 && ledger.slot(0).node->health == NodeHealth::kUp;
-  if (single_) return;
-  std::sort(releases.begin(), releases.end(),
-            [](const Release& a, const Release& b) { return a.time < b.time; });
-  aggregate_.push_back({now, total});
-  for (const Release& rel : releases) {
-    Add(total, rel.freed);
-    if (aggregate_.back().time == rel.time) {
-      aggregate_.back().free = total;
-    } else {
-      aggregate_.push_back({rel.time, total});
+  if (!single_) {
+    std::sort(releases.begin(), releases.end(),
+              [](const Release& a, const Release& b) { return a.time < b.time; });
+    aggregate_.push_back({now_, total});
+    for (const Release& rel : releases) {
+      Add(total, rel.freed);
+      if (aggregate_.back().time == rel.time) {
+        aggregate_.back().free = total;
+      } else {
+        aggregate_.push_back({rel.time, total});
+      }
     }
   }
+  for (const DeferredStart& d : deferred_) SubtractBuilt(d.node, d.amount, now_, d.to);
+  deferred_.clear();
+  free_now_.clear();
 }
 
 std::span<const AvailabilityTimeline::Step> AvailabilityTimeline::Aggregate() const {
@@ -91,7 +111,7 @@ std::span<const AvailabilityTimeline::Step> AvailabilityTimeline::ProfileOf(size
   return std::span<const Step>(built_).subspan(built_begin_[node], built_begin_[node + 1] - built_begin_[node]);
 }
 
-AvailabilityTimeline::Profile& AvailabilityTimeline::MutableProfile(size_t node) {
+AvailabilityTimeline::Profile& AvailabilityTimeline::MutableProfile(size_t node) const {
   if (own_[node] < 0) {
     const std::span<const Step> built = ProfileOf(node);
     own_[node] = static_cast<int32_t>(owned_.size());
@@ -113,14 +133,19 @@ TaskDemand AvailabilityTimeline::MinOver(std::span<const Step> p, Timestamp from
 }
 
 TaskDemand AvailabilityTimeline::MinFree(size_t node, Timestamp from, Timestamp to) const {
+  if (lazy_ && from <= now_) return free_now_[node];  // releases after now only add resources
+  Materialize();
   return MinOver(ProfileOf(node), from, to);
 }
 
 TaskDemand AvailabilityTimeline::AggregateMinFree(Timestamp from, Timestamp to) const {
+  if (lazy_ && from <= now_) return total_now_;
+  Materialize();
   return MinOver(Aggregate(), from, to);
 }
 
 Timestamp AvailabilityTimeline::LastChange(size_t node, Timestamp t) const {
+  Materialize();
   const std::span<const Step> p = ProfileOf(node);
   auto it = std::upper_bound(p.begin(), p.end(), t,
                              [](Timestamp x, const Step& s) { return x < s.time; });
@@ -150,10 +175,23 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
                     per_task.gpus * count};
   from = std::max(from, now_);
   if (to <= from) return;
+  if (lazy_ && from == now_ && amount.cpu_millis >= 0 && amount.memory_bytes >= 0 && amount.gpus >= 0) {
+    // A start from now only lowers free now, and the minimum from now on with it.
+    Add(free_now_[node], amount, -1);
+    Add(total_now_, amount, -1);
+    deferred_.push_back({node, amount, to});
+    return;
+  }
+  Materialize();
   if (from > now_ && count > 0 && !future_reserved_[node]) {
     future_reserved_[node] = true;
     future_nodes_.push_back(node);
   }
+  SubtractBuilt(node, amount, from, to);
+}
+
+void AvailabilityTimeline::SubtractBuilt(size_t node, const TaskDemand& amount, Timestamp from,
+                                         Timestamp to) const {
   Subtract(MutableProfile(node), amount, from, to);
   if (!single_) Subtract(aggregate_, amount, from, to);
 }
@@ -166,6 +204,7 @@ std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, 
   auto covers = [&need](const TaskDemand& f) {
     return f.cpu_millis >= need.cpu_millis && f.memory_bytes >= need.memory_bytes && f.gpus >= need.gpus;
   };
+  Materialize();
   const std::span<const Step> p = Aggregate();
   auto it = std::upper_bound(p.begin(), p.end(), from,
                              [](Timestamp t, const Step& s) { return t < s.time; });
@@ -186,6 +225,7 @@ std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, 
 }
 
 std::optional<Timestamp> AvailabilityTimeline::NextChange(Timestamp t) const {
+  Materialize();
   const std::span<const Step> aggregate = Aggregate();
   auto it = std::upper_bound(aggregate.begin(), aggregate.end(), t,
                              [](Timestamp x, const Step& s) { return x < s.time; });
@@ -194,6 +234,7 @@ std::optional<Timestamp> AvailabilityTimeline::NextChange(Timestamp t) const {
 }
 
 std::vector<FreeStep> AvailabilityTimeline::AggregateSteps() const {
+  Materialize();
   const std::span<const Step> p = Aggregate();
   std::vector<FreeStep> out;
   out.reserve(p.size());

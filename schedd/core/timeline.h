@@ -1,6 +1,14 @@
 // The availability timeline backfill plans on: every node's free resources as a step function of
 // time, from now on. Built from the ledger (free now) and the running jobs' expected ends
 // (start_time + time_limit), then reduced by reservations and by jobs started during the cycle.
+//
+// The profiles are built lazily: while every question is about now (free now, the minimum free
+// from now on, starts reserved from now) the timeline answers from the ledger's free resources,
+// since running jobs' releases only add resources after now and a start reserved from now only
+// takes them. The first question about a later time (a reservation for a blocked job, the next
+// change, "free since") builds the profiles and replays the starts reserved so far, giving
+// exactly what an eager build would. A cycle in which every job starts (no queue) never sorts
+// the running jobs' releases.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +23,14 @@ namespace mlsched::core {
 
 class AvailabilityTimeline {
  public:
+  /// When the profiles are built: on the first question about a later time, or now.
+  enum class Build { kLazily, kNow };
   /// A running job whose expected end is not after `now` (overran its limit) is expected to end at
-  /// now + 1. O(T log T) for T running tasks.
-  AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs, Timestamp now);
+  /// now + 1. O(N) for N nodes; building the profiles costs O(T log T) for T running tasks.
+  /// `ledger` and `jobs` must outlive the timeline; only the ledger's free resources at
+  /// construction are read (later changes to them, e.g. by AllocationTxn, are not).
+  AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs, Timestamp now,
+                       Build build = Build::kLazily);
 
   Timestamp now() const { return now_; }
   /// Component-wise minimum free resources of node `node` over [from, to) (to > from).
@@ -26,9 +39,11 @@ class AvailabilityTimeline {
   TaskDemand AggregateMinFree(Timestamp from, Timestamp to) const;
   /// True while nothing was reserved on the node for a future start: its free resources then
   /// never decrease after now, so MinFree(node, now, t) is its free resources now.
-  bool NonDecreasing(size_t node) const { return !future_reserved_[node]; }
+  bool NonDecreasing(size_t node) const { return lazy_ || !future_reserved_[node]; }
   /// The nodes for which NonDecreasing is false, in the order they got their first reservation.
   const std::vector<size_t>& FutureReservedNodes() const { return future_nodes_; }
+  /// True once the profiles were built (tests; Build::kNow builds them at construction).
+  bool Built() const { return !lazy_; }
   /// The time the node's free resources last changed at or before `t` (its "free since").
   Timestamp LastChange(size_t node, Timestamp t) const;
   /// Takes `count` tasks of `per_task` from node `node` over [from, to).
@@ -55,19 +70,39 @@ class AvailabilityTimeline {
   /// Node `node`'s steps: its own profile once something was reserved on it, else its built range.
   std::span<const Step> ProfileOf(size_t node) const;
   /// The node's own (copied-on-first-write) profile.
-  Profile& MutableProfile(size_t node);
+  Profile& MutableProfile(size_t node) const;
+  /// Builds the profiles from the free resources at construction and replays the starts deferred
+  /// while lazy. No-op once built.
+  void Materialize() const;
+  /// Subtracts `amount` over [from, to) from the node's profile and the aggregate (built only).
+  void SubtractBuilt(size_t node, const TaskDemand& amount, Timestamp from, Timestamp to) const;
+
+  /// A start reserved from now while lazy, replayed by Materialize.
+  struct DeferredStart {
+    size_t node;
+    TaskDemand amount;
+    Timestamp to;
+  };
 
   Timestamp now_;
+  const NodeLedger& ledger_;
+  const std::vector<Job>& jobs_;
+  bool single_ = false;  // one node, up: the aggregate is ProfileOf(0)
+  // While lazy: every node's free resources now (starts deferred so far subtracted; nothing for
+  // a node that is not up), their sum, and the deferred starts in order.
+  mutable bool lazy_ = true;
+  mutable std::vector<TaskDemand> free_now_;
+  mutable TaskDemand total_now_{};
+  mutable std::vector<DeferredStart> deferred_;
   // Built profiles of all nodes, back to back (one allocation per cycle, not one per node):
   // node i's steps are built_[built_begin_[i] .. built_begin_[i + 1]).
-  std::vector<Step> built_;
-  std::vector<uint32_t> built_begin_;
-  std::vector<int32_t> own_;  // index into owned_, or -1 while the node still uses built_
-  std::vector<Profile> owned_;
-  std::vector<bool> future_reserved_;
+  mutable std::vector<Step> built_;
+  mutable std::vector<uint32_t> built_begin_;
+  mutable std::vector<int32_t> own_;  // index into owned_, or -1 while the node still uses built_
+  mutable std::vector<Profile> owned_;
+  mutable std::vector<bool> future_reserved_;
   std::vector<size_t> future_nodes_;
-  Profile aggregate_;    // the sum over all nodes; unused when single_
-  bool single_ = false;  // one node, up: the aggregate is ProfileOf(0)
+  mutable Profile aggregate_;  // the sum over all nodes; unused when single_
   std::span<const Step> Aggregate() const;
 };
 
