@@ -49,9 +49,8 @@ std::optional<PendingUpdate> Admit(const Job& job, const PolicySet& policy, cons
   return std::nullopt;
 }
 
-}  // namespace
-
-CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& policy, Timestamp now) {
+// SchedulingCycle::Run, from `occupancy` when given (else the ledger is built from the state).
+CyclePlan RunWith(const ClusterState& state, const PolicySet& policy, Timestamp now, const NodeLedger* occupancy) {
   CyclePlan plan;
   std::vector<QueuedJob> queue;
   std::optional<JobStateIndex> deps;  // built only when some pending job has dependencies
@@ -85,7 +84,7 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
     if (a.job->submit_time != b.job->submit_time) return a.job->submit_time < b.job->submit_time;
     return a.job->id < b.job->id;
   });
-  NodeLedger ledger(state.nodes, state.jobs);
+  NodeLedger ledger = occupancy ? *occupancy : NodeLedger(state.nodes, state.jobs);
   // Jobs with accelerator fallback tiers are placed with the tiers their wait has opened.
   std::deque<Job> with_tiers;
   for (QueuedJob& q : queue) {
@@ -133,6 +132,17 @@ CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& polic
   PlanPreemptions(state, policy, now, queue, ledger, plan);
   plan.resizes = PlanGrows(state, policy, plan, now);
   return plan;
+}
+
+}  // namespace
+
+CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& policy, Timestamp now) {
+  return RunWith(state, policy, now, nullptr);
+}
+
+CyclePlan SchedulingCycle::Run(const ClusterState& state, const PolicySet& policy, Timestamp now,
+                               const NodeLedger& occupancy) {
+  return RunWith(state, policy, now, &occupancy);
 }
 
 }  // namespace mlsched::core

@@ -73,27 +73,28 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
   };
   for (const Node& node : nodes) {
     const auto [type, count] = NodeGpu(node);
-    NodeSlot slot;
+    const NodeSlot* prev = slots_.empty() ? nullptr : &slots_.back();  // reserved: stays valid
+    NodeSlot& slot = slots_.emplace_back();
     slot.node = &node;
     slot.gpu_type = type;
     slot.capacity = {node.capacity.cpu_millis, node.capacity.memory_bytes, count};
     slot.free = slot.capacity;
-    slot.used_devices = DeviceSet(static_cast<int32_t>(count));
+    if (count > 0) slot.used_devices = DeviceSet(static_cast<int32_t>(count));
     // Domain names are scoped by zone and region: "rack1" in two zones are two domains. Nodes
     // usually come grouped by domain: the previous node's ids are reused without hashing.
-    const Node* prev = slots_.empty() ? nullptr : slots_.back().node;
-    if (prev && prev->region == node.region && prev->zone == node.zone && prev->domain == node.domain) {
-      slot.region_id = slots_.back().region_id;
-      slot.zone_id = slots_.back().zone_id;
-      slot.domain_id = slots_.back().domain_id;
+    if (prev && prev->node->region == node.region && prev->node->zone == node.zone &&
+        prev->node->domain == node.domain) {
+      slot.region_id = prev->region_id;
+      slot.zone_id = prev->zone_id;
+      slot.domain_id = prev->domain_id;
     } else {
       slot.region_id = id_of(regions, node.region);
       slot.zone_id = id_of(zones, node.region + '\x1f' + node.zone);
       slot.domain_id = id_of(domains, node.region + '\x1f' + node.zone + '\x1f' + node.domain);
     }
-    if (!type.empty() && std::find(gpu_types_.begin(), gpu_types_.end(), type) == gpu_types_.end())
+    if (!type.empty() && (gpu_types_.empty() || gpu_types_.back() != type) &&
+        std::find(gpu_types_.begin(), gpu_types_.end(), type) == gpu_types_.end())
       gpu_types_.push_back(type);
-    slots_.push_back(std::move(slot));
   }
   std::sort(gpu_types_.begin(), gpu_types_.end());
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -101,7 +102,7 @@ NodeLedger::NodeLedger(const std::vector<Node>& nodes, const std::vector<Job>& j
     if (i > 0 && s.gpu_type == slots_[i - 1].gpu_type) {
       s.gpu_type_id = slots_[i - 1].gpu_type_id;  // nodes usually come grouped by type
     } else {
-      s.gpu_type_id = s.gpu_type.empty() ? -1 : GpuTypeId(s.gpu_type);
+      s.gpu_type_id = s.gpu_type.empty() ? -1 : GpuTypeId(std::string(s.gpu_type));
     }
   }
   for (const Job& job : jobs) {
@@ -163,7 +164,7 @@ bool AllocationTxn::Take(size_t node_index, const TaskDemand& demand, int32_t ra
   for (int32_t d : p.gpu_indices) slot.used_devices.Insert(d);
   p.resources.cpu_millis = demand.cpu_millis;
   p.resources.memory_bytes = demand.memory_bytes;
-  if (demand.gpus > 0) p.resources.gpus[slot.gpu_type] = demand.gpus;
+  if (demand.gpus > 0) p.resources.gpus[std::string(slot.gpu_type)] = demand.gpus;
   slot.free.cpu_millis -= demand.cpu_millis;
   slot.free.memory_bytes -= demand.memory_bytes;
   slot.free.gpus -= demand.gpus;

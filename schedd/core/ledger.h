@@ -52,7 +52,7 @@ std::optional<TaskDemand> ResolveTaskDemand(const JobSpec& spec, const Node& nod
 /// One node's row in the ledger.
 struct NodeSlot {
   const Node* node = nullptr;
-  std::string gpu_type;     // the node's GPU type ("" when it has none)
+  std::string_view gpu_type;  // the node's GPU type ("" when it has none), a key of node->capacity.gpus
   TaskDemand capacity;      // totals
   TaskDemand free;          // capacity minus running allocations (may go negative if oversubscribed)
   DeviceSet used_devices;   // GPU indices held by running allocations

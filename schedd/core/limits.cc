@@ -62,13 +62,16 @@ void LimitTracker::Charge(const Job& job) {
   const JobSpec& s = job.spec;
   if (s.array.job_id != 0) running_by_array_[s.array.job_id] += 1;
   if (track_singletons_ && job.id > 0) singletons_.try_emplace({s.user, s.name}, job.id);
+  // Only what Check reads: totals of accounts and QoS with a limit on running work.
   for (const AccountPolicy* a : AccountChain(policy_, s.account)) {
+    if (a->max_gpus <= 0 && a->max_cpu_millis <= 0 && a->max_running_jobs <= 0) continue;
     Totals& t = by_account_[a->name];
     t.gpus += JobGpus(s);
     t.cpu_millis += JobCpus(s);
     t.jobs += 1;
   }
-  if (const QosPolicy* q = FindQos(policy_, s.qos)) {
+  const QosPolicy* q = FindQos(policy_, s.qos);
+  if (q && (q->max_gpus_per_user > 0 || q->max_running_jobs_per_user > 0)) {
     Totals& t = by_qos_user_[{q->name, s.user}];
     t.gpus += JobGpus(s);
     t.jobs += 1;

@@ -29,8 +29,9 @@ std::vector<const AccountPolicy*> AccountChain(const PolicySet& policy, const st
 /// QoS at all or does not know that name.
 const QosPolicy* FindQos(const PolicySet& policy, const std::string& name);
 
-/// Running totals per account, per (QoS, user), per job array and per singleton (user, name); charges running jobs at construction and jobs the
-/// cycle starts through Charge().
+/// Running totals per account, per (QoS, user), per job array and per singleton (user, name), kept
+/// only for accounts and QoS with a limit on running work; charges running jobs at construction
+/// and jobs the cycle starts through Charge().
 class LimitTracker {
  public:
   LimitTracker(const ClusterState& state, const PolicySet& policy);

@@ -13,6 +13,7 @@ using names::NameOf;
 using names::ParseName;
 
 int64_t ResourceVector::GpuCount() const {
+  if (gpus.size() == 1) return gpus.begin()->second;  // one type, the common case: no tree walk
   int64_t total = 0;
   for (const auto& [type, count] : gpus) total += count;
   return total;

@@ -585,9 +585,18 @@ struct CyclePlan {
 std::optional<std::string> CheckJobFeasible(const std::vector<Node>& nodes, const PolicySet& policy,
                                             const JobSpec& spec);
 
+class NodeLedger;
+
 /// One scheduling cycle: a pure, deterministic function of (state, policy, now).
 struct SchedulingCycle {
   static CyclePlan Run(const ClusterState& state, const PolicySet& policy, Timestamp now);
+  /// The same, starting from `occupancy`, a ledger the caller keeps equal to
+  /// NodeLedger(state.nodes, state.jobs) (built over the same nodes vector, with every running
+  /// allocation occupied and no other) by Occupy on each start and Release on each stop. The
+  /// cycle copies it, O(N) for N nodes, instead of building it, O(N + T) hashing and pointer
+  /// chasing for T running tasks (the simulator's incremental ledger).
+  static CyclePlan Run(const ClusterState& state, const PolicySet& policy, Timestamp now,
+                       const NodeLedger& occupancy);
 };
 
 }  // namespace mlsched::core

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "schedd/core/ledger.h"
 #include "schedd/core/provisioning.h"
 #include "schedd/sim/pending_view.h"
 #include "schedd/sim/simulator.h"
@@ -192,6 +193,8 @@ class Simulation {
   void ShadowEstimates();
   void Start(const core::StartDecision& decision);
   void Compact();
+  /// Takes job `index` out of state_.jobs (its slot becomes a hole that Compact fills).
+  void Unslot(size_t index);
   void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
     events_.push(Event{time, kind, seq_++, target, attempt});
   }
@@ -214,6 +217,7 @@ class Simulation {
   int64_t seq_ = 0;
   Timestamp now_ = 0;
   bool dirty_ = false, need_compact_ = false;
+  std::vector<size_t> holes_;  // state_.jobs positions of the jobs Unslot took out since Compact
   bool accrue_usage_ = false;   // the policy's priorities read fairshare usage
   bool preemption_ = false;     // some QoS may preempt: the core reads checkpoints
   Timestamp accrued_until_ = 0;
@@ -224,6 +228,11 @@ class Simulation {
   static constexpr size_t kVisiblePrefix = 8;  // pending jobs the core sees first, in queue order
   PendingView view_;
   bool skip_idle_ = false;  // a pass in which no pending job fits the free total is not run
+  // With skip_idle_ (no preemption, provisioning or elastic gangs: allocations change only when a
+  // job starts or stops, and the nodes vector never does), the ledger of running allocations is
+  // kept across passes (Occupy on start, Release on stop) and the core copies it instead of
+  // building it each pass (SchedulingCycle::Run's occupancy).
+  std::optional<core::NodeLedger> occupancy_;
   bool parking_ = false;    // the core sees PendingView's choice of pending jobs
   bool shapes_ = false;     // parking_ under EASY: jobs a record of their shape covers are parked too
   // Conservative: a pass is skipped while only submissions came since the last pass run and none

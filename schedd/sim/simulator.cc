@@ -148,9 +148,9 @@ void Simulation::Finish(size_t index) {
   out.state = job.state;
   out.end = now_;
   CloseAttempt(index);
+  if (occupancy_ && job.allocation) occupancy_->Release(*job.allocation);
   live.running = false;
-  live.slot = -1;
-  need_compact_ = true;
+  Unslot(index);
   view_.Stopped(live.held);
   --running_;
   const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks};
@@ -201,6 +201,7 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   job.state = core::JobState::kPending;
   job.reason = core::PendingReason::kNone;
   job.start_time = 0;
+  if (occupancy_ && job.allocation) occupancy_->Release(*job.allocation);
   job.allocation.reset();
   job.expected_start.reset();  // a requeued job is planned afresh
   job.last_checkpoint = 0;     // of the next attempt (progress carries the saved work)
@@ -267,9 +268,9 @@ void Simulation::PreemptStop(size_t index) {
   CloseAttempt(index);
   out.state = core::JobState::kCancelled;
   job.state = core::JobState::kCancelled;
+  if (occupancy_ && job.allocation) occupancy_->Release(*job.allocation);
   live.running = false;
-  live.slot = -1;
-  need_compact_ = true;
+  Unslot(index);
   view_.Stopped(live.held);
   --running_;
   dirty_ = true;
@@ -345,6 +346,7 @@ void Simulation::Start(const core::StartDecision& decision) {
   job.expected_start.reset();
   job.attempt = out.attempts;
   job.allocation = decision.allocation;
+  if (occupancy_) occupancy_->Occupy(decision.allocation);
   job.last_checkpoint = 0;
   job.preempting = false;
   if (out.first_start < 0) {

@@ -12,6 +12,12 @@
 
 namespace mlsched::sim::detail {
 
+void Simulation::Unslot(size_t index) {
+  holes_.push_back(static_cast<size_t>(live_[index].slot));
+  live_[index].slot = -1;
+  need_compact_ = true;
+}
+
 void Simulation::Compact() {
   // Final jobs leave, and so do parked ones (moved to parked_jobs_, slot -1).
   auto gone = [&](const core::Job& j) {
@@ -19,20 +25,21 @@ void Simulation::Compact() {
   };
   if (parking_) {
     // A FIFO pass without preemption does not depend on the order of state_.jobs (the queue is
-    // sorted by submit time and id; the ledger, timeline and limits are sums): holes are filled
-    // from the back, O(removed) moves instead of shifting every later job.
-    for (size_t r = 0; r < state_.jobs.size();) {
-      if (!gone(state_.jobs[r])) {
-        live_[static_cast<size_t>(state_.jobs[r].id - 1)].slot = static_cast<int64_t>(r);
-        ++r;
-        continue;
-      }
-      if (r + 1 < state_.jobs.size()) state_.jobs[r] = std::move(state_.jobs.back());
+    // sorted by submit time and id; the ledger, timeline and limits are sums): each hole, lowest
+    // first, takes the last job still in, O(removed) moves instead of shifting every later job.
+    std::sort(holes_.begin(), holes_.end());
+    for (size_t h : holes_) {
+      while (!state_.jobs.empty() && gone(state_.jobs.back())) state_.jobs.pop_back();
+      if (h >= state_.jobs.size()) break;  // every later hole was at the back
+      state_.jobs[h] = std::move(state_.jobs.back());
       state_.jobs.pop_back();
+      live_[static_cast<size_t>(state_.jobs[h].id - 1)].slot = static_cast<int64_t>(h);
     }
+    holes_.clear();
     need_compact_ = false;
     return;
   }
+  holes_.clear();
   size_t w = 0;
   for (size_t r = 0; r < state_.jobs.size(); ++r) {
     if (gone(state_.jobs[r])) continue;
@@ -83,8 +90,7 @@ void Simulation::Arrange() {
   view_.Arrange(options_.policy.backfill.mode == core::BackfillMode::kEasy, &unpark_, &park_);
   for (size_t i : park_) {
     parked_jobs_.emplace(i, std::move(JobOf(i)));
-    live_[i].slot = -1;
-    need_compact_ = true;
+    Unslot(i);
   }
   if (need_compact_) Compact();
   for (size_t i : unpark_) {
@@ -162,7 +168,9 @@ core::CyclePlan Simulation::Pass() {
     if (need_compact_) Compact();
     if (preemption_) ReportCheckpoints();
     const auto t0 = std::chrono::steady_clock::now();
-    core::CyclePlan plan = core::SchedulingCycle::Run(state_, options_.policy, now_);
+    if (skip_idle_ && !occupancy_) occupancy_.emplace(state_.nodes, state_.jobs);
+    core::CyclePlan plan = occupancy_ ? core::SchedulingCycle::Run(state_, options_.policy, now_, *occupancy_)
+                                      : core::SchedulingCycle::Run(state_, options_.policy, now_);
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (parking_ && !PassStands(plan)) {
       view_.Widen();  // the pass may depend on a parked job: run it again seeing more of them

@@ -108,3 +108,48 @@ TEST_CASE("a task's node hint is checked against its node name", "[core][ledger]
   CHECK(txn.placements()[0].node_hint == 1);
   CHECK(txn.placements()[0].node == "gpu-02");
 }
+
+TEST_CASE("a ledger kept by Occupy and Release drives the cycle as a fresh one does", "[core][ledger][property]") {
+  // The simulator keeps one ledger across passes (Occupy on start, Release on stop) and passes it
+  // to SchedulingCycle::Run; every pass must decide what a pass building its own ledger decides.
+  PolicySet policy;
+  policy.backfill.mode = BackfillMode::kEasy;
+  ClusterState state;
+  state.nodes = ClusterBuilder().Domain("a").Nodes("g[1-6]").Gpus("h100", 8).Cpus(64)
+                    .Domain("b").Nodes("c[1-3]").Cpus(32).Build();
+  NodeLedger kept(state.nodes, state.jobs);
+  uint32_t rng = 7;
+  auto next = [&rng] { return rng = rng * 1664525u + 1013904223u; };
+  JobId id = 1;
+  for (Timestamp now = 0; now < 40 * 600; now += 600) {
+    for (int k = 0; k < 3; ++k) {
+      JobBuilder j(id++);
+      j.Tasks(1 + static_cast<int32_t>(next() % 3)).TimeLimit(std::chrono::seconds(600 * (1 + next() % 6))).Submit(now);
+      if (next() % 3) j.GpusPerTask(1 + static_cast<int64_t>(next() % 4), "h100").CpusPerTask(2);
+      else j.CpusPerTask(1 + static_cast<int64_t>(next() % 8));
+      state.jobs.push_back(j.Build());
+    }
+    const CyclePlan fresh = SchedulingCycle::Run(state, policy, now);
+    const CyclePlan with_kept = SchedulingCycle::Run(state, policy, now, kept);
+    REQUIRE(StartedIds(with_kept) == StartedIds(fresh));
+    for (size_t s = 0; s < fresh.starts.size(); ++s) {
+      const auto &a = with_kept.starts[s].allocation.tasks, &b = fresh.starts[s].allocation.tasks;
+      REQUIRE(a.size() == b.size());
+      for (size_t t = 0; t < a.size(); ++t) {
+        CHECK(a[t].node == b[t].node);
+        CHECK(a[t].gpu_indices == b[t].gpu_indices);
+        CHECK(a[t].resources == b[t].resources);
+      }
+    }
+    ApplyPlan(state, fresh, now);
+    for (const StartDecision& s : fresh.starts) kept.Occupy(s.allocation);
+    // Jobs past their time limit stop; the kept ledger gives their allocations back.
+    for (Job& job : state.jobs)
+      if (job.state == JobState::kRunning && job.start_time + job.spec.time_limit <= now + 600) {
+        job.state = JobState::kCompleted;
+        kept.Release(*job.allocation);
+      }
+    CHECK(SameLedger(kept, NodeLedger(state.nodes, state.jobs)));
+  }
+  CHECK(id > 100);
+}
