@@ -42,16 +42,15 @@ std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   if (q.job == last_job_) return *last_shape_;
-  auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
   last_job_ = q.job;
-  if (!fresh) return *(last_shape_ = it->second);
+  // A plain job's shape is found from its key (a few field reads), with no entry per job.
   if (const auto key = PlainKeyOf(q)) {
     auto [plain, made] = plain_shapes_.try_emplace(*key);
     if (made) plain->second = MakePlainShape(q);
-    it->second = &plain->second;
-  } else {
-    it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
+    return *(last_shape_ = &plain->second);
   }
+  auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
+  if (fresh) it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
   return *(last_shape_ = it->second);
 }
 
@@ -191,7 +190,8 @@ const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const 
     }
     // For a reservation prefer nodes that become free last, keeping the ones free sooner (and now)
     // for backfill: this makes a reservation on interchangeable nodes behave like one pool.
-    int64_t tiebreak = prefer_late_free ? -timeline_.LastChange(i, from) : 0;
+    // Only an order among candidates: one candidate node needs none.
+    int64_t tiebreak = prefer_late_free && nodes.size() > 1 ? -timeline_.LastChange(i, from) : 0;
     out.push_back({i, k, slot.domain_id, slot.zone_id, slot.region_id, tiebreak});
   }
   return out;
@@ -458,7 +458,6 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
                                                          : std::numeric_limits<int64_t>::max();
   const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
   const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
-  shapes_.reserve(queue.size());
   if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
   // reserve_after: jobs that waited that long are planned first, each with a reservation; the

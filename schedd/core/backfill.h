@@ -158,7 +158,7 @@ class Planner {
   std::unordered_map<std::string, NodeClass> classes_;  // by class string; stable addresses
   /// Plain jobs' classes by (partition, asks for GPUs, asks for CPUs, spot preference).
   std::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_;
-  std::unordered_map<const Job*, const Shape*> shapes_;  // into plain_shapes_ or own_shapes_
+  std::unordered_map<const Job*, const Shape*> shapes_;  // jobs that are not plain: into own_shapes_
   const Job* last_job_ = nullptr;  // ShapeOf's last answer (it is asked several times per job)
   const Shape* last_shape_ = nullptr;
   std::map<PlainKey, Shape> plain_shapes_;
