@@ -351,6 +351,8 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
     if (t > until) return std::nullopt;
     if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + planned), s.demand, spec.ntasks)) {
+      // The aggregate covers the job over [t, t + planned): on a lone node that is the node's fit.
+      if (t > now_ && OneNodeHoldsAll(s, spec)) return PlannedStart{t, NodeChoice{{s.eligible->front(), spec.ntasks}}};
       for (const std::string& type : TypeChoices(spec, s.demand)) {
         auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
         if (choice) return PlannedStart{t, std::move(*choice)};
@@ -361,6 +363,13 @@ std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp 
     if (!next) return std::nullopt;
     from = *next;
   }
+}
+
+bool Planner::OneNodeHoldsAll(const Shape& s, const JobSpec& spec) const {
+  // One node, up: the timeline's aggregate is that node's profile (a node that is down has none,
+  // while its running jobs' releases still enter the aggregate).
+  return ledger_.size() == 1 && ledger_.slot(0).node->health == NodeHealth::kUp && s.eligible->size() == 1 &&
+         s.demand.gpus == 0 && spec.ntasks > 0 && (spec.topology != Topology::kSpread || spec.ntasks == 1);
 }
 
 void Planner::Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign) {

@@ -141,6 +141,12 @@ class Planner {
   /// (topology none or same-domain, one domain holds the gang), else by scanning Candidates.
   /// Both give the same answer (ChooseInGroup's rule).
   std::optional<NodeChoice> ChooseNow(const QueuedJob& q, const Shape& s, const std::string& type);
+  /// True when FindEarliest may place `spec` (shape `s`) from the aggregate fit alone: the fleet is
+  /// one node, up, and the job's only eligible node; the job asks for no GPUs (no type to match)
+  /// and is not a spread gang of several tasks. Where the aggregate covers the whole gang over its
+  /// window after now, Candidates then lists that node with every task and ChooseNodes puts the
+  /// whole gang there.
+  bool OneNodeHoldsAll(const Shape& s, const JobSpec& spec) const;
   /// Adds (sign 1) or removes (sign -1) a planned start on the timeline.
   void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
   /// keep_plans: re-reserves every queued job's previous planned start that still fits.
