@@ -285,14 +285,15 @@ std::optional<Timestamp> Planner::FinishAtLargest(const QueuedJob& q) {
   return start->time + ElasticRuntime(*q.job, q.job->spec.ntasks);
 }
 
-std::optional<std::pair<QueuedJob, PlannedStart>> Planner::PlanReservation(const QueuedJob& q, Timestamp until) {
+std::optional<std::pair<QueuedJob, const PlannedStart*>> Planner::PlanReservation(const QueuedJob& q,
+                                                                                  Timestamp until) {
   if (!IsElastic(q.job->spec)) {  // one size: GangSizes would be {ntasks} and SizedAs q itself
-    if (auto start = FindEarliest(q, until)) return std::pair{q, std::move(*start)};
+    if (const PlannedStart* start = FindEarliest(q, until)) return std::pair{q, start};
     return std::nullopt;
   }
   for (int32_t n : GangSizes(q.job->spec)) {
     QueuedJob sized = SizedAs(q, n);
-    if (auto start = FindEarliest(sized, until)) return std::pair{sized, std::move(*start)};
+    if (const PlannedStart* start = FindEarliest(sized, until)) return std::pair{sized, start};
   }
   return std::nullopt;
 }
@@ -337,30 +338,37 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   return started;
 }
 
-std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
+const PlannedStart* Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
   const Shape& s = ShapeOf(q);
   const JobSpec& spec = q.job->spec;
   const Duration planned = PlannedRuntime(*q.job);
-  if (s.eligible->empty()) return std::nullopt;
+  if (s.eligible->empty()) return nullptr;
   const Duration res = std::max<Duration>(policy_.backfill.resolution, 1);
   Timestamp from = now_;
   while (true) {
     auto fit = timeline_.NextAggregateFit(from, planned, s.demand, spec.ntasks);
-    if (!fit) return std::nullopt;
+    if (!fit) return nullptr;
     Timestamp t = *fit;
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
-    if (t > until) return std::nullopt;
+    if (t > until) return nullptr;
     if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + planned), s.demand, spec.ntasks)) {
       // The aggregate covers the job over [t, t + planned): on a lone node that is the node's fit.
-      if (t > now_ && OneNodeHoldsAll(s, spec)) return PlannedStart{t, NodeChoice{{s.eligible->front(), spec.ntasks}}};
+      if (t > now_ && OneNodeHoldsAll(s, spec)) {
+        found_.time = t;
+        found_.nodes.assign(1, {s.eligible->front(), spec.ntasks});  // keeps its capacity: no allocation
+        return &found_;
+      }
       for (const std::string& type : TypeChoices(spec, s.demand)) {
         auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
-        if (choice) return PlannedStart{t, std::move(*choice)};
+        if (choice) {
+          found_ = PlannedStart{t, std::move(*choice)};
+          return &found_;
+        }
       }
     }
     // Per-node fit only changes where some node's free resources change.
     auto next = timeline_.NextChange(t);
-    if (!next) return std::nullopt;
+    if (!next) return nullptr;
     from = *next;
   }
 }
@@ -449,8 +457,8 @@ std::vector<QueuedJob> Planner::PlanStarved(const std::vector<QueuedJob>& queue,
     if (TryStartNow(*q, plan)) continue;
     const std::string detail = NeedDetail(*q) + " (waited past reserve_after: planned first)";
     if (auto planned = PlanReservation(*q, until)) {
-      Reserve(planned->first, planned->second);
-      Pend(*q, PendingReason::kResources, planned->second.time, detail, plan);
+      Reserve(planned->first, *planned->second);
+      Pend(*q, PendingReason::kResources, planned->second->time, detail, plan);
     } else {
       Pend(*q, PendingReason::kResources, std::nullopt, "no start within the backfill window", plan);
     }
@@ -494,9 +502,9 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
     blocked = true;
     if (bf.mode == BackfillMode::kNone) { Pend(q, reason, std::nullopt, detail, plan); continue; }
     if (auto planned = PlanReservation(q, until)) {
-      Reserve(planned->first, planned->second);
+      Reserve(planned->first, *planned->second);
       ++reserved;
-      Pend(q, reason, planned->second.time, detail, plan);
+      Pend(q, reason, planned->second->time, detail, plan);
     } else {
       Pend(q, reason, std::nullopt, "no start within the backfill window", plan);
     }

@@ -114,7 +114,8 @@ class Planner {
   /// A blocked job's reservation: the earliest start in [now, until] at its largest size that has
   /// one (an elastic job is planned at MAX unless MAX never fits within the window). Returns the
   /// sized job it planned and the start, or nullopt.
-  std::optional<std::pair<QueuedJob, PlannedStart>> PlanReservation(const QueuedJob& q, Timestamp until);
+  /// The start is FindEarliest's (valid until its next call).
+  std::optional<std::pair<QueuedJob, const PlannedStart*>> PlanReservation(const QueuedJob& q, Timestamp until);
   /// BackfillPolicy::reserve_after: the jobs of `queue` that waited that long start now or get a
   /// reservation (before `until`), oldest first, ahead of everything else. Returns the others, in
   /// queue order.
@@ -131,8 +132,9 @@ class Planner {
   const std::vector<std::string>& TypeChoices(const JobSpec& spec, const TaskDemand& demand);
   /// TryStartNow on the nodes of one shape.
   bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
-  /// Earliest start in [now, until] on the timeline, without reserving.
-  std::optional<PlannedStart> FindEarliest(const QueuedJob& q, Timestamp until);
+  /// Earliest start in [now, until] on the timeline, without reserving; null when none. Points to
+  /// found_, valid until the next call.
+  const PlannedStart* FindEarliest(const QueuedJob& q, Timestamp until);
   /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`
   /// (a reference to a buffer reused by the next call).
   const std::vector<NodeCandidate>& Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
@@ -189,6 +191,7 @@ class Planner {
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
+  PlannedStart found_;  // FindEarliest's answer
   std::vector<std::string> type_choices_;  // TypeChoices' answer for jobs with GPUs
   /// Elastic jobs at a size below their largest (SizedAs); stable addresses for shapes_.
   std::map<std::pair<const Job*, int32_t>, const Job*> sized_;
