@@ -3,9 +3,11 @@
 // so that a lower job starts now only if it delays no reservation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -163,13 +165,17 @@ class Planner {
   LimitTracker& limits_;
   const PolicySet& policy_;
   Timestamp now_;
+  /// Memory for the per-cycle shape tables below (one block on the stack for a typical cycle, freed
+  /// at once): a cycle makes a few dozen shapes and would otherwise allocate a node for each.
+  alignas(std::max_align_t) std::byte arena_buffer_[8192];
+  std::pmr::monotonic_buffer_resource arena_{arena_buffer_, sizeof arena_buffer_};
   std::unordered_map<std::string, NodeClass> classes_;  // by class string; stable addresses
   /// Plain jobs' classes by (partition, asks for GPUs, asks for CPUs, spot preference).
-  std::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_;
-  std::unordered_map<const Job*, const Shape*> shapes_;  // jobs that are not plain: into own_shapes_
+  std::pmr::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_{&arena_};
+  std::pmr::unordered_map<const Job*, const Shape*> shapes_{&arena_};  // jobs that are not plain: into own_shapes_
   const Job* last_job_ = nullptr;  // ShapeOf's last answer (it is asked several times per job)
   const Shape* last_shape_ = nullptr;
-  std::map<PlainKey, Shape> plain_shapes_;
+  std::pmr::map<PlainKey, Shape> plain_shapes_{&arena_};
   std::deque<Shape> own_shapes_;
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
   /// A shape's key: its node class (one object per class string), per-task demand, tasks, topology.
@@ -181,10 +187,10 @@ class Planner {
     auto operator<=>(const ShapeKey&) const = default;
   };
   /// Shape key -> its key_id, one per distinct key.
-  std::map<ShapeKey, size_t> key_ids_;
+  std::pmr::map<ShapeKey, size_t> key_ids_{&arena_};
   /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
   /// kNeverFailed while none failed.
-  std::vector<Duration> failed_now_;
+  std::pmr::vector<Duration> failed_now_{&arena_};
   static constexpr Duration kNeverFailed = INT64_MAX;
   /// Summed capacity of each eligible node set (Starved), made once per cycle per set.
   std::unordered_map<const std::vector<size_t>*, TaskDemand> eligible_capacity_;
