@@ -154,7 +154,10 @@ Planner::Shape Planner::ShapeIn(const QueuedJob& q, NodeClass& c) {
   const auto [id, fresh_key] = key_ids_.try_emplace(
       ShapeKey{&c, s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, spec.ntasks, spec.topology},
       key_ids_.size());
-  if (fresh_key) failed_now_.push_back(kNeverFailed);
+  if (fresh_key) {
+    failed_now_.push_back(kNeverFailed);
+    first_fit_.push_back({});
+  }
   s.key_id = id->second;
   return s;
 }
@@ -345,8 +348,9 @@ const PlannedStart* Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
   if (s.eligible->empty()) return nullptr;
   const Duration res = std::max<Duration>(policy_.backfill.resolution, 1);
   Timestamp from = now_;
-  while (true) {
-    auto fit = timeline_.NextAggregateFit(from, planned, s.demand, spec.ntasks);
+  for (bool first = true;; first = false) {
+    auto fit = first ? FirstAggregateFit(s, spec.ntasks, planned)
+                     : timeline_.NextAggregateFit(from, planned, s.demand, spec.ntasks);
     if (!fit) return nullptr;
     Timestamp t = *fit;
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
@@ -371,6 +375,18 @@ const PlannedStart* Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
     if (!next) return nullptr;
     from = *next;
   }
+}
+
+std::optional<Timestamp> Planner::FirstAggregateFit(const Shape& s, int32_t ntasks, Duration planned) {
+  if (!kept_.empty()) return timeline_.NextAggregateFit(now_, planned, s.demand, ntasks);
+  FitMemo& m = first_fit_[s.key_id];
+  Timestamp from = now_;
+  if (m.duration <= planned) {
+    if (!m.fit) return std::nullopt;
+    from = *m.fit;
+  }
+  m = {planned, timeline_.NextAggregateFit(from, planned, s.demand, ntasks)};
+  return m.fit;
 }
 
 bool Planner::OneNodeHoldsAll(const Shape& s, const JobSpec& spec) const {

@@ -134,6 +134,12 @@ class Planner {
   const std::vector<std::string>& TypeChoices(const JobSpec& spec, const TaskDemand& demand);
   /// TryStartNow on the nodes of one shape.
   bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
+  /// timeline_.NextAggregateFit(now, planned, s.demand, ntasks), searched from the shape key's last
+  /// answer in the cycle when that was for a run time <= `planned`. Same answer: within a cycle (no
+  /// kept plan released) the timeline only loses resources, so a window that fits now fitted the
+  /// shorter run then, and its earliest fit then (a step start or now) is no later than any such
+  /// window; no step between now and that fit can then be an answer either.
+  std::optional<Timestamp> FirstAggregateFit(const Shape& s, int32_t ntasks, Duration planned);
   /// Earliest start in [now, until] on the timeline, without reserving; null when none. Points to
   /// found_, valid until the next call.
   const PlannedStart* FindEarliest(const QueuedJob& q, Timestamp until);
@@ -191,6 +197,12 @@ class Planner {
   /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
   /// kNeverFailed while none failed.
   std::pmr::vector<Duration> failed_now_{&arena_};
+  /// By key_id: FirstAggregateFit's last answer and the run time it was for (kNeverFailed: none).
+  struct FitMemo {
+    Duration duration = kNeverFailed;
+    std::optional<Timestamp> fit;
+  };
+  std::pmr::vector<FitMemo> first_fit_{&arena_};
   static constexpr Duration kNeverFailed = INT64_MAX;
   /// Summed capacity of each eligible node set (Starved), made once per cycle per set.
   std::unordered_map<const std::vector<size_t>*, TaskDemand> eligible_capacity_;

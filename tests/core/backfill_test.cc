@@ -341,3 +341,20 @@ TEST_CASE("one-node pool: conservative reservations from the aggregate fit alone
     CHECK_FALSE(PendingOf(plan, 2).expected_start.has_value());
   }
 }
+
+TEST_CASE("a shorter job of the same shape is planned in a gap a longer one skipped", "[core][backfill]") {
+  // Planner::FirstAggregateFit starts a search where the last one of the shape's key ended only
+  // for a run at least as long.
+  ClusterState s = CpuPool(10);
+  s.jobs = {RunningCpu(1, 6, 0, 100), RunningCpu(2, 4, 0, 1000),
+            CpuJob(3, 8, 100),    // 1000 .. 1100
+            CpuJob(4, 4, 1000),   // 1100: 2 cores free in [1000, 1100)
+            CpuJob(5, 4, 100),    // 100: in the gap before 1000
+            CpuJob(6, 4, 2000)};  // 1100 again: after job 5 only 2 free at 1000
+  CyclePlan plan = RunChecked(s, WithBackfill(BackfillMode::kConservative), 0);
+  CHECK(plan.starts.empty());
+  CHECK(PendingOf(plan, 3).expected_start == 1000);
+  CHECK(PendingOf(plan, 4).expected_start == 1100);
+  CHECK(PendingOf(plan, 5).expected_start == 100);
+  CHECK(PendingOf(plan, 6).expected_start == 1100);
+}
