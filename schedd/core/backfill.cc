@@ -491,6 +491,8 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
                                                          : std::numeric_limits<int64_t>::max();
   const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
   const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
+  failed_now_.reserve(queue.size());  // at most one shape key per job but for sizes and tiers
+  first_fit_.reserve(queue.size());
   if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
   // reserve_after: jobs that waited that long are planned first, each with a reservation; the

@@ -173,7 +173,7 @@ class Planner {
   Timestamp now_;
   /// Memory for the per-cycle shape tables below (one block on the stack for a typical cycle, freed
   /// at once): a cycle makes a few dozen shapes and would otherwise allocate a node for each.
-  alignas(std::max_align_t) std::byte arena_buffer_[8192];
+  alignas(std::max_align_t) std::byte arena_buffer_[16384];
   std::pmr::monotonic_buffer_resource arena_{arena_buffer_, sizeof arena_buffer_};
   std::unordered_map<std::string, NodeClass> classes_;  // by class string; stable addresses
   /// Plain jobs' classes by (partition, asks for GPUs, asks for CPUs, spot preference).
