@@ -381,7 +381,7 @@ std::optional<Timestamp> Planner::FirstAggregateFit(const Shape& s, int32_t ntas
   if (!kept_.empty()) return timeline_.NextAggregateFit(now_, planned, s.demand, ntasks);
   FitMemo& m = first_fit_[s.key_id];
   Timestamp from = now_;
-  if (m.duration <= planned) {
+  if (m.duration >= 0 && m.duration <= planned) {
     if (!m.fit) return std::nullopt;
     from = *m.fit;
   }

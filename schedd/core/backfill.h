@@ -197,9 +197,9 @@ class Planner {
   /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
   /// kNeverFailed while none failed.
   std::pmr::vector<Duration> failed_now_{&arena_};
-  /// By key_id: FirstAggregateFit's last answer and the run time it was for (kNeverFailed: none).
+  /// By key_id: FirstAggregateFit's last answer and the run time it was for (-1: none yet).
   struct FitMemo {
-    Duration duration = kNeverFailed;
+    Duration duration = -1;
     std::optional<Timestamp> fit;
   };
   std::pmr::vector<FitMemo> first_fit_{&arena_};
