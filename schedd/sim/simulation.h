@@ -192,8 +192,6 @@ class Simulation {
   void ShadowEstimates();
   void Start(const core::StartDecision& decision);
   void Compact();
-  /// True when Pass should Compact now (ended jobs left in state_.jobs are too many, or may be read).
-  bool CompactDue() const;
   void Push(Timestamp time, EventKind kind, int64_t target, int32_t attempt = 0) {
     events_.push(Event{time, kind, seq_++, target, attempt});
   }
@@ -216,7 +214,6 @@ class Simulation {
   int64_t seq_ = 0;
   Timestamp now_ = 0;
   bool dirty_ = false, need_compact_ = false;
-  size_t ended_in_state_ = 0;  // jobs that ended since the last Compact (still in state_.jobs)
   bool accrue_usage_ = false;   // the policy's priorities read fairshare usage
   bool preemption_ = false;     // some QoS may preempt: the core reads checkpoints
   Timestamp accrued_until_ = 0;

@@ -151,7 +151,6 @@ void Simulation::Finish(size_t index) {
   live.running = false;
   live.slot = -1;
   need_compact_ = true;
-  ++ended_in_state_;
   view_.Stopped(live.held);
   --running_;
   const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks};
@@ -271,7 +270,6 @@ void Simulation::PreemptStop(size_t index) {
   live.running = false;
   live.slot = -1;
   need_compact_ = true;
-  ++ended_in_state_;
   view_.Stopped(live.held);
   --running_;
   dirty_ = true;

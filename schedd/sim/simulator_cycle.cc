@@ -31,7 +31,6 @@ void Simulation::Compact() {
       state_.jobs.pop_back();
     }
     need_compact_ = false;
-    ended_in_state_ = 0;
     return;
   }
   size_t w = 0;
@@ -43,16 +42,6 @@ void Simulation::Compact() {
   }
   state_.jobs.resize(w);
   need_compact_ = false;
-  ended_in_state_ = 0;
-}
-
-bool Simulation::CompactDue() const {
-  // The core skips final jobs everywhere it reads state_.jobs (queue, ledger, timeline, limits);
-  // only dependencies (the states they name), preemption and the shadow estimates read more, and
-  // replan_skip_ holds without them. So there ended jobs may stay until they are a quarter of the
-  // vector: one order-keeping compaction per many ends instead of one per pass.
-  if (!replan_skip_) return true;
-  return ended_in_state_ * 4 >= state_.jobs.size();
 }
 
 void Simulation::RecordEstimate(size_t index, const std::optional<Timestamp>& expected) {
@@ -170,7 +159,7 @@ core::CyclePlan Simulation::Pass() {
   while (true) {
     if (arrange) Arrange();
     arrange = false;
-    if (need_compact_ && CompactDue()) Compact();
+    if (need_compact_) Compact();
     if (preemption_) ReportCheckpoints();
     const auto t0 = std::chrono::steady_clock::now();
     core::CyclePlan plan = core::SchedulingCycle::Run(state_, options_.policy, now_);
