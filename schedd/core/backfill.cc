@@ -42,16 +42,15 @@ std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
 
 const Planner::Shape& Planner::ShapeOf(const QueuedJob& q) {
   if (q.job == last_job_) return *last_shape_;
-  auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
   last_job_ = q.job;
-  if (!fresh) return *(last_shape_ = it->second);
+  // A plain job's shape is found from its key (a few field reads), with no entry per job.
   if (const auto key = PlainKeyOf(q)) {
     auto [plain, made] = plain_shapes_.try_emplace(*key);
     if (made) plain->second = MakePlainShape(q);
-    it->second = &plain->second;
-  } else {
-    it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
+    return *(last_shape_ = &plain->second);
   }
+  auto [it, fresh] = shapes_.try_emplace(q.job, nullptr);
+  if (fresh) it->second = &own_shapes_.emplace_back(MakeShape(q, nullptr));
   return *(last_shape_ = it->second);
 }
 
@@ -155,7 +154,10 @@ Planner::Shape Planner::ShapeIn(const QueuedJob& q, NodeClass& c) {
   const auto [id, fresh_key] = key_ids_.try_emplace(
       ShapeKey{&c, s.demand.cpu_millis, s.demand.memory_bytes, s.demand.gpus, spec.ntasks, spec.topology},
       key_ids_.size());
-  if (fresh_key) failed_now_.push_back(kNeverFailed);
+  if (fresh_key) {
+    failed_now_.push_back(kNeverFailed);
+    first_fit_.push_back({});
+  }
   s.key_id = id->second;
   return s;
 }
@@ -191,7 +193,8 @@ const std::vector<NodeCandidate>& Planner::Candidates(const QueuedJob& q, const 
     }
     // For a reservation prefer nodes that become free last, keeping the ones free sooner (and now)
     // for backfill: this makes a reservation on interchangeable nodes behave like one pool.
-    int64_t tiebreak = prefer_late_free ? -timeline_.LastChange(i, from) : 0;
+    // Only an order among candidates: one candidate node needs none.
+    int64_t tiebreak = prefer_late_free && nodes.size() > 1 ? -timeline_.LastChange(i, from) : 0;
     out.push_back({i, k, slot.domain_id, slot.zone_id, slot.region_id, tiebreak});
   }
   return out;
@@ -285,14 +288,15 @@ std::optional<Timestamp> Planner::FinishAtLargest(const QueuedJob& q) {
   return start->time + ElasticRuntime(*q.job, q.job->spec.ntasks);
 }
 
-std::optional<std::pair<QueuedJob, PlannedStart>> Planner::PlanReservation(const QueuedJob& q, Timestamp until) {
+std::optional<std::pair<QueuedJob, const PlannedStart*>> Planner::PlanReservation(const QueuedJob& q,
+                                                                                  Timestamp until) {
   if (!IsElastic(q.job->spec)) {  // one size: GangSizes would be {ntasks} and SizedAs q itself
-    if (auto start = FindEarliest(q, until)) return std::pair{q, std::move(*start)};
+    if (const PlannedStart* start = FindEarliest(q, until)) return std::pair{q, start};
     return std::nullopt;
   }
   for (int32_t n : GangSizes(q.job->spec)) {
     QueuedJob sized = SizedAs(q, n);
-    if (auto start = FindEarliest(sized, until)) return std::pair{sized, std::move(*start)};
+    if (const PlannedStart* start = FindEarliest(sized, until)) return std::pair{sized, start};
   }
   return std::nullopt;
 }
@@ -337,30 +341,59 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   return started;
 }
 
-std::optional<PlannedStart> Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
+const PlannedStart* Planner::FindEarliest(const QueuedJob& q, Timestamp until) {
   const Shape& s = ShapeOf(q);
   const JobSpec& spec = q.job->spec;
   const Duration planned = PlannedRuntime(*q.job);
-  if (s.eligible->empty()) return std::nullopt;
+  if (s.eligible->empty()) return nullptr;
   const Duration res = std::max<Duration>(policy_.backfill.resolution, 1);
   Timestamp from = now_;
-  while (true) {
-    auto fit = timeline_.NextAggregateFit(from, planned, s.demand, spec.ntasks);
-    if (!fit) return std::nullopt;
+  for (bool first = true;; first = false) {
+    auto fit = first ? FirstAggregateFit(s, spec.ntasks, planned)
+                     : timeline_.NextAggregateFit(from, planned, s.demand, spec.ntasks);
+    if (!fit) return nullptr;
     Timestamp t = *fit;
     if (t > now_ && res > 1) t = now_ + (t - now_ + res - 1) / res * res;
-    if (t > until) return std::nullopt;
+    if (t > until) return nullptr;
     if (t == *fit || Covers(timeline_.AggregateMinFree(t, t + planned), s.demand, spec.ntasks)) {
+      // The aggregate covers the job over [t, t + planned): on a lone node that is the node's fit.
+      if (t > now_ && OneNodeHoldsAll(s, spec)) {
+        found_.time = t;
+        found_.nodes.assign(1, {s.eligible->front(), spec.ntasks});  // keeps its capacity: no allocation
+        return &found_;
+      }
       for (const std::string& type : TypeChoices(spec, s.demand)) {
         auto choice = ChooseNodes(Candidates(q, s, type, t, t > now_), spec.ntasks, spec.topology);
-        if (choice) return PlannedStart{t, std::move(*choice)};
+        if (choice) {
+          found_ = PlannedStart{t, std::move(*choice)};
+          return &found_;
+        }
       }
     }
     // Per-node fit only changes where some node's free resources change.
     auto next = timeline_.NextChange(t);
-    if (!next) return std::nullopt;
+    if (!next) return nullptr;
     from = *next;
   }
+}
+
+std::optional<Timestamp> Planner::FirstAggregateFit(const Shape& s, int32_t ntasks, Duration planned) {
+  if (!kept_.empty()) return timeline_.NextAggregateFit(now_, planned, s.demand, ntasks);
+  FitMemo& m = first_fit_[s.key_id];
+  Timestamp from = now_;
+  if (m.duration >= 0 && m.duration <= planned) {
+    if (!m.fit) return std::nullopt;
+    from = *m.fit;
+  }
+  m = {planned, timeline_.NextAggregateFit(from, planned, s.demand, ntasks)};
+  return m.fit;
+}
+
+bool Planner::OneNodeHoldsAll(const Shape& s, const JobSpec& spec) const {
+  // One node, up: the timeline's aggregate is that node's profile (a node that is down has none,
+  // while its running jobs' releases still enter the aggregate).
+  return ledger_.size() == 1 && ledger_.slot(0).node->health == NodeHealth::kUp && s.eligible->size() == 1 &&
+         s.demand.gpus == 0 && spec.ntasks > 0 && (spec.topology != Topology::kSpread || spec.ntasks == 1);
 }
 
 void Planner::Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign) {
@@ -440,8 +473,8 @@ std::vector<QueuedJob> Planner::PlanStarved(const std::vector<QueuedJob>& queue,
     if (TryStartNow(*q, plan)) continue;
     const std::string detail = NeedDetail(*q) + " (waited past reserve_after: planned first)";
     if (auto planned = PlanReservation(*q, until)) {
-      Reserve(planned->first, planned->second);
-      Pend(*q, PendingReason::kResources, planned->second.time, detail, plan);
+      Reserve(planned->first, *planned->second);
+      Pend(*q, PendingReason::kResources, planned->second->time, detail, plan);
     } else {
       Pend(*q, PendingReason::kResources, std::nullopt, "no start within the backfill window", plan);
     }
@@ -458,7 +491,8 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
                                                          : std::numeric_limits<int64_t>::max();
   const Timestamp until = bf.window > 0 ? now_ + bf.window : std::numeric_limits<Timestamp>::max() / 4;
   const bool keep = bf.mode == BackfillMode::kConservative && bf.keep_plans;
-  shapes_.reserve(queue.size());
+  failed_now_.reserve(queue.size());  // at most one shape key per job but for sizes and tiers
+  first_fit_.reserve(queue.size());
   if (keep) KeepPreviousPlans(queue);
   size_t examined = 0;
   // reserve_after: jobs that waited that long are planned first, each with a reservation; the
@@ -486,9 +520,9 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
     blocked = true;
     if (bf.mode == BackfillMode::kNone) { Pend(q, reason, std::nullopt, detail, plan); continue; }
     if (auto planned = PlanReservation(q, until)) {
-      Reserve(planned->first, planned->second);
+      Reserve(planned->first, *planned->second);
       ++reserved;
-      Pend(q, reason, planned->second.time, detail, plan);
+      Pend(q, reason, planned->second->time, detail, plan);
     } else {
       Pend(q, reason, std::nullopt, "no start within the backfill window", plan);
     }

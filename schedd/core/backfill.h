@@ -3,9 +3,11 @@
 // so that a lower job starts now only if it delays no reservation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -114,7 +116,8 @@ class Planner {
   /// A blocked job's reservation: the earliest start in [now, until] at its largest size that has
   /// one (an elastic job is planned at MAX unless MAX never fits within the window). Returns the
   /// sized job it planned and the start, or nullopt.
-  std::optional<std::pair<QueuedJob, PlannedStart>> PlanReservation(const QueuedJob& q, Timestamp until);
+  /// The start is FindEarliest's (valid until its next call).
+  std::optional<std::pair<QueuedJob, const PlannedStart*>> PlanReservation(const QueuedJob& q, Timestamp until);
   /// BackfillPolicy::reserve_after: the jobs of `queue` that waited that long start now or get a
   /// reservation (before `until`), oldest first, ahead of everything else. Returns the others, in
   /// queue order.
@@ -131,8 +134,15 @@ class Planner {
   const std::vector<std::string>& TypeChoices(const JobSpec& spec, const TaskDemand& demand);
   /// TryStartNow on the nodes of one shape.
   bool TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan);
-  /// Earliest start in [now, until] on the timeline, without reserving.
-  std::optional<PlannedStart> FindEarliest(const QueuedJob& q, Timestamp until);
+  /// timeline_.NextAggregateFit(now, planned, s.demand, ntasks), searched from the shape key's last
+  /// answer in the cycle when that was for a run time <= `planned`. Same answer: within a cycle (no
+  /// kept plan released) the timeline only loses resources, so a window that fits now fitted the
+  /// shorter run then, and its earliest fit then (a step start or now) is no later than any such
+  /// window; no step between now and that fit can then be an answer either.
+  std::optional<Timestamp> FirstAggregateFit(const Shape& s, int32_t ntasks, Duration planned);
+  /// Earliest start in [now, until] on the timeline, without reserving; null when none. Points to
+  /// found_, valid until the next call.
+  const PlannedStart* FindEarliest(const QueuedJob& q, Timestamp until);
   /// Node candidates for the job's window [from, from+limit) restricted to GPU type `type`
   /// (a reference to a buffer reused by the next call).
   const std::vector<NodeCandidate>& Candidates(const QueuedJob& q, const Shape& s, const std::string& type,
@@ -141,6 +151,12 @@ class Planner {
   /// (topology none or same-domain, one domain holds the gang), else by scanning Candidates.
   /// Both give the same answer (ChooseInGroup's rule).
   std::optional<NodeChoice> ChooseNow(const QueuedJob& q, const Shape& s, const std::string& type);
+  /// True when FindEarliest may place `spec` (shape `s`) from the aggregate fit alone: the fleet is
+  /// one node, up, and the job's only eligible node; the job asks for no GPUs (no type to match)
+  /// and is not a spread gang of several tasks. Where the aggregate covers the whole gang over its
+  /// window after now, Candidates then lists that node with every task and ChooseNodes puts the
+  /// whole gang there.
+  bool OneNodeHoldsAll(const Shape& s, const JobSpec& spec) const;
   /// Adds (sign 1) or removes (sign -1) a planned start on the timeline.
   void Reserve(const QueuedJob& q, const PlannedStart& start, int64_t sign = 1);
   /// keep_plans: re-reserves every queued job's previous planned start that still fits.
@@ -155,13 +171,17 @@ class Planner {
   LimitTracker& limits_;
   const PolicySet& policy_;
   Timestamp now_;
+  /// Memory for the per-cycle shape tables below (one block on the stack for a typical cycle, freed
+  /// at once): a cycle makes a few dozen shapes and would otherwise allocate a node for each.
+  alignas(std::max_align_t) std::byte arena_buffer_[16384];
+  std::pmr::monotonic_buffer_resource arena_{arena_buffer_, sizeof arena_buffer_};
   std::unordered_map<std::string, NodeClass> classes_;  // by class string; stable addresses
   /// Plain jobs' classes by (partition, asks for GPUs, asks for CPUs, spot preference).
-  std::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_;
-  std::unordered_map<const Job*, const Shape*> shapes_;  // into plain_shapes_ or own_shapes_
+  std::pmr::map<std::tuple<const PartitionPolicy*, bool, bool, SpotPreference>, NodeClass*> plain_classes_{&arena_};
+  std::pmr::unordered_map<const Job*, const Shape*> shapes_{&arena_};  // jobs that are not plain: into own_shapes_
   const Job* last_job_ = nullptr;  // ShapeOf's last answer (it is asked several times per job)
   const Shape* last_shape_ = nullptr;
-  std::map<PlainKey, Shape> plain_shapes_;
+  std::pmr::map<PlainKey, Shape> plain_shapes_{&arena_};
   std::deque<Shape> own_shapes_;
   std::map<std::pair<const Job*, size_t>, Shape> tier_shapes_;
   /// A shape's key: its node class (one object per class string), per-task demand, tasks, topology.
@@ -173,16 +193,23 @@ class Planner {
     auto operator<=>(const ShapeKey&) const = default;
   };
   /// Shape key -> its key_id, one per distinct key.
-  std::map<ShapeKey, size_t> key_ids_;
+  std::pmr::map<ShapeKey, size_t> key_ids_{&arena_};
   /// By key_id: the shortest time limit that did not fit now (resources only shrink in a cycle);
   /// kNeverFailed while none failed.
-  std::vector<Duration> failed_now_;
+  std::pmr::vector<Duration> failed_now_{&arena_};
+  /// By key_id: FirstAggregateFit's last answer and the run time it was for (-1: none yet).
+  struct FitMemo {
+    Duration duration = -1;
+    std::optional<Timestamp> fit;
+  };
+  std::pmr::vector<FitMemo> first_fit_{&arena_};
   static constexpr Duration kNeverFailed = INT64_MAX;
   /// Summed capacity of each eligible node set (Starved), made once per cycle per set.
   std::unordered_map<const std::vector<size_t>*, TaskDemand> eligible_capacity_;
   /// keep_plans: previous planned starts re-reserved at the start of the cycle.
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
+  PlannedStart found_;  // FindEarliest's answer
   std::vector<std::string> type_choices_;  // TypeChoices' answer for jobs with GPUs
   /// Elastic jobs at a size below their largest (SizedAs); stable addresses for shapes_.
   std::map<std::pair<const Job*, int32_t>, const Job*> sized_;

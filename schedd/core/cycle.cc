@@ -78,12 +78,15 @@ CyclePlan RunWith(const ClusterState& state, const PolicySet& policy, Timestamp 
   if (const auto tiers = QosTiers(policy); !tiers.empty())
     for (QueuedJob& q : queue)
       if (const QosPolicy* qos = QosOf(*q.job, policy)) q.tier = tiers.at(qos->name);
-  std::sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
+  // A strict total order (ids are unique): one sorted result, so a queue already in order (FIFO
+  // over jobs kept in submission order) is left as it is.
+  auto before = [](const QueuedJob& a, const QueuedJob& b) {
     if (a.tier != b.tier) return a.tier > b.tier;
     if (a.priority != b.priority) return a.priority > b.priority;
     if (a.job->submit_time != b.job->submit_time) return a.job->submit_time < b.job->submit_time;
     return a.job->id < b.job->id;
-  });
+  };
+  if (!std::is_sorted(queue.begin(), queue.end(), before)) std::sort(queue.begin(), queue.end(), before);
   NodeLedger ledger = occupancy ? *occupancy : NodeLedger(state.nodes, state.jobs);
   // Jobs with accelerator fallback tiers are placed with the tiers their wait has opened.
   std::deque<Job> with_tiers;

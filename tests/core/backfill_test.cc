@@ -307,3 +307,54 @@ TEST_CASE("reserve_after_wide guards wide jobs sooner than narrow ones", "[core]
     CHECK(StartedIds(RunChecked(s, p, now)) == std::vector<JobId>{4, 5});
   }
 }
+
+TEST_CASE("one-node pool: conservative reservations from the aggregate fit alone", "[core][backfill]") {
+  // Planner::OneNodeHoldsAll: on a fleet of one node that is up the aggregate fit is the node's fit.
+  const PolicySet p = WithBackfill(BackfillMode::kConservative);
+  SECTION("a gang is reserved whole where the node frees enough") {
+    ClusterState s = CpuPool(10);
+    s.jobs = {RunningCpu(1, 6, 0, 100), RunningCpu(2, 2, 0, 300),
+              JobBuilder(3).Tasks(4).CpusPerTask(2).TimeLimit(200s).Build(),  // 8 cores: 100 .. 300
+              CpuJob(4, 4, 50),    // 2 free now, 0 in [100, 300): after job 3
+              CpuJob(5, 2, 100)};  // fits now for 100 s: starts
+    CyclePlan plan = RunChecked(s, p, 0);
+    CHECK(StartedIds(plan) == std::vector<JobId>{5});
+    CHECK(PendingOf(plan, 3).expected_start == 100);
+    CHECK(PendingOf(plan, 4).expected_start == 300);
+  }
+  SECTION("a spread gang of several tasks never fits one node") {
+    ClusterState s = CpuPool(10);
+    s.jobs = {RunningCpu(1, 6, 0, 100),
+              JobBuilder(2).Tasks(2).CpusPerTask(3).Topo(Topology::kSpread).TimeLimit(100s).Build(),
+              JobBuilder(3).Tasks(1).CpusPerTask(8).Topo(Topology::kSpread).TimeLimit(100s).Build()};
+    CyclePlan plan = RunChecked(s, p, 0);
+    CHECK_FALSE(PendingOf(plan, 2).expected_start.has_value());
+    CHECK(PendingOf(plan, 3).expected_start == 100);
+  }
+  SECTION("a node that is down gets no reservation though its running job ends") {
+    // The aggregate still counts the running job's release; the node is not eligible.
+    ClusterState s;
+    s.nodes = ClusterBuilder().Nodes("pool").Cpus(10).Health(NodeHealth::kDown).Build();
+    s.jobs = {RunningCpu(1, 6, 0, 100), CpuJob(2, 4, 50)};
+    CyclePlan plan = RunChecked(s, p, 0);
+    CHECK(plan.starts.empty());
+    CHECK_FALSE(PendingOf(plan, 2).expected_start.has_value());
+  }
+}
+
+TEST_CASE("a shorter job of the same shape is planned in a gap a longer one skipped", "[core][backfill]") {
+  // Planner::FirstAggregateFit starts a search where the last one of the shape's key ended only
+  // for a run at least as long.
+  ClusterState s = CpuPool(10);
+  s.jobs = {RunningCpu(1, 6, 0, 100), RunningCpu(2, 4, 0, 1000),
+            CpuJob(3, 8, 100),    // 1000 .. 1100
+            CpuJob(4, 4, 1000),   // 1100: 2 cores free in [1000, 1100)
+            CpuJob(5, 4, 100),    // 100: in the gap before 1000
+            CpuJob(6, 4, 2000)};  // 1100 again: after job 5 only 2 free at 1000
+  CyclePlan plan = RunChecked(s, WithBackfill(BackfillMode::kConservative), 0);
+  CHECK(plan.starts.empty());
+  CHECK(PendingOf(plan, 3).expected_start == 1000);
+  CHECK(PendingOf(plan, 4).expected_start == 1100);
+  CHECK(PendingOf(plan, 5).expected_start == 100);
+  CHECK(PendingOf(plan, 6).expected_start == 1100);
+}
