@@ -87,6 +87,10 @@ CyclePlan RunWith(const ClusterState& state, const PolicySet& policy, Timestamp 
     return a.job->id < b.job->id;
   };
   if (!std::is_sorted(queue.begin(), queue.end(), before)) std::sort(queue.begin(), queue.end(), before);
+  // A kept ledger over another node list (a caller's bug) is not used: the cycle builds its own.
+  if (occupancy && (occupancy->size() != state.nodes.size() ||
+                    (!state.nodes.empty() && occupancy->slot(0).node != &state.nodes.front())))
+    occupancy = nullptr;
   NodeLedger ledger = occupancy ? *occupancy : NodeLedger(state.nodes, state.jobs);
   // Jobs with accelerator fallback tiers are placed with the tiers their wait has opened.
   std::deque<Job> with_tiers;

@@ -27,8 +27,10 @@ class AvailabilityTimeline {
   enum class Build { kLazily, kNow };
   /// A running job whose expected end is not after `now` (overran its limit) is expected to end at
   /// now + 1. O(N) for N nodes; building the profiles costs O(T log T) for T running tasks.
-  /// `ledger` and `jobs` must outlive the timeline; only the ledger's free resources at
-  /// construction are read (later changes to them, e.g. by AllocationTxn, are not).
+  /// `ledger` and `jobs` must outlive the timeline. The ledger's free resources are read at
+  /// construction (later changes to them, e.g. by AllocationTxn, are not seen); `jobs`, node health
+  /// and the ledger's node index are read when the profiles are built, so they must not change
+  /// before that. Not thread-safe, const methods included (they may build the profiles).
   AvailabilityTimeline(const NodeLedger& ledger, const std::vector<Job>& jobs, Timestamp now,
                        Build build = Build::kLazily);
 

@@ -13,6 +13,7 @@
 namespace mlsched::sim::detail {
 
 void Simulation::Unslot(size_t index) {
+  if (live_[index].slot < 0) return;  // already out (never expected: each job leaves once)
   holes_.push_back(static_cast<size_t>(live_[index].slot));
   live_[index].slot = -1;
   need_compact_ = true;

@@ -132,6 +132,12 @@ TEST_CASE("a ledger kept by Occupy and Release drives the cycle as a fresh one d
     const CyclePlan fresh = SchedulingCycle::Run(state, policy, now);
     const CyclePlan with_kept = SchedulingCycle::Run(state, policy, now, kept);
     REQUIRE(StartedIds(with_kept) == StartedIds(fresh));
+    REQUIRE(with_kept.pending.size() == fresh.pending.size());
+    for (size_t p = 0; p < fresh.pending.size(); ++p) {
+      CHECK(with_kept.pending[p].job == fresh.pending[p].job);
+      CHECK(with_kept.pending[p].reason == fresh.pending[p].reason);
+      CHECK(with_kept.pending[p].expected_start == fresh.pending[p].expected_start);
+    }
     for (size_t s = 0; s < fresh.starts.size(); ++s) {
       const auto &a = with_kept.starts[s].allocation.tasks, &b = fresh.starts[s].allocation.tasks;
       REQUIRE(a.size() == b.size());
@@ -152,4 +158,19 @@ TEST_CASE("a ledger kept by Occupy and Release drives the cycle as a fresh one d
     CHECK(SameLedger(kept, NodeLedger(state.nodes, state.jobs)));
   }
   CHECK(id > 100);
+  // The cycle does read the kept ledger: one that holds a phantom allocation on every GPU of g1
+  // keeps a one-GPU job off g1, where a fresh ledger puts it.
+  ClusterState empty;
+  empty.nodes = ClusterBuilder().Nodes("g[1-2]").Gpus("h100", 8).Cpus(64).Build();
+  empty.jobs.push_back(JobBuilder(1).GpusPerTask(1, "h100").CpusPerTask(1).TimeLimit(std::chrono::seconds(600)).Build());
+  NodeLedger phantom(empty.nodes, {});
+  Allocation full;
+  full.tasks.push_back(Task(0, "g1", {0, 1, 2, 3, 4, 5, 6, 7}, "h100", 1000));
+  phantom.Occupy(full);
+  const CyclePlan on_fresh = SchedulingCycle::Run(empty, policy, 0);
+  const CyclePlan on_phantom = SchedulingCycle::Run(empty, policy, 0, phantom);
+  REQUIRE(on_fresh.starts.size() == 1);
+  REQUIRE(on_phantom.starts.size() == 1);
+  CHECK(on_fresh.starts[0].allocation.tasks.at(0).node == "g1");
+  CHECK(on_phantom.starts[0].allocation.tasks.at(0).node == "g2");
 }

@@ -80,8 +80,9 @@ TEST_CASE("A lazy availability timeline answers as one built at construction", "
         case 0:
         case 1: {
           const int64_t count = static_cast<int64_t>(rng() % 3);
-          lazy.Reserve(node, demand, count, now, to);
-          eager.Reserve(node, demand, count, now, to);
+          const Timestamp from = rng() % 4 == 0 ? now - 100 : now;  // clamped to now
+          lazy.Reserve(node, demand, count, from, to);
+          eager.Reserve(node, demand, count, from, to);
           break;
         }
         case 2:
@@ -91,6 +92,9 @@ TEST_CASE("A lazy availability timeline answers as one built at construction", "
         default:
           CHECK(Same(lazy.AggregateMinFree(now, to), eager.AggregateMinFree(now, to)));
           CHECK(Same(lazy.AggregateMinFree(now, now + 1), eager.AggregateMinFree(now, now + 1)));
+          // Before now counts as now; an empty window too.
+          CHECK(Same(lazy.AggregateMinFree(now - 50, to), eager.AggregateMinFree(now - 50, to)));
+          CHECK(Same(lazy.MinFree(node, now - 50, now), eager.MinFree(node, now - 50, now)));
       }
       if (step < later_at) CHECK_FALSE(lazy.Built());  // nothing so far asked about a later time
       if (step == later_at) {
@@ -126,4 +130,19 @@ TEST_CASE("A timeline over an allocation with a negative amount is built at once
   CHECK(t.Built());
   // Free now is 12 CPUs on c1; after the job's end at 3600 s, 8: the minimum from now on is 8.
   CHECK(t.MinFree(0, 10, 7200).cpu_millis == 8000);
+}
+
+TEST_CASE("Giving back a start from now builds a lazy timeline and matches an eager one", "[core][backfill]") {
+  std::mt19937 rng(3);
+  const ClusterState s = RandomCluster(rng, 4, false);
+  const NodeLedger ledger(s.nodes, s.jobs);
+  AvailabilityTimeline lazy(ledger, s.jobs, 0);
+  AvailabilityTimeline eager(ledger, s.jobs, 0, AvailabilityTimeline::Build::kNow);
+  const TaskDemand d{1000, 0, 1};
+  for (AvailabilityTimeline* t : {&lazy, &eager}) t->Reserve(1, d, 2, 0, 900);
+  CHECK_FALSE(lazy.Built());
+  for (AvailabilityTimeline* t : {&lazy, &eager}) t->Reserve(1, d, -1, 0, 900);  // a kept plan released
+  CHECK(lazy.Built());
+  CHECK(Same(lazy.MinFree(1, 0, 5000), eager.MinFree(1, 0, 5000)));
+  CHECK(Same(lazy.AggregateSteps(), eager.AggregateSteps()));
 }
