@@ -76,11 +76,19 @@ void NcclCommunicator::Wait(const char* what, int result) {
     Abort();
     throw PeerLostError(std::string(what) + " failed: " + why);
   };
-  if (state != ncclSuccess && state != ncclInProgress) fail(ncclGetErrorString(state));
+  // ncclInvalidUsage is this job's set-up, not a lost peer: retrying (exit 76, requeue) would fail
+  // the same way. Seen on an H100 with two ranks on one GPU, which NCCL refuses.
+  auto fail_state = [&](ncclResult_t bad) {
+    if (bad != ncclInvalidUsage) fail(ncclGetErrorString(bad));
+    Abort();
+    throw std::runtime_error(std::string(what) + " failed: " + ncclGetErrorString(bad) + " on GPU " + std::to_string(device_) +
+                             " (most often two ranks on one GPU: NCCL needs a GPU per rank; NCCL_DEBUG=WARN names them)");
+  };
+  if (state != ncclSuccess && state != ncclInProgress) fail_state(state);
   // Non-blocking init/enqueue: wait for the communicator to leave ncclInProgress.
   while (state == ncclInProgress) {
     if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) fail("ncclCommGetAsyncError");
-    if (state != ncclSuccess && state != ncclInProgress) fail(ncclGetErrorString(state));
+    if (state != ncclSuccess && state != ncclInProgress) fail_state(state);
     if (std::chrono::steady_clock::now() > deadline) fail("timed out (a peer died or did not arrive)");
     if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
@@ -94,7 +102,7 @@ void NcclCommunicator::Wait(const char* what, int result) {
     if (q != cudaErrorNotReady) fail(cudaGetErrorString(q));
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
-    if (async != ncclSuccess && async != ncclInProgress) fail(ncclGetErrorString(async));
+    if (async != ncclSuccess && async != ncclInProgress) fail_state(async);
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline)
       fail("timed out after " + std::to_string(options_.collective_timeout.count() / 1000.0) + " s (a peer died or stalled)");

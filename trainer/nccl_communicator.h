@@ -26,7 +26,8 @@ namespace mltrain {
 /// The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective are
 /// polled (ncclCommGetAsyncError, cudaStreamQuery) against a deadline, and on an error or timeout
 /// the communicator is aborted (ncclCommAbort) and PeerLostError thrown, because NCCL can otherwise
-/// hang forever when a peer dies.
+/// hang forever when a peer dies. ncclInvalidUsage (two ranks on one GPU, say) throws
+/// std::runtime_error instead: a set-up error (exit 1), which a requeue would only repeat.
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options, int device);

@@ -12,6 +12,9 @@
 # Environment (all optional):
 #   MLSCHED_BUILD_DIR   build directory (default build-cuda; configured with -DMLSCHED_WITH_CUDA=ON
 #                       -DMLSCHED_BUILD_DAEMONS=OFF when it has no build.ninja yet); MLSCHED_JOBS (nproc)
+#   GPU_CHECK_BIN_DIR   a directory holding mltrain, trainer_unit_tests and nccl_allreduce_bench built
+#                       elsewhere with the CUDA path (say, on a build machine without a GPU); when set,
+#                       nothing is built and MLSCHED_BUILD_DIR is not read
 #   GPU_CHECK_DIR       where logs, metrics and checkpoints go (default: a new /tmp directory)
 #   GPU_CHECK_EPOCHS    epochs of the accuracy runs (20), GPU_CHECK_TARGET_ACC (0.885)
 #   GPU_CHECK_BENCH_MAX_MIB  largest all-reduce (1024), GPU_CHECK_TIMEOUT_S per run (900)
@@ -46,22 +49,30 @@ fi
 
 WORK="${GPU_CHECK_DIR:-$(mktemp -d /tmp/mltrain-gpu-check.XXXXXX)}"
 mkdir -p "$WORK"
-echo "gpu_check: $GPUS GPU(s); build $BUILD_DIR; logs in $WORK"
+echo "gpu_check: $GPUS GPU(s); binaries from ${GPU_CHECK_BIN_DIR:-$BUILD_DIR}; logs in $WORK"
 
 # ---- build (ninja does nothing when up to date) ----
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLSCHED_WITH_CUDA=ON \
-    -DMLSCHED_BUILD_DAEMONS=OFF || { echo "gpu_check: cmake failed" >&2; exit 1; }
+if [ -n "${GPU_CHECK_BIN_DIR:-}" ]; then
+  MLTRAIN="$GPU_CHECK_BIN_DIR/mltrain" BENCH="$GPU_CHECK_BIN_DIR/nccl_allreduce_bench"
+  UNIT="$GPU_CHECK_BIN_DIR/trainer_unit_tests"
+  for bin in "$MLTRAIN" "$BENCH" "$UNIT"; do
+    [ -x "$bin" ] || { echo "gpu_check: GPU_CHECK_BIN_DIR has no executable $(basename "$bin")" >&2; exit 1; }
+  done
+else
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLSCHED_WITH_CUDA=ON \
+      -DMLSCHED_BUILD_DAEMONS=OFF || { echo "gpu_check: cmake failed" >&2; exit 1; }
+  fi
+  JOBS=(-j"${MLSCHED_JOBS:-$(nproc)}")
+  ninja -C "$BUILD_DIR" "${JOBS[@]}" mltrain trainer_unit_tests || { echo "gpu_check: build failed" >&2; exit 1; }
+  if ! ninja -C "$BUILD_DIR" "${JOBS[@]}" nccl_allreduce_bench; then
+    echo "gpu_check: no nccl_allreduce_bench target: this build has no CUDA path (see cmake's 'mltrain: ...' line)" >&2
+    exit 1
+  fi
+  MLTRAIN="$BUILD_DIR/trainer/mltrain"
+  BENCH="$BUILD_DIR/bench/trainer/nccl_allreduce_bench"
+  UNIT="$BUILD_DIR/tests/trainer/trainer_unit_tests"
 fi
-JOBS=(-j"${MLSCHED_JOBS:-$(nproc)}")
-ninja -C "$BUILD_DIR" "${JOBS[@]}" mltrain trainer_unit_tests || { echo "gpu_check: build failed" >&2; exit 1; }
-if ! ninja -C "$BUILD_DIR" "${JOBS[@]}" nccl_allreduce_bench; then
-  echo "gpu_check: no nccl_allreduce_bench target: this build has no CUDA path (see cmake's 'mltrain: ...' line)" >&2
-  exit 1
-fi
-MLTRAIN="$BUILD_DIR/trainer/mltrain"
-BENCH="$BUILD_DIR/bench/trainer/nccl_allreduce_bench"
-UNIT="$BUILD_DIR/tests/trainer/trainer_unit_tests"
 
 # ---- helpers ----
 NAMES=() RESULTS=() DETAILS=()
@@ -90,6 +101,7 @@ launch() {
   ATTEMPT=$((ATTEMPT + 1))
   PIDS=()
   for ((r = 0; r < world; r++)); do
+    rm -f "$prefix.$r.status.json"  # a stale one from an earlier run in GPU_CHECK_DIR would be read as progress
     RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       MLSCHED_RENDEZVOUS_TOKEN=$token MLSCHED_JOB_ID=gpu-check MLSCHED_ATTEMPT=$ATTEMPT \
       MLSCHED_STATUS_FILE="$prefix.$r.status.json" "$@" >"$prefix.$r.log" 2>&1 &
@@ -197,7 +209,7 @@ else
   wait_all
   first=$(awk 'NR == 1 {print $1}' "$WORK/resume.loss" 2>/dev/null)
   steps=$(json_value "$WORK/resume.metrics.json" steps)
-  if [ "$CODES" = "0" ] && grep -q "resumed from .*/step-$STOP_STEP\$" "$WORK/resume.0.log" &&
+  if [ "$CODES" = "0" ] && grep -q "resumed from .*/step-$STOP_STEP on " "$WORK/resume.0.log" &&
     [ "$first" = "$((STOP_STEP + 1))" ] && [ "$steps" = "$END_STEP" ]; then
     record "resume $RESUME_WHAT" PASS "resumed from step $STOP_STEP, trained steps $first..$steps"
   else
