@@ -1,6 +1,7 @@
 #include "schedd/sim/trace.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace mlsched::sim {
 
@@ -13,9 +14,20 @@ void ReportIssue(Trace& trace, const ReaderOptions& options, const std::string& 
 
 void FinalizeTrace(Trace& trace) {
   auto& jobs = trace.jobs;
-  std::stable_sort(jobs.begin(), jobs.end(), [](const TraceJob& a, const TraceJob& b) {
+  auto before = [](const TraceJob& a, const TraceJob& b) {
     return a.submit_time != b.submit_time ? a.submit_time < b.submit_time : a.id < b.id;
-  });
+  };
+  if (!std::is_sorted(jobs.begin(), jobs.end(), before)) {
+    // A stable sort of indices, then one move per job: the same order as stable-sorting the jobs,
+    // without moving each TraceJob (strings, vectors) O(log n) times.
+    std::vector<size_t> order(jobs.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return before(jobs[a], jobs[b]); });
+    std::vector<TraceJob> sorted;
+    sorted.reserve(jobs.size());
+    for (size_t i : order) sorted.push_back(std::move(jobs[i]));
+    jobs = std::move(sorted);
+  }
   if (!jobs.empty()) {
     const core::Timestamp base = jobs.front().submit_time;
     for (auto& j : jobs) j.submit_time -= base;

@@ -206,3 +206,29 @@ TEST_CASE("trace sizes that would overflow 64-bit capacities are rejected", "[si
   CHECK(pollux.jobs.empty());
   CHECK_THAT(pollux.issues.at(0), Catch::Contains("bad num_replicas"));
 }
+
+TEST_CASE("FinalizeTrace orders jobs by submit time then id, keeps each job whole, and rebases time", "[sim][reader]") {
+  Trace t;
+  const std::vector<std::pair<mlsched::core::JobId, mlsched::core::Timestamp>> rows = {{5, 300}, {2, 100}, {9, 100}, {1, 200}, {3, 100}};
+  for (const auto& [id, submit] : rows) {
+    TraceJob j;
+    j.id = id;
+    j.submit_time = submit;
+    j.origin = "row-" + std::to_string(id);
+    j.spec.name = "job-" + std::to_string(id);
+    t.jobs.push_back(j);
+  }
+  FinalizeTrace(t);
+  std::vector<mlsched::core::JobId> ids;
+  for (const TraceJob& j : t.jobs) {
+    ids.push_back(j.id);
+    CHECK(j.origin == "row-" + std::to_string(j.id));  // moved whole, not field by field
+    CHECK(j.spec.name == "job-" + std::to_string(j.id));
+  }
+  CHECK(ids == std::vector<mlsched::core::JobId>{2, 3, 9, 1, 5});
+  CHECK(t.jobs.front().submit_time == 0);
+  CHECK(t.jobs[3].submit_time == 100);
+  CHECK(t.jobs.back().submit_time == 200);
+  FinalizeTrace(t);  // already in order: unchanged
+  CHECK(t.jobs[1].id == 3);
+}
