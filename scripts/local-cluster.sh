@@ -116,10 +116,12 @@ ENV
 }
 
 agents_up() {
-  local n=0
+  local n=0 names=() skip=()
   for spec in "od-1 on-demand rack-a" "od-2 on-demand rack-b" "spot-1 spot rack-a" "spot-2 spot rack-b"; do
     set -- $spec
     mkdir -p "$STATE/agents/$1"
+    names+=("$1")
+    skip+=("$(if [ -f "$STATE/logs/agent-$1.log" ]; then wc -l < "$STATE/logs/agent-$1.log"; else echo 0; fi)")  # earlier runs
     start "agent-$1" "$STATE/logs/agent-$1.log" "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$1" \
       --tls-cert "$STATE/tls/nodes/$1.pem" --tls-key "$STATE/tls/nodes/$1.key" --tls-ca "$STATE/tls/ca.pem" \
       --pool "$2" --domain "$3" --zone local-a --region local --cpus "$AGENT_CPUS" --mem 4G \
@@ -127,9 +129,17 @@ agents_up() {
     n=$((n + 1))
   done
   # Up to 30 s: on a loaded machine (CI runs tests two at a time) agents can take over 10 s to
-  # register, and a job submitted before they have (an elastic one) would start smaller.
+  # register, and a job submitted before they have (an elastic one) would start smaller. Each
+  # agent's own log says when it registered; `mladmin nodes` would also list the nodes an earlier
+  # run of this state directory registered, before these agents have.
+  local i k registered
   for i in $(seq 1 150); do
-    [ "$("$BIN/cli/mladmin" nodes --json 2>/dev/null | grep -o '"name"' | wc -l)" -ge "$n" ] && break
+    registered=0
+    for k in "${!names[@]}"; do
+      tail -n +"$((skip[k] + 1))" "$STATE/logs/agent-${names[k]}.log" 2>/dev/null | grep -q "registered with schedd" &&
+        registered=$((registered + 1))
+    done
+    [ "$registered" -ge "$n" ] && break
     sleep 0.2
   done
   echo "local cluster up (TLS + MUNGE${HA:+, HA on etcd}): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
