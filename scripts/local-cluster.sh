@@ -171,10 +171,11 @@ object_store() {
   local mode="${MLSCHED_OBJECT_STORE:-s3}"
   if [ "$mode" = s3 ] && command -v node >/dev/null && [ -d tools/s3/node_modules/s3rver ]; then
     mkdir -p "$STATE/s3"
+    local port="" skip=0  # the log's lines from earlier runs, whose READY names a port long closed
+    [ -f "$STATE/logs/s3.log" ] && skip=$(wc -l < "$STATE/logs/s3.log")
     start s3 "$STATE/logs/s3.log" node tools/s3/s3-test-server.js "$STATE/s3" checkpoints S3RVER S3RVER us-east-1
-    local port=""
     for i in $(seq 1 100); do
-      port=$(grep -o '^READY [0-9]*' "$STATE/logs/s3.log" 2>/dev/null | cut -d' ' -f2 || true)
+      port=$(tail -n +"$((skip + 1))" "$STATE/logs/s3.log" 2>/dev/null | grep -o '^READY [0-9]*' | head -n 1 | cut -d' ' -f2 || true)
       [ -n "$port" ] && break; sleep 0.1
     done
     [ -n "$port" ] || { echo "object store did not start; see $STATE/logs/s3.log" >&2; exit 1; }
