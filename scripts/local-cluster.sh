@@ -136,12 +136,13 @@ agents_up() {
   for i in $(seq 1 150); do
     registered=0
     for k in "${!names[@]}"; do
-      tail -n +"$((skip[k] + 1))" "$STATE/logs/agent-${names[k]}.log" 2>/dev/null | grep -q "registered with schedd" &&
-        registered=$((registered + 1))
+      awk -v s="${skip[k]}" 'NR > s && /registered with schedd/ {f = 1} END {exit !f}' \
+        "$STATE/logs/agent-${names[k]}.log" 2>/dev/null && registered=$((registered + 1))
     done
     [ "$registered" -ge "$n" ] && break
     sleep 0.2
   done
+  [ "$registered" -ge "$n" ] || echo "warning: $registered of $n agents registered within 30 s; see $STATE/logs/agent-*.log" >&2
   echo "local cluster up (TLS + MUNGE${HA:+, HA on etcd}): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
 }
 

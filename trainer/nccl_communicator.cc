@@ -46,7 +46,9 @@ NcclCommunicator::NcclCommunicator(const RendezvousEnv& env, const CommunicatorO
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, env_.world_size, id, env_.rank, &config);
   comm_ = comm;
+  initializing_ = true;
   Wait("NCCL communicator init", static_cast<int>(r));
+  initializing_ = false;
   LogInfo("connected " + std::to_string(env_.world_size) + " ranks over NCCL on GPU " + std::to_string(device_));
 }
 
@@ -76,13 +78,13 @@ void NcclCommunicator::Wait(const char* what, int result) {
     Abort();
     throw PeerLostError(std::string(what) + " failed: " + why);
   };
-  // ncclInvalidUsage is this job's set-up, not a lost peer: retrying (exit 76, requeue) would fail
-  // the same way. Seen on an H100 with two ranks on one GPU, which NCCL refuses.
+  // ncclInvalidUsage at init is the job's set-up, not a lost peer (exit 76 would say "a rank did
+  // not arrive"): seen on an H100 with two ranks on one GPU, which NCCL refuses. An error (exit 1).
   auto fail_state = [&](ncclResult_t bad) {
-    if (bad != ncclInvalidUsage) fail(ncclGetErrorString(bad));
+    if (bad != ncclInvalidUsage || !initializing_) fail(ncclGetErrorString(bad));
     Abort();
-    throw std::runtime_error(std::string(what) + " failed: " + ncclGetErrorString(bad) + " on GPU " + std::to_string(device_) +
-                             " (most often two ranks on one GPU: NCCL needs a GPU per rank; NCCL_DEBUG=WARN names them)");
+    throw std::runtime_error(std::string(what) + " failed on GPU " + std::to_string(device_) + ": " + ncclGetErrorString(bad) +
+                             "; most often two ranks share this GPU, and NCCL needs one GPU per rank");
   };
   if (state != ncclSuccess && state != ncclInProgress) fail_state(state);
   // Non-blocking init/enqueue: wait for the communicator to leave ncclInProgress.

@@ -26,8 +26,8 @@ namespace mltrain {
 /// The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective are
 /// polled (ncclCommGetAsyncError, cudaStreamQuery) against a deadline, and on an error or timeout
 /// the communicator is aborted (ncclCommAbort) and PeerLostError thrown, because NCCL can otherwise
-/// hang forever when a peer dies. ncclInvalidUsage (two ranks on one GPU, say) throws
-/// std::runtime_error instead: a set-up error (exit 1), which a requeue would only repeat.
+/// hang forever when a peer dies. ncclInvalidUsage during init (two ranks on one GPU, say) throws
+/// std::runtime_error instead: a set-up error (exit 1), not a lost peer (exit 76).
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const RendezvousEnv& env, const CommunicatorOptions& options, int device);
@@ -61,6 +61,7 @@ class NcclCommunicator final : public Communicator {
   uint8_t* staging_ = nullptr;  // device copy of Broadcast's host bytes (grow-only)
   size_t staging_bytes_ = 0;
   bool aborted_ = false;
+  bool initializing_ = false;  ///< inside the communicator init's Wait (ncclInvalidUsage is then a set-up error)
 };
 
 }  // namespace mltrain
