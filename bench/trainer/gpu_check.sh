@@ -145,7 +145,11 @@ launch "$GPUS" "$WORK/nccl" "$BENCH" "$BENCH_MAX_MIB"
 wait_all
 if [ "$CODES" = "$(all_codes "$GPUS" 0)" ] && grep -q "sum check passed" "$WORK/nccl.0.log"; then
   last=$(awk '$1 ~ /^[0-9]+$/ {line = $0} END {print line}' "$WORK/nccl.0.log")
-  record "NCCL all-reduce, $GPUS GPU(s)" PASS "$(echo "$last" | awk '{printf "%s MiB: algbw %s GB/s, busbw %s GB/s", $1, $3, $4}')"
+  if [ "$GPUS" -ge 2 ]; then
+    record "NCCL all-reduce, $GPUS GPU(s)" PASS "$(echo "$last" | awk '{printf "%s MiB: algbw %s GB/s, busbw %s GB/s", $1, $3, $4}')"
+  else
+    record "NCCL all-reduce, 1 GPU" PASS "NCCL init, sum check and the call path only (one rank exchanges nothing)"
+  fi
   sed 's/^/    /' "$WORK/nccl.0.log"
 else
   record "NCCL all-reduce, $GPUS GPU(s)" FAIL "exit codes $CODES; see $WORK/nccl.*.log"
