@@ -124,6 +124,11 @@ SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSetti
                                  const core::PredictionPolicy& prediction) {
   config.exact_runtimes = config.exact_runtimes || file.exact_runtimes;
   config.predict_runtimes = config.predict_runtimes || file.predict_runtimes || prediction.enabled;
+  // A predictor named on the command line with nothing that predicts would be silently ignored.
+  if (!config.predictor.empty() && !config.predict_runtimes && !config.estimate_with_predictions)
+    throw std::invalid_argument("--predictor " + config.predictor +
+                                " has no effect: add --predict-runtimes or --estimate-with-predictions, or enable "
+                                "[prediction] in the policy file");
   if (config.predictor.empty()) config.predictor = prediction.predictor;
   if (!config.predict_history) config.predict_history = file.predict_history.value_or(prediction.history);
   if (!config.predict_scale) config.predict_scale = file.predict_scale.value_or(1.0);

@@ -103,6 +103,7 @@ policy::PolicyLoadResult ReadPolicy(const std::string& path);
 /// else from the defaults in SimConfig's comments: all of its optionals are set afterwards.
 /// Prediction: the command line, then [simulation]'s predict_*, then the file's [prediction]
 /// (`prediction`: enabled turns predictions on, history is the default predict_history).
+/// Throws std::invalid_argument when the command line names a predictor but nothing predicts.
 SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSettings& file,
                                  const core::PredictionPolicy& prediction = {});
 

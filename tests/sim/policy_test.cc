@@ -196,3 +196,19 @@ TEST_CASE("[prediction] is mlsim's default below [simulation] and the command li
   command_line.predict_history = 7;
   CHECK(WithSimulationSettings(command_line, both.simulation, both.policy->prediction).predict_history == 7);
 }
+
+TEST_CASE("mlsim --predictor without anything that predicts is an error, not ignored", "[sim][policy]") {
+  const policy::PolicyLoadResult off = ReadPolicy("");
+  SimConfig command_line;  // mlsim --predictor online-linear
+  command_line.predictor = "online-linear";
+  CHECK_THROWS_WITH(WithSimulationSettings(command_line, off.simulation, off.policy->prediction),
+                    Catch::Contains("--predictor online-linear has no effect") && Catch::Contains("--predict-runtimes"));
+  SimConfig predicting = command_line;  // ... --predict-runtimes
+  predicting.predict_runtimes = true;
+  CHECK(WithSimulationSettings(predicting, off.simulation, off.policy->prediction).predictor == "online-linear");
+  SimConfig estimating = command_line;  // ... --estimate-with-predictions
+  estimating.estimate_with_predictions = true;
+  CHECK(WithSimulationSettings(estimating, off.simulation, off.policy->prediction).predictor == "online-linear");
+  const policy::PolicyLoadResult on = ReadPolicy(WriteTemp("on.toml", "[prediction]\nenabled = true\n"));
+  CHECK(WithSimulationSettings(command_line, on.simulation, on.policy->prediction).predict_runtimes);
+}
