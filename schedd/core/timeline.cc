@@ -152,9 +152,14 @@ Timestamp AvailabilityTimeline::LastChange(size_t node, Timestamp t) const {
   return it == p.begin() ? now_ : std::prev(it)->time;
 }
 
-size_t AvailabilityTimeline::SplitAt(Profile& p, Timestamp t) {
-  auto it = std::lower_bound(p.begin(), p.end(), t,
-                             [](const Step& s, Timestamp x) { return s.time < x; });
+size_t AvailabilityTimeline::SplitAt(Profile& p, Timestamp t, size_t first) {
+  // The step is most often at or just after `first` (a reservation starts where the search that
+  // found it stopped): probe a few steps, then search the rest.
+  size_t k = first;
+  for (const size_t probe_end = std::min(first + 4, p.size()); k < probe_end && p[k].time < t;) ++k;
+  auto it = p.begin() + static_cast<std::ptrdiff_t>(k);
+  if (k == first + 4)
+    it = std::lower_bound(it, p.end(), t, [](const Step& s, Timestamp x) { return s.time < x; });
   if (it != p.end() && it->time == t) return static_cast<size_t>(it - p.begin());
   // Steps start at now_ and t >= now_, so a previous step exists.
   TaskDemand carried = std::prev(it)->free;
@@ -163,9 +168,11 @@ size_t AvailabilityTimeline::SplitAt(Profile& p, Timestamp t) {
 }
 
 void AvailabilityTimeline::Subtract(Profile& p, const TaskDemand& amount, Timestamp from,
-                                    Timestamp to) {
-  size_t begin = SplitAt(p, from);
-  size_t end = to == std::numeric_limits<Timestamp>::max() ? p.size() : SplitAt(p, to);
+                                    Timestamp to, size_t hint) {
+  // Every step before `hint` starts before `from` when the hint's own step does not start after it.
+  const size_t first = hint < p.size() && p[hint].time <= from ? hint : 0;
+  size_t begin = SplitAt(p, from, first);
+  size_t end = to == std::numeric_limits<Timestamp>::max() ? p.size() : SplitAt(p, to, begin + 1);
   for (size_t k = begin; k < end; ++k) Add(p[k].free, amount, -1);
 }
 
@@ -192,8 +199,9 @@ void AvailabilityTimeline::Reserve(size_t node, const TaskDemand& per_task, int6
 
 void AvailabilityTimeline::SubtractBuilt(size_t node, const TaskDemand& amount, Timestamp from,
                                          Timestamp to) const {
-  Subtract(MutableProfile(node), amount, from, to);
-  if (!single_) Subtract(aggregate_, amount, from, to);
+  // The last aggregate search's step is a hint into the aggregate (the node's profile when single_).
+  Subtract(MutableProfile(node), amount, from, to, single_ ? fit_step_ : 0);
+  if (!single_) Subtract(aggregate_, amount, from, to, fit_step_);
 }
 
 std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, Duration duration,
@@ -206,9 +214,12 @@ std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, 
   };
   Materialize();
   const std::span<const Step> p = Aggregate();
-  auto it = std::upper_bound(p.begin(), p.end(), from,
-                             [](Timestamp t, const Step& s) { return t < s.time; });
-  size_t i = it == p.begin() ? 0 : static_cast<size_t>(it - p.begin()) - 1;
+  size_t i = 0;  // the step in force at `from` (most searches start now, at step 0)
+  if (from > p[0].time) {
+    auto it = std::upper_bound(p.begin(), p.end(), from,
+                               [](Timestamp t, const Step& s) { return t < s.time; });
+    i = static_cast<size_t>(it - p.begin()) - 1;
+  }
   Timestamp t = std::max(from, p[i].time);
   while (i < p.size()) {
     if (!covers(p[i].free)) {  // no window containing step i fits: restart after it
@@ -218,8 +229,14 @@ std::optional<Timestamp> AvailabilityTimeline::NextAggregateFit(Timestamp from, 
     }
     size_t j = i;
     while (j + 1 < p.size() && p[j + 1].time < t + duration && covers(p[j + 1].free)) ++j;
-    if (j + 1 == p.size() || p[j + 1].time >= t + duration) return t;
-    i = j + 1;  // p[i] does not cover: the loop restarts after it
+    if (j + 1 == p.size() || p[j + 1].time >= t + duration) {
+      fit_step_ = i;
+      return t;
+    }
+    // p[j + 1] does not cover: no window containing it fits; restart after it.
+    i = j + 2;
+    if (i >= p.size()) return std::nullopt;
+    t = p[i].time;
   }
   return std::nullopt;
 }

@@ -67,8 +67,13 @@ class AvailabilityTimeline {
   };
   using Profile = std::vector<Step>;
   static TaskDemand MinOver(std::span<const Step> p, Timestamp from, Timestamp to);
-  static void Subtract(Profile& p, const TaskDemand& amount, Timestamp from, Timestamp to);
-  static size_t SplitAt(Profile& p, Timestamp t);
+  /// Takes `amount` from `p` over [from, to); `hint` is a step index to start looking for `from`
+  /// (any value: checked before use).
+  static void Subtract(Profile& p, const TaskDemand& amount, Timestamp from, Timestamp to, size_t hint);
+  /// Index of the step starting at `t` (>= now), inserting one that carries the free resources in
+  /// force at `t` if none starts there; searches from index `first` on (every step before it starts
+  /// before `t`).
+  static size_t SplitAt(Profile& p, Timestamp t, size_t first);
   /// Node `node`'s steps: its own profile once something was reserved on it, else its built range.
   std::span<const Step> ProfileOf(size_t node) const;
   /// The node's own (copied-on-first-write) profile.
@@ -105,6 +110,7 @@ class AvailabilityTimeline {
   mutable std::vector<bool> future_reserved_;
   std::vector<size_t> future_nodes_;
   mutable Profile aggregate_;  // the sum over all nodes; unused when single_
+  mutable size_t fit_step_ = 0;  // the aggregate step of NextAggregateFit's last answer (a hint)
   std::span<const Step> Aggregate() const;
 };
 
