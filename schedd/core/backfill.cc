@@ -316,10 +316,18 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   const Duration planned = PlannedRuntime(*q.job);
   if (KnownNotToFit(s, planned)) return false;
   bool started = false;
-  // Cheap rejection first: the sum of free resources now, then over the job's whole window.
-  if (!s.eligible->empty() &&
-      Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
-      Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks)) {
+  // Cheap rejection first: the sum of free resources now, then over the job's whole window. When
+  // a job that does not start gets a reservation next and the profiles are built, the window is
+  // the aggregate search's question at now: its answer (memoized per shape) is where FindEarliest
+  // starts. Else the minimum over the window (free now while the timeline is lazy).
+  auto window_covers = [&] {
+    if (!reserve_on_fail_ || !timeline_.Built())
+      return Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks);
+    const std::optional<Timestamp> fit = FirstAggregateFit(s, spec.ntasks, planned);
+    return fit && *fit == now_;
+  };
+  if (!s.eligible->empty() && Covers(timeline_.AggregateMinFree(now_, now_ + 1), s.demand, spec.ntasks) &&
+      window_covers()) {
     for (const std::string& type : TypeChoices(spec, s.demand)) {
       auto choice = ChooseNow(q, s, type);
       if (!choice) continue;
@@ -470,7 +478,10 @@ std::vector<QueuedJob> Planner::PlanStarved(const std::vector<QueuedJob>& queue,
   for (const QueuedJob* q : starved) {
     if (examined++ >= max_test) { Pend(*q, PendingReason::kPriority, std::nullopt, "not examined (max_job_test)", plan); continue; }
     if (auto hit = limits_.Check(*q->job)) { Pend(*q, hit->reason, std::nullopt, hit->detail, plan); continue; }
-    if (TryStartNow(*q, plan)) continue;
+    reserve_on_fail_ = true;
+    const bool started = TryStartNow(*q, plan);
+    reserve_on_fail_ = false;
+    if (started) continue;
     const std::string detail = NeedDetail(*q) + " (waited past reserve_after: planned first)";
     if (auto planned = PlanReservation(*q, until)) {
       Reserve(planned->first, *planned->second);
@@ -514,7 +525,10 @@ void Planner::Run(const std::vector<QueuedJob>& queue, CyclePlan& plan) {
     // keep_plans: free the job's own previous slot; everything else keeps its plan, so the job
     // can only move earlier.
     if (auto kept = kept_.find(q.job); kept != kept_.end()) Reserve(q, kept->second, -1);
-    if (TryStartNow(q, plan)) continue;
+    reserve_on_fail_ = bf.mode != BackfillMode::kNone;
+    const bool started = TryStartNow(q, plan);
+    reserve_on_fail_ = false;
+    if (started) continue;
     const PendingReason reason = blocked ? PendingReason::kPriority : PendingReason::kResources;
     const std::string detail = blocked ? "" : NeedDetail(q);
     blocked = true;

@@ -210,6 +210,8 @@ class Planner {
   std::unordered_map<const Job*, PlannedStart> kept_;
   std::vector<NodeCandidate> scratch_;
   PlannedStart found_;  // FindEarliest's answer
+  /// True while TryStartNow runs for a job that gets a reservation if it does not start.
+  bool reserve_on_fail_ = false;
   std::vector<std::string> type_choices_;  // TypeChoices' answer for jobs with GPUs
   /// Elastic jobs at a size below their largest (SizedAs); stable addresses for shapes_.
   std::map<std::pair<const Job*, int32_t>, const Job*> sized_;
