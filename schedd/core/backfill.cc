@@ -321,7 +321,8 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   // the aggregate search's question at now: its answer (memoized per shape) is where FindEarliest
   // starts. Else the minimum over the window (free now while the timeline is lazy).
   auto window_covers = [&] {
-    if (!reserve_on_fail_ || !timeline_.Built())
+    // Only the job's own shape with no kept plan: FindEarliest then starts from this answer.
+    if (!reserve_on_fail_ || !timeline_.Built() || !kept_.empty() || &s != &ShapeOf(q))
       return Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks);
     const std::optional<Timestamp> fit = FirstAggregateFit(s, spec.ntasks, planned);
     return fit && *fit == now_;

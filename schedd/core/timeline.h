@@ -110,7 +110,7 @@ class AvailabilityTimeline {
   mutable std::vector<bool> future_reserved_;
   std::vector<size_t> future_nodes_;
   mutable Profile aggregate_;  // the sum over all nodes; unused when single_
-  mutable size_t fit_step_ = 0;  // the aggregate step of NextAggregateFit's last answer (a hint)
+  mutable size_t fit_step_ = 0;  // the aggregate step of NextAggregateFit's last non-null answer (a hint)
   std::span<const Step> Aggregate() const;
 };
 
