@@ -317,11 +317,11 @@ bool Planner::TryStartOn(const QueuedJob& q, const Shape& s, CyclePlan& plan) {
   if (KnownNotToFit(s, planned)) return false;
   bool started = false;
   // Cheap rejection first: the sum of free resources now, then over the job's whole window. When
-  // a job that does not start gets a reservation next and the profiles are built, the window is
-  // the aggregate search's question at now: its answer (memoized per shape) is where FindEarliest
-  // starts. Else the minimum over the window (free now while the timeline is lazy).
+  // a job that does not start gets a reservation next (its own shape, no kept plan) and the
+  // profiles are built, the window is the aggregate search's question at now: its answer
+  // (memoized per shape) is where FindEarliest starts. Else the minimum over the window (free
+  // now while the timeline is lazy).
   auto window_covers = [&] {
-    // Only the job's own shape with no kept plan: FindEarliest then starts from this answer.
     if (!reserve_on_fail_ || !timeline_.Built() || !kept_.empty() || &s != &ShapeOf(q))
       return Covers(timeline_.AggregateMinFree(now_, now_ + planned), s.demand, spec.ntasks);
     const std::optional<Timestamp> fit = FirstAggregateFit(s, spec.ntasks, planned);
