@@ -9,20 +9,33 @@
 
 namespace mlsched::core {
 
-Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit) {
+Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit, PredictionCorrection correction) {
   static constexpr Duration kSteps[] = {60,        300,       900,        1800,
                                         3600,      7200,      5 * 3600,   10 * 3600,
                                         20 * 3600, 50 * 3600, 100 * 3600};
   constexpr int kLast = static_cast<int>(std::size(kSteps)) - 1;
   const Duration limit = std::max<Duration>(time_limit, 1);
+  if (correction == PredictionCorrection::kDoubling)
+    return std::min(limit, std::max(elapsed + kSteps[0], elapsed > limit / 2 ? limit : 2 * elapsed));
   return std::min(limit, elapsed + kSteps[std::clamp(k, 0, kLast)]);
 }
 
-Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit) {
+Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit,
+                             PredictionCorrection correction) {
   const Duration limit = std::max<Duration>(time_limit, 1);
   Duration p = std::clamp<Duration>(predicted, 1, limit);
-  for (int k = 0; p <= elapsed && p < limit; ++k) p = ExtendPrediction(p, k, limit);
+  for (int k = 0; p <= elapsed && p < limit; ++k) p = ExtendPrediction(p, k, limit, correction);
   return p;
+}
+
+std::optional<PredictionCorrection> ParsePredictionCorrection(std::string_view name) {
+  if (name == "incremental") return PredictionCorrection::kIncremental;
+  if (name == "doubling") return PredictionCorrection::kDoubling;
+  return std::nullopt;
+}
+
+const char* PredictionCorrectionName(PredictionCorrection c) {
+  return c == PredictionCorrection::kDoubling ? "doubling" : "incremental";
 }
 
 UserMeanPredictor::UserMeanPredictor(int history, double scale, RuntimeHistory initial)

@@ -29,13 +29,21 @@ struct RuntimeHistory {
 /// 1 h, 2 h, 5 h, 10 h, 20 h, 50 h, 100 h (the last repeats), capped at `time_limit`: Tsafrir,
 /// Etsion & Feitelson's incremental correction (TPDS 2007), one of those compared by Gaussier et
 /// al., "Improving Backfilling by using Machine Learning to Predict Running Times", SC'15. Seconds.
-Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit);
+/// With PredictionCorrection::kDoubling: max(2 x elapsed, elapsed + 1 min), capped the same way.
+Duration ExtendPrediction(Duration elapsed, int k, Duration time_limit,
+                          PredictionCorrection correction = PredictionCorrection::kIncremental);
+
+/// "incremental" / "doubling" (the policy's [prediction] correction); nullopt for anything else.
+std::optional<PredictionCorrection> ParsePredictionCorrection(std::string_view name);
+/// The policy name of `c` ("incremental" or "doubling").
+const char* PredictionCorrectionName(PredictionCorrection c);
 
 /// A running job's prediction after `elapsed` seconds: `predicted`, raised by successive
 /// ExtendPrediction steps (k = 0, 1, ...) for as long as the job has outlived it, capped at
 /// `time_limit`. The same sequence mlsim applies event by event, as a function of the elapsed
 /// time (for callers that keep no per-job correction state). Seconds.
-Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit);
+Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit,
+                             PredictionCorrection correction = PredictionCorrection::kIncremental);
 
 /// What a predictor knows of a job: its user, requested time limit (seconds) and task count.
 struct JobFeatures {
@@ -62,10 +70,16 @@ class RuntimePredictor {
   virtual std::string ModelState() const { return ""; }
   virtual bool RestoreModel(std::string_view text) { return text.empty(); }
   /// A running job reached its prediction for the (k+1)-th time after `elapsed` seconds: its new
-  /// prediction (> elapsed unless capped at `time_limit`). Defaults to ExtendPrediction.
+  /// prediction (> elapsed unless capped at `time_limit`): ExtendPrediction with correction().
   virtual Duration Extend(Duration elapsed, int k, Duration time_limit) const {
-    return ExtendPrediction(elapsed, k, time_limit);
+    return ExtendPrediction(elapsed, k, time_limit, correction_);
   }
+  /// How Extend corrects a prediction a job outlived (incremental unless set).
+  PredictionCorrection correction() const { return correction_; }
+  void set_correction(PredictionCorrection c) { correction_ = c; }
+
+ private:
+  PredictionCorrection correction_ = PredictionCorrection::kIncremental;
 };
 
 /// Tsafrir, Etsion & Feitelson, "Backfilling Using System-Generated Predictions Rather than User

@@ -447,11 +447,18 @@ struct InputLimits {
 /// Run-time prediction for planning (the policy's [prediction]; predictor.h). When enabled,
 /// schedd plans backfill reservations, shortest-first order and expected starts with a job's
 /// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
+/// What a running job's prediction becomes each time the job outlives it (ExtendPrediction):
+/// kIncremental: elapsed + 1 min, 5 min, 15 min, ... (Tsafrir, Etsion & Feitelson 2007);
+/// kDoubling: twice the elapsed time ("recursive doubling", one of the corrections compared by
+/// Gaussier et al., SC'15). Both are capped at the time limit.
+enum class PredictionCorrection { kIncremental, kDoubling };
+
 struct PredictionPolicy {
   bool enabled = false;
   std::string predictor = "user-mean";  // "user-mean": UserMeanPredictor (Tsafrir et al. 2007);
                                         // "online-linear": OnlineLinearPredictor (after SC'15)
   int32_t history = 2;                  // run times kept and averaged per user, 1..64
+  PredictionCorrection correction = PredictionCorrection::kIncremental;  // "incremental" | "doubling"
 };
 
 /// How an elastic job that does not fit at its largest size picks its start ([elastic] start).

@@ -3,6 +3,7 @@
 // key is a FILE:LINE:COL error for both) and then ignores them. And [prediction], the run-time
 // prediction both schedd and mlsim plan with (mlsim: unless [simulation] or its options say
 // otherwise).
+#include "schedd/core/predictor.h"
 #include "schedd/policy/policy_reader.h"
 
 namespace mlsched::policy {
@@ -39,8 +40,16 @@ void PolicyReader::ReadSimulation(const toml::table& t, SimulationSettings& s) {
 
 void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& p) {
   const std::string ctx = "[prediction]";
-  CheckKeys(t, {"enabled", "predictor", "history"}, ctx);
+  CheckKeys(t, {"enabled", "predictor", "history", "correction"}, ctx);
   Bool(t, "enabled", p.enabled, ctx);
+  std::string correction;
+  Str(t, "correction", correction, ctx);
+  if (t.get("correction")) {
+    if (auto c = core::ParsePredictionCorrection(correction)) p.correction = *c;
+    else
+      Error(t.get("correction")->source(),
+            "'correction' in [prediction]: expected \"incremental\" or \"doubling\", got \"" + correction + "\"");
+  }
   Str(t, "predictor", p.predictor, ctx);
   if (t.get("predictor") && p.predictor != "user-mean" && p.predictor != "online-linear")
     Error(t.get("predictor")->source(), "'predictor' in [prediction]: expected \"user-mean\" or \"online-linear\", got \"" +

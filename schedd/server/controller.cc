@@ -55,8 +55,10 @@ Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobS
 // The predictor [prediction] names (the loader admits only known names; user-mean otherwise).
 std::unique_ptr<core::RuntimePredictor> MakePredictorFor(const core::PredictionPolicy& p,
                                                          core::RuntimeHistory history = {}) {
-  auto made = core::MakePredictor(p.predictor, p.history, 1.0, history);
-  return made ? std::move(made) : std::make_unique<core::UserMeanPredictor>(p.history, 1.0, std::move(history));
+  std::unique_ptr<core::RuntimePredictor> made = core::MakePredictor(p.predictor, p.history, 1.0, history);
+  if (!made) made = std::make_unique<core::UserMeanPredictor>(p.history, 1.0, std::move(history));
+  made->set_correction(p.correction);
+  return made;
 }
 
 }  // namespace

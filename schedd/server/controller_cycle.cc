@@ -114,7 +114,7 @@ core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) co
   const core::Duration predicted = predictor_->Predict(core::JobFeatures{j.user, j.spec.time_limit, j.spec.ntasks});
   if (j.state != core::JobState::kRunning) return predicted;
   // The history may have grown since the job started; the correction only ever raises it.
-  return core::CorrectedPrediction(predicted, now - j.start_time, j.spec.time_limit);
+  return core::CorrectedPrediction(predicted, now - j.start_time, j.spec.time_limit, policy_.prediction.correction);
 }
 
 void Controller::ObserveRuntimeLocked(const JobRec& j, core::JobState final_state, int64_t now) {

@@ -153,6 +153,10 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--predict-scale", c.predict_scale, "prediction = scale x mean of the history")
       ->check(CLI::PositiveNumber);
+  app.add_option("--predict-correction", c.predict_correction,
+                 "when a running job outlives its prediction: incremental (+1 min, 5 min, 15 min, ...; Tsafrir "
+                 "2007) or doubling (twice the elapsed time); default: the policy's [prediction]")
+      ->check(CLI::IsMember({"incremental", "doubling"}));
   app.add_option("--seed", c.seed, "seed of spot evictions");
   app.add_flag("--json", o.json, "print JSON instead of a table");
   app.add_option("--jobs-csv", o.jobs_csv, "write one CSV line per job to this file");

@@ -129,7 +129,12 @@ SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSetti
     throw std::invalid_argument("--predictor " + config.predictor +
                                 " has no effect: add --predict-runtimes or --estimate-with-predictions, or enable "
                                 "[prediction] in the policy file");
+  if (!config.predict_correction.empty() && !config.predict_runtimes && !config.estimate_with_predictions)
+    throw std::invalid_argument("--predict-correction " + config.predict_correction +
+                                " has no effect: add --predict-runtimes or --estimate-with-predictions, or enable "
+                                "[prediction] in the policy file");
   if (config.predictor.empty()) config.predictor = prediction.predictor;
+  if (config.predict_correction.empty()) config.predict_correction = core::PredictionCorrectionName(prediction.correction);
   if (!config.predict_history) config.predict_history = file.predict_history.value_or(prediction.history);
   if (!config.predict_scale) config.predict_scale = file.predict_scale.value_or(1.0);
   if (!config.seed) config.seed = file.seed.value_or(1);
@@ -246,6 +251,8 @@ std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& confi
   if (!policy.provisioning.empty()) out += ", provisioning (boot " + std::to_string(config.boot_delay_s) + " s)";
   if (config.predict_runtimes)
     out += config.predictor == "online-linear" ? ", online-linear runtime predictions" : ", user-history runtime predictions";
+  if ((config.predict_runtimes || config.estimate_with_predictions) && config.predict_correction == "doubling")
+    out += ", doubling corrections";
   if (!config.predict_runtimes && config.estimate_with_predictions) {
     out += ", start estimates from predicted run times";
   }
@@ -267,6 +274,9 @@ Replay RunReplay(const SimConfig& command_line) {
   if (config.predict_runtimes || config.estimate_with_predictions) {
     auto made = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
     if (!made) throw std::invalid_argument("unknown run-time predictor '" + config.predictor + "'");
+    const auto correction = core::ParsePredictionCorrection(config.predict_correction);
+    if (!correction) throw std::invalid_argument("unknown prediction correction '" + config.predict_correction + "'");
+    made->set_correction(*correction);
     (config.predict_runtimes ? r.predictor : r.estimate_predictor) = std::move(made);
   }
   SimOptions options;

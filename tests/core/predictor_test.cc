@@ -66,6 +66,28 @@ TEST_CASE("an overrun prediction is raised stepwise toward the time limit", "[pr
   CHECK(ExtendPrediction(10000, 0, 10000) == 10000);
 }
 
+TEST_CASE("a doubling correction sets an overrun prediction to twice the elapsed time", "[predictor]") {
+  UserMeanPredictor p;
+  p.set_correction(PredictionCorrection::kDoubling);
+  CHECK(p.Extend(400, 0, 100000) == 800);
+  CHECK(p.Extend(800, 1, 100000) == 1600);  // the same rule at every correction
+  CHECK(p.Extend(10, 0, 100000) == 70);     // at least a minute more
+  CHECK(p.Extend(0, 0, 100000) == 60);
+  CHECK(p.Extend(6000, 2, 10000) == 10000);  // never beyond the time limit
+  CHECK(ExtendPrediction(INT64_MAX / 2 + 7, 0, INT64_MAX, PredictionCorrection::kDoubling) == INT64_MAX);  // no overflow
+  // Past the elapsed time, from the first prediction: 100 -> 200 -> 400 -> 800.
+  CHECK(CorrectedPrediction(100, 50, 100000, PredictionCorrection::kDoubling) == 100);
+  CHECK(CorrectedPrediction(100, 100, 100000, PredictionCorrection::kDoubling) == 200);
+  CHECK(CorrectedPrediction(100, 401, 100000, PredictionCorrection::kDoubling) == 800);
+  CHECK(CorrectedPrediction(100, 999, 1000, PredictionCorrection::kDoubling) == 1000);
+  // The policy's names, both ways; anything else is refused.
+  CHECK(ParsePredictionCorrection("doubling") == PredictionCorrection::kDoubling);
+  CHECK(ParsePredictionCorrection("incremental") == PredictionCorrection::kIncremental);
+  CHECK_FALSE(ParsePredictionCorrection("Doubling"));
+  CHECK(std::string(PredictionCorrectionName(PredictionCorrection::kDoubling)) == "doubling");
+  CHECK(UserMeanPredictor().correction() == PredictionCorrection::kIncremental);  // the default
+}
+
 TEST_CASE("history passed in is kept and trimmed to k", "[predictor]") {
   RuntimeHistory h;
   h.runs["alice"] = {10, 20, 30, 40};

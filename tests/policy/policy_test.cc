@@ -136,6 +136,11 @@ TEST_CASE("the [prediction] table is read into the policy", "[policy][prediction
   CHECK(r.policy->prediction.enabled);
   CHECK(r.policy->prediction.predictor == "user-mean");
   CHECK(r.policy->prediction.history == 5);
+  CHECK(r.policy->prediction.correction == core::PredictionCorrection::kIncremental);  // the default
+  auto doubling = ParsePolicy("[prediction]\nenabled = true\ncorrection = \"doubling\"\n", "p.toml");
+  INFO(doubling.ErrorText());
+  REQUIRE(doubling.ok());
+  CHECK(doubling.policy->prediction.correction == core::PredictionCorrection::kDoubling);
   auto bounds = ParsePolicy("[prediction]\nhistory = 64\n", "p.toml");
   REQUIRE(bounds.ok());
   CHECK_FALSE(bounds.policy->prediction.enabled);
@@ -174,10 +179,11 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
         "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic, provisioning"}},
       {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
-       {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history"}},
+       {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history, correction"}},
       {"bad [prediction] values",
-       "[prediction]\nenabled = \"yes\"\npredictor = \"oracle\"\nhistory = 65\n",
+       "[prediction]\nenabled = \"yes\"\npredictor = \"oracle\"\nhistory = 65\ncorrection = \"halving\"\n",
        {"p.toml:2:11: 'enabled' in [prediction]: expected true or false, got a string",
+        "p.toml:5:14: 'correction' in [prediction]: expected \"incremental\" or \"doubling\", got \"halving\"",
         "p.toml:3:13: 'predictor' in [prediction]: expected \"user-mean\" or \"online-linear\", got \"oracle\"",
         "p.toml:4:11: 'history' in [prediction]: must be <= 64, got 65"}},
       {"[prediction] history below 1 and predictor not a string",

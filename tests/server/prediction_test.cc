@@ -11,20 +11,25 @@ namespace core = mlsched::core;
 
 namespace {
 
-core::PolicySet PredictingPolicy(const std::string& predictor = "user-mean") {
+core::PolicySet PredictingPolicy(const std::string& predictor = "user-mean",
+                                 const std::string& correction = "incremental") {
   return PolicyFromText("[backfill]\nmode = \"easy\"\n[prediction]\nenabled = true\nhistory = 2\npredictor = \"" +
-                            predictor + "\"\n",
+                            predictor + "\"\ncorrection = \"" + correction + "\"\n",
                         "p.toml");
 }
 
 struct PredictWorld : ControllerWorld {
   Caller alice = User("alice", 1001);
   std::string predictor;
+  std::string correction;
 
-  explicit PredictWorld(std::string name = "user-mean") : predictor(std::move(name)) { Boot(); }
+  explicit PredictWorld(std::string name = "user-mean", std::string fix = "incremental")
+      : predictor(std::move(name)), correction(std::move(fix)) {
+    Boot();
+  }
   /// A controller (new, or after a restart over the same store) with one 2-CPU node.
   void Boot() {
-    Start(PredictingPolicy(predictor));
+    Start(PredictingPolicy(predictor, correction));
     ctl->Recover(now);
     ctl->OnRegister(NodeReg("n1", 2), now);
   }
@@ -133,6 +138,28 @@ TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit 
   CHECK(w.Job(running).state() == v1::COMPLETING);  // killed; its task exits next
   w.ctl->OnAgentMessage("n1", Exited(running, 1, 0, 137), w.now + 1);
   CHECK(w.Job(running).state() == v1::TIMEOUT);
+}
+
+TEST_CASE("prediction: with correction = doubling an overrun job is planned to run twice as long as it has", "[server][prediction]") {
+  PredictWorld w("user-mean", "doubling");
+  w.RunFor(100);
+  w.RunFor(100);
+  int64_t running = w.Submit(1000);
+  const int64_t t0 = w.now;
+  w.RunStart(running);
+  int64_t blocked = w.Submit(3600);
+  w.now = t0 + 1;
+  w.ctl->RunCycle(w.now);
+  CHECK(w.Job(blocked).expected_start() == t0 + 100);  // predicted
+  for (auto [at, planned_end] : {std::pair{101, 200}, {201, 400}, {401, 800}, {801, 1000}}) {
+    INFO("at t0 + " << at);
+    w.now = t0 + at;
+    w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
+    w.ctl->Tick(w.now);
+    w.ctl->RunCycle(w.now);
+    CHECK(w.Job(running).state() == v1::RUNNING);
+    CHECK(w.Job(blocked).expected_start() == t0 + planned_end);  // capped at the time limit last
+  }
 }
 
 TEST_CASE("prediction: off by default - planning uses the time limit and nothing is recorded", "[server][prediction]") {

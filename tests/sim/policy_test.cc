@@ -212,3 +212,19 @@ TEST_CASE("mlsim --predictor without anything that predicts is an error, not ign
   const policy::PolicyLoadResult on = ReadPolicy(WriteTemp("on.toml", "[prediction]\nenabled = true\n"));
   CHECK(WithSimulationSettings(command_line, on.simulation, on.policy->prediction).predict_runtimes);
 }
+
+TEST_CASE("mlsim --predict-correction - the policy's correction unless given - and an error when nothing predicts",
+          "[sim][policy]") {
+  const policy::PolicyLoadResult off = ReadPolicy("");
+  SimConfig command_line;  // mlsim --predict-correction doubling
+  command_line.predict_correction = "doubling";
+  CHECK_THROWS_WITH(WithSimulationSettings(command_line, off.simulation, off.policy->prediction),
+                    Catch::Contains("--predict-correction doubling has no effect"));
+  command_line.predict_runtimes = true;
+  CHECK(WithSimulationSettings(command_line, off.simulation, off.policy->prediction).predict_correction == "doubling");
+  const policy::PolicyLoadResult doubling =
+      ReadPolicy(WriteTemp("doubling.toml", "[prediction]\nenabled = true\ncorrection = \"doubling\"\n"));
+  CHECK(WithSimulationSettings(SimConfig{}, doubling.simulation, doubling.policy->prediction).predict_correction ==
+        "doubling");
+  CHECK(WithSimulationSettings(SimConfig{}, off.simulation, off.policy->prediction).predict_correction == "incremental");
+}
