@@ -444,15 +444,15 @@ struct InputLimits {
   int32_t submit_burst_per_user = 1000;     // bucket size: submissions accepted at once
 };
 
-/// Run-time prediction for planning (the policy's [prediction]; predictor.h). When enabled,
-/// schedd plans backfill reservations, shortest-first order and expected starts with a job's
-/// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
 /// What a running job's prediction becomes each time the job outlives it (ExtendPrediction):
 /// kIncremental: elapsed + 1 min, 5 min, 15 min, ... (Tsafrir, Etsion & Feitelson 2007);
 /// kDoubling: twice the elapsed time ("recursive doubling", one of the corrections compared by
 /// Gaussier et al., SC'15). Both are capped at the time limit.
 enum class PredictionCorrection { kIncremental, kDoubling };
 
+/// Run-time prediction for planning (the policy's [prediction]; predictor.h). When enabled,
+/// schedd plans backfill reservations, shortest-first order and expected starts with a job's
+/// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
 struct PredictionPolicy {
   bool enabled = false;
   std::string predictor = "user-mean";  // "user-mean": UserMeanPredictor (Tsafrir et al. 2007);

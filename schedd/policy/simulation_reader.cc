@@ -42,14 +42,6 @@ void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& 
   const std::string ctx = "[prediction]";
   CheckKeys(t, {"enabled", "predictor", "history", "correction"}, ctx);
   Bool(t, "enabled", p.enabled, ctx);
-  std::string correction;
-  Str(t, "correction", correction, ctx);
-  if (t.get("correction")) {
-    if (auto c = core::ParsePredictionCorrection(correction)) p.correction = *c;
-    else
-      Error(t.get("correction")->source(),
-            "'correction' in [prediction]: expected \"incremental\" or \"doubling\", got \"" + correction + "\"");
-  }
   Str(t, "predictor", p.predictor, ctx);
   if (t.get("predictor") && p.predictor != "user-mean" && p.predictor != "online-linear")
     Error(t.get("predictor")->source(), "'predictor' in [prediction]: expected \"user-mean\" or \"online-linear\", got \"" +
@@ -60,6 +52,15 @@ void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& 
     Error(t.get("history")->source(), "'history' in [prediction]: must be <= " +
                                           std::to_string(kMaxPredictionHistory) + ", got " +
                                           std::to_string(p.history));
+  std::string correction;
+  const size_t before_correction = errors_.size();
+  Str(t, "correction", correction, ctx);
+  if (t.get("correction") && errors_.size() == before_correction) {  // a string: is it a known one?
+    if (auto c = core::ParsePredictionCorrection(correction)) p.correction = *c;
+    else
+      Error(t.get("correction")->source(),
+            "'correction' in [prediction]: expected \"incremental\" or \"doubling\", got \"" + correction + "\"");
+  }
 }
 
 }  // namespace mlsched::policy
