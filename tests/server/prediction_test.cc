@@ -62,14 +62,30 @@ struct PredictWorld : ControllerWorld {
   }
   /// Starts a job (time limit 1 h) at `now` and submits a second one the node cannot hold beside
   /// it; after a cycle 1 s later returns the second job and the first one's start (`t0`).
-  int64_t BlockedBehindRunning(int64_t& t0) {
-    int64_t running = Submit(3600);
+  int64_t BlockedBehindRunning(int64_t& t0) { return BlockedBehind(Submit(3600), t0); }
+  /// The same with the job `running` (submitted, not started yet) as the first one.
+  int64_t BlockedBehind(int64_t running, int64_t& t0) {
     t0 = now;
     RunStart(running);
     int64_t blocked = Submit(3600);
     now = t0 + 1;
     ctl->RunCycle(now);
     return blocked;
+  }
+  /// Alice's history becomes two 100 s runs; then a job of hers with a 1000 s limit (predicted
+  /// 100 s) starts at `t0` and another waits behind it (BlockedBehind). Returns the waiting one.
+  int64_t PredictedToOverrun(int64_t& running, int64_t& t0) {
+    RunFor(100);
+    RunFor(100);
+    running = Submit(1000);
+    return BlockedBehind(running, t0);
+  }
+  /// At time `at`: a heartbeat from n1 that job `running` still runs, the controller's tick, a cycle.
+  void StillRunningAt(int64_t running, int64_t at) {
+    now = at;
+    ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), now);
+    ctl->Tick(now);
+    ctl->RunCycle(now);
   }
   /// Runs a job for `seconds` until it exits 0.
   void RunFor(int64_t seconds) {
@@ -102,14 +118,8 @@ TEST_CASE("prediction: finished jobs feed the history and a restart reloads it",
 
 TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit ends the job", "[server][prediction]") {
   PredictWorld w;
-  w.RunFor(100);
-  w.RunFor(100);
-  int64_t running = w.Submit(1000);
-  const int64_t t0 = w.now;
-  w.RunStart(running);
-  int64_t blocked = w.Submit(3600);
-  w.now = t0 + 1;
-  w.ctl->RunCycle(w.now);
+  int64_t running = 0, t0 = 0;
+  const int64_t blocked = w.PredictedToOverrun(running, t0);
   CHECK(w.Job(blocked).expected_start() == t0 + 100);  // predicted
   // Past its prediction: still running; the plan moves by the first step (1 min), then 5 min.
   w.now = t0 + 101;
@@ -118,17 +128,11 @@ TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit 
   CHECK(w.Job(running).state() == v1::RUNNING);
   w.ctl->RunCycle(w.now);
   CHECK(w.Job(blocked).expected_start() == t0 + 160);
-  w.now = t0 + 161;
-  w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
-  w.ctl->Tick(w.now);
-  w.ctl->RunCycle(w.now);
+  w.StillRunningAt(running, t0 + 161);
   CHECK(w.Job(running).state() == v1::RUNNING);
   CHECK(w.Job(blocked).expected_start() == t0 + 460);
   // Capped at the time limit, where (and only where) the job is ended.
-  w.now = t0 + 999;
-  w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
-  w.ctl->Tick(w.now);
-  w.ctl->RunCycle(w.now);
+  w.StillRunningAt(running, t0 + 999);
   CHECK(w.Job(running).state() == v1::RUNNING);
   CHECK(w.Job(blocked).expected_start() == t0 + 1000);
   w.now = t0 + 1000;
@@ -142,21 +146,12 @@ TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit 
 
 TEST_CASE("prediction: with correction = doubling an overrun job is planned to run twice as long as it has", "[server][prediction]") {
   PredictWorld w("user-mean", "doubling");
-  w.RunFor(100);
-  w.RunFor(100);
-  int64_t running = w.Submit(1000);
-  const int64_t t0 = w.now;
-  w.RunStart(running);
-  int64_t blocked = w.Submit(3600);
-  w.now = t0 + 1;
-  w.ctl->RunCycle(w.now);
+  int64_t running = 0, t0 = 0;
+  const int64_t blocked = w.PredictedToOverrun(running, t0);
   CHECK(w.Job(blocked).expected_start() == t0 + 100);  // predicted
   for (auto [at, planned_end] : {std::pair{101, 200}, {201, 400}, {401, 800}, {801, 1000}}) {
     INFO("at t0 + " << at);
-    w.now = t0 + at;
-    w.ctl->OnAgentMessage("n1", Heartbeat({{running, 1, 0}}), w.now);
-    w.ctl->Tick(w.now);
-    w.ctl->RunCycle(w.now);
+    w.StillRunningAt(running, t0 + at);
     CHECK(w.Job(running).state() == v1::RUNNING);
     CHECK(w.Job(blocked).expected_start() == t0 + planned_end);  // capped at the time limit last
   }
