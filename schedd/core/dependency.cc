@@ -164,8 +164,8 @@ std::optional<std::string> ParseArray(const std::string& text, int32_t max_eleme
 }
 
 JobStateIndex::JobStateIndex(const ClusterState& state) {
-  states_.reserve(state.jobs.size() + state.finished.size());
-  for (const auto& [id, st] : state.finished) states_[id] = st;
+  states_.reserve(state.jobs.size() + state.omitted.size());
+  for (const auto& [id, st] : state.omitted) states_[id] = st;
   for (const Job& j : state.jobs)
     if (j.id > 0) states_[j.id] = j.state;
 }

@@ -233,9 +233,10 @@ struct ClusterState {
   /// Decayed fairshare usage (billing-weighted resource-seconds) per association key: an account
   /// name, or "account/user" for a user. Maintained with AccrueUsage (fairshare.h).
   std::map<std::string, double> usage;
-  /// Final states of jobs that pending jobs depend on but that `jobs` omits (ended jobs). A
-  /// dependency on a job found in neither counts as satisfied (Slurm: the job was purged).
-  std::map<JobId, JobState> finished;
+  /// States of jobs that pending jobs depend on but that `jobs` omits: ended jobs, and pending
+  /// ones the caller leaves out of the cycle (held, or waiting out a requeue backoff). A dependency
+  /// on a job found in neither counts as satisfied (Slurm: the job was purged).
+  std::map<JobId, JobState> omitted;
   /// Spot evictions per node-hour observed per pool name (EvictionRateEstimator, pools.h); a pool
   /// listed here overrides the policy's configured rate.
   std::map<std::string, double> observed_eviction_rates;

@@ -583,6 +583,11 @@ Status Controller::Hold(const Caller& caller, int64_t job_id, bool release, int6
   if (j->spec.hold == !release) return {};
   j->spec.hold = !release;
   j->reason = release ? "None" : "JobHeldUser";
+  if (!release) {  // out of the cycle while held (Snapshot): nothing it planned stays shown
+    j->priority = 0;
+    j->expected_start = 0;
+    j->reason_detail.clear();
+  }
   JobRow row = ToRow(*j);
   v1::JobSpec spec;
   if (auto blob = store_.LoadSpec(job_id)) spec.ParseFromString(*blob);

@@ -30,7 +30,9 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
   s.jobs.reserve(jobs_.size() + ghosts_.size());
   for (const auto& [id, j] : jobs_) {
     if (j.state == core::JobState::kPending) {
-      if (j.eligible_after > now) continue;
+      // Held jobs take no part in the cycle (Slurm leaves them out of its queue too): Submit and
+      // Hold set their reason, and a release triggers a cycle.
+      if (j.spec.hold || j.eligible_after > now) continue;
       // An elastic job whose last attempt still has tasks exiting on usable nodes waits for them (a
       // SIGTERMed gang exits within its grace time): started now, it would take only the nodes
       // free before they exit, a smaller size than the cluster holds.
@@ -86,14 +88,15 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
     cj.allocation = std::move(a);
     s.jobs.push_back(std::move(cj));
   }
-  // Final states of ended jobs that pending jobs depend on (ended jobs still in memory are here).
+  // States of the jobs that pending jobs depend on, for those the snapshot omits: ended ones (in
+  // memory or in finished_) and pending ones left out above (held, backing off), which must read
+  // as PENDING rather than unknown (an unknown job counts as purged: satisfied).
   for (const auto& [id, j] : jobs_) {
     if (j.state != core::JobState::kPending) continue;
     for (const core::Dependency& d : j.spec.dependencies)
       for (int64_t dep : d.jobs) {
-        auto it = jobs_.find(dep);
-        if (it != jobs_.end() && core::IsFinal(it->second.state)) s.finished[dep] = it->second.state;
-        else if (auto f = finished_.find(dep); f != finished_.end()) s.finished[dep] = f->second;
+        if (auto it = jobs_.find(dep); it != jobs_.end()) s.omitted[dep] = it->second.state;
+        else if (auto f = finished_.find(dep); f != finished_.end()) s.omitted[dep] = f->second;
       }
   }
   s.observed_eviction_rates = eviction_rates_.Rates();

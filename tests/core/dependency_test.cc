@@ -129,7 +129,7 @@ TEST_CASE("each dependency type against each state of the job it names", "[core]
     INFO(DependencyTypeName(row.type) << " on " << JobStateName(row.target));
     ClusterState s;
     if (IsFinal(row.target)) {
-      s.finished[5] = row.target;
+      s.omitted[5] = row.target;
     } else {
       Job target = JobBuilder(5).Build();
       target.state = row.target;
@@ -142,7 +142,7 @@ TEST_CASE("each dependency type against each state of the job it names", "[core]
 
 TEST_CASE("',' needs every term, '?' any one; a purged job counts as satisfied", "[core][dependency]") {
   ClusterState s;
-  s.finished = {{1, JobState::kCompleted}, {2, JobState::kFailed}};
+  s.omitted = {{1, JobState::kCompleted}, {2, JobState::kFailed}};
   s.jobs = {JobBuilder(3).Running(0, {}).Build()};
   const JobStateIndex index(s);
   auto eval = [&](JobBuilder b) { return EvaluateDependencies(b.Build().spec, index); };
@@ -173,9 +173,9 @@ TEST_CASE("a job waits for its dependencies without blocking the FIFO queue", "[
   CHECK(PendingOf(plan, 2).detail == "afterok:1 (job 1 is RUNNING)");
 
   s.jobs.erase(s.jobs.begin());  // job 1 ends ...
-  s.finished[1] = JobState::kCompleted;
+  s.omitted[1] = JobState::kCompleted;
   CHECK(StartedIds(RunChecked(s, PolicySet{}, 20)) == std::vector<JobId>{2, 3});
-  s.finished[1] = JobState::kFailed;  // ... or fails: afterok never holds
+  s.omitted[1] = JobState::kFailed;  // ... or fails: afterok never holds
   plan = RunChecked(s, PolicySet{}, 20);
   CHECK(PendingOf(plan, 2).reason == PendingReason::kDependencyNeverSatisfied);
   CHECK(PendingOf(plan, 2).detail == "afterok:1 (job 1 ended FAILED)");

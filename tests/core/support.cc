@@ -356,7 +356,7 @@ void Replay::Run(const PolicySet& policy,
       Duration d = rt == run_time.end() ? j.spec.time_limit : rt->second;
       if (j.start_time + d > now) return false;
       auto out = outcome.find(j.id);
-      state.finished[j.id] = out == outcome.end() ? JobState::kCompleted : out->second;
+      state.omitted[j.id] = out == outcome.end() ? JobState::kCompleted : out->second;
       return true;
     });
     while (next_arrival < arrivals.size() && arrivals[next_arrival].submit_time <= now)

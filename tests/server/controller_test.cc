@@ -488,6 +488,39 @@ TEST_CASE("dependencies: afterok waits, starts after success, never after failur
   }
 }
 
+TEST_CASE("a dependency on a job that is held or waits out its requeue backoff still waits", "[controller][dependency]") {
+  World w(2, 1);
+  int64_t a = w.Submit(Spec(1), w.alice);
+  w.ctl->RunCycle(w.now);
+  REQUIRE(w.Job(a).state() == v1::RUNNING);
+  const std::string node = w.Job(a).tasks(0).node();
+  v1::AgentMessage failed = PrepareOk(a, 1);
+  failed.mutable_prepare_result()->set_ok(false);
+  failed.mutable_prepare_result()->set_error("workdir missing");
+  w.ctl->OnAgentMessage(node, failed, w.now);
+  REQUIRE(w.Job(a).state() == v1::PENDING);  // requeued: not eligible until the backoff ends
+  v1::JobSpec after_ok = Spec(1);
+  after_ok.set_dependency("afterok:" + std::to_string(a));
+  int64_t b = w.Submit(after_ok, w.alice);
+  v1::JobSpec held = Spec(1);
+  held.set_hold(true);
+  int64_t c = w.Submit(held, w.alice);
+  v1::JobSpec after_held = Spec(1);
+  after_held.set_dependency("afterany:" + std::to_string(c));
+  int64_t d = w.Submit(after_held, w.alice);
+  w.ctl->RunCycle(w.now + 1);
+  CHECK(w.Job(b).state() == v1::PENDING);
+  CHECK(w.Job(b).reason() == "Dependency");
+  CHECK(w.Job(b).reason_detail() == "afterok:" + std::to_string(a) + " (job " + std::to_string(a) + " is PENDING)");
+  CHECK(w.Job(c).reason() == "JobHeldUser");
+  CHECK(w.Job(d).state() == v1::PENDING);
+  CHECK(w.Job(d).reason() == "Dependency");
+  // After the backoff a runs again; b still waits for it to succeed.
+  w.ctl->RunCycle(w.now + w.cfg.requeue_backoff_s + 1);
+  CHECK(w.Job(a).state() == v1::RUNNING);
+  CHECK(w.Job(b).state() == v1::PENDING);
+}
+
 TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by array or element", "[controller][array]") {
   World w(2, 8);
   v1::JobSpec spec = Spec(1);
