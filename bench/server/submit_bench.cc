@@ -4,7 +4,7 @@
 //  (c) mlq latency (median of 10 runs, full table) and schedd's resident memory per pending job
 //      with N jobs (default 10,000) in the queue.
 // Jobs are submitted held (like the Slurm peer's held-job runs) so the figures isolate the
-// submission path. (a) and (b) run through schedd's Unix socket and through TCP with TLS + MUNGE
+// submission path; (b) sends a submission key with each job, as mlsub does. (a) and (b) run through schedd's Unix socket and through TCP with TLS + MUNGE
 // (private CA and munged) in the same run, so the ratio is the cost of security.
 // Usage: bench_schedd [N] [C] [mlsub_jobs]
 //        bench_schedd --rate SERVER JOBS [C]: only (b), against a running schedd (or the list of HA
@@ -101,12 +101,14 @@ Rates Measure(const std::string& server, int mlsub_jobs, int grpc_jobs, int clie
   std::atomic<int> next{0}, errors{0};
   std::vector<std::thread> threads;
   t0 = Clock::now();
+  const std::string key_prefix = "bench-" + std::to_string(getpid()) + "-" + std::to_string(std::random_device{}()) + "-";
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&] {
       auto stub = mlsched::v1::JobService::NewStub(mlsched::MakeChannel(server));
       mlsched::v1::SubmitJobRequest req;
       *req.mutable_spec() = HeldSpec();
-      while (next.fetch_add(1) < grpc_jobs) {
+      for (int i; (i = next.fetch_add(1)) < grpc_jobs;) {
+        req.set_submission_key(key_prefix + std::to_string(i));  // as mlsub sends (idempotent retries)
         grpc::ClientContext ctx;
         mlsched::PrepareContext(ctx, server, 30);
         mlsched::v1::SubmitJobResponse resp;

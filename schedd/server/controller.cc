@@ -380,18 +380,30 @@ Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t n
   return {};
 }
 
+void Controller::UnadmitUserLocked(const Caller& caller, int64_t jobs) {
+  if (caller.privileged) return;
+  int32_t& pending = pending_by_user_[caller.user];
+  pending = std::max<int32_t>(0, pending - static_cast<int32_t>(jobs));
+}
+
 Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id,
                           const std::string& submission_key) {
   if (submission_key.size() > 64 ||
       !std::all_of(submission_key.begin(), submission_key.end(),
                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; }))
     return {Status::kInvalidArgument, "submission key: at most 64 letters, digits, '-', '_' or '.'"};
-  // A retry of a submission that was stored (its answer lost): the same job, no new admission.
-  if (!submission_key.empty())
-    if (auto id = store_.LookupSubmission(caller.user, caller.uid, submission_key)) {
-      *job_id = *id;
-      return {};
-    }
+  // A retry of a submission that was stored (its answer lost) gets the same job. The store's
+  // insert finds the key in the same transaction (InsertedJob::existed), so the common case reads
+  // nothing first; a retry that admission would now refuse (the user at a limit that the stored
+  // job itself fills, a dependency purged since) is looked up when refused.
+  auto refused = [&](Status st) -> Status {
+    if (!submission_key.empty())
+      if (auto id = store_.LookupSubmission(caller.user, caller.uid, submission_key)) {
+        *job_id = *id;
+        return {};
+      }
+    return st;
+  };
   // Rounds, as in SelectJobs: validate under the lock from memory and the rows loaded so far,
   // noting the rows a dependency needed (jobs that ended long ago, an old array's elements); load
   // them with the lock released; again until nothing is missing. The store is never read under
@@ -413,9 +425,9 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
       Status st = ValidateSpec(checked, caller, lookup);
       max_rows = 4 * static_cast<size_t>(policy_.limits.max_ids_per_request);
       const bool settled = missing.empty() || round == 3 || loaded.size() >= max_rows;
-      if (settled && !st.ok()) return st;
+      if (settled && !st.ok()) return refused(st);
       if (settled) {
-        if (st = AdmitUserLocked(caller, jobs, now); !st.ok()) return st;
+        if (st = AdmitUserLocked(caller, jobs, now); !st.ok()) return refused(st);
         spec = std::move(checked);
         break;
       }
@@ -431,12 +443,13 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   row.submission_key = submission_key;
   const InsertedJob inserted = store_.InsertJob(std::move(row)).get();  // durable from here on
   const int64_t id = inserted.id;
-  if (!inserted.existed) {  // else a concurrent retry with the same key stored it first
+  {
     std::lock_guard lk(mu_);
-    jobs_.emplace(id, NewRec(id, caller, spec, now));
+    if (!inserted.existed) jobs_.emplace(id, NewRec(id, caller, spec, now));
+    else UnadmitUserLocked(caller, 1);  // a retry: the stored job was counted when it was admitted
   }
   *job_id = id;
-  Trigger();
+  if (!spec.hold()) Trigger();  // a held job changes no decision until it is released (Hold triggers)
   return {};
 }
 

@@ -265,6 +265,9 @@ class Controller {
   /// For unprivileged callers: the submission rate and the pending-job count ([limits]); on
   /// success the `jobs` are counted as pending until the next cycle recounts.
   Status AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t now);
+  /// Takes back AdmitUserLocked's count of `jobs` (a retry whose job was already stored); the
+  /// rate token stays spent.
+  void UnadmitUserLocked(const Caller& caller, int64_t jobs);
   void CancelOne(JobRec& j, int64_t now);
   /// A new job's row (spec left to the caller) and in-memory record, PENDING (or held) at `now`.
   static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);

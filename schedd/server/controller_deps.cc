@@ -110,7 +110,11 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
       }).get();  // durable from here on
   const int64_t first = inserted.id;
   *job_id = first;
-  if (inserted.existed) return {};  // a concurrent retry with the same key stored it first
+  if (inserted.existed) {  // a retry, or a concurrent one stored it first: counted once
+    std::lock_guard lk(mu_);
+    UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()));
+    return {};
+  }
   {
     std::lock_guard lk(mu_);
     for (size_t i = 0; i < arr.task_ids.size(); ++i) {
@@ -120,7 +124,7 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   }
   spdlog::info("job array {}: {} elements ({}) for {}", first, arr.task_ids.size(), spec.array(), caller.user);
   *job_id = first;
-  Trigger();
+  if (!spec.hold()) Trigger();  // held elements change no decision until released
   return {};
 }
 

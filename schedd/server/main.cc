@@ -321,6 +321,11 @@ int main(int argc, char** argv) {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    // The sync server keeps at most MAX_POLLERS idle threads (gRPC's default: 2); a handler thread
+    // beyond them exits after its call, so with more than two submitters waiting for their group
+    // commit each call created and destroyed a thread. Keeping up to 32 idle ends that churn.
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 32);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server) throw std::runtime_error("cannot start the gRPC server (is " + listen_tcp + " in use?)");
     listener.Start(server.get());

@@ -121,3 +121,24 @@ TEST_CASE("the [limits] table is validated with FILE:LINE", "[server][limits][po
   CHECK(ok.policy->limits.max_ids_per_request == 50);
   CHECK(ok.policy->limits.max_name_bytes == 1024);  // defaults for the rest
 }
+
+TEST_CASE("a retried submission returns its job even at the pending limit, and counts once", "[server][limits][idempotency]") {
+  World w("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 2\nsubmit_rate_per_user = 0\n");
+  v1::JobSpec spec = Spec(1);
+  spec.set_hold(true);
+  int64_t a = 0, again = 0, b = 0, c = 0;
+  REQUIRE(w.ctl->Submit(w.alice, spec, w.now, &a, "key-a").ok());
+  for (int i = 0; i < 3; ++i) {  // lost answers: the client retries with the same key
+    REQUIRE(w.ctl->Submit(w.alice, spec, w.now, &again, "key-a").ok());
+    CHECK(again == a);
+  }
+  REQUIRE(w.ctl->Submit(w.alice, spec, w.now, &b, "key-b").ok());  // the retries did not count
+  CHECK(b != a);
+  // At the limit now: a retry of either still returns its job; a new submission is refused.
+  REQUIRE(w.ctl->Submit(w.alice, spec, w.now, &again, "key-a").ok());
+  CHECK(again == a);
+  REQUIRE(w.ctl->Submit(w.alice, spec, w.now, &again, "key-b").ok());
+  CHECK(again == b);
+  CHECK(w.ctl->Submit(w.alice, spec, w.now, &c, "key-c").code == Status::kResourceExhausted);
+  CHECK(w.Jobs() == 2);
+}
