@@ -54,13 +54,18 @@ std::string SubmissionSuffix(const std::string& user, uint32_t uid, const std::s
 
 std::string LeaderKey(const std::string& prefix) { return prefix + "leader"; }
 
-/// The operations of one transaction being built, and what the items learned before building.
+/// The operations of one transaction being built, and what its inserts with a submission key
+/// learn once it commits.
 struct EtcdStore::Batch {
   std::vector<etcdpb::RequestOp> ops;
   size_t bytes = 0;
-  bool ids_used = false;                             // next_job_id_ moved: write the counter too
-  const std::map<std::string, int64_t>* existing = nullptr;  // submission key suffix -> job id
-  std::vector<std::pair<std::string, int64_t>> added;         // keys this item records
+  size_t base = 0;        // where this item's first op lands in the transaction
+  size_t max_nested = 0;  // operations of the largest nested transaction (etcd: <= max - outer ops)
+  /// Submission key suffix -> the result of the insert that claims it earlier in this transaction.
+  std::map<std::string, std::shared_ptr<InsertedJob>>* keyed = nullptr;
+  std::vector<std::pair<std::string, std::shared_ptr<InsertedJob>>> added;  // keys this item claims
+  /// Run in order once the transaction committed (its response); a throw fails the item.
+  std::vector<std::function<void(const etcdpb::TxnResponse&)>> resolve;
   void Put(std::string key, std::string value, int64_t lease = 0) {
     bytes += key.size() + value.size() + 16;
     ops.push_back(PutOp(std::move(key), std::move(value), lease));
@@ -150,20 +155,7 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
     fenced_writes_ += static_cast<int64_t>(items.size());
     return fail_all(0, items.size(), "etcd store: fenced: epoch " + std::to_string(epoch) + " no longer holds the leader key");
   }
-  // One read-only transaction finds the submission keys the batch's inserts name.
-  std::map<std::string, int64_t> existing;
   try {
-    std::vector<std::string> keys;
-    for (const auto& it : items)
-      if (!it.submission_key.empty()) keys.push_back(it.submission_key);
-    for (size_t i = 0; i < keys.size(); i += max_txn_ops_) {
-      etcdpb::TxnRequest read;
-      for (size_t k = i; k < std::min(keys.size(), i + max_txn_ops_); ++k) *read.add_success() = RangeOp(Key(keys[k]));
-      auto resp = etcd_.Txn(read);
-      for (const auto& r : resp.responses())
-        for (const auto& kv : r.response_range().kvs())
-          existing[kv.key().substr(prefix_.size())] = Parse<v1::StoredSubmission>(kv.value(), kv.key()).job_id();
-    }
     if (std::time(nullptr) - submission_lease_granted_ > 3600) {  // keys expire 7 days + at most 1 h after use
       submission_lease_ = etcd_.LeaseGrant(kSubmissionKeyTtl + 3600);
       submission_lease_granted_ = std::time(nullptr);
@@ -174,14 +166,17 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
   size_t i = 0;
   while (i < items.size()) {
     Batch batch;
+    std::map<std::string, std::shared_ptr<InsertedJob>> keyed;
     const int64_t next_id_before = next_job_id_;
     std::vector<size_t> accepted;
-    std::vector<std::string> added;  // submission keys this transaction records
-    // Items are added whole while the transaction stays within etcd's limits (one op is kept for
-    // the id counter).
+    std::vector<std::pair<size_t, std::function<void(const etcdpb::TxnResponse&)>>> resolve;  // item, step
+    // Items are added whole while the transaction stays within etcd's limits: one op is kept for
+    // the id counter, and a nested transaction may hold at most max_txn_ops_ minus the outer ops
+    // (etcd's checkTxnRequest).
     while (i < items.size()) {
       Batch one;
-      one.existing = &existing;
+      one.keyed = &keyed;
+      one.base = batch.ops.size();
       const int64_t next_id_here = next_job_id_;
       try {
         items[i].build(one);
@@ -195,30 +190,30 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
         next_job_id_ = next_id_here;
         break;
       }
-      const bool fits = batch.ops.size() + one.ops.size() + 1 <= max_txn_ops_ &&
+      const size_t outer = batch.ops.size() + one.ops.size() + 1;
+      const bool fits = outer <= max_txn_ops_ && std::max(batch.max_nested, one.max_nested) <= max_txn_ops_ - outer &&
                         batch.bytes + one.bytes + 4096 <= kEtcdMaxRequestBytes;
       if (!fits) {
         next_job_id_ = next_id_here;  // built again for the next transaction
         if (!batch.ops.empty()) break;
-        fail_all(i, i + 1, "etcd store: one request needs " + std::to_string(one.ops.size()) + " operations and " +
-                               std::to_string(one.bytes) + " bytes; etcd allows " + std::to_string(max_txn_ops_) +
-                               " and " + std::to_string(kEtcdMaxRequestBytes) + " per transaction");
+        fail_all(i, i + 1, "etcd store: one request needs " + std::to_string(one.ops.size() + 1 + one.max_nested) +
+                               " operations and " + std::to_string(one.bytes) + " bytes; etcd allows " +
+                               std::to_string(max_txn_ops_) + " and " + std::to_string(kEtcdMaxRequestBytes) +
+                               " per transaction");
         ++i;
         continue;
       }
       for (auto& op : one.ops) batch.ops.push_back(std::move(op));
       batch.bytes += one.bytes;
-      for (auto& [key, id] : one.added) {
-        existing[key] = id;  // a second try later in this batch finds it
-        added.push_back(key);
-      }
+      batch.max_nested = std::max(batch.max_nested, one.max_nested);
+      for (auto& [key, result] : one.added) keyed[key] = result;  // a retry later in this transaction follows it
+      for (auto& r : one.resolve) resolve.emplace_back(i, std::move(r));
       accepted.push_back(i++);
       if (items[i - 1].alone) break;
     }
     if (accepted.empty()) continue;
     auto fail_accepted = [&](const std::string& why) {
       for (size_t k : accepted) items[k].done(std::make_exception_ptr(StoreError(why)));
-      for (const auto& key : added) existing.erase(key);
     };
     etcdpb::TxnRequest txn;
     auto* cmp = txn.add_compare();
@@ -249,7 +244,18 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
         return;
       }
       ++commits_;
-      for (size_t k : accepted) items[k].done(nullptr);
+      std::set<size_t> failed;
+      for (auto& [k, step] : resolve) {
+        if (failed.count(k)) continue;
+        try {
+          step(resp);
+        } catch (const std::exception& e) {
+          failed.insert(k);
+          items[k].done(std::make_exception_ptr(StoreError(e.what())));
+        }
+      }
+      for (size_t k : accepted)
+        if (!failed.count(k)) items[k].done(nullptr);
     } catch (const std::exception& e) {
       fail_accepted(e.what());
     }
@@ -281,30 +287,66 @@ std::future<InsertedJob> EtcdStore::InsertJobArray(JobRow row, size_t count,
   auto out = std::make_shared<InsertedJob>();
   Item item;
   const std::string sub = row.submission_key.empty() ? "" : SubmissionSuffix(row.user, row.uid, row.submission_key);
-  item.submission_key = sub;
   item.build = [this, row = std::move(row), count, spec_of = std::move(spec_of), sub, out](Batch& b) {
-    if (!sub.empty()) {
-      if (auto it = b.existing->find(sub); it != b.existing->end()) {
-        *out = InsertedJob{it->second, true};
+    if (!sub.empty())
+      if (auto it = b.keyed->find(sub); it != b.keyed->end()) {  // a retry within one transaction
+        b.resolve.push_back([out, lead = it->second](const etcdpb::TxnResponse&) {
+          if (lead->id == 0) throw StoreError("etcd store: the submission this retry repeats was not stored");
+          *out = InsertedJob{lead->id, true};
+        });
         return;
       }
-    }
     const int64_t first = next_job_id_;
     next_job_id_ += static_cast<int64_t>(count);
-    for (size_t i = 0; i < count; ++i) {
-      JobRow r = row;
-      r.id = first + static_cast<int64_t>(i);
-      b.Put(JobKey(r.id), ToStored(r).SerializeAsString());
-      b.Put(SpecKey(r.id), spec_of(first, i));
+    auto put_jobs = [&](auto&& put) {
+      for (size_t i = 0; i < count; ++i) {
+        JobRow r = row;
+        r.id = first + static_cast<int64_t>(i);
+        put(JobKey(r.id), ToStored(r).SerializeAsString());
+        put(SpecKey(r.id), spec_of(first, i));
+      }
+    };
+    if (sub.empty()) {
+      put_jobs([&](std::string k, std::string v) { b.Put(std::move(k), std::move(v)); });
+      *out = InsertedJob{first, false};
+      return;
     }
-    if (!sub.empty()) {
-      v1::StoredSubmission s;
-      s.set_job_id(first);
-      s.set_time(row.submit_time);
-      b.Put(Key(sub), s.SerializeAsString(), submission_lease_);
-      b.added.emplace_back(sub, first);
-    }
-    *out = InsertedJob{first, false};
+    // With a submission key: a nested transaction creates the jobs and claims the key only while
+    // the key is absent, else reads it (a retry of a stored submission: its job, nothing new; the
+    // ids taken here stay unused). Nothing is read first: one round trip per group commit.
+    etcdpb::RequestOp op;
+    auto* t = op.mutable_request_txn();
+    auto* absent = t->add_compare();
+    absent->set_key(Key(sub));
+    absent->set_target(etcdpb::Compare::VERSION);
+    absent->set_result(etcdpb::Compare::EQUAL);
+    absent->set_version(0);
+    put_jobs([&](std::string k, std::string v) {
+      b.bytes += k.size() + v.size() + 16;
+      *t->add_success() = PutOp(std::move(k), std::move(v));
+    });
+    v1::StoredSubmission s;
+    s.set_job_id(first);
+    s.set_time(row.submit_time);
+    b.bytes += 3 * Key(sub).size() + s.ByteSizeLong() + 64;
+    *t->add_success() = PutOp(Key(sub), s.SerializeAsString(), submission_lease_);
+    *t->add_failure() = RangeOp(Key(sub));
+    const size_t at = b.base + b.ops.size();
+    b.max_nested = std::max<size_t>(b.max_nested, static_cast<size_t>(t->success_size()));
+    b.ops.push_back(std::move(op));
+    b.added.emplace_back(sub, out);
+    b.resolve.push_back([at, first, out, key = Key(sub)](const etcdpb::TxnResponse& resp) {
+      if (at >= static_cast<size_t>(resp.responses_size())) throw StoreError("etcd: no answer for submission " + key);
+      const auto& nested = resp.responses(static_cast<int>(at)).response_txn();
+      if (nested.succeeded()) {
+        *out = InsertedJob{first, false};
+        return;
+      }
+      if (nested.responses_size() != 1 || nested.responses(0).response_range().kvs_size() != 1)
+        throw StoreError("etcd: submission " + key + " exists but could not be read");
+      const auto& kv = nested.responses(0).response_range().kvs(0);
+      *out = InsertedJob{Parse<v1::StoredSubmission>(kv.value(), key).job_id(), true};
+    });
   };
   item.done = [p, out](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*out); };
   Enqueue(std::move(item));

@@ -78,18 +78,16 @@ class EtcdStore final : public Store {
   std::optional<std::string> LoadSpec(int64_t id) override;
   /// One job's spec must fit one etcd request with room for its row: 1 MiB.
   size_t MaxSpecBytes() const override { return 1 << 20; }
-  /// An array is one transaction (so a failover never leaves half of one): one op per job, one
-  /// for its spec, one for the submission key and one for the id counter.
-  size_t MaxArrayJobs() const override { return (max_txn_ops_ - 2) / 2; }
+  /// An array is one transaction (so a failover never leaves half of one): a nested transaction
+  /// of one op per job, one per spec and one for the submission key, which etcd allows only
+  /// max_txn_ops minus the outer ops (the nested one and the id counter).
+  size_t MaxArrayJobs() const override { return (max_txn_ops_ - 3) / 2; }
 
  private:
   struct Batch;  // the operations of one transaction being built
   struct Item {
     /// Appends the item's operations; runs on the writer thread (ids are allocated there).
     std::function<void(Batch&)> build;
-    /// A submission key to look up before building ("" = none): the existing job, if any, is
-    /// passed to build through Batch::existing.
-    std::string submission_key;
     std::function<void(std::exception_ptr)> done;
     bool alone = false;  // committed in a transaction of its own (WriteAlone)
   };
