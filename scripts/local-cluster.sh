@@ -85,7 +85,8 @@ ha_up() {
     start "etcd-$i" "$STATE/logs/etcd-$i.log" etcd --name "etcd-$i" --data-dir "$STATE/etcd-$i" \
       --listen-client-urls "http://127.0.0.1:$((base + i - 1))" --advertise-client-urls "http://127.0.0.1:$((base + i - 1))" \
       --listen-peer-urls "http://127.0.0.1:$((base + 9 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 9 + i))" \
-      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token mlsched-local
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token mlsched-local \
+      --auto-compaction-mode periodic --auto-compaction-retention 10m
   done
   for i in 1 2 3; do
     # A replica that loses the leadership exits 3 and is restarted as a follower; one killed or
