@@ -61,6 +61,11 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
     line("Priority:", Printf("%.0f (no factors: the job is not pending)", j.priority()));
     return out;
   }
+  if (!r.pending() && s.hold()) {  // held jobs take no part in the cycle
+    line("Priority:", "0 (no factors: the job is held; `mladmin release " + std::to_string(j.job_id()) +
+                          "` puts it back in the queue)");
+    return out;
+  }
   if (!r.pending()) {  // pending but not in the queue right now (a launch backoff, or tasks exiting)
     line("Priority:", Printf("%.0f (no factors now: the job waits out a launch backoff, or for its last "
                              "attempt's tasks to exit)",

@@ -380,8 +380,8 @@ Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t n
   return {};
 }
 
-void Controller::UnadmitUserLocked(const Caller& caller, int64_t jobs) {
-  if (caller.privileged) return;
+void Controller::UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t admitted_at) {
+  if (caller.privileged || admitted_at != pending_recounts_) return;  // a recount since: already exact
   int32_t& pending = pending_by_user_[caller.user];
   pending = std::max<int32_t>(0, pending - static_cast<int32_t>(jobs));
 }
@@ -394,8 +394,9 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
     return {Status::kInvalidArgument, "submission key: at most 64 letters, digits, '-', '_' or '.'"};
   // A retry of a submission that was stored (its answer lost) gets the same job. The store's
   // insert finds the key in the same transaction (InsertedJob::existed), so the common case reads
-  // nothing first; a retry that admission would now refuse (the user at a limit that the stored
-  // job itself fills, a dependency purged since) is looked up when refused.
+  // nothing first; a retry that would now be refused (the user at a limit that the stored job
+  // itself fills, a lowered limit, a dependency purged since) is looked up when refused, with the
+  // lock released.
   auto refused = [&](Status st) -> Status {
     if (!submission_key.empty())
       if (auto id = store_.LookupSubmission(caller.user, caller.uid, submission_key)) {
@@ -409,6 +410,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   // them with the lock released; again until nothing is missing. The store is never read under
   // the lock for what a caller wrote; at most 4 x [limits] max_ids_per_request rows are loaded.
   std::map<int64_t, std::optional<JobRow>> loaded;
+  int64_t admitted_at = 0;  // pending_recounts_ when admitted (UnadmitUserLocked)
   for (int round = 0;; ++round) {
     std::set<int64_t> missing;
     RowLookup lookup = [&](int64_t id) -> std::optional<JobRow> {
@@ -418,26 +420,30 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
     };
     v1::JobSpec checked = spec;
     size_t max_rows = 0;
+    Status refusal;
     {
       std::lock_guard lk(mu_);
       int64_t jobs = 1;
-      if (Status st = CheckSizesLocked(checked, &jobs); !st.ok()) return st;
-      Status st = ValidateSpec(checked, caller, lookup);
-      max_rows = 4 * static_cast<size_t>(policy_.limits.max_ids_per_request);
-      const bool settled = missing.empty() || round == 3 || loaded.size() >= max_rows;
-      if (settled && !st.ok()) return refused(st);
-      if (settled) {
-        if (st = AdmitUserLocked(caller, jobs, now); !st.ok()) return refused(st);
-        spec = std::move(checked);
-        break;
+      if (refusal = CheckSizesLocked(checked, &jobs); refusal.ok()) {
+        Status st = ValidateSpec(checked, caller, lookup);
+        max_rows = 4 * static_cast<size_t>(policy_.limits.max_ids_per_request);
+        const bool settled = missing.empty() || round == 3 || loaded.size() >= max_rows;
+        if (settled && st.ok()) st = AdmitUserLocked(caller, jobs, now);
+        if (settled && st.ok()) {
+          admitted_at = pending_recounts_;
+          spec = std::move(checked);
+          break;
+        }
+        if (settled) refusal = st;
       }
     }
+    if (!refusal.ok()) return refused(refusal);
     for (int64_t id : missing) {
       if (loaded.size() >= max_rows) break;
       loaded[id] = store_.LoadJob(id);
     }
   }
-  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id, submission_key);
+  if (!spec.array().empty()) return SubmitArray(caller, spec, now, job_id, submission_key, admitted_at);
   JobRow row = NewRow(caller, spec, now);
   row.spec = spec.SerializeAsString();
   row.submission_key = submission_key;
@@ -446,7 +452,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   {
     std::lock_guard lk(mu_);
     if (!inserted.existed) jobs_.emplace(id, NewRec(id, caller, spec, now));
-    else UnadmitUserLocked(caller, 1);  // a retry: the stored job was counted when it was admitted
+    else UnadmitUserLocked(caller, 1, admitted_at);  // a retry: the stored job was counted when admitted
   }
   *job_id = id;
   if (!spec.hold()) Trigger();  // a held job changes no decision until it is released (Hold triggers)

@@ -265,9 +265,9 @@ class Controller {
   /// For unprivileged callers: the submission rate and the pending-job count ([limits]); on
   /// success the `jobs` are counted as pending until the next cycle recounts.
   Status AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t now);
-  /// Takes back AdmitUserLocked's count of `jobs` (a retry whose job was already stored); the
-  /// rate token stays spent.
-  void UnadmitUserLocked(const Caller& caller, int64_t jobs);
+  /// Takes back AdmitUserLocked's count of `jobs` (a retry whose job was already stored), unless
+  /// a cycle recounted since `admitted_at` (pending_recounts_ then); the rate token stays spent.
+  void UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t admitted_at);
   void CancelOne(JobRec& j, int64_t now);
   /// A new job's row (spec left to the caller) and in-memory record, PENDING (or held) at `now`.
   static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);
@@ -313,8 +313,9 @@ class Controller {
   /// naming the term when the text is bad or a job does not exist.
   Status ResolveDependencyLocked(v1::JobSpec& spec, const RowLookup& rows);
   /// Stores one job per element of spec.array with consecutive ids; *job_id = the first.
+  /// `admitted_at`: pending_recounts_ at admission (UnadmitUserLocked for a retry).
   Status SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id,
-                     const std::string& submission_key);
+                     const std::string& submission_key, int64_t admitted_at);
   /// Ids selected by explicit ids (array ids expanded) and references; bad references in `errors`.
   std::vector<int64_t> SelectJobsLocked(const google::protobuf::RepeatedField<int64_t>& ids,
                                         const google::protobuf::RepeatedPtrField<std::string>& refs,
@@ -378,6 +379,7 @@ class Controller {
   // every cycle and raised by each accepted submission in between (so it never undercounts).
   SubmitRateLimiter submit_rate_;
   std::map<std::string, int32_t> pending_by_user_;
+  int64_t pending_recounts_ = 0;  // cycles that recounted pending_by_user_
   std::map<int64_t, core::JobState> finished_;
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on

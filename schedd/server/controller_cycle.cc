@@ -244,6 +244,7 @@ void Controller::RunCycle(int64_t now) {
     eviction_rates_.Advance(now, up);
     snap = Snapshot(now);
     pending_by_user_.clear();  // the exact count; submissions until the next cycle add to it
+    ++pending_recounts_;
     for (const auto& [id, j] : jobs_)
       if (j.state == core::JobState::kPending) pending_by_user_[j.user] += 1;
     AccrueUsageLocked(snap, now);
@@ -271,7 +272,7 @@ void Controller::RunCycle(int64_t now) {
   ProvisionLocked(snap, plan, policy, now);
   for (const auto& p : plan.pending) {
     JobRec* j = Find(p.job);
-    if (!j || j->state != core::JobState::kPending) continue;
+    if (!j || j->state != core::JobState::kPending || j->spec.hold) continue;  // held since the snapshot: keeps its reason
     j->reason = core::PendingReasonName(p.reason);
     j->expected_start = p.expected_start.value_or(0);
     j->priority = p.priority;

@@ -87,7 +87,7 @@ Status Controller::ResolveDependencyLocked(v1::JobSpec& spec, const RowLookup& r
 }
 
 Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, int64_t now, int64_t* job_id,
-                               const std::string& submission_key) {
+                               const std::string& submission_key, int64_t admitted_at) {
   core::ArrayRequest arr;
   if (auto err = core::ParseArray(spec.array(), cfg_.max_array_size, &arr))
     return {Status::kInvalidArgument, "array: " + *err};
@@ -112,7 +112,7 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   *job_id = first;
   if (inserted.existed) {  // a retry, or a concurrent one stored it first: counted once
     std::lock_guard lk(mu_);
-    UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()));
+    UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()), admitted_at);
     return {};
   }
   {

@@ -157,7 +157,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx, const v1::Expl
     w->set_qos(policy.weights.qos);
     w->set_max_age_s(policy.weights.max_age);
     w->set_favor_small(policy.weights.favor_small);
-    if (resp->job().state() != v1::PENDING) return grpc::Status::OK;
+    if (resp->job().state() != v1::PENDING || resp->job().spec().hold()) return grpc::Status::OK;  // held: out of the cycle
     resp->set_start_basis(ctl_.StartBasis(req->job_id(), now));
     for (const auto& b : ctl_.ExplainPriorities(now)) {
       if (b.job != req->job_id()) continue;

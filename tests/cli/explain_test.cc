@@ -91,6 +91,18 @@ TEST_CASE("mlq --explain of a pending job schedd gave no factors says why", "[cl
   CHECK(ExplainJson(r)["factors"].is_null());
 }
 
+TEST_CASE("mlq --explain of a held job says how to release it", "[cli][explain]") {
+  auto r = PendingExplain();
+  r.set_pending(false);
+  r.clear_factors();
+  r.mutable_job()->mutable_spec()->set_hold(true);
+  r.mutable_job()->set_reason("JobHeldUser");
+  r.mutable_job()->clear_reason_detail();
+  std::string out = FormatExplain(r);
+  CHECK_THAT(out, Catch::Contains("Reason:         JobHeldUser\n") && !Catch::Contains("FACTOR"));
+  CHECK_THAT(out, Catch::Contains("Priority:       0 (no factors: the job is held; `mladmin release 42` puts it back in the queue)\n"));
+}
+
 TEST_CASE("mlq --explain --json has factors, weights and weighted values", "[cli][explain]") {
   auto r = PendingExplain();
   r.mutable_job()->set_expected_start(1'700'000'600);

@@ -521,6 +521,38 @@ TEST_CASE("a dependency on a job that is held or waits out its requeue backoff s
   CHECK(w.Job(b).state() == v1::PENDING);
 }
 
+TEST_CASE("a held job leaves the cycle: nothing planned stays shown, and a release brings it back", "[controller][hold]") {
+  World w(1, 1);
+  core::PolicySet policy;
+  policy.backfill.mode = core::BackfillMode::kEasy;
+  policy.queue_order = core::QueueOrder::kMultifactor;
+  policy.weights.fairshare = 1000;
+  w.ctl->SetPolicy(policy);
+  v1::JobSpec limited = Spec(1);
+  limited.set_time_limit_s(600);
+  int64_t busy = w.Submit(limited, w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  int64_t waiting = w.Submit(Spec(1), w.alice);
+  w.ctl->RunCycle(w.now);
+  REQUIRE(w.Job(busy).state() == v1::RUNNING);
+  REQUIRE(w.Job(waiting).reason() == "Resources");
+  REQUIRE(w.Job(waiting).expected_start() > 0);
+  REQUIRE(w.Job(waiting).priority() > 0);
+  REQUIRE(w.ctl->Hold(w.alice, waiting, false, w.now).ok());
+  for (int i = 1; i <= 2; ++i) {
+    w.ctl->RunCycle(w.now + i);
+    CHECK(w.Job(waiting).reason() == "JobHeldUser");
+    CHECK(w.Job(waiting).reason_detail().empty());
+    CHECK(w.Job(waiting).expected_start() == 0);
+    CHECK(w.Job(waiting).priority() == 0);
+  }
+  REQUIRE(w.ctl->Hold(w.alice, waiting, true, w.now + 3).ok());
+  w.ctl->RunCycle(w.now + 3);
+  CHECK(w.Job(waiting).reason() == "Resources");
+  CHECK(w.Job(waiting).expected_start() > 0);
+}
+
 TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by array or element", "[controller][array]") {
   World w(2, 8);
   v1::JobSpec spec = Spec(1);

@@ -109,7 +109,7 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
     b = s.InsertJobArray(Row("bob"), 3, [](int64_t first, size_t i) { return "el" + std::to_string(first + i); })
             .get()
             .id;
-    CHECK(b == a + 2);  // the retry's insert took an id it did not use (its key was found in the same transaction)
+    CHECK(b == a + 2);  // the retry took an id it did not use (its nested transaction found the key)
     JobRow upd = *s.LoadJob(a);
     upd.state = "COMPLETED";
     upd.end_time = 500;
