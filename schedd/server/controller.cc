@@ -722,6 +722,7 @@ void Controller::Recover(int64_t now) {
     if (j.state == core::JobState::kRunning) {
       // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).
       j.tasks.assign(j.placement.tasks_size(), TaskRt{Phase::kRunning, 0, 0});
+      running_ids_.insert(j.id);
     }
     jobs_.emplace(j.id, std::move(j));
   }

@@ -369,6 +369,9 @@ class Controller {
   std::mutex mu_;
   core::PolicySet policy_;
   std::map<int64_t, JobRec> jobs_;         // live and recently finished, by id
+  // Jobs that entered RUNNING (StartAttempt, Recover), so a heartbeat checks them, not every job
+  // in jobs_; those that left RUNNING are dropped when a heartbeat meets them.
+  std::set<int64_t> running_ids_;
   std::map<std::string, NodeRec> nodes_;   // by name
   std::map<std::pair<int64_t, int32_t>, Ghost> ghosts_;
   // Writes that failed (the store threw) after memory had changed: written again before the next

@@ -54,6 +54,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   const std::string requeue_reason = j.reason;  // why it was pending: "Evicted", "Preempted", ...
   j.attempt += 1;
   j.state = core::JobState::kRunning;
+  running_ids_.insert(j.id);
   j.reason = "None";
   j.start_time = now;
   j.end_time = 0;
@@ -437,8 +438,14 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
   // are still queued behind the heartbeat on the agent (its exit may be among them).
   if (hb.unsent_reports() > 0) return;
   std::vector<int64_t> lost;
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
+  for (auto rit = running_ids_.begin(); rit != running_ids_.end();) {
+    auto jit = jobs_.find(*rit);
+    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) {
+      rit = running_ids_.erase(rit);
+      continue;
+    }
+    ++rit;
+    auto& [id, j] = *jit;
     for (int i = 0; i < j.placement.tasks_size(); ++i) {
       if (j.placement.tasks(i).node() != node || j.tasks[i].phase != Phase::kRunning) continue;
       if (running.count({id, j.attempt, j.placement.tasks(i).rank()})) {
