@@ -454,6 +454,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
     if (!inserted.existed) jobs_.emplace(id, NewRec(id, caller, spec, now));
     else UnadmitUserLocked(caller, 1, admitted_at);  // a retry: the stored job was counted when admitted
   }
+  if (inserted.existed) AdoptStored(id, 1);
   *job_id = id;
   if (!spec.hold()) Trigger();  // a held job changes no decision until it is released (Hold triggers)
   return {};
@@ -697,37 +698,60 @@ void Controller::Recover(int64_t now) {
     nodes_[row.name] = std::move(n);
   }
   for (const auto& row : store_.LoadJobs(now - cfg_.min_job_age_s)) {
-    JobRec j;
-    v1::JobSpec spec;
-    spec.ParseFromString(row.spec);
-    j.id = row.id;
-    j.spec = ToCoreSpec(spec, row.user);
-    j.user = row.user;
-    j.uid = row.uid;
-    j.gid = row.gid;
-    j.state = core::ParseJobState(row.state).value_or(core::JobState::kPending);
-    if (j.state == core::JobState::kPreempted || j.state == core::JobState::kNodeFail ||
-        j.state == core::JobState::kCompleting)
-      j.state = core::JobState::kPending;
-    j.reason = row.reason;
-    j.submit_time = row.submit_time;
-    j.start_time = row.start_time;
-    j.end_time = row.end_time;
-    j.exit_code = row.exit_code;
-    j.attempt = row.attempt;
-    j.requeue_count = row.requeue_count;
-    j.preempt_count = row.preempt_count;
-    j.evictions = row.evictions;
-    j.placement.ParseFromString(row.placement);
-    if (j.state == core::JobState::kRunning) {
-      // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).
-      j.tasks.assign(j.placement.tasks_size(), TaskRt{Phase::kRunning, 0, 0});
-      running_ids_.insert(j.id);
-    }
+    JobRec j = RecFromRow(row);
+    if (j.state == core::JobState::kRunning) running_ids_.insert(j.id);
     jobs_.emplace(j.id, std::move(j));
   }
   RecoverDependenciesLocked();
   spdlog::info("recovered {} jobs and {} nodes from the store", jobs_.size(), nodes_.size());
+  Trigger();
+}
+
+Controller::JobRec Controller::RecFromRow(const JobRow& row) {
+  JobRec j;
+  v1::JobSpec spec;
+  spec.ParseFromString(row.spec);
+  j.id = row.id;
+  j.spec = ToCoreSpec(spec, row.user);
+  j.user = row.user;
+  j.uid = row.uid;
+  j.gid = row.gid;
+  j.state = core::ParseJobState(row.state).value_or(core::JobState::kPending);
+  if (j.state == core::JobState::kPreempted || j.state == core::JobState::kNodeFail ||
+      j.state == core::JobState::kCompleting)
+    j.state = core::JobState::kPending;
+  j.reason = row.reason;
+  j.submit_time = row.submit_time;
+  j.start_time = row.start_time;
+  j.end_time = row.end_time;
+  j.exit_code = row.exit_code;
+  j.attempt = row.attempt;
+  j.requeue_count = row.requeue_count;
+  j.preempt_count = row.preempt_count;
+  j.evictions = row.evictions;
+  j.placement.ParseFromString(row.placement);
+  if (j.state == core::JobState::kRunning) {
+    // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).
+    j.tasks.assign(j.placement.tasks_size(), TaskRt{Phase::kRunning, 0, 0});
+  }
+  return j;
+}
+
+void Controller::AdoptStored(int64_t first, int64_t count) {
+  {
+    std::lock_guard lk(mu_);
+    if (jobs_.count(first) || finished_.count(first)) return;  // known: the usual retry
+  }
+  for (int64_t id = first; id < first + count; ++id) {
+    std::optional<JobRow> row = store_.LoadJob(id);  // without the lock
+    if (!row || core::IsFinal(core::ParseJobState(row->state).value_or(core::JobState::kPending))) continue;
+    std::lock_guard lk(mu_);
+    if (jobs_.count(id) || finished_.count(id)) continue;
+    JobRec j = RecFromRow(*row);
+    if (j.state == core::JobState::kRunning) running_ids_.insert(id);
+    jobs_.emplace(id, std::move(j));
+    spdlog::warn("job {}: stored by a submission whose answer was lost; its retry adopts it", id);
+  }
   Trigger();
 }
 

@@ -111,8 +111,11 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   const int64_t first = inserted.id;
   *job_id = first;
   if (inserted.existed) {  // a retry, or a concurrent one stored it first: counted once
-    std::lock_guard lk(mu_);
-    UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()), admitted_at);
+    {
+      std::lock_guard lk(mu_);
+      UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()), admitted_at);
+    }
+    AdoptStored(first, static_cast<int64_t>(arr.task_ids.size()));
     return {};
   }
   {

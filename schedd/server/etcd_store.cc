@@ -345,7 +345,10 @@ std::future<InsertedJob> EtcdStore::InsertJobArray(JobRow row, size_t count,
       if (nested.responses_size() != 1 || nested.responses(0).response_range().kvs_size() != 1)
         throw StoreError("etcd: submission " + key + " exists but could not be read");
       const auto& kv = nested.responses(0).response_range().kvs(0);
-      *out = InsertedJob{Parse<v1::StoredSubmission>(kv.value(), key).job_id(), true};
+      const int64_t stored = Parse<v1::StoredSubmission>(kv.value(), key).job_id();
+      // The key names the very ids this insert took: the client library sent the transaction
+      // again after losing the first answer (EtcdClient fails over), and the first one committed.
+      *out = InsertedJob{stored, stored != first};
     });
   };
   item.done = [p, out](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*out); };

@@ -674,6 +674,87 @@ TEST_CASE("dependencies on jobs and array elements that left memory resolve from
   CHECK_THAT(st.message, Catch::Contains("has no element 9"));
 }
 
+namespace {
+
+/// Forwards to a SqliteStore; the next insert commits and then fails as if its answer was lost
+/// (etcd: a deadline after the commit).
+struct LostAnswerStore final : Store {
+  SqliteStore& s;
+  bool lose_next_insert = false;
+  explicit LostAnswerStore(SqliteStore& inner) : s(inner) {}
+  template <typename T>
+  std::future<T> Lose(std::future<T> f) {
+    if (!lose_next_insert) return f;
+    lose_next_insert = false;
+    f.get();  // committed
+    std::promise<T> p;
+    p.set_exception(std::make_exception_ptr(StoreError("deadline exceeded (the answer was lost)")));
+    return p.get_future();
+  }
+  std::future<InsertedJob> InsertJob(JobRow row) override { return Lose(s.InsertJob(std::move(row))); }
+  std::future<InsertedJob> InsertJobArray(JobRow row, size_t count,
+                                          std::function<std::string(int64_t, size_t)> spec_of) override {
+    return Lose(s.InsertJobArray(std::move(row), count, std::move(spec_of)));
+  }
+  std::future<void> UpdateJob(const JobRow& row, std::string kind, std::string detail) override {
+    return s.UpdateJob(row, std::move(kind), std::move(detail));
+  }
+  std::future<void> AppendEvent(int64_t job, std::string node, std::string kind, std::string detail) override {
+    return s.AppendEvent(job, std::move(node), std::move(kind), std::move(detail));
+  }
+  std::future<void> SaveAttempt(AttemptRow row) override { return s.SaveAttempt(std::move(row)); }
+  std::vector<AttemptRow> LoadAttempts(int64_t a, int64_t b) override { return s.LoadAttempts(a, b); }
+  std::future<void> SaveUsage(std::map<std::string, double> u, int64_t t) override { return s.SaveUsage(std::move(u), t); }
+  int64_t LoadUsage(std::map<std::string, double>* u) override { return s.LoadUsage(u); }
+  std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override {
+    return s.SaveRuntimes(std::move(user), std::move(runs));
+  }
+  std::map<std::string, std::vector<int64_t>> LoadRuntimes() override { return s.LoadRuntimes(); }
+  std::future<void> SavePredictorModel(std::string m) override { return s.SavePredictorModel(std::move(m)); }
+  std::string LoadPredictorModel() override { return s.LoadPredictorModel(); }
+  std::future<void> SaveProvisionLedger(std::string l) override { return s.SaveProvisionLedger(std::move(l)); }
+  std::string LoadProvisionLedger() override { return s.LoadProvisionLedger(); }
+  std::future<void> SaveNode(NodeRow row) override { return s.SaveNode(std::move(row)); }
+  std::vector<JobRow> LoadJobs(int64_t since) override { return s.LoadJobs(since); }
+  std::optional<int64_t> LookupSubmission(const std::string& u, uint32_t uid, const std::string& k) override {
+    return s.LookupSubmission(u, uid, k);
+  }
+  std::optional<JobRow> LoadJob(int64_t id) override { return s.LoadJob(id); }
+  std::vector<JobRow> LoadFinishedJobs(int64_t a, int64_t b) override { return s.LoadFinishedJobs(a, b); }
+  std::vector<NodeRow> LoadNodes() override { return s.LoadNodes(); }
+  std::optional<std::string> LoadSpec(int64_t id) override { return s.LoadSpec(id); }
+};
+
+}  // namespace
+
+TEST_CASE("a submission stored but whose answer was lost is adopted by its retry: scheduled, not doubled", "[server][idempotency]") {
+  TempDir dir;
+  SqliteStore inner(dir.path.string());
+  LostAnswerStore store(inner);
+  RecordingSink sink;
+  ControllerConfig cfg;
+  Controller ctl(store, sink, core::PolicySet{}, cfg);
+  const int64_t now = 1'000'000;
+  ctl.OnRegister(NodeReg("n1", 8), now);
+  const Caller alice = User("alice", 1001);
+  int64_t id = 0, again = 0;
+  store.lose_next_insert = true;
+  CHECK_THROWS_AS(ctl.Submit(alice, Spec(1), now, &id, "lost-1"), StoreError);
+  REQUIRE(ctl.Submit(alice, Spec(1), now + 1, &again, "lost-1").ok());
+  v1::JobSpec arr = Spec(1);
+  arr.set_array("0-2");
+  int64_t first = 0, first_again = 0;
+  store.lose_next_insert = true;
+  CHECK_THROWS_AS(ctl.Submit(alice, arr, now, &first, "lost-2"), StoreError);
+  REQUIRE(ctl.Submit(alice, arr, now + 1, &first_again, "lost-2").ok());
+  CHECK(ctl.List(Root(), v1::ListJobsRequest{}).size() == 4);  // one job and three elements, each once
+  ctl.RunCycle(now + 2);
+  CHECK(sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 4);  // all scheduled
+  std::set<int64_t> prepared;
+  for (const auto& m : sink.Of("n1", v1::SchedulerMessage::kPrepare)) prepared.insert(m.prepare().job_id());
+  CHECK(prepared == std::set<int64_t>{again, first_again, first_again + 1, first_again + 2});
+}
+
 TEST_CASE("a retried submission with the same key returns the same job and admits nothing twice", "[server][idempotency]") {
   World w;
   int64_t a = 0, b = 0, c = 0;
