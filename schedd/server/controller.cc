@@ -401,6 +401,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
     if (!submission_key.empty())
       if (auto id = store_.LookupSubmission(caller.user, caller.uid, submission_key)) {
         *job_id = *id;
+        AdoptStored(*id);  // the stored submission's answer may have been lost
         return {};
       }
     return st;
@@ -449,12 +450,14 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   row.submission_key = submission_key;
   const InsertedJob inserted = store_.InsertJob(std::move(row)).get();  // durable from here on
   const int64_t id = inserted.id;
+  bool adopt = false;
   {
     std::lock_guard lk(mu_);
     if (!inserted.existed) jobs_.emplace(id, NewRec(id, caller, spec, now));
-    else UnadmitUserLocked(caller, 1, admitted_at);  // a retry: the stored job was counted when admitted
+    else if (jobs_.count(id) || finished_.count(id)) UnadmitUserLocked(caller, 1, admitted_at);  // counted when admitted
+    else adopt = true;  // its answer was lost: this admission's count stands for it
   }
-  if (inserted.existed) AdoptStored(id, 1);
+  if (adopt) AdoptStored(id);
   *job_id = id;
   if (!spec.hold()) Trigger();  // a held job changes no decision until it is released (Hold triggers)
   return {};
@@ -737,10 +740,15 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   return j;
 }
 
-void Controller::AdoptStored(int64_t first, int64_t count) {
+void Controller::AdoptStored(int64_t first) {
   {
     std::lock_guard lk(mu_);
     if (jobs_.count(first) || finished_.count(first)) return;  // known: the usual retry
+  }
+  int64_t count = 1;  // an array's elements follow its first job
+  if (auto spec = store_.LoadSpec(first)) {
+    v1::JobSpec s;
+    if (s.ParseFromString(*spec) && s.array_index().task_count() > 1) count = s.array_index().task_count();
   }
   for (int64_t id = first; id < first + count; ++id) {
     std::optional<JobRow> row = store_.LoadJob(id);  // without the lock

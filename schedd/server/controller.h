@@ -274,10 +274,10 @@ class Controller {
   static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);
   /// A job as stored (Recover): interrupted states read as PENDING, RUNNING until agents say not.
   static JobRec RecFromRow(const JobRow& row);
-  /// A retry found jobs first..first+count-1 stored: adds those that are unfinished and missing
-  /// from memory (their submission committed but its answer was lost, so nobody added them).
-  /// Takes the lock itself; reads the store without it.
-  void AdoptStored(int64_t first, int64_t count);
+  /// A retry found job `first` (an array: its elements after it) stored: adds those that are
+  /// unfinished and missing from memory (their submission committed but its answer was lost, so
+  /// nobody added them). Takes the lock itself; reads the store without it.
+  void AdoptStored(int64_t first);
   // controller_launch.cc: attempts
   void StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now);
   /// Elastic jobs: records a size change from the last attempt (`prev_size` tasks, 0 = none) to

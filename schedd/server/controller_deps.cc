@@ -111,11 +111,15 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
   const int64_t first = inserted.id;
   *job_id = first;
   if (inserted.existed) {  // a retry, or a concurrent one stored it first: counted once
+    bool adopt = false;
     {
       std::lock_guard lk(mu_);
-      UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()), admitted_at);
+      if (jobs_.count(first) || finished_.count(first))
+        UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()), admitted_at);
+      else
+        adopt = true;  // its answer was lost: this admission's count stands for its elements
     }
-    AdoptStored(first, static_cast<int64_t>(arr.task_ids.size()));
+    if (adopt) AdoptStored(first);
     return {};
   }
   {

@@ -755,6 +755,28 @@ TEST_CASE("a submission stored but whose answer was lost is adopted by its retry
   CHECK(prepared == std::set<int64_t>{again, first_again, first_again + 1, first_again + 2});
 }
 
+TEST_CASE("a lost submission's retry that admission refuses (the lost job fills the limit) still adopts it", "[server][idempotency]") {
+  TempDir dir;
+  SqliteStore inner(dir.path.string());
+  LostAnswerStore store(inner);
+  RecordingSink sink;
+  ControllerConfig cfg;
+  Controller ctl(store, sink, PolicyFromText("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 3\n", "p.toml"), cfg);
+  const int64_t now = 1'000'000;
+  ctl.OnRegister(NodeReg("n1", 8), now);
+  const Caller alice = User("alice", 1001);
+  v1::JobSpec arr = Spec(1);
+  arr.set_array("0-2");
+  int64_t first = 0, again = 0;
+  store.lose_next_insert = true;
+  CHECK_THROWS_AS(ctl.Submit(alice, arr, now, &first, "lost-3"), StoreError);
+  // The lost submission's 3 still count: the retry is refused by admission, found by its key.
+  REQUIRE(ctl.Submit(alice, arr, now + 1, &again, "lost-3").ok());
+  CHECK(ctl.List(Root(), v1::ListJobsRequest{}).size() == 3);
+  ctl.RunCycle(now + 2);
+  CHECK(sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 3);
+}
+
 TEST_CASE("a retried submission with the same key returns the same job and admits nothing twice", "[server][idempotency]") {
   World w;
   int64_t a = 0, b = 0, c = 0;
