@@ -727,26 +727,37 @@ struct LostAnswerStore final : Store {
 
 }  // namespace
 
-TEST_CASE("a submission stored but whose answer was lost is adopted by its retry: scheduled, not doubled", "[server][idempotency]") {
+/// A controller over a LostAnswerStore, one node of 8 CPUs; alice submits.
+struct LostAnswerWorld {
   TempDir dir;
-  SqliteStore inner(dir.path.string());
-  LostAnswerStore store(inner);
+  SqliteStore inner{dir.path.string()};
+  LostAnswerStore store{inner};
   RecordingSink sink;
   ControllerConfig cfg;
-  Controller ctl(store, sink, core::PolicySet{}, cfg);
+  Controller ctl;
   const int64_t now = 1'000'000;
-  ctl.OnRegister(NodeReg("n1", 8), now);
   const Caller alice = User("alice", 1001);
+  explicit LostAnswerWorld(core::PolicySet policy) : ctl(store, sink, std::move(policy), cfg) {
+    ctl.OnRegister(NodeReg("n1", 8), now);
+  }
+};
+
+TEST_CASE("a submission stored but whose answer was lost is adopted by its retry: scheduled, not doubled", "[server][idempotency]") {
+  LostAnswerWorld w(core::PolicySet{});
+  auto& store = w.store;
+  auto& ctl = w.ctl;
+  const RecordingSink& sink = w.sink;
+  const int64_t now = w.now;
   int64_t id = 0, again = 0;
   store.lose_next_insert = true;
-  CHECK_THROWS_AS(ctl.Submit(alice, Spec(1), now, &id, "lost-1"), StoreError);
-  REQUIRE(ctl.Submit(alice, Spec(1), now + 1, &again, "lost-1").ok());
+  CHECK_THROWS_AS(ctl.Submit(w.alice, Spec(1), now, &id, "lost-1"), StoreError);
+  REQUIRE(ctl.Submit(w.alice, Spec(1), now + 1, &again, "lost-1").ok());
   v1::JobSpec arr = Spec(1);
   arr.set_array("0-2");
   int64_t first = 0, first_again = 0;
   store.lose_next_insert = true;
-  CHECK_THROWS_AS(ctl.Submit(alice, arr, now, &first, "lost-2"), StoreError);
-  REQUIRE(ctl.Submit(alice, arr, now + 1, &first_again, "lost-2").ok());
+  CHECK_THROWS_AS(ctl.Submit(w.alice, arr, now, &first, "lost-2"), StoreError);
+  REQUIRE(ctl.Submit(w.alice, arr, now + 1, &first_again, "lost-2").ok());
   CHECK(ctl.List(Root(), v1::ListJobsRequest{}).size() == 4);  // one job and three elements, each once
   ctl.RunCycle(now + 2);
   CHECK(sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 4);  // all scheduled
@@ -756,22 +767,18 @@ TEST_CASE("a submission stored but whose answer was lost is adopted by its retry
 }
 
 TEST_CASE("a lost submission's retry that admission refuses (the lost job fills the limit) still adopts it", "[server][idempotency]") {
-  TempDir dir;
-  SqliteStore inner(dir.path.string());
-  LostAnswerStore store(inner);
-  RecordingSink sink;
-  ControllerConfig cfg;
-  Controller ctl(store, sink, PolicyFromText("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 3\n", "p.toml"), cfg);
-  const int64_t now = 1'000'000;
-  ctl.OnRegister(NodeReg("n1", 8), now);
-  const Caller alice = User("alice", 1001);
+  LostAnswerWorld w(PolicyFromText("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 3\n", "p.toml"));
+  auto& store = w.store;
+  auto& ctl = w.ctl;
+  const RecordingSink& sink = w.sink;
+  const int64_t now = w.now;
   v1::JobSpec arr = Spec(1);
   arr.set_array("0-2");
   int64_t first = 0, again = 0;
   store.lose_next_insert = true;
-  CHECK_THROWS_AS(ctl.Submit(alice, arr, now, &first, "lost-3"), StoreError);
+  CHECK_THROWS_AS(ctl.Submit(w.alice, arr, now, &first, "lost-3"), StoreError);
   // The lost submission's 3 still count: the retry is refused by admission, found by its key.
-  REQUIRE(ctl.Submit(alice, arr, now + 1, &again, "lost-3").ok());
+  REQUIRE(ctl.Submit(w.alice, arr, now + 1, &again, "lost-3").ok());
   CHECK(ctl.List(Root(), v1::ListJobsRequest{}).size() == 3);
   ctl.RunCycle(now + 2);
   CHECK(sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 3);
