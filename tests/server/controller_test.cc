@@ -725,8 +725,6 @@ struct LostAnswerStore final : Store {
   std::optional<std::string> LoadSpec(int64_t id) override { return s.LoadSpec(id); }
 };
 
-}  // namespace
-
 /// A controller over a LostAnswerStore, one node of 8 CPUs; alice submits.
 struct LostAnswerWorld {
   TempDir dir;
@@ -740,48 +738,46 @@ struct LostAnswerWorld {
   explicit LostAnswerWorld(core::PolicySet policy) : ctl(store, sink, std::move(policy), cfg) {
     ctl.OnRegister(NodeReg("n1", 8), now);
   }
+  /// Submits `spec` with `key` with its answer lost (the insert commits, the call throws), then
+  /// retries it; returns the job id the retry got.
+  int64_t LoseThenRetry(const v1::JobSpec& spec, const std::string& key) {
+    int64_t lost = 0, id = 0;
+    store.lose_next_insert = true;
+    CHECK_THROWS_AS(ctl.Submit(alice, spec, now, &lost, key), StoreError);
+    REQUIRE(ctl.Submit(alice, spec, now + 1, &id, key).ok());
+    return id;
+  }
+  /// The jobs prepared on n1 by one cycle.
+  std::set<int64_t> Prepared() {
+    ctl.RunCycle(now + 2);
+    std::set<int64_t> out;
+    for (const auto& m : sink.Of("n1", v1::SchedulerMessage::kPrepare)) out.insert(m.prepare().job_id());
+    return out;
+  }
 };
+
+v1::JobSpec ArrayOf3() {
+  v1::JobSpec arr = Spec(1);
+  arr.set_array("0-2");
+  return arr;
+}
+
+}  // namespace
 
 TEST_CASE("a submission stored but whose answer was lost is adopted by its retry: scheduled, not doubled", "[server][idempotency]") {
   LostAnswerWorld w(core::PolicySet{});
-  auto& store = w.store;
-  auto& ctl = w.ctl;
-  const RecordingSink& sink = w.sink;
-  const int64_t now = w.now;
-  int64_t id = 0, again = 0;
-  store.lose_next_insert = true;
-  CHECK_THROWS_AS(ctl.Submit(w.alice, Spec(1), now, &id, "lost-1"), StoreError);
-  REQUIRE(ctl.Submit(w.alice, Spec(1), now + 1, &again, "lost-1").ok());
-  v1::JobSpec arr = Spec(1);
-  arr.set_array("0-2");
-  int64_t first = 0, first_again = 0;
-  store.lose_next_insert = true;
-  CHECK_THROWS_AS(ctl.Submit(w.alice, arr, now, &first, "lost-2"), StoreError);
-  REQUIRE(ctl.Submit(w.alice, arr, now + 1, &first_again, "lost-2").ok());
-  CHECK(ctl.List(Root(), v1::ListJobsRequest{}).size() == 4);  // one job and three elements, each once
-  ctl.RunCycle(now + 2);
-  CHECK(sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 4);  // all scheduled
-  std::set<int64_t> prepared;
-  for (const auto& m : sink.Of("n1", v1::SchedulerMessage::kPrepare)) prepared.insert(m.prepare().job_id());
-  CHECK(prepared == std::set<int64_t>{again, first_again, first_again + 1, first_again + 2});
+  const int64_t single = w.LoseThenRetry(Spec(1), "lost-1");
+  const int64_t first = w.LoseThenRetry(ArrayOf3(), "lost-2");
+  CHECK(w.ctl.List(Root(), v1::ListJobsRequest{}).size() == 4);  // one job and three elements, each once
+  CHECK(w.Prepared() == std::set<int64_t>{single, first, first + 1, first + 2});  // all scheduled
 }
 
 TEST_CASE("a lost submission's retry that admission refuses (the lost job fills the limit) still adopts it", "[server][idempotency]") {
   LostAnswerWorld w(PolicyFromText("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 3\n", "p.toml"));
-  auto& store = w.store;
-  auto& ctl = w.ctl;
-  const RecordingSink& sink = w.sink;
-  const int64_t now = w.now;
-  v1::JobSpec arr = Spec(1);
-  arr.set_array("0-2");
-  int64_t first = 0, again = 0;
-  store.lose_next_insert = true;
-  CHECK_THROWS_AS(ctl.Submit(w.alice, arr, now, &first, "lost-3"), StoreError);
   // The lost submission's 3 still count: the retry is refused by admission, found by its key.
-  REQUIRE(ctl.Submit(w.alice, arr, now + 1, &again, "lost-3").ok());
-  CHECK(ctl.List(Root(), v1::ListJobsRequest{}).size() == 3);
-  ctl.RunCycle(now + 2);
-  CHECK(sink.Of("n1", v1::SchedulerMessage::kPrepare).size() == 3);
+  const int64_t first = w.LoseThenRetry(ArrayOf3(), "lost-3");
+  CHECK(w.ctl.List(Root(), v1::ListJobsRequest{}).size() == 3);
+  CHECK(w.Prepared() == std::set<int64_t>{first, first + 1, first + 2});
 }
 
 TEST_CASE("a retried submission with the same key returns the same job and admits nothing twice", "[server][idempotency]") {
