@@ -13,12 +13,6 @@ namespace core = mlsched::core;
 
 namespace {
 
-using World = NodesWorld;
-
-}  // namespace
-
-namespace {
-
 /// Forwards to a SqliteStore; the next insert commits and then fails as if its answer was lost
 /// (etcd: a deadline after the commit).
 struct LostAnswerStore final : Store {
@@ -124,7 +118,7 @@ TEST_CASE("a lost submission's retry that admission refuses (the lost job fills 
 }
 
 TEST_CASE("a retried submission with the same key returns the same job and admits nothing twice", "[server][idempotency]") {
-  World w;
+  NodesWorld w;
   int64_t a = 0, b = 0, c = 0;
   REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now, &a, "key-1").ok());
   REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now + 5, &b, "key-1").ok());
