@@ -38,11 +38,67 @@ const char* PredictionCorrectionName(PredictionCorrection c) {
   return c == PredictionCorrection::kDoubling ? "doubling" : "incremental";
 }
 
-UserMeanPredictor::UserMeanPredictor(int history, double scale, RuntimeHistory initial)
-    : k_(history < 1 ? 1 : history), scale_(scale > 0 ? scale : 1.0), history_(std::move(initial)) {
-  for (auto& [user, q] : history_.runs)
-    while (static_cast<int>(q.size()) > k_) q.pop_front();
+std::string RequestTemplateKey(const JobFeatures& f) {
+  std::string key = f.user + '|' + std::to_string(f.ntasks) + 'x' + std::to_string(f.per_task.cpu_millis) + "m," +
+                    std::to_string(f.per_task.memory_bytes) + 'B';
+  for (const auto& [type, n] : f.per_task.gpus) key += ",gpu:" + type + '=' + std::to_string(n);
+  return key + '|' + std::to_string(f.time_limit) + 's';
 }
+
+std::optional<HistoryBy> ParseHistoryBy(std::string_view name) {
+  if (name == "user") return HistoryBy::kUser;
+  if (name == "request") return HistoryBy::kRequest;
+  return std::nullopt;
+}
+
+const char* HistoryByName(HistoryBy by) { return by == HistoryBy::kRequest ? "request" : "user"; }
+
+HistoryBook::HistoryBook(int keep, HistoryBy by, RuntimeHistory initial)
+    : keep_(keep < 1 ? 1 : keep), by_(by), history_(std::move(initial)) {
+  std::vector<std::string> templates;
+  for (auto& [key, q] : history_.runs) {
+    while (static_cast<int>(q.size()) > keep_) q.pop_front();
+    if (key.find('|') != std::string::npos) templates.push_back(key);
+  }
+  for (const std::string& key : templates) Touch(key.substr(0, key.find('|')), key);
+}
+
+const std::deque<Duration>* HistoryBook::RunsFor(const JobFeatures& f) const {
+  if (by_ == HistoryBy::kRequest) {
+    auto t = history_.runs.find(RequestTemplateKey(f));
+    if (t != history_.runs.end() && !t->second.empty()) return &t->second;
+  }
+  auto u = history_.runs.find(f.user);
+  return u == history_.runs.end() || u->second.empty() ? nullptr : &u->second;
+}
+
+std::vector<std::string> HistoryBook::KeysOf(const JobFeatures& f) const {
+  if (by_ == HistoryBy::kRequest) return {f.user, RequestTemplateKey(f)};
+  return {f.user};
+}
+
+void HistoryBook::Add(const JobFeatures& f, Duration actual) {
+  for (const std::string& key : KeysOf(f)) {
+    auto& q = history_.runs[key];
+    q.push_back(std::max<Duration>(actual, 0));
+    while (static_cast<int>(q.size()) > keep_) q.pop_front();
+    if (key != f.user) Touch(f.user, key);
+  }
+}
+
+void HistoryBook::Touch(const std::string& user, const std::string& key) {
+  std::vector<std::string>& keys = recent_[user];
+  if (auto it = std::find(keys.begin(), keys.end(), key); it != keys.end()) keys.erase(it);
+  keys.push_back(key);
+  if (keys.size() > static_cast<size_t>(kMaxTemplatesPerUser)) {
+    history_.runs.erase(keys.front());
+    dropped_.push_back(std::move(keys.front()));
+    keys.erase(keys.begin());
+  }
+}
+
+UserMeanPredictor::UserMeanPredictor(int history, double scale, RuntimeHistory initial, HistoryBy by)
+    : RuntimePredictor(HistoryBook(history, by, std::move(initial))), scale_(scale > 0 ? scale : 1.0) {}
 
 namespace {
 
@@ -60,23 +116,17 @@ Duration Capped(double seconds, Duration time_limit) {
   return std::clamp<Duration>(static_cast<Duration>(std::ceil(seconds)), 1, limit);
 }
 
-void Keep(RuntimeHistory& h, const std::string& user, Duration actual, int keep) {
-  auto& q = h.runs[user];
-  q.push_back(std::max<Duration>(actual, 0));
-  while (static_cast<int>(q.size()) > keep) q.pop_front();
-}
-
 double Ln(double seconds) { return std::log(std::max(seconds, 1.0)); }
 
 }  // namespace
 
 Duration UserMeanPredictor::Predict(const JobFeatures& f) const {
-  auto it = history_.runs.find(f.user);
-  if (it == history_.runs.end() || it->second.empty()) return std::max<Duration>(f.time_limit, 1);
-  return Capped(MeanOfLast(it->second, k_) * scale_, f.time_limit);
+  const std::deque<Duration>* runs = book_.RunsFor(f);
+  if (runs == nullptr) return std::max<Duration>(f.time_limit, 1);
+  return Capped(MeanOfLast(*runs, book_.keep()) * scale_, f.time_limit);
 }
 
-void UserMeanPredictor::Observe(const JobFeatures& f, Duration actual) { Keep(history_, f.user, actual, k_); }
+void UserMeanPredictor::Observe(const JobFeatures& f, Duration actual) { book_.Add(f, actual); }
 
 namespace {
 constexpr int kMinKept = 3;             // runs the online model's features read
@@ -86,18 +136,17 @@ constexpr double kMaxTrace = 1000.0;    // bounded-trace RLS: P is scaled down b
 constexpr int64_t kMaxObservations = int64_t{1} << 50;  // the count saturates here
 }  // namespace
 
-OnlineLinearPredictor::OnlineLinearPredictor(int history, double scale, RuntimeHistory initial)
-    : k_(history < 1 ? 1 : history), scale_(scale > 0 ? scale : 1.0), history_(std::move(initial)),
-      w_(kFeatures, 0.0), p_(kFeatures * kFeatures, 0.0) {
+OnlineLinearPredictor::OnlineLinearPredictor(int history, double scale, RuntimeHistory initial, HistoryBy by)
+    : RuntimePredictor(HistoryBook(std::max(history, kMinKept), by, std::move(initial))),
+      k_(history < 1 ? 1 : history), scale_(scale > 0 ? scale : 1.0), w_(kFeatures, 0.0),
+      p_(kFeatures * kFeatures, 0.0) {
   for (int i = 0; i < kFeatures; ++i) p_[i * kFeatures + i] = kInitialP;
-  for (auto& [user, q] : history_.runs)
-    while (static_cast<int>(q.size()) > std::max(k_, kMinKept)) q.pop_front();
 }
 
 std::optional<OnlineLinearPredictor::Features> OnlineLinearPredictor::FeaturesOf(const JobFeatures& f) const {
-  auto it = history_.runs.find(f.user);
-  if (it == history_.runs.end() || it->second.empty()) return std::nullopt;
-  const std::deque<Duration>& runs = it->second;
+  const std::deque<Duration>* found = book_.RunsFor(f);
+  if (found == nullptr) return std::nullopt;
+  const std::deque<Duration>& runs = *found;
   auto last = [&](size_t back) {  // the back-th latest run; a missing one repeats the oldest kept
     return static_cast<double>(runs[runs.size() - 1 - std::min(back, runs.size() - 1)]);
   };
@@ -106,9 +155,10 @@ std::optional<OnlineLinearPredictor::Features> OnlineLinearPredictor::FeaturesOf
 }
 
 Duration OnlineLinearPredictor::Predict(const JobFeatures& f) const {
-  const std::optional<Features> x = FeaturesOf(f);  // per pending job per cycle: no allocation
+  // Per pending job per cycle: no allocation (but the template key's, with HistoryBy::kRequest).
+  const std::optional<Features> x = FeaturesOf(f);
   if (!x) return std::max<Duration>(f.time_limit, 1);
-  if (n_ < kWarmup) return Capped(MeanOfLast(history_.runs.at(f.user), k_) * scale_, f.time_limit);
+  if (n_ < kWarmup) return Capped(MeanOfLast(*book_.RunsFor(f), k_) * scale_, f.time_limit);
   double y = 0;
   for (int i = 0; i < kFeatures; ++i) y += w_[i] * (*x)[i];
   // exp(E[ln t] + var/2): the mean of a log-normal run time, not its median (which would
@@ -153,7 +203,7 @@ void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
       }
     }
   }
-  Keep(history_, f.user, actual, std::max(k_, kMinKept));
+  book_.Add(f, actual);
 }
 
 std::string OnlineLinearPredictor::ModelState() const {
@@ -198,9 +248,10 @@ bool OnlineLinearPredictor::RestoreModel(std::string_view text) {
 }
 
 std::unique_ptr<RuntimePredictor> MakePredictor(const std::string& name, int history, double scale,
-                                                RuntimeHistory initial) {
-  if (name == "user-mean") return std::make_unique<UserMeanPredictor>(history, scale, std::move(initial));
-  if (name == "online-linear") return std::make_unique<OnlineLinearPredictor>(history, scale, std::move(initial));
+                                                RuntimeHistory initial, HistoryBy by) {
+  if (name == "user-mean") return std::make_unique<UserMeanPredictor>(history, scale, std::move(initial), by);
+  if (name == "online-linear")
+    return std::make_unique<OnlineLinearPredictor>(history, scale, std::move(initial), by);
   return nullptr;
 }
 

@@ -11,14 +11,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "schedd/core/types.h"
 
 namespace mlsched::core {
 
-/// Recent actual run times (seconds) per user, oldest first, at most a predictor's `history`
-/// per user.
+/// Recent actual run times (seconds) per key, oldest first, at most a predictor's `history` per
+/// key. A key is a user name or a request template of that user (RequestTemplateKey).
 struct RuntimeHistory {
   std::map<std::string, std::deque<Duration>> runs;
   bool operator==(const RuntimeHistory&) const = default;
@@ -45,11 +46,54 @@ const char* PredictionCorrectionName(PredictionCorrection c);
 Duration CorrectedPrediction(Duration predicted, Duration elapsed, Duration time_limit,
                              PredictionCorrection correction = PredictionCorrection::kIncremental);
 
-/// What a predictor knows of a job: its user, requested time limit (seconds) and task count.
+/// What a predictor knows of a job: its user, requested time limit (seconds), task count and
+/// per-task request.
 struct JobFeatures {
   std::string user;
   Duration time_limit = 0;
   int32_t ntasks = 1;
+  ResourceVector per_task;
+};
+
+/// The history key of `f`'s request template: "USER|NxCPUm,MEMB,gpu:TYPE=N,...|LIMITs" (user
+/// names never hold '|'). The user's own key is the user name.
+std::string RequestTemplateKey(const JobFeatures& f);
+
+/// "user" / "request" (the policy's [prediction] history_by); nullopt for anything else.
+std::optional<HistoryBy> ParseHistoryBy(std::string_view name);
+/// The policy name of `by` ("user" or "request").
+const char* HistoryByName(HistoryBy by);
+
+/// The run times a predictor reads: per user and, with HistoryBy::kRequest, per request template
+/// (RequestTemplateKey) as well, at most `keep` per key, oldest first. A user keeps at most
+/// kMaxTemplatesPerUser templates: the least recently observed one beyond that is dropped (and
+/// reported by TakeDropped, so that a caller deletes it from its store).
+class HistoryBook {
+ public:
+  static constexpr int kMaxTemplatesPerUser = 64;
+  /// keep: run times per key (< 1 counts as 1); `initial`: a history kept from before, each key
+  /// trimmed to `keep` and each user to kMaxTemplatesPerUser templates (whatever the `by`).
+  HistoryBook(int keep, HistoryBy by, RuntimeHistory initial);
+  /// The runs a prediction for `f` reads: its template's when it has any (kRequest), else its
+  /// user's; nullptr when the user has none.
+  const std::deque<Duration>* RunsFor(const JobFeatures& f) const;
+  /// Adds a run of `actual` seconds (negative counts as 0) under every key in KeysOf(f).
+  void Add(const JobFeatures& f, Duration actual);
+  /// The keys Add(f) writes: f's user, and with kRequest its template.
+  std::vector<std::string> KeysOf(const JobFeatures& f) const;
+  /// Template keys dropped since the last call (least recently observed, or trimmed at start).
+  std::vector<std::string> TakeDropped() { return std::exchange(dropped_, {}); }
+  const RuntimeHistory& history() const { return history_; }
+  int keep() const { return keep_; }
+  HistoryBy by() const { return by_; }
+
+ private:
+  void Touch(const std::string& user, const std::string& key);  // most recent; drops beyond the cap
+  int keep_;
+  HistoryBy by_;
+  RuntimeHistory history_;
+  std::map<std::string, std::vector<std::string>> recent_;  // user -> template keys, oldest use first
+  std::vector<std::string> dropped_;
 };
 
 /// A source of planning run times.
@@ -61,10 +105,16 @@ class RuntimePredictor {
   /// The job `f` ended after `actual` seconds of run time.
   virtual void Observe(const JobFeatures& f, Duration actual) = 0;
   /// Predict / Observe for a one-task job of `user`.
-  Duration Predict(const std::string& user, Duration time_limit) const { return Predict(JobFeatures{user, time_limit, 1}); }
-  void Observe(const std::string& user, Duration actual) { Observe(JobFeatures{user, 0, 1}, actual); }
-  /// The per-user run times as they stand (what a caller persists beside the model state).
-  virtual const RuntimeHistory& history() const = 0;
+  Duration Predict(const std::string& user, Duration time_limit) const { return Predict(JobFeatures{user, time_limit, 1, {}}); }
+  void Observe(const std::string& user, Duration actual) { Observe(JobFeatures{user, 0, 1, {}}, actual); }
+  /// The run times as they stand, per user and per request template (what a caller persists
+  /// beside the model state).
+  const RuntimeHistory& history() const { return book_.history(); }
+  /// The history keys Observe(f) writes (HistoryBook::KeysOf): what a caller persists after it.
+  std::vector<std::string> HistoryKeys(const JobFeatures& f) const { return book_.KeysOf(f); }
+  /// Template keys dropped since the last call (HistoryBook::TakeDropped): delete them from the store.
+  std::vector<std::string> TakeDroppedHistory() { return book_.TakeDropped(); }
+  HistoryBy history_by() const { return book_.by(); }
   /// A learned model's state as text ("" for predictors without one), and its restore: false
   /// (and the state unchanged) when `text` is not a state this predictor wrote.
   virtual std::string ModelState() const { return ""; }
@@ -78,31 +128,34 @@ class RuntimePredictor {
   PredictionCorrection correction() const { return correction_; }
   void set_correction(PredictionCorrection c) { correction_ = c; }
 
+ protected:
+  explicit RuntimePredictor(HistoryBook book) : book_(std::move(book)) {}
+  HistoryBook book_;
+
  private:
   PredictionCorrection correction_ = PredictionCorrection::kIncremental;
 };
 
 /// Tsafrir, Etsion & Feitelson, "Backfilling Using System-Generated Predictions Rather than User
 /// Runtime Estimates", IEEE TPDS 18(6), 2007: the prediction is the mean run time of the user's
-/// last `history` (paper: 2) finished jobs, times `scale`, capped at the job's time limit; a user
-/// without history gets the time limit. Corrections on overrun: ExtendPrediction.
+/// last `history` (paper: 2) finished jobs (with HistoryBy::kRequest: of the same request when
+/// there are any), times `scale`, capped at the job's time limit; a user without history gets the
+/// time limit. Corrections on overrun: ExtendPrediction.
 class UserMeanPredictor : public RuntimePredictor {
  public:
-  /// history: run times kept and averaged per user (< 1 counts as 1); scale: multiplies the mean
+  /// history: run times kept and averaged per key (< 1 counts as 1); scale: multiplies the mean
   /// (<= 0 counts as 1), trading early reservations for fewer corrections. `initial`: a history
-  /// kept from before (e.g. reloaded after a restart), trimmed to `history` per user.
-  explicit UserMeanPredictor(int history = 2, double scale = 1.0, RuntimeHistory initial = {});
+  /// kept from before (e.g. reloaded after a restart), trimmed to `history` per key.
+  explicit UserMeanPredictor(int history = 2, double scale = 1.0, RuntimeHistory initial = {},
+                             HistoryBy by = HistoryBy::kUser);
   using RuntimePredictor::Observe;
   using RuntimePredictor::Predict;
   Duration Predict(const JobFeatures& f) const override;
   void Observe(const JobFeatures& f, Duration actual) override;
-  const RuntimeHistory& history() const override { return history_; }
-  int history_length() const { return k_; }
+  int history_length() const { return book_.keep(); }
 
  private:
-  int k_;
   double scale_;
-  RuntimeHistory history_;
 };
 
 /// An online-learned linear model of log run time (the approach of Gaussier, Glesser, Reis &
@@ -123,12 +176,13 @@ class OnlineLinearPredictor : public RuntimePredictor {
   static constexpr int64_t kWarmup = 32;
   /// history: run times kept per user (at least 3 are kept for the features; the user mean
   /// averages the last `history`); scale: multiplies the prediction (<= 0 counts as 1).
-  explicit OnlineLinearPredictor(int history = 2, double scale = 1.0, RuntimeHistory initial = {});
+  /// by: whose runs the features read (HistoryBook::RunsFor).
+  explicit OnlineLinearPredictor(int history = 2, double scale = 1.0, RuntimeHistory initial = {},
+                                 HistoryBy by = HistoryBy::kUser);
   using RuntimePredictor::Observe;
   using RuntimePredictor::Predict;
   Duration Predict(const JobFeatures& f) const override;
   void Observe(const JobFeatures& f, Duration actual) override;
-  const RuntimeHistory& history() const override { return history_; }
   /// "online-linear/1 N v w0..w6 P00..P66": N observations, then 1 + 7 + 49 numbers (%.17g).
   /// RestoreModel refuses anything else, N above 2^50, non-finite numbers and a P whose diagonal
   /// is not positive or whose trace is above the bound Observe keeps.
@@ -142,7 +196,6 @@ class OnlineLinearPredictor : public RuntimePredictor {
   std::optional<Features> FeaturesOf(const JobFeatures& f) const;
   int k_;
   double scale_;
-  RuntimeHistory history_;
   std::vector<double> w_;  // kFeatures weights
   std::vector<double> p_;  // kFeatures x kFeatures inverse correlation matrix, row-major
   int64_t n_ = 0;
@@ -150,9 +203,9 @@ class OnlineLinearPredictor : public RuntimePredictor {
 };
 
 /// The predictor the policy's [prediction] `predictor` names ("user-mean" or "online-linear"),
-/// with `history` runs kept per user, `scale` (1 = none) and a history kept from before.
-/// nullptr for an unknown name (the policy loader refuses those first).
+/// with `history` runs kept per key, `scale` (1 = none), a history kept from before and the
+/// history it reads (`by`). nullptr for an unknown name (the policy loader refuses those first).
 std::unique_ptr<RuntimePredictor> MakePredictor(const std::string& name, int history, double scale,
-                                                RuntimeHistory initial = {});
+                                                RuntimeHistory initial = {}, HistoryBy by = HistoryBy::kUser);
 
 }  // namespace mlsched::core

@@ -451,6 +451,14 @@ struct InputLimits {
 /// Gaussier et al., SC'15). Both are capped at the time limit.
 enum class PredictionCorrection { kIncremental, kDoubling };
 
+/// Which of a user's finished jobs a prediction reads (HistoryBook):
+/// kUser: all of them (Tsafrir, Etsion & Feitelson 2007);
+/// kRequest: those with the same request (task count, per-task resources and time limit) when
+/// there are any, else all of them: Smith, Foster & Taylor's "templates" of similar jobs
+/// ("Predicting Application Run Times Using Historical Information", JSSPP 1998), with the
+/// user's history as the coarser template.
+enum class HistoryBy { kUser, kRequest };
+
 /// Run-time prediction for planning (the policy's [prediction]; predictor.h). When enabled,
 /// schedd plans backfill reservations, shortest-first order and expected starts with a job's
 /// predicted run time (Job::predicted_runtime); only the time limit ever ends a job.
@@ -460,6 +468,7 @@ struct PredictionPolicy {
                                         // "online-linear": OnlineLinearPredictor (after SC'15)
   int32_t history = 2;                  // run times kept and averaged per user, 1..64
   PredictionCorrection correction = PredictionCorrection::kIncremental;  // "incremental" | "doubling"
+  HistoryBy history_by = HistoryBy::kUser;  // "user" | "request"
 };
 
 /// How an elastic job that does not fit at its largest size picks its start ([elastic] start).

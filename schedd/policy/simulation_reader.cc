@@ -40,7 +40,7 @@ void PolicyReader::ReadSimulation(const toml::table& t, SimulationSettings& s) {
 
 void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& p) {
   const std::string ctx = "[prediction]";
-  CheckKeys(t, {"enabled", "predictor", "history", "correction"}, ctx);
+  CheckKeys(t, {"enabled", "predictor", "history", "correction", "history_by"}, ctx);
   Bool(t, "enabled", p.enabled, ctx);
   Str(t, "predictor", p.predictor, ctx);
   if (t.get("predictor") && p.predictor != "user-mean" && p.predictor != "online-linear")
@@ -60,6 +60,15 @@ void PolicyReader::ReadPrediction(const toml::table& t, core::PredictionPolicy& 
     else
       Error(t.get("correction")->source(),
             "'correction' in [prediction]: expected \"incremental\" or \"doubling\", got \"" + correction + "\"");
+  }
+  std::string by;
+  const size_t before_by = errors_.size();
+  Str(t, "history_by", by, ctx);
+  if (t.get("history_by") && errors_.size() == before_by) {
+    if (auto b = core::ParseHistoryBy(by)) p.history_by = *b;
+    else
+      Error(t.get("history_by")->source(),
+            "'history_by' in [prediction]: expected \"user\" or \"request\", got \"" + by + "\"");
   }
 }
 

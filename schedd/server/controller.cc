@@ -55,8 +55,8 @@ Status CheckAccess(const core::PolicySet& policy, const Caller& caller, v1::JobS
 // The predictor [prediction] names (the loader admits only known names; user-mean otherwise).
 std::unique_ptr<core::RuntimePredictor> MakePredictorFor(const core::PredictionPolicy& p,
                                                          core::RuntimeHistory history = {}) {
-  std::unique_ptr<core::RuntimePredictor> made = core::MakePredictor(p.predictor, p.history, 1.0, history);
-  if (!made) made = std::make_unique<core::UserMeanPredictor>(p.history, 1.0, std::move(history));
+  std::unique_ptr<core::RuntimePredictor> made = core::MakePredictor(p.predictor, p.history, 1.0, history, p.history_by);
+  if (!made) made = std::make_unique<core::UserMeanPredictor>(p.history, 1.0, std::move(history), p.history_by);
   made->set_correction(p.correction);
   return made;
 }
@@ -87,6 +87,7 @@ void Controller::SetPolicy(core::PolicySet policy) {
   auto next = MakePredictorFor(policy_.prediction, predictor_->history());
   if (!next->ModelState().empty()) next->RestoreModel(predictor_->ModelState());
   predictor_ = std::move(next);
+  SaveDroppedHistoryLocked();
   Trigger();
 }
 
@@ -678,6 +679,7 @@ void Controller::Recover(int64_t now) {
   core::RuntimeHistory history;
   for (auto& [user, runs] : store_.LoadRuntimes()) history.runs[user].assign(runs.begin(), runs.end());
   predictor_ = MakePredictorFor(policy_.prediction, std::move(history));
+  SaveDroppedHistoryLocked();
   // Only a learned predictor has a state; a stored one of another kind is left alone.
   if (const std::string model = store_.LoadPredictorModel();
       !model.empty() && !predictor_->ModelState().empty() && !predictor_->RestoreModel(model))

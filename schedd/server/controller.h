@@ -366,6 +366,8 @@ class Controller {
   /// With [prediction] enabled: records the run time of an attempt that ended `final_state`
   /// (COMPLETED or TIMEOUT count, as in mlsim) in the history and the store.
   void ObserveRuntimeLocked(const JobRec& j, core::JobState final_state, int64_t now);
+  /// Deletes from the store the history templates the predictor dropped (HistoryBook's cap).
+  void SaveDroppedHistoryLocked();
   JobRec* Find(int64_t id);
 
   Store& store_;

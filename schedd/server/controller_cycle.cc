@@ -112,9 +112,16 @@ bool Controller::OwnTasksExitingLocked(int64_t job) const {
   return false;
 }
 
+namespace {
+// What the predictor knows of `j`: its user and request.
+core::JobFeatures FeaturesOf(const std::string& user, const core::JobSpec& spec) {
+  return core::JobFeatures{user, spec.time_limit, spec.ntasks, spec.per_task};
+}
+}  // namespace
+
 core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) const {
   if (!policy_.prediction.enabled || j.spec.time_limit <= 0) return 0;
-  const core::Duration predicted = predictor_->Predict(core::JobFeatures{j.user, j.spec.time_limit, j.spec.ntasks});
+  const core::Duration predicted = predictor_->Predict(FeaturesOf(j.user, j.spec));
   if (j.state != core::JobState::kRunning) return predicted;
   // The history may have grown since the job started; the correction only ever raises it.
   return core::CorrectedPrediction(predicted, now - j.start_time, j.spec.time_limit, policy_.prediction.correction);
@@ -123,10 +130,18 @@ core::Duration Controller::PlannedRuntimeLocked(const JobRec& j, int64_t now) co
 void Controller::ObserveRuntimeLocked(const JobRec& j, core::JobState final_state, int64_t now) {
   if (!policy_.prediction.enabled || j.start_time <= 0 || now < j.start_time) return;
   if (final_state != core::JobState::kCompleted && final_state != core::JobState::kTimeout) return;
-  predictor_->Observe(core::JobFeatures{j.user, j.spec.time_limit, j.spec.ntasks}, now - j.start_time);
-  const auto& runs = predictor_->history().runs.at(j.user);
-  store_.SaveRuntimes(j.user, {runs.begin(), runs.end()});  // advisory: not waited for
+  const core::JobFeatures features = FeaturesOf(j.user, j.spec);
+  predictor_->Observe(features, now - j.start_time);
+  for (const std::string& key : predictor_->HistoryKeys(features)) {  // advisory: not waited for
+    const auto& runs = predictor_->history().runs.at(key);
+    store_.SaveRuntimes(key, {runs.begin(), runs.end()});
+  }
+  SaveDroppedHistoryLocked();
   if (std::string model = predictor_->ModelState(); !model.empty()) store_.SavePredictorModel(std::move(model));
+}
+
+void Controller::SaveDroppedHistoryLocked() {
+  for (std::string& key : predictor_->TakeDroppedHistory()) store_.SaveRuntimes(std::move(key), {});
 }
 
 void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {

@@ -70,6 +70,12 @@ struct EtcdStore::Batch {
     bytes += key.size() + value.size() + 16;
     ops.push_back(PutOp(std::move(key), std::move(value), lease));
   }
+  void Delete(std::string key) {
+    bytes += key.size() + 16;
+    etcdpb::RequestOp op;
+    op.mutable_request_delete_range()->set_key(std::move(key));
+    ops.push_back(std::move(op));
+  }
 };
 
 EtcdStore::EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops)
@@ -427,11 +433,12 @@ int64_t EtcdStore::LoadUsage(std::map<std::string, double>* usage) {
   return s.accrued_until();
 }
 
-std::future<void> EtcdStore::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
-  return Write([this, user = std::move(user), runs = std::move(runs)](Batch& b) {
+std::future<void> EtcdStore::SaveRuntimes(std::string key, std::vector<int64_t> runs) {
+  return Write([this, key = std::move(key), runs = std::move(runs)](Batch& b) {
+    if (runs.empty()) return b.Delete(Key("runtimes/" + key));
     v1::StoredRuntimes s;
     for (int64_t r : runs) s.add_runs(r);
-    b.Put(Key("runtimes/" + user), s.SerializeAsString());
+    b.Put(Key("runtimes/" + key), s.SerializeAsString());
   });
 }
 

@@ -478,14 +478,16 @@ int64_t SqliteStore::LoadUsage(std::map<std::string, double>* usage) {
   return c.Int(0);
 }
 
-std::future<void> SqliteStore::SaveRuntimes(std::string user, std::vector<int64_t> runs) {
+std::future<void> SqliteStore::SaveRuntimes(std::string key, std::vector<int64_t> runs) {
   std::string text;
   for (int64_t r : runs) text += (text.empty() ? "" : ",") + std::to_string(r);
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
-      [user = std::move(user), text = std::move(text)](sqlite3* db) {
-        Stmt(db, "INSERT OR REPLACE INTO runtime_history(user, runs) VALUES (?, ?)")
-            .BindText(1, user).BindText(2, text).Step();
+      [key = std::move(key), text = std::move(text)](sqlite3* db) {
+        if (text.empty()) Stmt(db, "DELETE FROM runtime_history WHERE user = ?").BindText(1, key).Step();
+        else
+          Stmt(db, "INSERT OR REPLACE INTO runtime_history(user, runs) VALUES (?, ?)")
+              .BindText(1, key).BindText(2, text).Step();
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
   return p->get_future();

@@ -132,9 +132,10 @@ class Store {
   virtual std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) = 0;
   /// Loads the stored usage into `usage`; returns its accrued-until time (0 when never saved).
   virtual int64_t LoadUsage(std::map<std::string, double>* usage) = 0;
-  /// Replaces `user`'s stored run-time history ([prediction]): run times in seconds, oldest first.
-  virtual std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) = 0;
-  /// Every user's stored run-time history.
+  /// Replaces the stored run-time history ([prediction]) of `key` (a user, or a user's request
+  /// template: core::RequestTemplateKey): run times in seconds, oldest first; no runs deletes it.
+  virtual std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) = 0;
+  /// Every stored run-time history, by key.
   virtual std::map<std::string, std::vector<int64_t>> LoadRuntimes() = 0;
   /// Replaces the stored state of a learned run-time predictor (core::RuntimePredictor::ModelState,
   /// text of at most kMaxPredictorModelBytes; StoreError beyond).
@@ -188,7 +189,7 @@ class SqliteStore final : public Store {
   std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) override;
   std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
-  std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override;
+  std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) override;
   /// (reader connection)
   std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
   std::future<void> SavePredictorModel(std::string state) override;

@@ -157,6 +157,11 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
                  "when a running job outlives its prediction: incremental (+1 min, 5 min, 15 min, ...; Tsafrir "
                  "2007) or doubling (twice the elapsed time); default: the policy's [prediction]")
       ->check(CLI::IsMember({"incremental", "doubling"}));
+  app.add_option("--predict-history-by", c.predict_history_by,
+                 "which of a user's past jobs a prediction averages: user (all of them) or request (those with "
+                 "the same request and time limit when there are any; Smith, Foster & Taylor 1998); default: the "
+                 "policy's [prediction]")
+      ->check(CLI::IsMember({"user", "request"}));
   app.add_option("--seed", c.seed, "seed of spot evictions");
   app.add_flag("--json", o.json, "print JSON instead of a table");
   app.add_option("--jobs-csv", o.jobs_csv, "write one CSV line per job to this file");

@@ -134,7 +134,12 @@ SimConfig WithSimulationSettings(SimConfig config, const policy::SimulationSetti
                                 " has no effect: add --predict-runtimes or --estimate-with-predictions, or enable "
                                 "[prediction] in the policy file");
   if (config.predictor.empty()) config.predictor = prediction.predictor;
+  if (!config.predict_history_by.empty() && !config.predict_runtimes && !config.estimate_with_predictions)
+    throw std::invalid_argument("--predict-history-by " + config.predict_history_by +
+                                " has no effect: add --predict-runtimes or --estimate-with-predictions, or enable "
+                                "[prediction] in the policy file");
   if (config.predict_correction.empty()) config.predict_correction = core::PredictionCorrectionName(prediction.correction);
+  if (config.predict_history_by.empty()) config.predict_history_by = core::HistoryByName(prediction.history_by);
   if (!config.predict_history) config.predict_history = file.predict_history.value_or(prediction.history);
   if (!config.predict_scale) config.predict_scale = file.predict_scale.value_or(1.0);
   if (!config.seed) config.seed = file.seed.value_or(1);
@@ -253,6 +258,8 @@ std::string DescribePolicy(const core::PolicySet& policy, const SimConfig& confi
     out += config.predictor == "online-linear" ? ", online-linear runtime predictions" : ", user-history runtime predictions";
   if ((config.predict_runtimes || config.estimate_with_predictions) && config.predict_correction == "doubling")
     out += ", doubling corrections";
+  if ((config.predict_runtimes || config.estimate_with_predictions) && config.predict_history_by == "request")
+    out += ", history by request";
   if (!config.predict_runtimes && config.estimate_with_predictions) {
     out += ", start estimates from predicted run times";
   }
@@ -272,7 +279,9 @@ Replay RunReplay(const SimConfig& command_line) {
   r.policy = ApplyOverrides(std::move(*file.policy), config, r.trace);
   r.shares = AccountShares(r.policy);
   if (config.predict_runtimes || config.estimate_with_predictions) {
-    auto made = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale);
+    const auto by = core::ParseHistoryBy(config.predict_history_by);
+    if (!by) throw std::invalid_argument("unknown prediction history '" + config.predict_history_by + "'");
+    auto made = core::MakePredictor(config.predictor, *config.predict_history, *config.predict_scale, {}, *by);
     if (!made) throw std::invalid_argument("unknown run-time predictor '" + config.predictor + "'");
     const auto correction = core::ParsePredictionCorrection(config.predict_correction);
     if (!correction) throw std::invalid_argument("unknown prediction correction '" + config.predict_correction + "'");

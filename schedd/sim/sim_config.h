@@ -39,6 +39,7 @@ struct SimConfig {
   std::optional<int> predict_history;       // run times averaged per user (2)
   std::optional<double> predict_scale;      // prediction = scale x mean (1.0)
   std::string predict_correction;           // incremental | doubling; "" = the policy's (incremental)
+  std::string predict_history_by;           // user | request; "" = the policy's (user)
   std::optional<uint64_t> seed;             // seed of spot evictions (1)
   std::optional<core::Duration> cycle_period_s;         // 0: a cycle on events only (0)
   std::optional<core::Duration> checkpoint_interval_s;  // 0: evicted jobs restart (0)

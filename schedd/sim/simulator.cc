@@ -91,7 +91,7 @@ void Simulation::Submit(size_t index) {
   core::Job job;
   job.id = static_cast<core::JobId>(index + 1);
   job.spec = tj.spec;
-  const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks};
+  const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks, tj.spec.per_task};
   if (options_.predictor != nullptr) job.spec.time_limit = options_.predictor->Predict(features);
   if (options_.estimate_predictor != nullptr) live_[index].shadow_limit = options_.estimate_predictor->Predict(features);
   job.submit_time = now_;
@@ -153,7 +153,7 @@ void Simulation::Finish(size_t index) {
   Unslot(index);
   view_.Stopped(live.held);
   --running_;
-  const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks};
+  const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks, tj.spec.per_task};
   if (options_.predictor != nullptr) options_.predictor->Observe(features, tj.run_time);
   if (options_.estimate_predictor != nullptr) options_.estimate_predictor->Observe(features, tj.run_time);
   dirty_ = true;

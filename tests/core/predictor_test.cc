@@ -118,7 +118,7 @@ TEST_CASE("the core plans with the predicted run time but never beyond the time 
 }
 
 namespace {
-JobFeatures Req(const std::string& user, Duration limit, int32_t ntasks = 1) { return JobFeatures{user, limit, ntasks}; }
+JobFeatures Req(const std::string& user, Duration limit, int32_t ntasks = 1) { return JobFeatures{user, limit, ntasks, {}}; }
 }  // namespace
 
 TEST_CASE("online-linear predictor learns how run times follow the request", "[predictor]") {
@@ -195,4 +195,82 @@ TEST_CASE("MakePredictor knows the policy's predictor names", "[predictor]") {
   CHECK(dynamic_cast<UserMeanPredictor*>(MakePredictor("user-mean", 2, 1.0).get()) != nullptr);
   CHECK(dynamic_cast<OnlineLinearPredictor*>(MakePredictor("online-linear", 2, 1.0).get()) != nullptr);
   CHECK(MakePredictor("oracle", 2, 1.0) == nullptr);
+}
+
+namespace {
+JobFeatures Shaped(const std::string& user, Duration limit, int32_t ntasks, int64_t cpu_millis) {
+  JobFeatures f{user, limit, ntasks, {}};
+  f.per_task.cpu_millis = cpu_millis;
+  return f;
+}
+}  // namespace
+
+TEST_CASE("history by request predicts from the user's jobs with the same request, else from all of theirs",
+          "[predictor]") {
+  UserMeanPredictor p(2, 1.0, {}, HistoryBy::kRequest);
+  CHECK(p.history_by() == HistoryBy::kRequest);
+  const JobFeatures small = Shaped("alice", 3600, 1, 1000), big = Shaped("alice", 86400, 8, 4000);
+  p.Observe(small, 100);
+  p.Observe(big, 50000);
+  p.Observe(small, 300);
+  CHECK(p.Predict(small) == 200);    // its template: 100 and 300
+  CHECK(p.Predict(big) == 50000);    // its template: 50000 alone
+  CHECK(p.Predict(Shaped("alice", 86400, 2, 1000)) == 25150);  // no template yet: the user's last two
+  CHECK(p.Predict(Shaped("bob", 7200, 1, 1000)) == 7200);      // no history: the time limit
+  CHECK(p.history().runs.at("alice") == std::deque<Duration>{50000, 300});
+  CHECK(p.history().runs.at(RequestTemplateKey(small)) == std::deque<Duration>{100, 300});
+  CHECK(p.HistoryKeys(small) == std::vector<std::string>{"alice", RequestTemplateKey(small)});
+  // By user, the same runs give the user's mean whatever the request.
+  UserMeanPredictor by_user(2, 1.0, p.history());
+  CHECK(by_user.Predict(big) == 25150);
+  CHECK(by_user.Predict(small) == 3600);  // capped at its time limit
+  CHECK(by_user.HistoryKeys(small) == std::vector<std::string>{"alice"});
+}
+
+TEST_CASE("a request template key names the tasks, per-task resources and time limit", "[predictor]") {
+  JobFeatures f = Shaped("alice", 3600, 4, 2000);
+  f.per_task.memory_bytes = 1 << 30;
+  f.per_task.gpus["a100"] = 2;
+  CHECK(RequestTemplateKey(f) == "alice|4x2000m,1073741824B,gpu:a100=2|3600s");
+  CHECK(RequestTemplateKey(Shaped("alice", 3601, 4, 2000)) != RequestTemplateKey(Shaped("alice", 3600, 4, 2000)));
+  CHECK(ParseHistoryBy("request") == HistoryBy::kRequest);
+  CHECK(ParseHistoryBy("user") == HistoryBy::kUser);
+  CHECK_FALSE(ParseHistoryBy("shape"));
+  CHECK(std::string(HistoryByName(HistoryBy::kRequest)) == "request");
+}
+
+TEST_CASE("a user keeps at most kMaxTemplatesPerUser request templates: the least recently used goes",
+          "[predictor]") {
+  constexpr int kCap = HistoryBook::kMaxTemplatesPerUser;
+  UserMeanPredictor p(2, 1.0, {}, HistoryBy::kRequest);
+  for (int i = 0; i < kCap; ++i) p.Observe(Shaped("alice", 1000 + i, 1, 1000), 10 + i);
+  p.Observe(Shaped("alice", 1000, 1, 1000), 10);  // template 0 is used again: template 1 is now the oldest
+  CHECK(p.TakeDroppedHistory().empty());
+  p.Observe(Shaped("alice", 5000, 1, 1000), 99);  // one too many
+  const std::vector<std::string> dropped = p.TakeDroppedHistory();
+  CHECK(dropped == std::vector<std::string>{RequestTemplateKey(Shaped("alice", 1001, 1, 1000))});
+  CHECK(p.history().runs.count(dropped[0]) == 0);
+  CHECK(p.history().runs.count(RequestTemplateKey(Shaped("alice", 1000, 1, 1000))) == 1);
+  CHECK(p.history().runs.size() == static_cast<size_t>(kCap) + 1);  // the templates and the user
+  CHECK(p.TakeDroppedHistory().empty());  // reported once
+  p.Observe(Shaped("bob", 1000, 1, 1000), 5);  // other users have their own templates
+  CHECK(p.TakeDroppedHistory().empty());
+  // A history kept from before with too many templates is cut to the cap, and says what it cut.
+  RuntimeHistory h = p.history();
+  h.runs["alice|1x1000m,0B|1s"] = {1};
+  UserMeanPredictor reloaded(2, 1.0, h, HistoryBy::kRequest);
+  CHECK(reloaded.TakeDroppedHistory().size() == 1);
+  CHECK(reloaded.history().runs.size() == p.history().runs.size());
+}
+
+TEST_CASE("online-linear reads the request's runs too with history by request", "[predictor]") {
+  OnlineLinearPredictor p(2, 1.0, {}, HistoryBy::kRequest);
+  const JobFeatures small = Shaped("alice", 3600, 1, 1000), big = Shaped("alice", 86400, 8, 4000);
+  p.Observe(small, 100);
+  p.Observe(big, 50000);
+  // Before the warm-up the user mean is used: of the request's own runs.
+  CHECK(p.Predict(small) == 100);
+  CHECK(p.Predict(big) == 50000);
+  CHECK(dynamic_cast<UserMeanPredictor*>(MakePredictor("user-mean", 2, 1.0, {}, HistoryBy::kRequest).get())
+            ->history_by() == HistoryBy::kRequest);
 }

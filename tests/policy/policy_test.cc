@@ -141,6 +141,11 @@ TEST_CASE("the [prediction] table is read into the policy", "[policy][prediction
   INFO(doubling.ErrorText());
   REQUIRE(doubling.ok());
   CHECK(doubling.policy->prediction.correction == core::PredictionCorrection::kDoubling);
+  CHECK(doubling.policy->prediction.history_by == core::HistoryBy::kUser);  // the default
+  auto by_request = ParsePolicy("[prediction]\nenabled = true\nhistory_by = \"request\"\n", "p.toml");
+  INFO(by_request.ErrorText());
+  REQUIRE(by_request.ok());
+  CHECK(by_request.policy->prediction.history_by == core::HistoryBy::kRequest);
   auto bounds = ParsePolicy("[prediction]\nhistory = 64\n", "p.toml");
   REQUIRE(bounds.ok());
   CHECK_FALSE(bounds.policy->prediction.enabled);
@@ -179,7 +184,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
         "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic, provisioning"}},
       {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
-       {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history, correction"}},
+       {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history, correction, history_by"}},
       {"bad [prediction] values",
        "[prediction]\nenabled = \"yes\"\npredictor = \"oracle\"\nhistory = 65\ncorrection = \"halving\"\n",
        {"p.toml:2:11: 'enabled' in [prediction]: expected true or false, got a string",
@@ -188,6 +193,10 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
         "p.toml:5:14: 'correction' in [prediction]: expected \"incremental\" or \"doubling\", got \"halving\""}},
       {"[prediction] correction not a string - one error", "[prediction]\ncorrection = 2\n",
        {"p.toml:2:14: 'correction' in [prediction]: expected a string, got an integer"}},
+      {"[prediction] unknown history_by", "[prediction]\nenabled = true\nhistory_by = \"shape\"\n",
+       {"p.toml:3:14: 'history_by' in [prediction]: expected \"user\" or \"request\", got \"shape\""}},
+      {"[prediction] history_by not a string - one error", "[prediction]\nhistory_by = false\n",
+       {"p.toml:2:14: 'history_by' in [prediction]: expected a string, got a boolean"}},
       {"[prediction] history below 1 and predictor not a string",
        "[prediction]\nhistory = 0\npredictor = 1\n",
        {"p.toml:3:13: 'predictor' in [prediction]: expected a string, got an integer",

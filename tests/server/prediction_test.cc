@@ -2,6 +2,10 @@
 // keeps it across a restart, planning uses the prediction, and only the time limit ends a job.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <map>
+#include <thread>
+
 #include "schedd/server/controller.h"
 #include "tests/server/fixtures.h"
 
@@ -12,9 +16,9 @@ namespace core = mlsched::core;
 namespace {
 
 core::PolicySet PredictingPolicy(const std::string& predictor = "user-mean",
-                                 const std::string& correction = "incremental") {
+                                 const std::string& correction = "incremental", const std::string& by = "user") {
   return PolicyFromText("[backfill]\nmode = \"easy\"\n[prediction]\nenabled = true\nhistory = 2\npredictor = \"" +
-                            predictor + "\"\ncorrection = \"" + correction + "\"\n",
+                            predictor + "\"\ncorrection = \"" + correction + "\"\nhistory_by = \"" + by + "\"\n",
                         "p.toml");
 }
 
@@ -22,14 +26,15 @@ struct PredictWorld : ControllerWorld {
   Caller alice = User("alice", 1001);
   std::string predictor;
   std::string correction;
+  std::string history_by;
 
-  explicit PredictWorld(std::string name = "user-mean", std::string fix = "incremental")
-      : predictor(std::move(name)), correction(std::move(fix)) {
+  explicit PredictWorld(std::string name = "user-mean", std::string fix = "incremental", std::string by = "user")
+      : predictor(std::move(name)), correction(std::move(fix)), history_by(std::move(by)) {
     Boot();
   }
   /// A controller (new, or after a restart over the same store) with one 2-CPU node.
   void Boot() {
-    Start(PredictingPolicy(predictor, correction));
+    Start(PredictingPolicy(predictor, correction, history_by));
     ctl->Recover(now);
     ctl->OnRegister(NodeReg("n1", 2), now);
   }
@@ -62,7 +67,9 @@ struct PredictWorld : ControllerWorld {
   }
   /// Starts a job (time limit 1 h) at `now` and submits a second one the node cannot hold beside
   /// it; after a cycle 1 s later returns the second job and the first one's start (`t0`).
-  int64_t BlockedBehindRunning(int64_t& t0) { return BlockedBehind(Submit(3600), t0); }
+  int64_t BlockedBehindRunning(int64_t& t0, int64_t time_limit = 3600) {
+    return BlockedBehind(Submit(time_limit), t0);
+  }
   /// The same with the job `running` (submitted, not started yet) as the first one.
   int64_t BlockedBehind(int64_t running, int64_t& t0) {
     t0 = now;
@@ -87,9 +94,9 @@ struct PredictWorld : ControllerWorld {
     ctl->Tick(now);
     ctl->RunCycle(now);
   }
-  /// Runs a job for `seconds` until it exits 0.
-  void RunFor(int64_t seconds) {
-    int64_t id = Submit(3600);
+  /// Runs a job (time limit `time_limit`) for `seconds` until it exits 0.
+  void RunFor(int64_t seconds, int64_t time_limit = 3600) {
+    int64_t id = Submit(time_limit);
     RunStart(id);
     now += seconds;
     ctl->OnAgentMessage("n1", Exited(id, 1, 0, 0), now);
@@ -114,6 +121,43 @@ TEST_CASE("prediction: finished jobs feed the history and a restart reloads it",
   const int64_t blocked = w.BlockedBehindRunning(t0);
   CHECK(w.Job(blocked).reason() == "Resources");
   CHECK(w.Job(blocked).expected_start() == t0 + 400);
+}
+
+TEST_CASE("prediction: history by request plans with the runs of the same request and a restart keeps them",
+          "[server][prediction]") {
+  PredictWorld w("user-mean", "incremental", "request");
+  w.RunFor(100, 3600);
+  w.RunFor(120, 3600);
+  w.RunFor(2000, 7200);  // alice's last two: 120 and 2000 (mean 1060 s)
+  w.Restart();
+  std::map<std::string, std::vector<int64_t>> stored = w.store->LoadRuntimes();
+  CHECK(stored["alice"] == std::vector<int64_t>{120, 2000});
+  int templates = 0;
+  for (const auto& [key, runs] : stored) {
+    if (key.rfind("alice|", 0) != 0) continue;
+    ++templates;
+    if (key.ends_with("|3600s")) CHECK(runs == std::vector<int64_t>{100, 120});
+    else CHECK(runs == std::vector<int64_t>{2000});
+  }
+  CHECK(templates == 2);
+  // A 1 h job runs as its request did before (110 s), not as alice's last two jobs (1060 s).
+  int64_t t0 = 0;
+  const int64_t blocked = w.BlockedBehindRunning(t0, 3600);
+  CHECK(w.Job(blocked).expected_start() == t0 + 110);
+}
+
+TEST_CASE("prediction: a request template dropped from the history is deleted from the store", "[server][prediction]") {
+  PredictWorld w("user-mean", "incremental", "request");
+  const int cap = core::HistoryBook::kMaxTemplatesPerUser;
+  for (int i = 0; i <= cap; ++i) w.RunFor(10, 1000 + i);  // one template more than a user keeps
+  std::map<std::string, std::vector<int64_t>> stored;
+  for (int tries = 0; tries < 100; ++tries) {  // the saves are advisory: not waited for
+    stored = w.store->LoadRuntimes();
+    if (stored.size() == static_cast<size_t>(cap) + 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(stored.size() == static_cast<size_t>(cap) + 1);  // the user and `cap` templates
+  for (const auto& [key, runs] : stored) CHECK_FALSE(key.ends_with("|1000s"));  // the least recently used
 }
 
 TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit ends the job", "[server][prediction]") {
@@ -206,13 +250,13 @@ TEST_CASE("prediction: the online-linear model learns from finished jobs and a r
   for (int i = 0; i < 40; ++i) {
     const int64_t run = 100 + 70 * (i % 5);
     w.RunFor(run);
-    reference.Observe(core::JobFeatures{"alice", 3600, 1}, run);
+    reference.Observe(core::JobFeatures{"alice", 3600, 1, {}}, run);
   }
   REQUIRE(reference.observations() > core::OnlineLinearPredictor::kWarmup);
   w.Restart();
   CHECK(w.store->LoadPredictorModel() == reference.ModelState());
   // After the restart the blocked job plans with the model's prediction for the running job.
-  const core::Duration predicted = reference.Predict(core::JobFeatures{"alice", 3600, 1});
+  const core::Duration predicted = reference.Predict(core::JobFeatures{"alice", 3600, 1, {}});
   CHECK(predicted != core::UserMeanPredictor(2, 1.0, reference.history()).Predict("alice", 3600));
   int64_t t0 = 0;
   const int64_t blocked = w.BlockedBehindRunning(t0);

@@ -228,3 +228,19 @@ TEST_CASE("mlsim --predict-correction - the policy's correction unless given - a
         "doubling");
   CHECK(WithSimulationSettings(SimConfig{}, off.simulation, off.policy->prediction).predict_correction == "incremental");
 }
+
+TEST_CASE("mlsim --predict-history-by - the policy's history_by unless given - and an error when nothing predicts",
+          "[sim][policy]") {
+  const policy::PolicyLoadResult off = ReadPolicy("");
+  SimConfig command_line;  // mlsim --predict-history-by request
+  command_line.predict_history_by = "request";
+  CHECK_THROWS_WITH(WithSimulationSettings(command_line, off.simulation, off.policy->prediction),
+                    Catch::Contains("--predict-history-by request has no effect"));
+  command_line.predict_runtimes = true;
+  CHECK(WithSimulationSettings(command_line, off.simulation, off.policy->prediction).predict_history_by == "request");
+  const policy::PolicyLoadResult by_request =
+      ReadPolicy(WriteTemp("by-request.toml", "[prediction]\nenabled = true\nhistory_by = \"request\"\n"));
+  CHECK(WithSimulationSettings(SimConfig{}, by_request.simulation, by_request.policy->prediction).predict_history_by ==
+        "request");
+  CHECK(WithSimulationSettings(SimConfig{}, off.simulation, off.policy->prediction).predict_history_by == "user");
+}
