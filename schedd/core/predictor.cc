@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 #include <iterator>
 #include <utility>
@@ -39,7 +40,7 @@ const char* PredictionCorrectionName(PredictionCorrection c) {
 }
 
 std::string RequestTemplateKey(const JobFeatures& f) {
-  std::string key = f.user + '|' + std::to_string(f.ntasks) + 'x' + std::to_string(f.per_task.cpu_millis) + "m," +
+  std::string key = f.user + ':' + std::to_string(f.ntasks) + 'x' + std::to_string(f.per_task.cpu_millis) + "m," +
                     std::to_string(f.per_task.memory_bytes) + 'B';
   for (const auto& [type, n] : f.per_task.gpus) key += ",gpu:" + type + '=' + std::to_string(n);
   return key + '|' + std::to_string(f.time_limit) + 's';
@@ -55,12 +56,26 @@ const char* HistoryByName(HistoryBy by) { return by == HistoryBy::kRequest ? "re
 
 HistoryBook::HistoryBook(int keep, HistoryBy by, RuntimeHistory initial)
     : keep_(keep < 1 ? 1 : keep), by_(by), history_(std::move(initial)) {
-  std::vector<std::string> templates;
+  // Templates in the order they were last observed: those `recent` does not list first.
+  std::vector<std::string> listed = std::move(history_.recent), templates;
+  history_.recent.clear();
+  std::set<std::string> in_order;
+  for (const std::string& key : listed)
+    if (history_.runs.count(key) && in_order.insert(key).second) templates.push_back(key);
+  std::vector<std::string> unlisted;
   for (auto& [key, q] : history_.runs) {
     while (static_cast<int>(q.size()) > keep_) q.pop_front();
-    if (key.find('|') != std::string::npos) templates.push_back(key);
+    if (key.find(':') != std::string::npos && !in_order.count(key)) unlisted.push_back(key);
   }
-  for (const std::string& key : templates) Touch(key.substr(0, key.find('|')), key);
+  templates.insert(templates.begin(), unlisted.begin(), unlisted.end());
+  for (const std::string& key : templates)
+    if (key.find(':') != std::string::npos) Touch(key.substr(0, key.find(':')), key);
+}
+
+RuntimeHistory HistoryBook::Snapshot() const {
+  RuntimeHistory out = history_;
+  for (const auto& [user, keys] : recent_) out.recent.insert(out.recent.end(), keys.begin(), keys.end());
+  return out;
 }
 
 const std::deque<Duration>* HistoryBook::RunsFor(const JobFeatures& f) const {

@@ -22,6 +22,9 @@ namespace mlsched::core {
 /// key. A key is a user name or a request template of that user (RequestTemplateKey).
 struct RuntimeHistory {
   std::map<std::string, std::deque<Duration>> runs;
+  /// Template keys, least recently observed first (HistoryBook drops from the front): filled by
+  /// HistoryBook::Snapshot; a history given to a HistoryBook without it is taken in key order.
+  std::vector<std::string> recent;
   bool operator==(const RuntimeHistory&) const = default;
 };
 
@@ -55,8 +58,9 @@ struct JobFeatures {
   ResourceVector per_task;
 };
 
-/// The history key of `f`'s request template: "USER|NxCPUm,MEMB,gpu:TYPE=N,...|LIMITs" (user
-/// names never hold '|'). The user's own key is the user name.
+/// The history key of `f`'s request template: "USER:NxCPUm,MEMB,gpu:TYPE=N,...|LIMITs". The
+/// user's own key is the user name; a key's user is what precedes its first ':', which a user name
+/// never holds (passwd(5) separates its fields with ':').
 std::string RequestTemplateKey(const JobFeatures& f);
 
 /// "user" / "request" (the policy's [prediction] history_by); nullopt for anything else.
@@ -67,7 +71,8 @@ const char* HistoryByName(HistoryBy by);
 /// The run times a predictor reads: per user and, with HistoryBy::kRequest, per request template
 /// (RequestTemplateKey) as well, at most `keep` per key, oldest first. A user keeps at most
 /// kMaxTemplatesPerUser templates: the least recently observed one beyond that is dropped (and
-/// reported by TakeDropped, so that a caller deletes it from its store).
+/// reported by TakeDropped, so that a caller deletes it from its store; a caller that keeps no
+/// store drains it too).
 class HistoryBook {
  public:
   static constexpr int kMaxTemplatesPerUser = 64;
@@ -83,7 +88,10 @@ class HistoryBook {
   std::vector<std::string> KeysOf(const JobFeatures& f) const;
   /// Template keys dropped since the last call (least recently observed, or trimmed at start).
   std::vector<std::string> TakeDropped() { return std::exchange(dropped_, {}); }
+  /// The runs (`recent` left empty: see Snapshot).
   const RuntimeHistory& history() const { return history_; }
+  /// The runs and the templates' order of use (`recent`): what a new HistoryBook continues from.
+  RuntimeHistory Snapshot() const;
   int keep() const { return keep_; }
   HistoryBy by() const { return by_; }
 
@@ -92,7 +100,7 @@ class HistoryBook {
   int keep_;
   HistoryBy by_;
   RuntimeHistory history_;
-  std::map<std::string, std::vector<std::string>> recent_;  // user -> template keys, oldest use first
+  std::map<std::string, std::vector<std::string>> recent_;  // user -> template keys, least recent first
   std::vector<std::string> dropped_;
 };
 
@@ -110,6 +118,9 @@ class RuntimePredictor {
   /// The run times as they stand, per user and per request template (what a caller persists
   /// beside the model state).
   const RuntimeHistory& history() const { return book_.history(); }
+  /// The same with the templates' order of use (HistoryBook::Snapshot): for a predictor that
+  /// replaces this one.
+  RuntimeHistory HistorySnapshot() const { return book_.Snapshot(); }
   /// The history keys Observe(f) writes (HistoryBook::KeysOf): what a caller persists after it.
   std::vector<std::string> HistoryKeys(const JobFeatures& f) const { return book_.KeysOf(f); }
   /// Template keys dropped since the last call (HistoryBook::TakeDropped): delete them from the store.

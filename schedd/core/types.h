@@ -466,7 +466,7 @@ struct PredictionPolicy {
   bool enabled = false;
   std::string predictor = "user-mean";  // "user-mean": UserMeanPredictor (Tsafrir et al. 2007);
                                         // "online-linear": OnlineLinearPredictor (after SC'15)
-  int32_t history = 2;                  // run times kept and averaged per user, 1..64
+  int32_t history = 2;                  // run times kept and averaged per user (and template), 1..64
   PredictionCorrection correction = PredictionCorrection::kIncremental;  // "incremental" | "doubling"
   HistoryBy history_by = HistoryBy::kUser;  // "user" | "request"
 };

@@ -84,7 +84,7 @@ void Controller::SetPolicy(core::PolicySet policy) {
   std::lock_guard lk(mu_);
   policy_ = std::move(policy);
   // A new predictor keeps the recorded run times, and a learned model's state when it is the same kind.
-  auto next = MakePredictorFor(policy_.prediction, predictor_->history());
+  auto next = MakePredictorFor(policy_.prediction, predictor_->HistorySnapshot());
   if (!next->ModelState().empty()) next->RestoreModel(predictor_->ModelState());
   predictor_ = std::move(next);
   SaveDroppedHistoryLocked();
@@ -677,7 +677,10 @@ void Controller::Recover(int64_t now) {
   std::lock_guard lk(mu_);
   usage_until_ = store_.LoadUsage(&usage_);  // the first cycle accrues the downtime of jobs that kept running
   core::RuntimeHistory history;
-  for (auto& [user, runs] : store_.LoadRuntimes()) history.runs[user].assign(runs.begin(), runs.end());
+  for (auto& [key, runs] : store_.LoadRuntimes()) {  // least recently saved first
+    history.runs[key].assign(runs.begin(), runs.end());
+    history.recent.push_back(key);  // HistoryBook takes the templates' order from it
+  }
   predictor_ = MakePredictorFor(policy_.prediction, std::move(history));
   SaveDroppedHistoryLocked();
   // Only a learned predictor has a state; a stored one of another kind is left alone.

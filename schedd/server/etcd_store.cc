@@ -442,12 +442,15 @@ std::future<void> EtcdStore::SaveRuntimes(std::string key, std::vector<int64_t> 
   });
 }
 
-std::map<std::string, std::vector<int64_t>> EtcdStore::LoadRuntimes() {
-  std::map<std::string, std::vector<int64_t>> out;
+std::vector<std::pair<std::string, std::vector<int64_t>>> EtcdStore::LoadRuntimes() {
   const std::string prefix = Key("runtimes/");
-  for (const auto& kv : etcd_.RangePrefix(prefix)) {
+  auto kvs = etcd_.RangePrefix(prefix);
+  // The order of saves: each save is a new mod revision.
+  std::sort(kvs.begin(), kvs.end(), [](const auto& a, const auto& b) { return a.mod_revision() < b.mod_revision(); });
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& kv : kvs) {
     auto s = Parse<v1::StoredRuntimes>(kv.value(), kv.key());
-    out[kv.key().substr(prefix.size())] = std::vector<int64_t>(s.runs().begin(), s.runs().end());
+    out.emplace_back(kv.key().substr(prefix.size()), std::vector<int64_t>(s.runs().begin(), s.runs().end()));
   }
   return out;
 }

@@ -64,7 +64,7 @@ class EtcdStore final : public Store {
   std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) override;
-  std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> LoadRuntimes() override;
   std::future<void> SavePredictorModel(std::string state) override;
   std::string LoadPredictorModel() override;
   std::future<void> SaveProvisionLedger(std::string ledger) override;

@@ -493,12 +493,14 @@ std::future<void> SqliteStore::SaveRuntimes(std::string key, std::vector<int64_t
   return p->get_future();
 }
 
-std::map<std::string, std::vector<int64_t>> SqliteStore::LoadRuntimes() {
+std::vector<std::pair<std::string, std::vector<int64_t>>> SqliteStore::LoadRuntimes() {
   std::lock_guard lk(rmu_);
-  std::map<std::string, std::vector<int64_t>> out;
-  Stmt s(rdb_, "SELECT user, runs FROM runtime_history");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  // INSERT OR REPLACE gives a saved row a new, largest rowid: rowid order is the order of saves.
+  Stmt s(rdb_, "SELECT user, runs FROM runtime_history ORDER BY rowid");
   while (s.Step()) {
-    std::vector<int64_t>& runs = out[s.Blob(0)];
+    out.emplace_back(s.Blob(0), std::vector<int64_t>{});
+    std::vector<int64_t>& runs = out.back().second;
     const std::string text = s.Blob(1);
     size_t pos = 0;
     while (pos < text.size()) {

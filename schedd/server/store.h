@@ -135,8 +135,9 @@ class Store {
   /// Replaces the stored run-time history ([prediction]) of `key` (a user, or a user's request
   /// template: core::RequestTemplateKey): run times in seconds, oldest first; no runs deletes it.
   virtual std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) = 0;
-  /// Every stored run-time history, by key.
-  virtual std::map<std::string, std::vector<int64_t>> LoadRuntimes() = 0;
+  /// Every stored run-time history: (key, run times), least recently saved first (the order in
+  /// which the predictor last observed its request templates).
+  virtual std::vector<std::pair<std::string, std::vector<int64_t>>> LoadRuntimes() = 0;
   /// Replaces the stored state of a learned run-time predictor (core::RuntimePredictor::ModelState,
   /// text of at most kMaxPredictorModelBytes; StoreError beyond).
   virtual std::future<void> SavePredictorModel(std::string state) = 0;
@@ -191,7 +192,7 @@ class SqliteStore final : public Store {
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) override;
   /// (reader connection)
-  std::map<std::string, std::vector<int64_t>> LoadRuntimes() override;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> LoadRuntimes() override;
   std::future<void> SavePredictorModel(std::string state) override;
   std::string LoadPredictorModel() override;
   std::future<void> SaveProvisionLedger(std::string ledger) override;

@@ -154,8 +154,11 @@ void Simulation::Finish(size_t index) {
   view_.Stopped(live.held);
   --running_;
   const core::JobFeatures features{tj.spec.user, tj.requested_time, tj.spec.ntasks, tj.spec.per_task};
-  if (options_.predictor != nullptr) options_.predictor->Observe(features, tj.run_time);
-  if (options_.estimate_predictor != nullptr) options_.estimate_predictor->Observe(features, tj.run_time);
+  for (core::RuntimePredictor* p : {options_.predictor, options_.estimate_predictor}) {
+    if (p == nullptr) continue;
+    p->Observe(features, tj.run_time);
+    p->TakeDroppedHistory();  // no store to delete them from
+  }
   dirty_ = true;
 }
 

@@ -231,7 +231,7 @@ TEST_CASE("a request template key names the tasks, per-task resources and time l
   JobFeatures f = Shaped("alice", 3600, 4, 2000);
   f.per_task.memory_bytes = 1 << 30;
   f.per_task.gpus["a100"] = 2;
-  CHECK(RequestTemplateKey(f) == "alice|4x2000m,1073741824B,gpu:a100=2|3600s");
+  CHECK(RequestTemplateKey(f) == "alice:4x2000m,1073741824B,gpu:a100=2|3600s");
   CHECK(RequestTemplateKey(Shaped("alice", 3601, 4, 2000)) != RequestTemplateKey(Shaped("alice", 3600, 4, 2000)));
   CHECK(ParseHistoryBy("request") == HistoryBy::kRequest);
   CHECK(ParseHistoryBy("user") == HistoryBy::kUser);
@@ -255,12 +255,24 @@ TEST_CASE("a user keeps at most kMaxTemplatesPerUser request templates: the leas
   CHECK(p.TakeDroppedHistory().empty());  // reported once
   p.Observe(Shaped("bob", 1000, 1, 1000), 5);  // other users have their own templates
   CHECK(p.TakeDroppedHistory().empty());
-  // A history kept from before with too many templates is cut to the cap, and says what it cut.
-  RuntimeHistory h = p.history();
-  h.runs["alice|1x1000m,0B|1s"] = {1};
+  // A history kept from before with too many templates is cut to the cap, and says what it cut:
+  // in the order of use its snapshot keeps (a key it does not list counts as the oldest).
+  RuntimeHistory h = p.HistorySnapshot();
+  CHECK(h.recent.size() == static_cast<size_t>(kCap) + 1);  // alice's and bob's templates
+  CHECK(h.recent[kCap - 1] == RequestTemplateKey(Shaped("alice", 5000, 1, 1000)));  // alice's latest last
+  h.runs[RequestTemplateKey(Shaped("alice", 1, 1, 1000))] = {1};
   UserMeanPredictor reloaded(2, 1.0, h, HistoryBy::kRequest);
-  CHECK(reloaded.TakeDroppedHistory().size() == 1);
+  CHECK(reloaded.TakeDroppedHistory() == std::vector<std::string>{RequestTemplateKey(Shaped("alice", 1, 1, 1000))});
   CHECK(reloaded.history().runs.size() == p.history().runs.size());
+  // It goes on from the same order: the next new template drops 1002 s (1000 s was used later).
+  reloaded.Observe(Shaped("alice", 6000, 1, 1000), 1);
+  CHECK(reloaded.TakeDroppedHistory() == std::vector<std::string>{RequestTemplateKey(Shaped("alice", 1002, 1, 1000))});
+  // Without the order, key order: "alice:1x1000m,0B|1000s" is the first key, and goes.
+  h.recent.clear();
+  h.runs.erase(RequestTemplateKey(Shaped("alice", 1, 1, 1000)));
+  UserMeanPredictor unordered(2, 1.0, h, HistoryBy::kRequest);
+  unordered.Observe(Shaped("alice", 6000, 1, 1000), 1);
+  CHECK(unordered.TakeDroppedHistory() == std::vector<std::string>{RequestTemplateKey(Shaped("alice", 1000, 1, 1000))});
 }
 
 TEST_CASE("online-linear reads the request's runs too with history by request", "[predictor]") {

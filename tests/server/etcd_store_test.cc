@@ -123,8 +123,8 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
     s.SaveAttempt(at).get();
     s.SaveUsage({{"root/a", 12.5}}, 777).get();
     s.SaveRuntimes("alice", {10, 20}).get();
-    s.SaveRuntimes("alice|1x1000m,0B|60s", {5}).get();
-    s.SaveRuntimes("alice|1x1000m,0B|60s", {}).get();  // no runs: deleted (a dropped template)
+    s.SaveRuntimes("alice:1x1000m,0B|60s", {5}).get();
+    s.SaveRuntimes("alice:1x1000m,0B|60s", {}).get();  // no runs: deleted (a dropped template)
     CHECK(s.LoadProvisionLedger().empty());
     s.SaveProvisionLedger("ledger-1").get();
     s.SaveProvisionLedger("ledger-2").get();
@@ -153,7 +153,7 @@ TEST_CASE("etcd store: rows survive a new leader and submission keys are idempot
   std::map<std::string, double> usage;
   CHECK(s.LoadUsage(&usage) == 777);
   CHECK(usage["root/a"] == 12.5);
-  CHECK(s.LoadRuntimes() == std::map<std::string, std::vector<int64_t>>{{"alice", {10, 20}}});
+  CHECK(s.LoadRuntimes() == std::vector<std::pair<std::string, std::vector<int64_t>>>{{"alice", {10, 20}}});
   CHECK(s.LoadProvisionLedger() == "ledger-2");
   CHECK(s.LoadPredictorModel() == "model-1");
   auto nodes = s.LoadNodes();

@@ -46,7 +46,7 @@ struct LostAnswerStore final : Store {
   std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override {
     return s.SaveRuntimes(std::move(user), std::move(runs));
   }
-  std::map<std::string, std::vector<int64_t>> LoadRuntimes() override { return s.LoadRuntimes(); }
+  std::vector<std::pair<std::string, std::vector<int64_t>>> LoadRuntimes() override { return s.LoadRuntimes(); }
   std::future<void> SavePredictorModel(std::string m) override { return s.SavePredictorModel(std::move(m)); }
   std::string LoadPredictorModel() override { return s.LoadPredictorModel(); }
   std::future<void> SaveProvisionLedger(std::string l) override { return s.SaveProvisionLedger(std::move(l)); }

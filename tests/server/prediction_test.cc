@@ -2,9 +2,7 @@
 // keeps it across a restart, planning uses the prediction, and only the time limit ends a job.
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <map>
-#include <thread>
 
 #include "schedd/server/controller.h"
 #include "tests/server/fixtures.h"
@@ -14,6 +12,13 @@ using namespace mlsched::server::testing;
 namespace core = mlsched::core;
 
 namespace {
+
+// The stored run-time histories by key.
+std::map<std::string, std::vector<int64_t>> StoredRuntimes(Store& store) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (auto& [key, runs] : store.LoadRuntimes()) out[key] = runs;
+  return out;
+}
 
 core::PolicySet PredictingPolicy(const std::string& predictor = "user-mean",
                                  const std::string& correction = "incremental", const std::string& by = "user") {
@@ -113,7 +118,7 @@ TEST_CASE("prediction: finished jobs feed the history and a restart reloads it",
   w.RunFor(300);
   w.RunFor(500);  // history 2: 300 and 500 are kept
   w.Restart();
-  auto stored = w.store->LoadRuntimes();
+  auto stored = StoredRuntimes(*w.store);
   CHECK(stored["alice"] == std::vector<int64_t>{300, 500});
   // After the restart the blocked job plans with the running job's prediction (mean 400 s), not
   // with its time limit of 3600 s.
@@ -130,11 +135,11 @@ TEST_CASE("prediction: history by request plans with the runs of the same reques
   w.RunFor(120, 3600);
   w.RunFor(2000, 7200);  // alice's last two: 120 and 2000 (mean 1060 s)
   w.Restart();
-  std::map<std::string, std::vector<int64_t>> stored = w.store->LoadRuntimes();
+  std::map<std::string, std::vector<int64_t>> stored = StoredRuntimes(*w.store);
   CHECK(stored["alice"] == std::vector<int64_t>{120, 2000});
   int templates = 0;
   for (const auto& [key, runs] : stored) {
-    if (key.rfind("alice|", 0) != 0) continue;
+    if (key.rfind("alice:", 0) != 0) continue;
     ++templates;
     if (key.ends_with("|3600s")) CHECK(runs == std::vector<int64_t>{100, 120});
     else CHECK(runs == std::vector<int64_t>{2000});
@@ -146,18 +151,23 @@ TEST_CASE("prediction: history by request plans with the runs of the same reques
   CHECK(w.Job(blocked).expected_start() == t0 + 110);
 }
 
-TEST_CASE("prediction: a request template dropped from the history is deleted from the store", "[server][prediction]") {
+TEST_CASE("prediction: a request template dropped from the history is deleted from the store, in order of use across a restart",
+          "[server][prediction]") {
   PredictWorld w("user-mean", "incremental", "request");
   const int cap = core::HistoryBook::kMaxTemplatesPerUser;
-  for (int i = 0; i <= cap; ++i) w.RunFor(10, 1000 + i);  // one template more than a user keeps
-  std::map<std::string, std::vector<int64_t>> stored;
-  for (int tries = 0; tries < 100; ++tries) {  // the saves are advisory: not waited for
-    stored = w.store->LoadRuntimes();
-    if (stored.size() == static_cast<size_t>(cap) + 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  for (int i = 0; i < cap; ++i) w.RunFor(10, 1000 + i);  // as many templates as a user keeps
+  w.RunFor(10, 1000);  // the first one is used again: 1001 s is now the least recent
+  w.Restart();         // the order comes back from the store
+  w.RunFor(10, 5000);  // one template too many
+  // Each finished job's saves were flushed by the waited attempt row behind them (one writer).
+  const std::map<std::string, std::vector<int64_t>> stored = StoredRuntimes(*w.store);
   CHECK(stored.size() == static_cast<size_t>(cap) + 1);  // the user and `cap` templates
-  for (const auto& [key, runs] : stored) CHECK_FALSE(key.ends_with("|1000s"));  // the least recently used
+  int with_1000 = 0;
+  for (const auto& [key, runs] : stored) {
+    CHECK_FALSE(key.ends_with("|1001s"));  // dropped, and deleted from the store
+    with_1000 += key.ends_with("|1000s");
+  }
+  CHECK(with_1000 == 1);  // the first key in key order, but used later: kept
 }
 
 TEST_CASE("prediction: an overrun is corrected stepwise and only the time limit ends the job", "[server][prediction]") {
