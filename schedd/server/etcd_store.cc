@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
@@ -56,6 +58,15 @@ std::string LeaderKey(const std::string& prefix) { return prefix + "leader"; }
 
 /// The operations of one transaction being built, and what its inserts with a submission key
 /// learn once it commits.
+namespace {
+// The key an outer put or delete touches; nullptr for other operations (nested transactions).
+const std::string* TouchedKey(const etcdpb::RequestOp& op) {
+  if (op.has_request_put()) return &op.request_put().key();
+  if (op.has_request_delete_range()) return &op.request_delete_range().key();
+  return nullptr;
+}
+}  // namespace
+
 struct EtcdStore::Batch {
   std::vector<etcdpb::RequestOp> ops;
   size_t bytes = 0;
@@ -78,8 +89,8 @@ struct EtcdStore::Batch {
   }
 };
 
-EtcdStore::EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops)
-    : etcd_(etcd), prefix_(std::move(prefix)), max_txn_ops_(std::max<size_t>(8, max_txn_ops)) {
+EtcdStore::EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops, GroupCommit gather)
+    : etcd_(etcd), prefix_(std::move(prefix)), max_txn_ops_(std::max<size_t>(8, max_txn_ops)), gather_(gather) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -129,6 +140,19 @@ void EtcdStore::Enqueue(Item item) {
   cv_.notify_all();
 }
 
+void EtcdStore::GatherLocked(std::unique_lock<std::mutex>& lk) {
+  const size_t writers = *std::max_element(recent_batches_.begin(), recent_batches_.end());
+  if (writers < 2) return;  // one writer at a time: commit at once
+  const auto deadline = std::chrono::steady_clock::now() + gather_.delay;
+  size_t seen = queue_.size();
+  while (!stop_ && queue_.size() < writers) {
+    const auto wake = std::min(deadline, std::chrono::steady_clock::now() + gather_.quiet);
+    cv_.wait_until(lk, wake, [&] { return stop_ || queue_.size() != seen; });
+    if (queue_.size() == seen || std::chrono::steady_clock::now() >= deadline) return;
+    seen = queue_.size();
+  }
+}
+
 void EtcdStore::WriterLoop() {
   for (;;) {
     std::vector<Item> items;
@@ -136,7 +160,9 @@ void EtcdStore::WriterLoop() {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty() && stop_) return;
-      while (!queue_.empty() && items.size() < 4096) {
+      GatherLocked(lk);
+      recent_batches_[next_batch_slot_++ % recent_batches_.size()] = std::min(queue_.size(), kMaxItemsPerCommit);
+      while (!queue_.empty() && items.size() < kMaxItemsPerCommit) {
         items.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -172,6 +198,7 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
   size_t i = 0;
   while (i < items.size()) {
     Batch batch;
+    std::set<std::string> touched;  // keys put or deleted so far: etcd refuses a key touched twice
     std::map<std::string, std::shared_ptr<InsertedJob>> keyed;
     const int64_t next_id_before = next_job_id_;
     std::vector<size_t> accepted;
@@ -196,6 +223,14 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
         next_job_id_ = next_id_here;
         break;
       }
+      const bool again = std::any_of(one.ops.begin(), one.ops.end(), [&](const etcdpb::RequestOp& op) {
+        const std::string* key = TouchedKey(op);
+        return key != nullptr && touched.count(*key) > 0;
+      });
+      if (again && !batch.ops.empty()) {  // a key this transaction already writes: the next one
+        next_job_id_ = next_id_here;
+        break;
+      }
       const size_t outer = batch.ops.size() + one.ops.size() + 1;
       const bool fits = outer <= max_txn_ops_ && std::max(batch.max_nested, one.max_nested) <= max_txn_ops_ - outer &&
                         batch.bytes + one.bytes + 4096 <= kEtcdMaxRequestBytes;
@@ -209,7 +244,10 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
         ++i;
         continue;
       }
-      for (auto& op : one.ops) batch.ops.push_back(std::move(op));
+      for (auto& op : one.ops) {
+        if (const std::string* key = TouchedKey(op)) touched.insert(*key);
+        batch.ops.push_back(std::move(op));
+      }
       batch.bytes += one.bytes;
       batch.max_nested = std::max(batch.max_nested, one.max_nested);
       for (auto& [key, result] : one.added) keyed[key] = result;  // a retry later in this transaction follows it

@@ -8,7 +8,9 @@
 // committed the transaction. Thread-safe.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -20,6 +22,16 @@
 
 namespace mlsched::server {
 
+/// Group commit (EtcdStore::GatherLocked): the longest the writer waits for more writes to share a
+/// transaction, and the quiet gap after which it stops waiting. Defaults measured on the loopback
+/// HA cluster with 8 clients: ~3 -> ~7 submissions per transaction, 1,550 -> 2,250 per second.
+struct GroupCommit {
+  std::chrono::microseconds delay{2000};
+  std::chrono::microseconds quiet{500};
+};
+/// Writes taken from the queue at once (then split into transactions within etcd's limits).
+inline constexpr size_t kMaxItemsPerCommit = 4096;
+
 /// The key of the leader (leased by it; its create revision is the epoch) under `prefix`.
 std::string LeaderKey(const std::string& prefix);
 
@@ -27,7 +39,7 @@ class EtcdStore final : public Store {
  public:
   /// `prefix`: where the rows live (e.g. "/mlsched/"); `max_txn_ops`: etcd's --max-txn-ops.
   /// Writes fail (StoreError) until BecomeLeader.
-  EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops = kEtcdMaxTxnOps);
+  EtcdStore(EtcdClient& etcd, std::string prefix, size_t max_txn_ops = kEtcdMaxTxnOps, GroupCommit gather = {});
   ~EtcdStore() override;
   EtcdStore(const EtcdStore&) = delete;
   EtcdStore& operator=(const EtcdStore&) = delete;
@@ -97,6 +109,12 @@ class EtcdStore final : public Store {
   /// Appends an event row (writer thread: numbers it within this epoch).
   void PutEvent(Batch& b, int64_t job_id, const std::string& node, const std::string& kind, const std::string& detail);
   void WriterLoop();
+  /// Group commit (writer thread, `lk` held on mu_): when one of the last 16 transactions carried
+  /// writes from W >= 2 callers, waits until W writes are queued, none has arrived for
+  /// gather_.quiet, or gather_.delay has passed. A lone writer commits at once. Fewer,
+  /// larger transactions cost etcd less (each is replicated, written and applied by every
+  /// member); PostgreSQL's commit_delay / commit_siblings is the same trade.
+  void GatherLocked(std::unique_lock<std::mutex>& lk);
   /// Builds and commits `items` in as few fenced transactions as the limits allow.
   void CommitItems(std::vector<Item>& items);
   std::string Key(const std::string& suffix) const { return prefix_ + suffix; }
@@ -106,10 +124,13 @@ class EtcdStore final : public Store {
   EtcdClient& etcd_;
   const std::string prefix_;
   const size_t max_txn_ops_;
+  const GroupCommit gather_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
   size_t in_flight_ = 0;  // items taken by the writer and not yet done
+  std::array<size_t, 16> recent_batches_{};  // items the writer took, the last 16 times (GatherLocked)
+  size_t next_batch_slot_ = 0;
   bool stop_ = false;
   // Writer-thread state (set by BecomeLeader before any write can succeed).
   std::atomic<int64_t> epoch_{0};
