@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -124,17 +125,44 @@ Rates Measure(const std::string& server, int mlsub_jobs, int grpc_jobs, int clie
   return r;
 }
 
+constexpr const char* kUsage =
+    "usage: bench_schedd [N=10000] [C=8] [MLSUB_JOBS=300]   (N > 2 x MLSUB_JOBS)\n"
+    "       bench_schedd --rate SERVER JOBS [C=8]\n";
+
+/// `text` as a count in [1, 10^8]; exits 2 with the usage otherwise.
+int Count(const char* text, const char* what) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < 1 || v > 100000000) {
+    std::fprintf(stderr, "bench_schedd: %s must be a whole number from 1 to 10^8, got '%s'\n%s", what, text, kUsage);
+    std::exit(2);
+  }
+  return static_cast<int>(v);
+}
+
 int main(int argc, char** argv) {
-  if (argc >= 4 && std::string(argv[1]) == "--rate") {
-    const int jobs = std::atoi(argv[3]), c = argc > 4 ? std::atoi(argv[4]) : 8;
+  if (argc > 1 && std::string(argv[1]) == "--rate") {
+    if (argc < 4 || argc > 5) {
+      std::fprintf(stderr, "%s", kUsage);
+      return 2;
+    }
+    const int jobs = Count(argv[3], "JOBS"), c = argc > 4 ? Count(argv[4], "C") : 8;
     Rates r = Measure(argv[2], 0, jobs, c);
     std::printf("rate %s: %.1f durable submissions/s (%d jobs, %d clients, %d errors)\n", argv[2], r.grpc_per_s, jobs, c,
                 r.errors);
     return r.errors == 0 ? 0 : 1;
   }
-  int n = argc > 1 ? std::atoi(argv[1]) : 10000;
-  int clients = argc > 2 ? std::atoi(argv[2]) : 8;
-  int mlsub_jobs = argc > 3 ? std::atoi(argv[3]) : 300;
+  if (argc > 4) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  const int n = argc > 1 ? Count(argv[1], "N") : 10000;
+  const int clients = argc > 2 ? Count(argv[2], "C") : 8;
+  const int mlsub_jobs = argc > 3 ? Count(argv[3], "MLSUB_JOBS") : 300;
+  if (n <= 2 * mlsub_jobs) {
+    std::fprintf(stderr, "bench_schedd: N (%d) must be above 2 x MLSUB_JOBS (%d)\n%s", n, mlsub_jobs, kUsage);
+    return 2;
+  }
   std::random_device rd;
   fs::path dir = fs::temp_directory_path() / ("mlsched-bench-" + std::to_string(rd()));
   fs::create_directories(dir);

@@ -39,6 +39,12 @@ const char* PredictionCorrectionName(PredictionCorrection c) {
   return c == PredictionCorrection::kDoubling ? "doubling" : "incremental";
 }
 
+double RequestedProcessors(const JobFeatures& f) {
+  const int64_t gpus = f.per_task.GpuCount();
+  const double per_task = gpus > 0 ? static_cast<double>(gpus) : static_cast<double>(f.per_task.cpu_millis) / 1000.0;
+  return std::max(1.0, static_cast<double>(f.ntasks)) * std::max(1.0, per_task);
+}
+
 std::string RequestTemplateKey(const JobFeatures& f) {
   std::string key = f.user + ':' + std::to_string(f.ntasks) + 'x' + std::to_string(f.per_task.cpu_millis) + "m," +
                     std::to_string(f.per_task.memory_bytes) + 'B';
@@ -165,7 +171,7 @@ std::optional<OnlineLinearPredictor::Features> OnlineLinearPredictor::FeaturesOf
   auto last = [&](size_t back) {  // the back-th latest run; a missing one repeats the oldest kept
     return static_cast<double>(runs[runs.size() - 1 - std::min(back, runs.size() - 1)]);
   };
-  return Features{1.0, Ln(static_cast<double>(f.time_limit)), Ln(static_cast<double>(f.ntasks)), Ln(last(0)),
+  return Features{1.0, Ln(static_cast<double>(f.time_limit)), Ln(RequestedProcessors(f)), Ln(last(0)),
                   Ln(last(1)), Ln(last(2)), Ln(MeanOfLast(runs, k_))};
 }
 
@@ -222,7 +228,7 @@ void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
 }
 
 std::string OnlineLinearPredictor::ModelState() const {
-  std::string out = "online-linear/1 " + std::to_string(n_);
+  std::string out = "online-linear/2 " + std::to_string(n_);
   char v[40];
   std::snprintf(v, sizeof v, " %.17g", var_);
   out += v;
@@ -236,7 +242,7 @@ std::string OnlineLinearPredictor::ModelState() const {
 }
 
 bool OnlineLinearPredictor::RestoreModel(std::string_view text) {
-  constexpr std::string_view kTag = "online-linear/1 ";
+  constexpr std::string_view kTag = "online-linear/2 ";
   if (text.substr(0, kTag.size()) != kTag || text.size() > 4096) return false;
   std::istringstream in{std::string(text.substr(kTag.size()))};
   int64_t n = -1;

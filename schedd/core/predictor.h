@@ -58,6 +58,10 @@ struct JobFeatures {
   ResourceVector per_task;
 };
 
+/// The processors `f` asks for: tasks x GPUs per task when it asks for GPUs, else tasks x CPU
+/// cores per task (at least 1 each). A trace's one-task job of N processors counts N.
+double RequestedProcessors(const JobFeatures& f);
+
 /// The history key of `f`'s request template: "USER:NxCPUm,MEMB,gpu:TYPE=N,...|LIMITs". The
 /// user's own key is the user name; a key's user is what precedes its first ':', which a user name
 /// never holds (passwd(5) separates its fields with ':').
@@ -174,8 +178,9 @@ class UserMeanPredictor : public RuntimePredictor {
 /// a linear model over the job's request and its user's recent run times, updated after every
 /// job). Fitted by exponentially weighted recursive least squares (Haykin, "Adaptive Filter
 /// Theory", ch. 10; forgetting factor 0.999, so the last ~1,000 jobs weigh most) on
-///   y = ln(run time), x = [1, ln(time limit), ln(ntasks), ln(last run), ln(second last),
+///   y = ln(run time), x = [1, ln(time limit), ln(processors), ln(last run), ln(second last),
 ///                          ln(third last), ln(mean of the user's last `history` runs)]
+/// (processors: RequestedProcessors, the SC'15 models' requested processor count)
 /// (each argument floored at 1 s; a missing run repeats the oldest kept one, and a user without history
 /// is predicted their time limit, as UserMeanPredictor does). The prediction is the log-normal
 /// mean exp(w.x + v/2) x `scale`, v the weighted mean squared error, capped to [1, time limit]. Until `kWarmup` jobs have been observed it
@@ -194,7 +199,8 @@ class OnlineLinearPredictor : public RuntimePredictor {
   using RuntimePredictor::Predict;
   Duration Predict(const JobFeatures& f) const override;
   void Observe(const JobFeatures& f, Duration actual) override;
-  /// "online-linear/1 N v w0..w6 P00..P66": N observations, then 1 + 7 + 49 numbers (%.17g).
+  /// "online-linear/2 N v w0..w6 P00..P66": N observations, then 1 + 7 + 49 numbers (%.17g).
+  /// (/1, whose size feature was ln(tasks), is refused: the model starts afresh.)
   /// RestoreModel refuses anything else, N above 2^50, non-finite numbers and a P whose diagonal
   /// is not positive or whose trace is above the bound Observe keeps.
   std::string ModelState() const override;

@@ -142,6 +142,33 @@ TEST_CASE("online-linear predictor learns how run times follow the request", "[p
   CHECK(std::abs(um.Predict(Req("u3", 36000)) - 9000) > 900);  // the baseline misses by > 10 %
 }
 
+TEST_CASE("online-linear predictor learns from the processors a job asks for, however they are asked", "[predictor]") {
+  // A trace's job is one task of N processors: N reaches the model as CPU cores per task. Here
+  // run time = 60 s x processors with one time limit for all: only the size explains it.
+  OnlineLinearPredictor ol;
+  const int64_t sizes[] = {1, 4, 16, 64, 2, 32};
+  for (int i = 0; i < 300; ++i) {
+    const int64_t n = sizes[(i / 7 + i) % 6];
+    JobFeatures f = Req("u" + std::to_string(i % 7), 86400);
+    f.per_task.cpu_millis = n * 1000;
+    ol.Observe(f, 60 * n);
+  }
+  for (int64_t n : {8, 48}) {
+    JobFeatures f = Req("u3", 86400);
+    f.per_task.cpu_millis = n * 1000;
+    const Duration p = ol.Predict(f);
+    INFO(n << " processors: " << p << " s");
+    CHECK(p > 60 * n * 0.8);
+    CHECK(p < 60 * n * 1.25);
+  }
+  JobFeatures gpus = Req("u", 3600, 4);
+  gpus.per_task.cpu_millis = 8000;
+  CHECK(RequestedProcessors(gpus) == 32);  // 4 tasks x 8 cores
+  gpus.per_task.gpus[""] = 2;
+  CHECK(RequestedProcessors(gpus) == 8);  // 4 tasks x 2 GPUs
+  CHECK(RequestedProcessors(Req("u", 3600, 3)) == 3);  // no per-task request: 1 each
+}
+
 TEST_CASE("online-linear predictor: cold start - warm-up - bounds", "[predictor]") {
   OnlineLinearPredictor p;
   CHECK(p.Predict(Req("nobody", 7200)) == 7200);  // no history: the time limit
@@ -171,15 +198,15 @@ TEST_CASE("online-linear predictor state round-trips and bad state is refused", 
   OnlineLinearPredictor c;
   const std::string fresh = c.ModelState();
   const std::string bad[] = {"", "user-mean/1 3", state + " 1", state.substr(0, state.size() / 2),
-                             "online-linear/1 -4" + state.substr(state.find(' ', 16)),
-                             "online-linear/1 5 nan" + state.substr(state.find(' ', 18)),
+                             "online-linear/2 -4" + state.substr(state.find(' ', 16)),
+                             "online-linear/2 5 nan" + state.substr(state.find(' ', 18)),
                              state + std::string(5000, ' '),
-                             "online-linear/1 0 0" + [] {  // a P with a zero diagonal
+                             "online-linear/2 0 0" + [] {  // a P with a zero diagonal
                                std::string zeros;
                                for (int i = 0; i < 7 + 49; ++i) zeros += " 0";
                                return zeros;
                              }(),
-                             "online-linear/1 1125899906842625" + state.substr(state.find(' ', 16))};  // N > 2^50
+                             "online-linear/2 1125899906842625" + state.substr(state.find(' ', 16))};  // N > 2^50
   for (const std::string& text : bad) {
     CAPTURE(text.substr(0, 40));
     CHECK_FALSE(c.RestoreModel(text));

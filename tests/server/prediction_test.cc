@@ -256,17 +256,19 @@ TEST_CASE("prediction: mlq --explain says what the expected start rests on", "[s
 
 TEST_CASE("prediction: the online-linear model learns from finished jobs and a restart keeps it", "[server][prediction]") {
   PredictWorld w("online-linear");
-  core::OnlineLinearPredictor reference(2);  // fed what schedd sees: alice, 3600 s limit, 1 task
+  core::OnlineLinearPredictor reference(2);  // fed what schedd sees: alice, 3600 s limit, 1 task of 2 CPUs
+  core::JobFeatures seen{"alice", 3600, 1, {}};
+  seen.per_task.cpu_millis = 2000;
   for (int i = 0; i < 40; ++i) {
     const int64_t run = 100 + 70 * (i % 5);
     w.RunFor(run);
-    reference.Observe(core::JobFeatures{"alice", 3600, 1, {}}, run);
+    reference.Observe(seen, run);
   }
   REQUIRE(reference.observations() > core::OnlineLinearPredictor::kWarmup);
   w.Restart();
   CHECK(w.store->LoadPredictorModel() == reference.ModelState());
   // After the restart the blocked job plans with the model's prediction for the running job.
-  const core::Duration predicted = reference.Predict(core::JobFeatures{"alice", 3600, 1, {}});
+  const core::Duration predicted = reference.Predict(seen);
   CHECK(predicted != core::UserMeanPredictor(2, 1.0, reference.history()).Predict("alice", 3600));
   int64_t t0 = 0;
   const int64_t blocked = w.BlockedBehindRunning(t0);
@@ -277,7 +279,7 @@ TEST_CASE("prediction: a damaged stored model is dropped and the model starts af
   PredictWorld w("online-linear");
   w.RunFor(100);
   w.RunFor(300);
-  w.store->SavePredictorModel("online-linear/1 40 nan").get();  // past the warm-up, were it taken
+  w.store->SavePredictorModel("online-linear/2 40 nan").get();  // past the warm-up, were it taken
   w.Restart();  // logged; the user's history is kept, so before the warm-up the user mean plans
   int64_t t0 = 0;
   const int64_t blocked = w.BlockedBehindRunning(t0);
