@@ -56,17 +56,19 @@ std::string SubmissionSuffix(const std::string& user, uint32_t uid, const std::s
 
 std::string LeaderKey(const std::string& prefix) { return prefix + "leader"; }
 
-/// The operations of one transaction being built, and what its inserts with a submission key
-/// learn once it commits.
 namespace {
-// The key an outer put or delete touches; nullptr for other operations (nested transactions).
+// The key an outer put or single-key delete touches; nullptr for other operations (nested
+// transactions, whose keys are new job ids and submission keys: `keyed` guards those).
 const std::string* TouchedKey(const etcdpb::RequestOp& op) {
   if (op.has_request_put()) return &op.request_put().key();
-  if (op.has_request_delete_range()) return &op.request_delete_range().key();
+  if (op.has_request_delete_range() && op.request_delete_range().range_end().empty())
+    return &op.request_delete_range().key();
   return nullptr;
 }
 }  // namespace
 
+/// The operations of one transaction being built, and what its inserts with a submission key
+/// learn once it commits.
 struct EtcdStore::Batch {
   std::vector<etcdpb::RequestOp> ops;
   size_t bytes = 0;
@@ -133,19 +135,21 @@ void EtcdStore::Drain() {
 }
 
 void EtcdStore::Enqueue(Item item) {
+  item.caller = std::this_thread::get_id();
   {
     std::lock_guard lk(mu_);
+    ++queued_by_[item.caller];
     queue_.push_back(std::move(item));
   }
   cv_.notify_all();
 }
 
 void EtcdStore::GatherLocked(std::unique_lock<std::mutex>& lk) {
-  const size_t writers = *std::max_element(recent_batches_.begin(), recent_batches_.end());
-  if (writers < 2) return;  // one writer at a time: commit at once
+  const size_t writers = *std::max_element(recent_callers_.begin(), recent_callers_.end());
+  if (writers < 2) return;  // one caller at a time: commit at once
   const auto deadline = std::chrono::steady_clock::now() + gather_.delay;
   size_t seen = queue_.size();
-  while (!stop_ && queue_.size() < writers) {
+  while (!stop_ && queued_by_.size() < writers && queue_.size() < kMaxItemsPerCommit) {
     const auto wake = std::min(deadline, std::chrono::steady_clock::now() + gather_.quiet);
     cv_.wait_until(lk, wake, [&] { return stop_ || queue_.size() != seen; });
     if (queue_.size() == seen || std::chrono::steady_clock::now() >= deadline) return;
@@ -161,11 +165,15 @@ void EtcdStore::WriterLoop() {
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty() && stop_) return;
       GatherLocked(lk);
-      recent_batches_[next_batch_slot_++ % recent_batches_.size()] = std::min(queue_.size(), kMaxItemsPerCommit);
+      std::set<std::thread::id> callers;
       while (!queue_.empty() && items.size() < kMaxItemsPerCommit) {
         items.push_back(std::move(queue_.front()));
         queue_.pop_front();
+        const std::thread::id caller = items.back().caller;
+        callers.insert(caller);
+        if (auto it = queued_by_.find(caller); it != queued_by_.end() && --it->second == 0) queued_by_.erase(it);
       }
+      recent_callers_[next_take_++ % recent_callers_.size()] = callers.size();
       in_flight_ = items.size();
     }
     CommitItems(items);
@@ -484,7 +492,9 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> EtcdStore::LoadRuntime
   const std::string prefix = Key("runtimes/");
   auto kvs = etcd_.RangePrefix(prefix);
   // The order of saves: each save is a new mod revision.
-  std::sort(kvs.begin(), kvs.end(), [](const auto& a, const auto& b) { return a.mod_revision() < b.mod_revision(); });
+  // Keys saved in one transaction share a revision: they stay in key order (a user before its templates).
+  std::stable_sort(kvs.begin(), kvs.end(),
+                   [](const auto& a, const auto& b) { return a.mod_revision() < b.mod_revision(); });
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   for (const auto& kv : kvs) {
     auto s = Parse<v1::StoredRuntimes>(kv.value(), kv.key());

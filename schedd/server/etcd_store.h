@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -102,6 +103,7 @@ class EtcdStore final : public Store {
     std::function<void(Batch&)> build;
     std::function<void(std::exception_ptr)> done;
     bool alone = false;  // committed in a transaction of its own (WriteAlone)
+    std::thread::id caller;  // the thread that queued it (GatherLocked counts callers)
   };
   void Enqueue(Item item);
   /// Queues a write whose operations `build` appends; ready once committed.
@@ -109,9 +111,10 @@ class EtcdStore final : public Store {
   /// Appends an event row (writer thread: numbers it within this epoch).
   void PutEvent(Batch& b, int64_t job_id, const std::string& node, const std::string& kind, const std::string& detail);
   void WriterLoop();
-  /// Group commit (writer thread, `lk` held on mu_): when one of the last 16 transactions carried
-  /// writes from W >= 2 callers, waits until W writes are queued, none has arrived for
-  /// gather_.quiet, or gather_.delay has passed. A lone writer commits at once. Fewer,
+  /// Group commit (writer thread, `lk` held on mu_): when one of the last 16 takes from the queue
+  /// held writes of W >= 2 callers (threads), waits until writes of W callers are queued, none
+  /// has arrived for gather_.quiet, or gather_.delay has passed. A lone caller (one mlsub at a
+  /// time; the controller's own writes, however many) commits at once. Fewer,
   /// larger transactions cost etcd less (each is replicated, written and applied by every
   /// member); PostgreSQL's commit_delay / commit_siblings is the same trade.
   void GatherLocked(std::unique_lock<std::mutex>& lk);
@@ -129,8 +132,9 @@ class EtcdStore final : public Store {
   std::condition_variable cv_;
   std::deque<Item> queue_;
   size_t in_flight_ = 0;  // items taken by the writer and not yet done
-  std::array<size_t, 16> recent_batches_{};  // items the writer took, the last 16 times (GatherLocked)
-  size_t next_batch_slot_ = 0;
+  std::array<size_t, 16> recent_callers_{};  // callers whose writes the writer took, the last 16 times
+  size_t next_take_ = 0;
+  std::map<std::thread::id, size_t> queued_by_;  // writes in queue_ per caller
   bool stop_ = false;
   // Writer-thread state (set by BecomeLeader before any write can succeed).
   std::atomic<int64_t> epoch_{0};
