@@ -126,15 +126,16 @@ Rates Measure(const std::string& server, int mlsub_jobs, int grpc_jobs, int clie
 }
 
 constexpr const char* kUsage =
-    "usage: bench_schedd [N=10000] [C=8] [MLSUB_JOBS=300]   (N > 2 x MLSUB_JOBS)\n"
+    "usage: bench_schedd [N=10000] [C=8] [MLSUB_JOBS=300]   (N >= 2 x MLSUB_JOBS + 2, C <= 4096)\n"
     "       bench_schedd --rate SERVER JOBS [C=8]\n";
 
-/// `text` as a count in [1, 10^8]; exits 2 with the usage otherwise.
-int Count(const char* text, const char* what) {
+/// `text` as a count in [min, max]; exits 2 with the usage otherwise.
+int Count(const char* text, const char* what, long min = 1, long max = 100000000) {
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || v < 1 || v > 100000000) {
-    std::fprintf(stderr, "bench_schedd: %s must be a whole number from 1 to 10^8, got '%s'\n%s", what, text, kUsage);
+  if (end == text || *end != '\0' || v < min || v > max) {
+    std::fprintf(stderr, "bench_schedd: %s must be a whole number from %ld to %ld, got '%s'\n%s", what, min, max, text,
+                 kUsage);
     std::exit(2);
   }
   return static_cast<int>(v);
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s", kUsage);
       return 2;
     }
-    const int jobs = Count(argv[3], "JOBS"), c = argc > 4 ? Count(argv[4], "C") : 8;
+    const int jobs = Count(argv[3], "JOBS"), c = argc > 4 ? Count(argv[4], "C", 1, 4096) : 8;
     Rates r = Measure(argv[2], 0, jobs, c);
     std::printf("rate %s: %.1f durable submissions/s (%d jobs, %d clients, %d errors)\n", argv[2], r.grpc_per_s, jobs, c,
                 r.errors);
@@ -157,10 +158,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int n = argc > 1 ? Count(argv[1], "N") : 10000;
-  const int clients = argc > 2 ? Count(argv[2], "C") : 8;
-  const int mlsub_jobs = argc > 3 ? Count(argv[3], "MLSUB_JOBS") : 300;
-  if (n <= 2 * mlsub_jobs) {
-    std::fprintf(stderr, "bench_schedd: N (%d) must be above 2 x MLSUB_JOBS (%d)\n%s", n, mlsub_jobs, kUsage);
+  const int clients = argc > 2 ? Count(argv[2], "C", 1, 4096) : 8;
+  const int mlsub_jobs = argc > 3 ? Count(argv[3], "MLSUB_JOBS", 0) : 300;
+  if (n < 2 * mlsub_jobs + 2) {  // half of the rest goes through each transport
+    std::fprintf(stderr, "bench_schedd: N (%d) must be at least 2 x MLSUB_JOBS + 2 (%d)\n%s", n, 2 * mlsub_jobs + 2,
+                 kUsage);
     return 2;
   }
   std::random_device rd;
@@ -223,8 +225,11 @@ int main(int argc, char** argv) {
     std::printf("  (b) gRPC, %d clients    %.1f durable submissions/s (%d jobs, %d errors)\n", clients, r.grpc_per_s, grpc_jobs,
                 r.errors);
   }
-  std::printf("cost of security (TLS+MUNGE / unix): mlsub %.2fx, gRPC %.2fx\n", tls_rates.mlsub_per_s / unix_rates.mlsub_per_s,
-              tls_rates.grpc_per_s / unix_rates.grpc_per_s);
+  if (mlsub_jobs > 0)
+    std::printf("cost of security (TLS+MUNGE / unix): mlsub %.2fx, gRPC %.2fx\n",
+                tls_rates.mlsub_per_s / unix_rates.mlsub_per_s, tls_rates.grpc_per_s / unix_rates.grpc_per_s);
+  else
+    std::printf("cost of security (TLS+MUNGE / unix): gRPC %.2fx\n", tls_rates.grpc_per_s / unix_rates.grpc_per_s);
   std::printf("(c) mlq, full table      median %.1f ms, max %.1f ms\n", lat[lat.size() / 2], lat.back());
   std::printf("    schedd RSS           %ld KB idle -> %ld KB with the queue: %.0f bytes per pending job\n", rss0, rss1,
               per_job);

@@ -58,7 +58,8 @@ std::string LeaderKey(const std::string& prefix) { return prefix + "leader"; }
 
 namespace {
 // The key an outer put or single-key delete touches; nullptr for other operations (nested
-// transactions, whose keys are new job ids and submission keys: `keyed` guards those).
+// transactions, whose keys are new job ids and submission keys: `keyed` guards those; ranged
+// deletes come only through WriteAlone, whose items commit alone).
 const std::string* TouchedKey(const etcdpb::RequestOp& op) {
   if (op.has_request_put()) return &op.request_put().key();
   if (op.has_request_delete_range() && op.request_delete_range().range_end().empty())
@@ -138,7 +139,7 @@ void EtcdStore::Enqueue(Item item) {
   item.caller = std::this_thread::get_id();
   {
     std::lock_guard lk(mu_);
-    ++queued_by_[item.caller];
+    if (item.submission) ++queued_by_[item.caller];
     queue_.push_back(std::move(item));
   }
   cv_.notify_all();
@@ -146,7 +147,8 @@ void EtcdStore::Enqueue(Item item) {
 
 void EtcdStore::GatherLocked(std::unique_lock<std::mutex>& lk) {
   const size_t writers = *std::max_element(recent_callers_.begin(), recent_callers_.end());
-  if (writers < 2) return;  // one caller at a time: commit at once
+  // One submitter at a time, or no submission waiting (a controller write): commit at once.
+  if (writers < 2 || queued_by_.empty()) return;
   const auto deadline = std::chrono::steady_clock::now() + gather_.delay;
   size_t seen = queue_.size();
   while (!stop_ && queued_by_.size() < writers && queue_.size() < kMaxItemsPerCommit) {
@@ -169,6 +171,7 @@ void EtcdStore::WriterLoop() {
       while (!queue_.empty() && items.size() < kMaxItemsPerCommit) {
         items.push_back(std::move(queue_.front()));
         queue_.pop_front();
+        if (!items.back().submission) continue;
         const std::thread::id caller = items.back().caller;
         callers.insert(caller);
         if (auto it = queued_by_.find(caller); it != queued_by_.end() && --it->second == 0) queued_by_.erase(it);
@@ -404,6 +407,7 @@ std::future<InsertedJob> EtcdStore::InsertJobArray(JobRow row, size_t count,
     });
   };
   item.done = [p, out](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*out); };
+  item.submission = true;
   Enqueue(std::move(item));
   return p->get_future();
 }

@@ -23,9 +23,10 @@
 
 namespace mlsched::server {
 
-/// Group commit (EtcdStore::GatherLocked): the longest the writer waits for more writes to share a
-/// transaction, and the quiet gap after which it stops waiting. Defaults measured on the loopback
-/// HA cluster with 8 clients: ~3 -> ~7 submissions per transaction, 1,550 -> 2,250 per second.
+/// Group commit (EtcdStore::GatherLocked): the longest the writer waits for more submissions to
+/// share a transaction, and the quiet gap after which it stops waiting. Defaults measured on the
+/// loopback HA cluster with 8 clients: ~3 -> ~7-8 submissions per transaction, ~1,800 -> ~2,750
+/// per second.
 struct GroupCommit {
   std::chrono::microseconds delay{2000};
   std::chrono::microseconds quiet{500};
@@ -104,6 +105,7 @@ class EtcdStore final : public Store {
     std::function<void(std::exception_ptr)> done;
     bool alone = false;  // committed in a transaction of its own (WriteAlone)
     std::thread::id caller;  // the thread that queued it (GatherLocked counts callers)
+    bool submission = false;  // a job insert (InsertJob/InsertJobArray): the writes gathering waits for
   };
   void Enqueue(Item item);
   /// Queues a write whose operations `build` appends; ready once committed.
@@ -111,10 +113,11 @@ class EtcdStore final : public Store {
   /// Appends an event row (writer thread: numbers it within this epoch).
   void PutEvent(Batch& b, int64_t job_id, const std::string& node, const std::string& kind, const std::string& detail);
   void WriterLoop();
-  /// Group commit (writer thread, `lk` held on mu_): when one of the last 16 takes from the queue
-  /// held writes of W >= 2 callers (threads), waits until writes of W callers are queued, none
-  /// has arrived for gather_.quiet, or gather_.delay has passed. A lone caller (one mlsub at a
-  /// time; the controller's own writes, however many) commits at once. Fewer,
+  /// Group commit (writer thread, `lk` held on mu_), for submissions only: when one of the last 16
+  /// takes from the queue held submissions of W >= 2 callers (request threads) and a submission
+  /// is queued, waits until submissions of W callers are queued, none has arrived for
+  /// gather_.quiet, or gather_.delay has passed. Other writes (the controller's, often made under
+  /// its lock) never wait unless queued behind a submission; a lone submitter commits at once. Fewer,
   /// larger transactions cost etcd less (each is replicated, written and applied by every
   /// member); PostgreSQL's commit_delay / commit_siblings is the same trade.
   void GatherLocked(std::unique_lock<std::mutex>& lk);
@@ -132,9 +135,9 @@ class EtcdStore final : public Store {
   std::condition_variable cv_;
   std::deque<Item> queue_;
   size_t in_flight_ = 0;  // items taken by the writer and not yet done
-  std::array<size_t, 16> recent_callers_{};  // callers whose writes the writer took, the last 16 times
+  std::array<size_t, 16> recent_callers_{};  // callers whose submissions the writer took, last 16 times
   size_t next_take_ = 0;
-  std::map<std::thread::id, size_t> queued_by_;  // writes in queue_ per caller
+  std::map<std::thread::id, size_t> queued_by_;  // submissions in queue_ per caller
   bool stop_ = false;
   // Writer-thread state (set by BecomeLeader before any write can succeed).
   std::atomic<int64_t> epoch_{0};

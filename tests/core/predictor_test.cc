@@ -206,7 +206,9 @@ TEST_CASE("online-linear predictor state round-trips and bad state is refused", 
                                for (int i = 0; i < 7 + 49; ++i) zeros += " 0";
                                return zeros;
                              }(),
-                             "online-linear/2 1125899906842625" + state.substr(state.find(' ', 16))};  // N > 2^50
+                             "online-linear/2 1125899906842625" + state.substr(state.find(' ', 16)),  // N > 2^50
+                             "online-linear/1" + state.substr(15)};  // a valid state of the ln(tasks) model
+  REQUIRE(state.substr(0, 15) == "online-linear/2");
   for (const std::string& text : bad) {
     CAPTURE(text.substr(0, 40));
     CHECK_FALSE(c.RestoreModel(text));
