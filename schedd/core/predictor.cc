@@ -164,10 +164,8 @@ OnlineLinearPredictor::OnlineLinearPredictor(int history, double scale, RuntimeH
   for (int i = 0; i < kFeatures; ++i) p_[i * kFeatures + i] = kInitialP;
 }
 
-std::optional<OnlineLinearPredictor::Features> OnlineLinearPredictor::FeaturesOf(const JobFeatures& f) const {
-  const std::deque<Duration>* found = book_.RunsFor(f);
-  if (found == nullptr) return std::nullopt;
-  const std::deque<Duration>& runs = *found;
+OnlineLinearPredictor::Features OnlineLinearPredictor::FeaturesOf(const JobFeatures& f,
+                                                                  const std::deque<Duration>& runs) const {
   auto last = [&](size_t back) {  // the back-th latest run; a missing one repeats the oldest kept
     return static_cast<double>(runs[runs.size() - 1 - std::min(back, runs.size() - 1)]);
   };
@@ -176,12 +174,14 @@ std::optional<OnlineLinearPredictor::Features> OnlineLinearPredictor::FeaturesOf
 }
 
 Duration OnlineLinearPredictor::Predict(const JobFeatures& f) const {
-  // Per pending job per cycle: no allocation (but the template key's, with HistoryBy::kRequest).
-  const std::optional<Features> x = FeaturesOf(f);
-  if (!x) return std::max<Duration>(f.time_limit, 1);
-  if (n_ < kWarmup) return Capped(MeanOfLast(*book_.RunsFor(f), k_) * scale_, f.time_limit);
+  // Per pending job per cycle: one history lookup, no allocation (but the template key's, with
+  // HistoryBy::kRequest).
+  const std::deque<Duration>* runs = book_.RunsFor(f);
+  if (runs == nullptr) return std::max<Duration>(f.time_limit, 1);
+  if (n_ < kWarmup) return Capped(MeanOfLast(*runs, k_) * scale_, f.time_limit);
+  const Features x = FeaturesOf(f, *runs);
   double y = 0;
-  for (int i = 0; i < kFeatures; ++i) y += w_[i] * (*x)[i];
+  for (int i = 0; i < kFeatures; ++i) y += w_[i] * x[i];
   // exp(E[ln t] + var/2): the mean of a log-normal run time, not its median (which would
   // under-predict half the jobs).
   return Capped(std::exp(std::min(y + var_ / 2, 50.0)) * scale_, f.time_limit);
@@ -190,8 +190,8 @@ Duration OnlineLinearPredictor::Predict(const JobFeatures& f) const {
 void OnlineLinearPredictor::Observe(const JobFeatures& f, Duration actual) {
   // Features as the history stood before this run is added (an approximation of what was known
   // at submission: runs that ended while the job was queued or running are included).
-  if (const std::optional<Features> features = FeaturesOf(f)) {
-    const Features& x = *features;
+  if (const std::deque<Duration>* runs = book_.RunsFor(f)) {
+    const Features x = FeaturesOf(f, *runs);
     Features px{};  // P x
     for (int i = 0; i < kFeatures; ++i)
       for (int j = 0; j < kFeatures; ++j) px[i] += p_[i * kFeatures + j] * x[j];

@@ -209,8 +209,8 @@ class OnlineLinearPredictor : public RuntimePredictor {
 
  private:
   using Features = std::array<double, kFeatures>;
-  /// The feature vector x of `f`; nullopt when its user has no history.
-  std::optional<Features> FeaturesOf(const JobFeatures& f) const;
+  /// The feature vector x of `f`, whose history (HistoryBook::RunsFor) is `runs` (not empty).
+  Features FeaturesOf(const JobFeatures& f, const std::deque<Duration>& runs) const;
   int k_;
   double scale_;
   std::vector<double> w_;  // kFeatures weights
