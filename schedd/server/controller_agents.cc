@@ -50,6 +50,15 @@ void Controller::NoteResizeLocked(JobRec& j, int prev_size, int size, const std:
 }
 
 void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now) {
+  // The spec is read back from the store and checked as if a client sent it before anything runs.
+  v1::JobSpec spec;
+  const std::optional<std::string> blob = store_.LoadSpec(j.id);
+  if (std::string why = !blob || !spec.ParseFromString(*blob) ? "its stored spec is missing or does not parse"
+                                                               : CheckStoredSpec(spec, policy_.limits);
+      !why.empty()) {
+    QuarantineLocked(j, why, now);
+    return;
+  }
   const int prev_size = j.attempt > 0 ? j.placement.tasks_size() : 0;  // the last attempt's size
   const std::string requeue_reason = j.reason;  // why it was pending: "Evicted", "Preempted", ...
   j.attempt += 1;
@@ -98,8 +107,6 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   }
   store_.SaveAttempt(AttemptOf(j)).get();
 
-  v1::JobSpec spec;
-  if (auto blob = store_.LoadSpec(j.id)) spec.ParseFromString(*blob);
   const std::string rendezvous_token = NewRendezvousToken();  // this attempt's, on every node; never logged
   for (const auto& [node, count] : local) {
     v1::SchedulerMessage m;
@@ -216,11 +223,37 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   Trigger();
 }
 
+InventoryVerdict Controller::AdmitNode(const v1::RegisterNode& reg, bool declared_only) {
+  std::lock_guard lk(mu_);
+  const core::Node* provisioned = nullptr;
+  for (const auto& p : provisioned_.nodes) {
+    if (p.name != reg.name()) continue;
+    for (const auto& pool : policy_.provisioning)
+      if (pool.pool == p.pool) provisioned = &pool.shape;
+  }
+  InventoryVerdict v = AdmitRegistration(policy_.inventory, reg, provisioned);
+  if (v.error.empty() && declared_only && !provisioned && !FindDeclaration(policy_.inventory, reg.name()))
+    v.error = "node " + reg.name() + ": an operator's agent on the Unix socket may register only nodes the policy's "
+              "node inventory names ([[nodes]])";
+  return v;
+}
+
 v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) {
   std::lock_guard lk(mu_);
   NodeRec& n = nodes_[reg.name()];
   bool was_down = n.down;
+  // A node's resources do not change between registrations unless someone changed the node (or
+  // its agent lies): drained until an operator resumes it.
+  const std::string changed = n.info.has_capacity() ? CapacityChange(n.info.capacity(), reg.capacity()) : "";
+  if (!changed.empty()) {
+    n.drained = true;
+    n.info.set_reason("capacity changed between registrations: " + changed);
+    spdlog::warn("node {}: {}; drained until `mladmin node resume`", reg.name(), n.info.reason());
+    store_.AppendEvent(0, reg.name(), "drain", n.info.reason()).get();
+  }
   n.node = ToCoreNode(reg);
+  if (const core::NodeDeclaration* d = FindDeclaration(policy_.inventory, reg.name()))
+    n.node.features.insert(n.node.features.end(), d->shape.features.begin(), d->shape.features.end());
   n.info.set_name(reg.name());
   n.info.set_pool(reg.pool());
   n.info.set_region(reg.region());
@@ -230,6 +263,7 @@ v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) 
   n.info.set_address(reg.address());
   n.info.set_isolation(reg.isolation());
   n.info.set_cutoff_timeout_s(reg.cutoff_timeout_s());
+  n.info.set_root_jobs(reg.root_jobs());
   n.connected = true;
   n.down = false;
   n.last_heartbeat = now;

@@ -65,7 +65,12 @@ struct InProcessSchedd {
     return stub->ListJobs(&ctx, v1::ListJobsRequest{}, resp);
   }
   /// Opens an agent stream for node `name` and registers; the first answer, or the stream's end status.
-  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) { return Register(NodeReg(name, 4), first); }
+  /// A node whose agent runs root's jobs too (this test submits as its own user, root in CI).
+  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) {
+    v1::RegisterNode reg = NodeReg(name, 4);
+    reg.set_root_jobs(true);
+    return Register(reg, first);
+  }
   grpc::Status Register(const v1::RegisterNode& node, v1::SchedulerMessage* first) {
     auto stub = v1::AgentService::NewStub(channel);
     grpc::ClientContext ctx;
@@ -164,6 +169,7 @@ struct AgentStream {
     stream = v1::AgentService::NewStub(s.channel)->Connect(&ctx);
     v1::AgentMessage reg;
     *reg.mutable_register_() = NodeReg(node, 4);
+    reg.mutable_register_()->set_root_jobs(true);  // the test submits as its own user: root in CI
     v1::SchedulerMessage answer;
     REQUIRE(stream->Write(reg));
     REQUIRE(stream->Read(&answer));
