@@ -271,6 +271,16 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
   if (auto st = auth_.AuthenticateAgent(ctx, node, &identity); !st.ok()) return st;
   auto session = std::make_shared<Session>();
   session->ctx = ctx;
+  // Before this handler returns (gRPC then destroys `ctx`), a replacer must be unable to reach it.
+  // Without this the replacer below called TryCancel on the old call's context after the old
+  // handler may have returned: a use after free when a reconnect raced the old stream's end.
+  struct ForgetContext {
+    Session& s;
+    ~ForgetContext() {
+      std::lock_guard lk(s.mu);
+      s.ctx = nullptr;
+    }
+  } forget{*session};
   std::shared_ptr<Session> old;
   {
     std::lock_guard lk(mu_);
@@ -283,7 +293,7 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     std::lock_guard lk(old->mu);
     old->closed = true;
     old->cv.notify_all();
-    old->ctx->TryCancel();
+    if (old->ctx) old->ctx->TryCancel();  // still in its handler: the context is alive
   }
   grpc::Status status = grpc::Status::OK;
   try {
