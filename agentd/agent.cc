@@ -69,6 +69,9 @@ Agent::Agent(AgentConfig config)
   plan_ctx_.node = cfg_.node.name;
   plan_ctx_.work_dir = cfg_.work_dir;
   plan_ctx_.agent_is_root = geteuid() == 0;
+  plan_ctx_.agent_uid = geteuid();
+  plan_ctx_.allow_root_jobs = cfg_.allow_root_jobs;
+  plan_ctx_.single_user = cfg_.single_user && !plan_ctx_.agent_is_root;
   plan_ctx_.gpu_count = cfg_.node.GpuCount();
   plan_ctx_.task_pids_max = cfg_.task_pids_max;
   // GPU index i is /dev/nvidia<i> (nvidia-smi's order); denied to the ranks not given it.
@@ -214,6 +217,7 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
   r->set_isolation(isolation_);
+  r->set_root_jobs(RunsRootJobs());
   // The seconds after which a cut-off agent has stopped every task: the bound plus the kill grace
   // (RegisterNode.cutoff_timeout_s); schedd waits longer than that before requeueing them.
   if (cfg_.cutoff_timeout.count() > 0)

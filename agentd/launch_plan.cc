@@ -95,21 +95,30 @@ std::string CheckParentDir(const std::string& path, const char* which) {
   return "";
 }
 
-// Resolves who the tasks run as; fills plan uid/gid/chown and the request template.
+// Who the tasks run as; fills the request template's user switch. Jobs of uid 0 run only with
+// --allow-root-jobs; an agent that is not root runs only its own uid's jobs, unless --single-user
+// (then every job runs as the agent's user).
 std::string ResolveUser(const v1::Prepare& p, const PlanContext& ctx, UserInfo* user, LaunchRequest* tmpl) {
   *user = LookupUser(p.user());
-  if (ctx.agent_is_root && p.uid() != 0) {
-    if (!user->found) return "user '" + p.user() + "' (uid " + std::to_string(p.uid()) + ") does not exist on this node";
-    if (user->uid != p.uid())
-      return "user '" + p.user() + "' has uid " + std::to_string(user->uid) + " on this node, not " +
-             std::to_string(p.uid());
-    tmpl->switch_user = true;
-    tmpl->uid = p.uid();
-    tmpl->gid = p.gid();
-    tmpl->groups = SupplementaryGroups(p.user(), p.gid());
-  } else if (!ctx.agent_is_root && p.uid() != getuid()) {
-    spdlog::warn("job {}: submitted by uid {} but agentd is not root: tasks run as uid {}", p.job_id(), p.uid(), getuid());
+  if (p.uid() == 0 && !ctx.allow_root_jobs)
+    return "jobs of uid 0 (root) do not run on node " + ctx.node +
+           ": its agentd was started without --allow-root-jobs (root jobs are off by default, as Slurm's "
+           "DisableRootJobs)";
+  if (!ctx.agent_is_root) {
+    if (p.uid() != ctx.agent_uid && !ctx.single_user)
+      return "job of uid " + std::to_string(p.uid()) + " refused: agentd on node " + ctx.node + " runs as uid " +
+             std::to_string(ctx.agent_uid) + ", not root, so it could only run the job as uid " +
+             std::to_string(ctx.agent_uid) + " (start it as root, or with --single-user for a one-user cluster)";
+    return "";
   }
+  if (p.uid() == 0) return "";
+  if (!user->found) return "user '" + p.user() + "' (uid " + std::to_string(p.uid()) + ") does not exist on this node";
+  if (user->uid != p.uid())
+    return "user '" + p.user() + "' has uid " + std::to_string(user->uid) + " on this node, not " + std::to_string(p.uid());
+  tmpl->switch_user = true;
+  tmpl->uid = p.uid();
+  tmpl->gid = p.gid();
+  tmpl->groups = SupplementaryGroups(p.user(), p.gid());
   return "";
 }
 

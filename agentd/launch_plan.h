@@ -23,6 +23,9 @@ struct PlanContext {
   int32_t gpu_count = 0;   // devices 0..gpu_count-1 exist on this node
   int64_t task_pids_max = 0;             // TaskLimits.pids_max of every task; 0 = none
   std::vector<std::string> gpu_devices;  // device node of each GPU index (/dev/nvidiaN); empty = none
+  uid_t agent_uid = 0;           // the agent's effective uid: the only one a non-root agent runs jobs of ...
+  bool single_user = false;      // ... unless --single-user: every job runs as agent_uid
+  bool allow_root_jobs = false;  // --allow-root-jobs: jobs of uid 0 may run (as root when the agent is root)
 };
 
 /// One rank, ready for ProcessSupervisor::Spawn. Its request's limits are the job's per-task

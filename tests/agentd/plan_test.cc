@@ -41,7 +41,12 @@ v1::Prepare MakePrepare(const TempDir& dir, int64_t job, std::vector<std::vector
   return p;
 }
 
-PlanContext Ctx(const TempDir& dir) { return PlanContext{"n1", dir.Str("work"), false, 4, 0, {}}; }
+PlanContext Ctx(const TempDir& dir) {
+  PlanContext ctx{"n1", dir.Str("work"), false, 4, 0, {}};
+  ctx.agent_uid = getuid();    // the jobs below are the test's own uid ...
+  ctx.allow_root_jobs = true;  // ... which is root in CI
+  return ctx;
+}
 
 std::string EnvOf(const PlannedRank& r, const std::string& key) {
   for (const auto& kv : r.request.env)
@@ -226,4 +231,52 @@ TEST_CASE("the stop reason is written next to the attempt directory and removed 
   REQUIRE(WriteStopReason(dir.Str("work/jobs/13.2"), "eviction").empty());
   RemoveAttemptFiles(dir.Str("work/jobs/13.2.stop-reason"));
   CHECK_FALSE(std::filesystem::exists(dir.Str("work/jobs/13.2.stop-reason")));
+}
+
+TEST_CASE("jobs of uid 0 run only with --allow-root-jobs", "[plan][root-jobs]") {
+  TempDir dir;
+  auto p = MakePrepare(dir, 50, {{}});
+  p.set_user("root");
+  p.set_uid(0);
+  p.set_gid(0);
+  auto ctx = Ctx(dir);
+  ctx.agent_is_root = true;
+  ctx.agent_uid = 0;
+  ctx.allow_root_jobs = false;
+  auto plan = PlanAttempt(p, ctx);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error == "jobs of uid 0 (root) do not run on node n1: its agentd was started without --allow-root-jobs "
+                      "(root jobs are off by default, as Slurm's DisableRootJobs)");
+  ctx.allow_root_jobs = true;
+  plan = PlanAttempt(p, ctx);
+  REQUIRE(plan);
+  CHECK_FALSE(plan.value->ranks[0].request.switch_user);  // root's job, as root
+  // Whatever name comes with it: uid 0 is root.
+  p.set_user("alice");
+  CHECK_FALSE(PlanAttempt(p, [&] { auto c = ctx; c.allow_root_jobs = false; return c; }()));
+}
+
+TEST_CASE("an agent that is not root runs only its own uid's jobs, unless --single-user", "[plan][single-user]") {
+  TempDir dir;
+  auto p = MakePrepare(dir, 51, {{}});
+  p.set_user("alice");
+  p.set_uid(1001);
+  p.set_gid(1001);
+  auto ctx = Ctx(dir);
+  ctx.agent_is_root = false;
+  ctx.agent_uid = 4242;
+  auto plan = PlanAttempt(p, ctx);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error == "job of uid 1001 refused: agentd on node n1 runs as uid 4242, not root, so it could only run the "
+                      "job as uid 4242 (start it as root, or with --single-user for a one-user cluster)");
+  p.set_uid(4242);  // its own user's job
+  REQUIRE(PlanAttempt(p, ctx));
+  p.set_uid(1001);
+  ctx.single_user = true;  // a one-user cluster: every job runs as the agent's user
+  plan = PlanAttempt(p, ctx);
+  REQUIRE(plan);
+  CHECK_FALSE(plan.value->ranks[0].request.switch_user);
+  p.set_uid(0);  // root's job still needs --allow-root-jobs
+  ctx.allow_root_jobs = false;
+  CHECK_THAT(PlanAttempt(p, ctx).error, Catch::Contains("--allow-root-jobs"));
 }

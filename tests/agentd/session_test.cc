@@ -66,6 +66,7 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
   CHECK(r.capacity().gpus(0).count() == 2);
   CHECK(r.address() == "127.0.0.1");
   CHECK(r.running_size() == 0);
+  CHECK(r.root_jobs() == (geteuid() == 0));  // --allow-root-jobs (Config), and it is root
   REQUIRE(WaitUntil([&] { return agent.Connected(); }));
 
   const std::string cmd = "echo $RANK $WORLD_SIZE $LOCAL_RANK $CUDA_VISIBLE_DEVICES $MASTER_ADDR:$MASTER_PORT "
@@ -113,6 +114,35 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
 
   // Heartbeats arrive every second.
   REQUIRE(schedd.WaitFor([](const v1::AgentMessage& m) { return m.has_heartbeat(); }, 3s));
+}
+
+TEST_CASE("without --allow-root-jobs a root job is refused at prepare, naming the flag, and the node registers so",
+          "[session][root-jobs]") {
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  AgentConfig cfg = Config(dir);
+  cfg.allow_root_jobs = false;  // the default
+  Agent agent(cfg);
+  agent.Start();
+  auto reg = schedd.WaitFor(Registers());
+  REQUIRE(reg);
+  CHECK_FALSE(reg->register_().root_jobs());
+  REQUIRE(WaitUntil([&] { return agent.Connected(); }));
+  auto prep = Prepare(dir, 60, 1, "touch " + dir.Str("ran-as-root"), {{}});
+  prep.mutable_prepare()->set_user("root");
+  prep.mutable_prepare()->set_uid(0);
+  prep.mutable_prepare()->set_gid(0);
+  REQUIRE(schedd.Send(prep));
+  auto pr = schedd.WaitFor(PrepareResult(60));
+  REQUIRE(pr);
+  CHECK_FALSE(pr->prepare_result().ok());
+  CHECK_THAT(pr->prepare_result().error(), Catch::Contains("--allow-root-jobs"));
+  REQUIRE(schedd.Send(Commit(60, 1)));  // a commit regardless starts nothing
+  auto ex = schedd.WaitFor(Exited(60, -1));
+  REQUIRE(ex);
+  CHECK_THAT(ex->task_exited().error(), Catch::Contains("never prepared"));
+  CHECK_FALSE(std::filesystem::exists(dir.Str("ran-as-root")));
+  agent.Shutdown();
 }
 
 TEST_CASE("abort drops a reservation or terminates running tasks", "[session]") {
