@@ -52,46 +52,33 @@ std::vector<gid_t> SupplementaryGroups(const std::string& user, gid_t gid) {
   return groups;
 }
 
-bool IsExecutableFile(const std::string& path) {
-  struct stat st{};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-// The executable and argv of every rank: argv (resolved by PATH) or the batch script.
+// The executable and argv of every rank: argv (a path, or a bare name the task searches on its
+// PATH) or the batch script. Nothing is looked up here: the child does it as the task's user.
 std::string ResolveCommand(const v1::JobSpec& spec, const std::string& workdir, const std::string& path_list,
-                           const std::string& dir, std::string* executable, std::vector<std::string>* argv) {
+                           const std::string& dir, LaunchRequest* req) {
   if (spec.argv_size() > 0) {
     const std::string& cmd = spec.argv(0);
     if (cmd.empty()) return "the job's command (argv[0]) is empty";
     if (cmd.find('/') != std::string::npos) {
       fs::path p(cmd);
       if (p.is_relative()) p = fs::path(workdir) / p;
-      *executable = p.lexically_normal().string();
-      if (!IsExecutableFile(*executable)) return "command '" + cmd + "' is not an executable file (" + *executable + ")";
+      req->executable = p.lexically_normal().string();
     } else {
-      *executable = FindOnPath(cmd, path_list);
-      if (executable->empty()) return "command '" + cmd + "' not found on PATH (" + path_list + ")";
+      req->executable = cmd;
+      req->search_path = path_list;
     }
-    argv->assign(spec.argv().begin(), spec.argv().end());
+    req->argv.assign(spec.argv().begin(), spec.argv().end());
     return "";
   }
   if (spec.script().empty()) return "the job has neither a command (argv) nor a batch script";
   std::string script_path = dir + "/script";
   if (spec.script().rfind("#!", 0) == 0) {
-    *executable = script_path;
-    *argv = {script_path};
+    req->executable = script_path;
+    req->argv = {script_path};
   } else {
-    *executable = "/bin/sh";
-    *argv = {"/bin/sh", script_path};
+    req->executable = "/bin/sh";
+    req->argv = {"/bin/sh", script_path};
   }
-  return "";
-}
-
-std::string CheckParentDir(const std::string& path, const char* which) {
-  std::error_code ec;
-  fs::path parent = fs::path(path).parent_path();
-  if (!fs::is_directory(parent, ec))
-    return std::string(which) + " file '" + path + "': directory '" + parent.string() + "' does not exist";
   return "";
 }
 
@@ -158,9 +145,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   r->rank = t.rank();
   r->gpus = in.gpu_indices;
   r->request = tmpl;
-  if (auto err = ResolveCommand(spec, tmpl.workdir, env["PATH"], dir, &r->request.executable, &r->request.argv);
-      !err.empty())
-    return err;
+  if (auto err = ResolveCommand(spec, tmpl.workdir, env["PATH"], dir, &r->request); !err.empty()) return err;
   PatternValues values{p.job_id(), t.rank(), p.user(), spec.name(), ctx.node, spec.array_index().array_job_id(),
                        spec.array_index().task_id()};
   auto out_path = ResolveOutputPath(spec.stdout_pattern(), "mlsched-%j.out", values, tmpl.workdir);
@@ -170,8 +155,6 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   if (!err_path) return "stderr: " + err_path.error;
   r->request.stdout_path = *out_path.value;
   r->request.stderr_path = *err_path.value;
-  if (auto e = CheckParentDir(r->request.stdout_path, "stdout"); !e.empty()) return e;
-  if (auto e = CheckParentDir(r->request.stderr_path, "stderr"); !e.empty()) return e;
   r->request.env = ToEnvStrings(env);
   r->request.umask = spec.has_umask() ? static_cast<mode_t>(spec.umask() & 0777) : 022;
   r->request.limits.memory_bytes = spec.memory_bytes_per_task();
@@ -208,10 +191,9 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
   plan.uid = tmpl.uid;
   plan.gid = tmpl.gid;
 
+  // Only its form is checked: whether it exists is the task's to find out, as its user (launcher.h).
   std::string workdir = spec.workdir().empty() ? (user.home.empty() ? "/" : user.home) : spec.workdir();
-  std::error_code ec;
   if (fs::path(workdir).is_relative()) return fail("working directory '" + workdir + "' is not an absolute path");
-  if (!fs::is_directory(workdir, ec)) return fail("working directory '" + workdir + "' does not exist");
   tmpl.workdir = workdir;
 
   std::set<int32_t> seen_gpus, seen_ranks;

@@ -1,6 +1,10 @@
 // Turning a Prepare message into ready-to-exec launch requests, validating on the way everything
-// that can be checked before anything starts: the user, the working directory, the command or
-// script, the output files' directories and the device indices.
+// that can be checked before anything starts without touching the user's files: who the tasks run
+// as, the form of the paths, the command or script, the output patterns and the device indices.
+// The working directory, the command's PATH search and the output files are left to the task
+// itself, after it has become the user (launcher.h): root never stats or follows a path the user
+// names, so a prepare neither tells a user what root can see nor fails (and requeues) for a
+// directory the user got wrong; the task's launch fails instead, once, with the user's own errno.
 #pragma once
 
 #include <sys/types.h>
@@ -52,7 +56,8 @@ struct PlannedAttempt {
 std::string StatusFilePath(const std::string& work_dir, const TaskKey& key);
 
 /// Validates `prepare` and builds its launch requests; errors name the field and value, e.g.
-/// "working directory '/nope' does not exist". Reads the user database and the file system only.
+/// "working directory 'data' is not an absolute path", or the flag a refused user needs
+/// (--allow-root-jobs, --single-user). Reads the user database only, never the file system.
 Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& prepare, const PlanContext& ctx);
 
 /// Creates the attempt directory (mode 0700, owned by the task user) and the script (mode 0700).

@@ -40,7 +40,7 @@ TEST_CASE("every rank gets the attempt's rendezvous token, which the agent never
   CHECK(ReadFile(dir.Str("token-1.txt")) == token);
   // A prepare that fails is logged with its error; the token is not part of it.
   m.mutable_prepare()->set_job_id(51);
-  m.mutable_prepare()->mutable_spec()->set_workdir("/no/such/dir");
+  m.mutable_prepare()->mutable_spec()->set_workdir("no/such/dir");  // not absolute
   REQUIRE(schedd.Send(m));
   auto refused = schedd.WaitFor(PrepareResult(51));
   REQUIRE(refused);
