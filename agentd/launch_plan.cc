@@ -124,8 +124,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   in.local_rank = t.local_rank();
   in.world_size = p.world_size();
   in.local_world_size = p.local_world_size();
-  in.master_addr = p.master_addr();
-  in.master_port = p.master_port();
+  in.master_addr = p.master_addr();  // MASTER_PORT comes with the commit (AddCommitEnvironment)
   in.gpu_indices.assign(t.gpu_indices().begin(), t.gpu_indices().end());
   in.node = ctx.node;
   in.status_file = dir + "/" + StatusFileName(t.rank());
@@ -168,6 +167,12 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
 
 }  // namespace
 
+
+bool PlannedAttempt::HasRank0() const {
+  for (const auto& r : ranks)
+    if (r.rank == 0) return true;
+  return false;
+}
 
 std::string StatusFilePath(const std::string& work_dir, const TaskKey& key) {
   return (fs::path(work_dir) / "jobs" / key.Attempt().ToString() / StatusFileName(key.rank)).string();

@@ -49,6 +49,12 @@ struct PlannedAttempt {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<PlannedRank> ranks;
+  /// Set by the agent when rank 0 runs here: the rendezvous socket it reserved (rendezvous_port.h)
+  /// and its port, reported in PrepareResult.master_port.
+  std::shared_ptr<const OwnedFd> rendezvous;
+  int32_t rendezvous_port = 0;
+  /// True when rank 0 is among this node's ranks.
+  bool HasRank0() const;
 };
 
 /// The status file a task of `key` keeps (MLSCHED_STATUS_FILE):
@@ -58,6 +64,7 @@ std::string StatusFilePath(const std::string& work_dir, const TaskKey& key);
 /// Validates `prepare` and builds its launch requests; errors name the field and value, e.g.
 /// "working directory 'data' is not an absolute path", or the flag a refused user needs
 /// (--allow-root-jobs, --single-user). Reads the user database only, never the file system.
+/// MASTER_PORT is not set here: it comes with the commit (AddCommitEnvironment in task_env.h).
 Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& prepare, const PlanContext& ctx);
 
 /// Creates the attempt directory (mode 0700, owned by the task user) and the script (mode 0700).

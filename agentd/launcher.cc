@@ -19,7 +19,7 @@ namespace {
 
 // Steps of the child's set-up, reported with errno through the error pipe.
 enum class Step : int {
-  kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kChdir, kStdout, kStderr, kExec, kSearch
+  kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kChdir, kStdout, kStderr, kInheritFd, kExec, kSearch
 };
 
 struct ChildError {
@@ -39,6 +39,7 @@ const char* StepName(Step s) {
     case Step::kStdout: return "open stdout file";
     case Step::kStderr: return "open stderr file";
     case Step::kChdir: return "chdir to working directory";
+    case Step::kInheritFd: return "keep the rendezvous socket open";
     case Step::kExec: return "exec";
     case Step::kSearch: return "exec";
   }
@@ -121,6 +122,7 @@ void MarkDescriptorsCloseOnExec() {
     ChildFail(err_fd, Step::kStderr);
   }
   MarkDescriptorsCloseOnExec();
+  if (req.inherit_fd && fcntl(req.inherit_fd->get(), F_SETFD, 0) < 0) ChildFail(err_fd, Step::kInheritFd);
   if (candidates != nullptr) ExecSearch(candidates, argv, envp, err_fd);
   execve(req.executable.c_str(), argv, envp);
   ChildFail(err_fd, Step::kExec);
@@ -168,6 +170,10 @@ std::string DescribeFailure(const LaunchRequest& req, const ChildError& e) {
 }
 
 }  // namespace
+
+OwnedFd::~OwnedFd() {
+  if (fd_ >= 0) close(fd_);
+}
 
 std::string FindOnPath(const std::string& name, const std::string& path_list) {
   size_t start = 0;

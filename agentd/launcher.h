@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,19 @@ struct TaskLimits {
   std::vector<std::string> deny_devices;  // device nodes it may not open (other ranks' GPUs)
 };
 
+/// A descriptor the agent owns: closed when the last holder (a shared_ptr) lets it go.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd();
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 /// Everything needed to exec one task; built by the launch planner, consumed by SpawnTask. The
 /// planner never looks at the user's files: the working directory, the command and the output
 /// files are resolved by the child after it has become the task's user.
@@ -30,6 +44,10 @@ struct LaunchRequest {
   std::string workdir;             // absolute; the child chdirs here after switching user
   std::string stdout_path;         // absolute; opened by the task's user O_WRONLY|O_CREAT|O_APPEND, mode 0666 & ~umask
   std::string stderr_path;         // absolute; the same file as stdout when equal
+  /// Left open across exec at its own number (rank 0's reserved rendezvous socket, named by
+  /// MLSCHED_RENDEZVOUS_FD); every other descriptor of the agent is closed on exec. The agent's
+  /// copy is closed when the last request holding it is dropped (after the fork).
+  std::shared_ptr<const OwnedFd> inherit_fd;
   bool switch_user = false;        // agent runs as root and the task must not: setgroups/setgid/setuid
   uid_t uid = 0;
   gid_t gid = 0;

@@ -24,7 +24,6 @@ v1::Prepare MakePrepare(const TempDir& dir, int64_t job, std::vector<std::vector
   p.set_world_size(static_cast<int32_t>(gpus.size()));
   p.set_local_world_size(static_cast<int32_t>(gpus.size()));
   p.set_master_addr("127.0.0.1");
-  p.set_master_port(29500);
   auto* spec = p.mutable_spec();
   spec->set_name("train");
   spec->add_argv("sh");
@@ -71,6 +70,7 @@ TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
   CHECK(EnvOf(r1, "CUDA_VISIBLE_DEVICES") == "2");
   CHECK(EnvOf(plan.value->ranks[0], "CUDA_VISIBLE_DEVICES") == "0,1");
   CHECK(EnvOf(r1, "RANK") == "1");
+  CHECK(EnvOf(r1, "MASTER_PORT") == "<unset>");  // the commit's (AddCommitEnvironment)
   CHECK(EnvOf(r1, "MLSCHED_STATUS_FILE") == dir.Str("work/jobs/12.1/status-1.json"));
   CHECK(EnvOf(r1, "MLSCHED_STOP_REASON_FILE") == dir.Str("work/jobs/12.1.stop-reason"));
   CHECK(plan.value->dir == dir.Str("work/jobs/12.1"));

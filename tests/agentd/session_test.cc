@@ -76,6 +76,8 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
   REQUIRE(pr);
   CHECK(pr->prepare_result().ok());
   CHECK(pr->prepare_result().error().empty());
+  const int32_t port = pr->prepare_result().master_port();  // rank 0 is here: the port it reserved
+  CHECK(port > 0);
   std::this_thread::sleep_for(200ms);
   CHECK(schedd.Count(Started(7, 0)) == 0);  // prepare starts nothing
   CHECK_FALSE(std::filesystem::exists(dir.Str("env-0.txt")));
@@ -87,7 +89,7 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
   CHECK_FALSE(refused->prepare_result().ok());
   CHECK(refused->prepare_result().error() == "GPU 1 is held by job 7 attempt 1 rank 1");
 
-  REQUIRE(schedd.Send(Commit(7, 1)));
+  REQUIRE(schedd.Send(Commit(7, 1, port)));
   for (int rank : {0, 1}) {
     REQUIRE(schedd.WaitFor(Started(7, rank)));
     auto ex = schedd.WaitFor(Exited(7, rank));
@@ -95,13 +97,14 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
     CHECK(ex->task_exited().exit_code() == rank + 3);
     CHECK_FALSE(ex->task_exited().signaled());
   }
-  CHECK(ReadFile(dir.Str("env-0.txt")) == "0 2 0 0 127.0.0.1:29500 test\n");
-  CHECK(ReadFile(dir.Str("env-1.txt")) == "1 2 1 1 127.0.0.1:29500 test\n");
+  const std::string master = "127.0.0.1:" + std::to_string(port);
+  CHECK(ReadFile(dir.Str("env-0.txt")) == "0 2 0 0 " + master + " test\n");
+  CHECK(ReadFile(dir.Str("env-1.txt")) == "1 2 1 1 " + master + " test\n");
   CHECK(std::filesystem::exists(dir.Str("job-7-0.out")));
 
   // Repeats are idempotent: prepare answers ok again, commit starts nothing.
   REQUIRE(schedd.Send(Prepare(dir, 7, 1, cmd, {{0}, {1}})));
-  REQUIRE(schedd.Send(Commit(7, 1)));
+  REQUIRE(schedd.Send(Commit(7, 1, port)));
   REQUIRE(WaitUntil([&] { return schedd.Count(PrepareResult(7)) == 2; }));
   std::this_thread::sleep_for(200ms);
   CHECK(schedd.Count(Started(7, 0)) == 1);

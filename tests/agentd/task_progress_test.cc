@@ -113,7 +113,6 @@ TEST_CASE("a task whose status file is a FIFO does not stop the node's heartbeat
     p->set_world_size(1);
     p->set_local_world_size(1);
     p->set_master_addr("127.0.0.1");
-    p->set_master_port(29500);
     for (const char* a : {"/bin/sh", "-c"}) p->mutable_spec()->add_argv(a);
     p->mutable_spec()->add_argv(cmd);
     p->mutable_spec()->set_workdir(dir.Str());
