@@ -85,8 +85,6 @@ struct ControllerConfig {
   int kill_grace_s = 10;          // SIGTERM to SIGKILL on cancel and time limit
   int min_job_age_s = 300;        // finished jobs stay in memory (and in mlq) this long
   int requeue_backoff_s = 5;      // a failed launch waits this long before the next try
-  int master_port_base = 20000;   // MASTER_PORT = base + hash(job, attempt) % range
-  int master_port_range = 12000;
   int max_array_size = 10000;     // most elements of one job array (Slurm MaxArraySize - 1)
   /// The controller host's user name of a uid, which a stored job row must match (Recover);
   /// empty = auth.h UserName (the user database). Tests with made-up users set their own.

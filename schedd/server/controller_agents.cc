@@ -89,8 +89,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   }
   const std::string& rank0 = tasks.front().node;
   j.placement.set_master_addr(nodes_[rank0].info.address().empty() ? "127.0.0.1" : nodes_[rank0].info.address());
-  j.placement.set_master_port(cfg_.master_port_base +
-                              static_cast<int32_t>((j.id * 7919 + j.attempt * 104729) % cfg_.master_port_range));
+  j.placement.set_master_port(0);  // reserved by rank 0's agent at prepare (OnPrepareResult)
   j.tasks.assign(tasks.size(), TaskRt{});
   // The accelerator this attempt got: rank 0's GPU type, or "cpu" (also a CPU fallback tier).
   const auto& cap = nodes_[rank0].node.capacity.gpus;
@@ -120,7 +119,6 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
     p->set_world_size(static_cast<int32_t>(tasks.size()));
     p->set_local_world_size(count);
     p->set_master_addr(j.placement.master_addr());
-    p->set_master_port(j.placement.master_port());
     p->set_rendezvous_token(rendezvous_token);
     for (const auto& t : j.placement.tasks()) {
       if (t.node() != node) continue;
@@ -351,12 +349,18 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
   if (!j || j->state != core::JobState::kRunning || j->attempt != r.attempt()) return;  // stale
   if (!PlacedOn(*j, node, -1))
     return RejectAgentMessage(node, "prepare result for job " + std::to_string(j->id) + " attempt " + std::to_string(j->attempt));
-  if (!r.ok()) {
-    spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, r.error());
+  // The rendezvous port is rank 0's agent's (it holds the socket); any other node's is ignored.
+  const bool rank0_node = j->placement.tasks_size() > 0 && j->placement.tasks(0).node() == node;
+  std::string error = r.ok() ? "" : r.error();
+  if (r.ok() && rank0_node && (r.master_port() < 0 || r.master_port() > 65535))
+    error = "rendezvous port " + std::to_string(r.master_port()) + " out of range";
+  if (!error.empty()) {
+    spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, error);
     EndAttempt(*j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "prepare-failed");
     j->eligible_after = now + cfg_.requeue_backoff_s;
     return;
   }
+  if (rank0_node) j->placement.set_master_port(r.master_port());
   bool all = true;
   for (int i = 0; i < j->placement.tasks_size(); ++i) {
     if (j->placement.tasks(i).node() == node && j->tasks[i].phase == Phase::kPreparing) j->tasks[i].phase = Phase::kPrepared;
@@ -365,11 +369,23 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
   if (!all) return;
   for (auto& t : j->tasks) t.phase = Phase::kCommitted;
   j->launch_deadline = now + cfg_.launch_timeout_s;
+  if (j->placement.master_port() == 0)
+    spdlog::warn("job {} attempt {}: the agent of rank 0's node {} reserved no rendezvous port (an agentd older than "
+                 "schedd?): MASTER_PORT is not set", j->id, j->attempt, j->placement.tasks(0).node());
+  // The placement keeps the port (a recovered schedd still knows it); a failed write is retried by
+  // Tick, and never holds the commit back.
+  try {
+    Persist(*j, "", "");
+  } catch (const std::exception& e) {
+    spdlog::warn("job {}: rendezvous port not written to the store yet: {}", j->id, e.what());
+  }
   v1::SchedulerMessage m;
   m.mutable_commit()->set_job_id(j->id);
   m.mutable_commit()->set_attempt(j->attempt);
+  m.mutable_commit()->set_master_port(j->placement.master_port());
   SendToNodes(*j, m);
-  spdlog::info("job {} attempt {}: all nodes prepared, committed", j->id, j->attempt);
+  spdlog::info("job {} attempt {}: all nodes prepared, committed (MASTER_PORT {})", j->id, j->attempt,
+               j->placement.master_port());
 }
 
 void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t, int64_t now) {

@@ -277,6 +277,16 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     spdlog::warn("node {}: registration clamped to the node inventory: {}", node, verdict.clamped);
   auto session = std::make_shared<Session>();
   session->ctx = ctx;
+  // Before this handler returns (gRPC then destroys `ctx`), a replacer must be unable to reach it.
+  // Without this the replacer below called TryCancel on the old call's context after the old
+  // handler may have returned: a use after free when a reconnect raced the old stream's end.
+  struct ForgetContext {
+    Session& s;
+    ~ForgetContext() {
+      std::lock_guard lk(s.mu);
+      s.ctx = nullptr;
+    }
+  } forget{*session};
   std::shared_ptr<Session> old;
   {
     std::lock_guard lk(mu_);
@@ -289,7 +299,7 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     std::lock_guard lk(old->mu);
     old->closed = true;
     old->cv.notify_all();
-    old->ctx->TryCancel();
+    if (old->ctx) old->ctx->TryCancel();  // still in its handler: the context is alive
   }
   grpc::Status status = grpc::Status::OK;
   try {

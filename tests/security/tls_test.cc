@@ -1,8 +1,9 @@
-// Certificate checks (common/tls.h) on certificates made by scripts/mlsched-certs.sh.
+// Certificate checks (common/tls.h) on certificates made by scripts/mlsched-certs.sh, and the CLI channel failing closed.
 #include <catch2/catch.hpp>
 
 #include <ctime>
 
+#include "common/client.h"
 #include "common/tls.h"
 #include "tests/security/fixtures.h"
 
@@ -118,4 +119,17 @@ TEST_CASE("a CRL signed by the cluster CA revokes node certificates by serial; a
   CHECK_THROWS_WITH(ReadRevokedSerials((d / "junk.pem").string(), (a / "ca.pem").string(), &expired),
                     Catch::Contains("not a PEM certificate revocation list"));
   CHECK(CertificateSerial("junk").empty());
+}
+
+TEST_CASE("the CLI's channel on TCP is TLS or nothing: an unreadable CA file is an error, never plaintext",
+          "[security][tls]") {
+  TempDir dir("mlsched-tls-");
+  const char* saved = std::getenv("MLSCHED_TLS_CA");
+  const std::string previous = saved ? saved : "";
+  const std::string missing = (dir.path() / "ca.pem").string();
+  ::setenv("MLSCHED_TLS_CA", missing.c_str(), 1);
+  CHECK_THROWS_WITH(MakeChannel("127.0.0.1:7070"), Catch::Contains("cannot read " + missing));
+  CHECK(MakeChannel("unix:" + (dir.path() / "schedd.sock").string()) != nullptr);  // the kernel names the caller there
+  if (saved) ::setenv("MLSCHED_TLS_CA", previous.c_str(), 1);
+  else ::unsetenv("MLSCHED_TLS_CA");
 }
