@@ -9,6 +9,7 @@
 #include "cli/admin_format.h"
 #include "cli/exit_codes.h"
 #include "cli/job_states.h"
+#include "cli/json_text.h"
 #include "cli/policy_check.h"
 #include "cli/rpc.h"
 #include "common/units.h"
@@ -45,7 +46,7 @@ int Nodes(SchedClient& client, const AdminArgs& a) {
   std::sort(nodes.begin(), nodes.end(), [](const auto& x, const auto& y) { return x.name() < y.name(); });
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& n : nodes) arr.push_back(NodeJson(n));
-  std::cout << arr.dump(2) << "\n";
+  std::cout << JsonText(arr, 2) << "\n";
   return kExitOk;
 }
 
@@ -53,7 +54,7 @@ int ShowJob(SchedClient& client, const AdminArgs& a) {
   v1::JobInfo job;
   if (RpcStatus st = client.GetJob(JobId(a), &job); !st.ok()) return Fail(client, st);
   const int64_t now = std::time(nullptr);
-  if (a.json) std::cout << JobDetailJson(job, now).dump(2) << "\n";
+  if (a.json) std::cout << JsonText(JobDetailJson(job, now), 2) << "\n";
   else std::cout << FormatJobDetail(job, now);
   return kExitOk;
 }
@@ -98,7 +99,7 @@ int ReloadPolicy(SchedClient& client) {
 int HaStatus(SchedClient& client, const AdminArgs& a) {
   v1::HaStatusResponse resp;
   if (RpcStatus st = client.HaStatus(&resp); !st.ok()) return Fail(client, st);
-  if (a.json) std::cout << HaStatusJson(resp).dump(2) << "\n";
+  if (a.json) std::cout << JsonText(HaStatusJson(resp), 2) << "\n";
   else std::cout << FormatHaStatus(resp);
   return kExitOk;
 }

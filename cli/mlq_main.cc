@@ -10,6 +10,7 @@
 #include "cli/explain_format.h"
 #include "cli/job_format.h"
 #include "cli/job_states.h"
+#include "cli/json_text.h"
 #include "cli/requests.h"
 #include "cli/rpc.h"
 
@@ -64,7 +65,7 @@ int Explain(const MlqArgs& a) {
     std::cerr << DescribeRpcError("mlq", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);
   }
-  if (a.json) std::cout << ExplainJson(resp).dump(2) << "\n";
+  if (a.json) std::cout << JsonText(ExplainJson(resp), 2) << "\n";
   else std::cout << FormatExplain(resp);
   ExitNow(kExitOk);
 }
@@ -116,10 +117,7 @@ int main(int argc, char** argv) {
   else std::sort(jobs.begin(), jobs.end(), [](auto* x, auto* y) { return x->job_id() < y->job_id(); });
   const int64_t now = std::time(nullptr);
   if (a.json) {
-    // One object at a time: a 10,000-job array is never held as one JSON tree.
-    std::string out = "[";
-    for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ",\n" : "\n") + JobJson(*jobs[i], now).dump();
-    out += jobs.empty() ? "]\n" : "\n]\n";
+    const std::string out = FormatJobsJson(jobs, now);
     std::fwrite(out.data(), 1, out.size(), stdout);
   } else {
     std::string out;
