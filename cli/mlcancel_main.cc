@@ -9,6 +9,7 @@
 #include "cli/exit_codes.h"
 #include "cli/requests.h"
 #include "cli/rpc.h"
+#include "common/safe_text.h"
 
 namespace {
 
@@ -77,12 +78,12 @@ int main(int argc, char** argv) {
   }
   v1::CancelJobsResponse resp;
   auto tell = [](const RpcStatus& failed, double wait_s) {
-    std::cerr << "mlcancel: " << failed.message << "; retrying in " << wait_s << " s\n";
+    std::cerr << "mlcancel: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
   };
   if (RpcStatus st = client.CancelJobs(req, &resp, RetryBudgetFromEnv(), tell); !st.ok()) {
     std::cerr << DescribeRpcError("mlcancel", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);
   }
-  for (const auto& e : resp.errors()) std::cerr << "mlcancel: " << e << "\n";
+  for (const auto& e : resp.errors()) std::cerr << "mlcancel: " << SafeText(e) << "\n";  // may name users, jobs
   ExitNow(resp.errors().empty() ? kExitOk : kExitRefused);
 }
