@@ -83,7 +83,7 @@ TEST_CASE("an old server that ignores paging answers everything at once", "[cli]
   CHECK(capped.error.empty());
 }
 
-TEST_CASE("--max-jobs stops the listing: exactly N jobs, capped only when more may follow", "[cli][paging]") {
+TEST_CASE("max_jobs (mlq --max-jobs) stops the listing: exactly N jobs, capped only when more may follow", "[cli][paging]") {
   PagingServer server;
   server.total = 250;
   ListOutcome out;
