@@ -47,7 +47,8 @@ Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f, int64_t now) {
   if (!f.since.empty()) {
     auto since = ParseTimePoint(f.since, now);
     if (!since) return Fail<v1::ListJobsRequest>("--since: " + since.error);
-    req.set_finished_since(*since.value);
+    // 0 would mean "schedd's default window": a time at or before the epoch asks for everything.
+    req.set_finished_since(std::max<int64_t>(1, *since.value));
   } else if (f.all && f.job_ids.empty()) {
     req.set_finished_since(now - kDefaultFinishedWindowS);
   }

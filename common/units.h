@@ -41,6 +41,7 @@ Parsed<int64_t> ParseDuration(const std::string& text);
 /// * a local date and time: "YYYY-MM-DD" (midnight), "YYYY-MM-DDTHH:MM", "YYYY-MM-DDTHH:MM:SS";
 ///   days, hours and minutes out of range (2026-02-30, T25:00) are errors;
 /// * "@SECONDS": Unix time.
+/// An age further back than `now` gives a negative time (before 1970).
 /// Errors name the text: "bad time '-2x': expected now, -AGE (...), YYYY-MM-DD[THH:MM[:SS]] or @SECONDS".
 Parsed<int64_t> ParseTimePoint(const std::string& text, int64_t now);
 

@@ -49,6 +49,10 @@ TEST_CASE("mlq --all is bounded: the last 7 days by default, --since TIME otherw
   since.since = "@1700000000";
   since.job_ids = {"5"};
   CHECK(BuildListRequest(since, kNow).value->finished_since() == 1'700'000'000);
+  for (const char* everything : {"@0", "-100000d"}) {  // never 0, which would be schedd's default window
+    since.since = everything;
+    CHECK(BuildListRequest(since, kNow).value->finished_since() == 1);
+  }
   since.since = "last tuesday";
   CHECK_THAT(BuildListRequest(since, kNow).error, Catch::StartsWith("--since: bad time 'last tuesday'"));
   CHECK_FALSE(BuildListRequest(JobFilters{}, kNow).value->include_all_finished());
