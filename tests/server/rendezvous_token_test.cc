@@ -39,6 +39,18 @@ bool AnyFileContains(const std::filesystem::path& dir, const std::string& needle
   return false;
 }
 
+/// Three one-CPU nodes (n1..n3) and alice's 3-task gang, prepared by one cycle.
+struct Gang3 : ControllerWorld {
+  const std::vector<std::string> nodes{"n1", "n2", "n3"};
+  int64_t id = 0;
+  Gang3() {
+    Start(core::PolicySet{});
+    for (const auto& n : nodes) ctl->OnRegister(NodeReg(n, 1), now);
+    REQUIRE(ctl->Submit(User("alice", 1001), Spec(3, 1), now, &id).ok());
+    ctl->RunCycle(now);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("rendezvous tokens are 64 random hex digits", "[rendezvous]") {
@@ -49,17 +61,10 @@ TEST_CASE("rendezvous tokens are 64 random hex digits", "[rendezvous]") {
 }
 
 TEST_CASE("every node of an attempt gets the same fresh rendezvous token, which users never see", "[rendezvous]") {
-  TempDir dir;
-  auto store = std::make_unique<SqliteStore>(dir.path.string());
-  RecordingSink sink;
-  ControllerConfig cfg;
-  Controller ctl(*store, sink, core::PolicySet{}, cfg);
-  int64_t now = 1'000'000;
-  const std::vector<std::string> nodes{"n1", "n2", "n3"};
-  for (const auto& n : nodes) ctl.OnRegister(NodeReg(n, 1), now);
-  int64_t id = 0;
-  REQUIRE(ctl.Submit(User("alice", 1001), Spec(3, 1), now, &id).ok());
-  ctl.RunCycle(now);
+  Gang3 w;
+  Controller& ctl = *w.ctl;
+  RecordingSink& sink = w.sink;
+  const auto& [dir, store, nodes, id, now, cfg] = std::tie(w.dir, w.store, w.nodes, w.id, w.now, w.cfg);
   auto tokens = PreparedTokens(sink, nodes);
   REQUIRE(tokens.size() == 1);
   const std::string first = *tokens.begin();
@@ -105,17 +110,10 @@ v1::AgentMessage PrepareOkWithPort(int64_t job, int32_t attempt, int32_t port) {
 
 TEST_CASE("the commit carries the port rank 0's agent reserved, to every node, and the placement keeps it",
           "[rendezvous]") {
-  TempDir dir;
-  auto store = std::make_unique<SqliteStore>(dir.path.string());
-  RecordingSink sink;
-  ControllerConfig cfg;
-  Controller ctl(*store, sink, core::PolicySet{}, cfg);
-  int64_t now = 1'000'000;
-  const std::vector<std::string> nodes{"n1", "n2", "n3"};
-  for (const auto& n : nodes) ctl.OnRegister(NodeReg(n, 1), now);
-  int64_t id = 0;
-  REQUIRE(ctl.Submit(User("alice", 1001), Spec(3, 1), now, &id).ok());
-  ctl.RunCycle(now);
+  Gang3 w;
+  Controller& ctl = *w.ctl;
+  RecordingSink& sink = w.sink;
+  const auto& [dir, store, nodes, id, now, cfg] = std::tie(w.dir, w.store, w.nodes, w.id, w.now, w.cfg);
   const std::string rank0 = Rank0Node(sink, nodes);
   REQUIRE(!rank0.empty());
   for (const auto& n : nodes)  // no port is derived from the job id any more: none in the prepare
