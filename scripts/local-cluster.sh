@@ -4,8 +4,10 @@
 # checkpoints (s3rver from tools/s3 when node and its modules are there, else a directory through
 # file://), all in one state directory. Secured as a production cluster is: a private cluster CA
 # and certificates (scripts/mlsched-certs.sh), schedd on TLS (127.0.0.1, a free port), agents on
-# mutual TLS with their node certificates, and a private munged (own key and socket) through which
-# the CLI proves who the user is. schedd's Unix socket stays for local callers (SO_PEERCRED).
+# mutual TLS with their node certificates (schedd refuses those tls/crl.pem revokes:
+# `scripts/mlsched-certs.sh $STATE/tls revoke NODE`), and a private munged (own key and socket)
+# through which the CLI proves who the user is. schedd's Unix socket stays for local callers
+# (SO_PEERCRED).
 #   scripts/local-cluster.sh up [--ha]|down|status
 # `up --ha` runs the HA variant instead of the single SQLite schedd: three etcd members and three
 # schedd replicas (--ha etcd://...), each on a fixed loopback port from $MLSCHED_HA_BASE_PORT
@@ -64,7 +66,7 @@ up() {
 single_up() {
   start schedd "$STATE/logs/schedd.log" "$BIN/schedd/server/schedd" --listen "unix:$SOCK" \
     --listen-tcp 127.0.0.1:0 --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
-    --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" \
+    --tls-ca "$STATE/tls/ca.pem" --tls-crl "$STATE/tls/crl.pem" --munge-socket "$STATE/munge/munge.sock" \
     --state-dir "$STATE/db" --policy "$POLICY" --metrics-port 0 \
     --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20
   for i in $(seq 1 50); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -124,7 +126,7 @@ ha_up() {
         echo "[local-cluster] schedd exited with status $rc; restarting in 1 s"; sleep 1
       done' schedd-loop "$BIN/schedd/server/schedd" --listen "unix:$STATE/schedd-$i.sock" \
       --listen-tcp "127.0.0.1:$((base + 19 + i))" --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
-      --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" --state-dir "$STATE/db-$i" \
+      --tls-ca "$STATE/tls/ca.pem" --tls-crl "$STATE/tls/crl.pem" --munge-socket "$STATE/munge/munge.sock" --state-dir "$STATE/db-$i" \
       --ha "etcd://$endpoints" "${etcd_flags[@]}" --policy "$POLICY" --heartbeat-interval 1 --heartbeat-timeout 6 \
       --kill-grace 20 ${MLSCHED_HA_SCHEDD_ARGS:-}
   done
@@ -217,8 +219,8 @@ agents_up() {
   echo "local cluster up (TLS + MUNGE${HA:+, HA on etcd}): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
 }
 
-# The cluster CA, schedd's certificate and one certificate per node; with --ha etcd's own CA, a
-# certificate per member and schedd's etcd client certificate (all kept across restarts).
+# The cluster CA, schedd's certificate, one certificate per node and the CRL; with --ha etcd's own
+# CA, a certificate per member and schedd's etcd client certificate (all kept across restarts).
 certificates() {
   if [ ! -f "$STATE/tls/ca.pem" ]; then
     bash scripts/mlsched-certs.sh "$STATE/tls" ca >/dev/null
@@ -226,6 +228,9 @@ certificates() {
     for n in od-1 od-2 spot-1 spot-2; do bash scripts/mlsched-certs.sh "$STATE/tls" node "$n" >/dev/null; done
     chmod 0755 "$STATE/tls"  # ca.pem readable by every local user; keys stay 0600
   fi
+  # The CRL schedd checks node certificates against (--tls-crl), renewed at every start (valid 90
+  # days); `scripts/mlsched-certs.sh $STATE/tls revoke NODE` adds a node and schedd re-reads it.
+  bash scripts/mlsched-certs.sh "$STATE/tls" crl >/dev/null
   if [ "$HA" = 1 ] && [ "$ETCD_TLS" = 1 ] && [ ! -f "$STATE/tls/etcd/clients/mlsched-schedd.pem" ]; then
     rm -rf "$STATE/tls/etcd"  # an interrupted earlier run: start over
     bash scripts/mlsched-certs.sh "$STATE/tls" etcd-ca >/dev/null  # tls/etcd/ is 0700
