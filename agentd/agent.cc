@@ -1,5 +1,7 @@
 #include "agentd/agent.h"
+#include "agentd/rendezvous_port.h"
 #include "agentd/safe_files.h"
+#include "agentd/task_env.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -69,6 +71,9 @@ Agent::Agent(AgentConfig config)
   plan_ctx_.node = cfg_.node.name;
   plan_ctx_.work_dir = cfg_.work_dir;
   plan_ctx_.agent_is_root = geteuid() == 0;
+  plan_ctx_.agent_uid = geteuid();
+  plan_ctx_.allow_root_jobs = cfg_.allow_root_jobs;
+  plan_ctx_.single_user = cfg_.single_user && !plan_ctx_.agent_is_root;
   plan_ctx_.gpu_count = cfg_.node.GpuCount();
   plan_ctx_.task_pids_max = cfg_.task_pids_max;
   // GPU index i is /dev/nvidia<i> (nvidia-smi's order); denied to the ranks not given it.
@@ -214,6 +219,7 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_address(cfg_.node.address);
   r->set_version(cfg_.version);
   r->set_isolation(isolation_);
+  r->set_root_jobs(RunsRootJobs());
   // The seconds after which a cut-off agent has stopped every task: the bound plus the kill grace
   // (RegisterNode.cutoff_timeout_s); schedd waits longer than that before requeueing them.
   if (cfg_.cutoff_timeout.count() > 0)
@@ -267,9 +273,17 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   std::string error;
   if (!attempts_.Known(key)) {
     auto plan = PlanAttempt(p, plan_ctx_);
-    if (!plan) {
-      error = plan.error;
-    } else if (error = attempts_.Reserve(*plan.value); error.empty()) {
+    if (!plan) error = plan.error;
+    if (plan && plan.value->HasRank0()) {  // rank 0 runs here: the attempt's rendezvous port
+      auto port = ReserveRendezvousPort(cfg_.node.address);
+      if (port) {
+        plan.value->rendezvous = std::move(port.value->socket);
+        plan.value->rendezvous_port = port.value->port;
+      } else {
+        error = port.error;
+      }
+    }
+    if (error.empty() && (error = attempts_.Reserve(*plan.value)).empty()) {
       error = WriteAttemptFiles(*plan.value);
       if (!error.empty()) {
         attempts_.DropPrepared(key);
@@ -279,7 +293,9 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   }
   r->set_ok(error.empty());
   r->set_error(error);
-  if (error.empty()) spdlog::info("job {}: prepared {} task(s)", key.ToString(), p.tasks_size());
+  if (error.empty()) r->set_master_port(attempts_.RendezvousPort(key));  // a repeated prepare: the same port
+  if (error.empty()) spdlog::info("job {}: prepared {} task(s){}", key.ToString(), p.tasks_size(),
+                                  r->master_port() ? ", rendezvous port " + std::to_string(r->master_port()) : "");
   else spdlog::warn("job {}: prepare failed: {}", key.ToString(), error);
   outbox_.Push(std::move(reply));
 }
@@ -293,9 +309,26 @@ void Agent::HandleCommit(const v1::Commit& c) {
     outbox_.Push(TaskExitedMessage({key.job_id, key.attempt, -1}, ExitReport{127, false, why}));
     return;
   }
-  if (result.launch.empty()) spdlog::debug("job {}: repeated commit ignored", key.ToString());
+  if (result.launch.empty()) {
+    spdlog::debug("job {}: repeated commit ignored", key.ToString());
+    return;
+  }
+  // MASTER_PORT is the commit's (rank 0's reservation, relayed by schedd); rank 0 inherits the
+  // reserved socket only when that is the port it holds.
+  const int32_t port = c.master_port() > 0 && c.master_port() <= 65535 ? c.master_port() : 0;
+  if (port == 0)
+    spdlog::warn("job {}: the commit carries no valid rendezvous port ({}): MASTER_PORT is not set", key.ToString(),
+                 c.master_port());
+  int rendezvous_fd = -1;
+  if (result.rendezvous && result.rendezvous_port == port) rendezvous_fd = result.rendezvous->get();
+  else if (result.rendezvous)
+    spdlog::warn("job {}: schedd's MASTER_PORT {} is not the port {} reserved here; rank 0 gets no rendezvous socket",
+                 key.ToString(), port, result.rendezvous_port);
   for (auto& r : result.launch) {
     TaskKey task{key.job_id, key.attempt, r.rank};
+    const bool holder = r.rank == 0 && rendezvous_fd >= 0;
+    AddCommitEnvironment(&r.request.env, port, holder ? rendezvous_fd : -1);
+    if (holder) r.request.inherit_fd = result.rendezvous;
     if (!supervisor_.Spawn(task, std::move(r.request)))
       OnTaskExited(task, ExitReport{127, false, "agent is shutting down or the task already runs"});
   }

@@ -59,6 +59,12 @@ struct AgentConfig {
   /// HTTP/2 settings) before the agent tries the next member (a stopped replica still accepts
   /// connections through its kernel). One server: gRPC's default (20 s).
   std::chrono::milliseconds connect_timeout{5000};
+  /// Jobs of uid 0 run here (agentd --allow-root-jobs); off by default, as Slurm's DisableRootJobs.
+  /// Registered as RegisterNode.root_jobs.
+  bool allow_root_jobs = false;
+  /// An agent that is not root runs every job as its own user (agentd --single-user: a one-user
+  /// cluster); without it such an agent refuses jobs of any other uid. Ignored when root.
+  bool single_user = false;
 };
 
 class Agent {
@@ -92,6 +98,9 @@ class Agent {
   int64_t Epoch() const { return epoch_; }
   /// The replica of the current or last stream.
   std::string Server() const;
+  /// Whether this agent runs jobs of uid 0 (RegisterNode.root_jobs): --allow-root-jobs, and it is
+  /// root or --single-user.
+  bool RunsRootJobs() const { return cfg_.allow_root_jobs && (plan_ctx_.agent_is_root || cfg_.single_user); }
 
  private:
   struct Connection;

@@ -40,7 +40,15 @@ AttemptTable::CommitResult AttemptTable::Commit(const AttemptKey& key) {
   e.phase = Phase::kCommitted;
   for (const auto& r : e.plan.ranks) e.live.insert(r.rank);
   out.launch = e.plan.ranks;
+  out.rendezvous = std::move(e.plan.rendezvous);
+  out.rendezvous_port = e.plan.rendezvous_port;
   return out;
+}
+
+int32_t AttemptTable::RendezvousPort(const AttemptKey& key) const {
+  std::lock_guard lk(mu_);
+  auto it = attempts_.find(key);
+  return it == attempts_.end() ? 0 : it->second.plan.rendezvous_port;
 }
 
 std::optional<AttemptTable::Phase> AttemptTable::PhaseOf(const AttemptKey& key) const {

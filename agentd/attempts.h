@@ -24,6 +24,10 @@ class AttemptTable {
   struct CommitResult {
     bool known = false;               // the attempt was prepared here (or already finished)
     std::vector<PlannedRank> launch;  // ranks to start now; empty when already committed
+    /// Rank 0's reserved rendezvous socket, handed out with the launch (the table keeps no copy,
+    /// so the agent's descriptor closes once the launch is done with it); null when none.
+    std::shared_ptr<const OwnedFd> rendezvous;
+    int32_t rendezvous_port = 0;
   };
 
   /// True when the attempt is prepared, committed or recently finished here.
@@ -33,9 +37,12 @@ class AttemptTable {
   std::string Reserve(PlannedAttempt plan);
   /// Marks a prepared attempt committed and hands out its ranks once.
   CommitResult Commit(const AttemptKey& key);
+  /// The rendezvous port reserved for a live attempt here (PlannedAttempt::rendezvous_port); 0 when
+  /// none or not live. A repeated prepare answers with it again.
+  int32_t RendezvousPort(const AttemptKey& key) const;
   /// Phase of a live attempt.
   std::optional<Phase> PhaseOf(const AttemptKey& key) const;
-  /// Drops a prepared (uncommitted) attempt, releasing its devices; returns its directory, or
+  /// Drops a prepared (uncommitted) attempt, releasing its devices and its rendezvous socket; returns its directory, or
   /// nullopt when the attempt is not in the prepared phase.
   std::optional<std::string> DropPrepared(const AttemptKey& key);
   /// Ranks of a committed attempt that have not exited.

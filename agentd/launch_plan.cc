@@ -52,64 +52,60 @@ std::vector<gid_t> SupplementaryGroups(const std::string& user, gid_t gid) {
   return groups;
 }
 
-bool IsExecutableFile(const std::string& path) {
-  struct stat st{};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-// The executable and argv of every rank: argv (resolved by PATH) or the batch script.
+// The executable and argv of every rank: argv (a path, or a bare name the task searches on its
+// PATH) or the batch script. Nothing is looked up here: the child does it as the task's user.
 std::string ResolveCommand(const v1::JobSpec& spec, const std::string& workdir, const std::string& path_list,
-                           const std::string& dir, std::string* executable, std::vector<std::string>* argv) {
+                           const std::string& dir, LaunchRequest* req) {
   if (spec.argv_size() > 0) {
     const std::string& cmd = spec.argv(0);
     if (cmd.empty()) return "the job's command (argv[0]) is empty";
     if (cmd.find('/') != std::string::npos) {
       fs::path p(cmd);
       if (p.is_relative()) p = fs::path(workdir) / p;
-      *executable = p.lexically_normal().string();
-      if (!IsExecutableFile(*executable)) return "command '" + cmd + "' is not an executable file (" + *executable + ")";
+      req->executable = p.lexically_normal().string();
     } else {
-      *executable = FindOnPath(cmd, path_list);
-      if (executable->empty()) return "command '" + cmd + "' not found on PATH (" + path_list + ")";
+      req->executable = cmd;
+      req->search_path = path_list;
     }
-    argv->assign(spec.argv().begin(), spec.argv().end());
+    req->argv.assign(spec.argv().begin(), spec.argv().end());
     return "";
   }
   if (spec.script().empty()) return "the job has neither a command (argv) nor a batch script";
   std::string script_path = dir + "/script";
   if (spec.script().rfind("#!", 0) == 0) {
-    *executable = script_path;
-    *argv = {script_path};
+    req->executable = script_path;
+    req->argv = {script_path};
   } else {
-    *executable = "/bin/sh";
-    *argv = {"/bin/sh", script_path};
+    req->executable = "/bin/sh";
+    req->argv = {"/bin/sh", script_path};
   }
   return "";
 }
 
-std::string CheckParentDir(const std::string& path, const char* which) {
-  std::error_code ec;
-  fs::path parent = fs::path(path).parent_path();
-  if (!fs::is_directory(parent, ec))
-    return std::string(which) + " file '" + path + "': directory '" + parent.string() + "' does not exist";
-  return "";
-}
-
-// Resolves who the tasks run as; fills plan uid/gid/chown and the request template.
+// Who the tasks run as; fills the request template's user switch. Jobs of uid 0 run only with
+// --allow-root-jobs; an agent that is not root runs only its own uid's jobs, unless --single-user
+// (then every job runs as the agent's user).
 std::string ResolveUser(const v1::Prepare& p, const PlanContext& ctx, UserInfo* user, LaunchRequest* tmpl) {
   *user = LookupUser(p.user());
-  if (ctx.agent_is_root && p.uid() != 0) {
-    if (!user->found) return "user '" + p.user() + "' (uid " + std::to_string(p.uid()) + ") does not exist on this node";
-    if (user->uid != p.uid())
-      return "user '" + p.user() + "' has uid " + std::to_string(user->uid) + " on this node, not " +
-             std::to_string(p.uid());
-    tmpl->switch_user = true;
-    tmpl->uid = p.uid();
-    tmpl->gid = p.gid();
-    tmpl->groups = SupplementaryGroups(p.user(), p.gid());
-  } else if (!ctx.agent_is_root && p.uid() != getuid()) {
-    spdlog::warn("job {}: submitted by uid {} but agentd is not root: tasks run as uid {}", p.job_id(), p.uid(), getuid());
+  if (p.uid() == 0 && !ctx.allow_root_jobs)
+    return "jobs of uid 0 (root) do not run on node " + ctx.node +
+           ": its agentd was started without --allow-root-jobs (root jobs are off by default, as Slurm's "
+           "DisableRootJobs)";
+  if (!ctx.agent_is_root) {
+    if (p.uid() != ctx.agent_uid && !ctx.single_user)
+      return "job of uid " + std::to_string(p.uid()) + " refused: agentd on node " + ctx.node + " runs as uid " +
+             std::to_string(ctx.agent_uid) + ", not root, so it could only run the job as uid " +
+             std::to_string(ctx.agent_uid) + " (start it as root, or with --single-user for a one-user cluster)";
+    return "";
   }
+  if (p.uid() == 0) return "";
+  if (!user->found) return "user '" + p.user() + "' (uid " + std::to_string(p.uid()) + ") does not exist on this node";
+  if (user->uid != p.uid())
+    return "user '" + p.user() + "' has uid " + std::to_string(user->uid) + " on this node, not " + std::to_string(p.uid());
+  tmpl->switch_user = true;
+  tmpl->uid = p.uid();
+  tmpl->gid = p.gid();
+  tmpl->groups = SupplementaryGroups(p.user(), p.gid());
   return "";
 }
 
@@ -128,8 +124,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   in.local_rank = t.local_rank();
   in.world_size = p.world_size();
   in.local_world_size = p.local_world_size();
-  in.master_addr = p.master_addr();
-  in.master_port = p.master_port();
+  in.master_addr = p.master_addr();  // MASTER_PORT comes with the commit (AddCommitEnvironment)
   in.gpu_indices.assign(t.gpu_indices().begin(), t.gpu_indices().end());
   in.node = ctx.node;
   in.status_file = dir + "/" + StatusFileName(t.rank());
@@ -149,9 +144,7 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   r->rank = t.rank();
   r->gpus = in.gpu_indices;
   r->request = tmpl;
-  if (auto err = ResolveCommand(spec, tmpl.workdir, env["PATH"], dir, &r->request.executable, &r->request.argv);
-      !err.empty())
-    return err;
+  if (auto err = ResolveCommand(spec, tmpl.workdir, env["PATH"], dir, &r->request); !err.empty()) return err;
   PatternValues values{p.job_id(), t.rank(), p.user(), spec.name(), ctx.node, spec.array_index().array_job_id(),
                        spec.array_index().task_id()};
   auto out_path = ResolveOutputPath(spec.stdout_pattern(), "mlsched-%j.out", values, tmpl.workdir);
@@ -161,8 +154,6 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   if (!err_path) return "stderr: " + err_path.error;
   r->request.stdout_path = *out_path.value;
   r->request.stderr_path = *err_path.value;
-  if (auto e = CheckParentDir(r->request.stdout_path, "stdout"); !e.empty()) return e;
-  if (auto e = CheckParentDir(r->request.stderr_path, "stderr"); !e.empty()) return e;
   r->request.env = ToEnvStrings(env);
   r->request.umask = spec.has_umask() ? static_cast<mode_t>(spec.umask() & 0777) : 022;
   r->request.limits.memory_bytes = spec.memory_bytes_per_task();
@@ -176,6 +167,12 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
 
 }  // namespace
 
+
+bool PlannedAttempt::HasRank0() const {
+  for (const auto& r : ranks)
+    if (r.rank == 0) return true;
+  return false;
+}
 
 std::string StatusFilePath(const std::string& work_dir, const TaskKey& key) {
   return (fs::path(work_dir) / "jobs" / key.Attempt().ToString() / StatusFileName(key.rank)).string();
@@ -199,10 +196,9 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
   plan.uid = tmpl.uid;
   plan.gid = tmpl.gid;
 
+  // Only its form is checked: whether it exists is the task's to find out, as its user (launcher.h).
   std::string workdir = spec.workdir().empty() ? (user.home.empty() ? "/" : user.home) : spec.workdir();
-  std::error_code ec;
   if (fs::path(workdir).is_relative()) return fail("working directory '" + workdir + "' is not an absolute path");
-  if (!fs::is_directory(workdir, ec)) return fail("working directory '" + workdir + "' does not exist");
   tmpl.workdir = workdir;
 
   std::set<int32_t> seen_gpus, seen_ranks;

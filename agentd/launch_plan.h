@@ -1,6 +1,10 @@
 // Turning a Prepare message into ready-to-exec launch requests, validating on the way everything
-// that can be checked before anything starts: the user, the working directory, the command or
-// script, the output files' directories and the device indices.
+// that can be checked before anything starts without touching the user's files: who the tasks run
+// as, the form of the paths, the command or script, the output patterns and the device indices.
+// The working directory, the command's PATH search and the output files are left to the task
+// itself, after it has become the user (launcher.h): root never stats or follows a path the user
+// names, so a prepare neither tells a user what root can see nor fails (and requeues) for a
+// directory the user got wrong; the task's launch fails instead, once, with the user's own errno.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +27,9 @@ struct PlanContext {
   int32_t gpu_count = 0;   // devices 0..gpu_count-1 exist on this node
   int64_t task_pids_max = 0;             // TaskLimits.pids_max of every task; 0 = none
   std::vector<std::string> gpu_devices;  // device node of each GPU index (/dev/nvidiaN); empty = none
+  uid_t agent_uid = 0;           // the agent's effective uid: the only one a non-root agent runs jobs of ...
+  bool single_user = false;      // ... unless --single-user: every job runs as agent_uid
+  bool allow_root_jobs = false;  // --allow-root-jobs: jobs of uid 0 may run (as root when the agent is root)
 };
 
 /// One rank, ready for ProcessSupervisor::Spawn. Its request's limits are the job's per-task
@@ -42,6 +49,12 @@ struct PlannedAttempt {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<PlannedRank> ranks;
+  /// Set by the agent when rank 0 runs here: the rendezvous socket it reserved (rendezvous_port.h)
+  /// and its port, reported in PrepareResult.master_port.
+  std::shared_ptr<const OwnedFd> rendezvous;
+  int32_t rendezvous_port = 0;
+  /// True when rank 0 is among this node's ranks.
+  bool HasRank0() const;
 };
 
 /// The status file a task of `key` keeps (MLSCHED_STATUS_FILE):
@@ -49,7 +62,9 @@ struct PlannedAttempt {
 std::string StatusFilePath(const std::string& work_dir, const TaskKey& key);
 
 /// Validates `prepare` and builds its launch requests; errors name the field and value, e.g.
-/// "working directory '/nope' does not exist". Reads the user database and the file system only.
+/// "working directory 'data' is not an absolute path", or the flag a refused user needs
+/// (--allow-root-jobs, --single-user). Reads the user database only, never the file system.
+/// MASTER_PORT is not set here: it comes with the commit (AddCommitEnvironment in task_env.h).
 Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& prepare, const PlanContext& ctx);
 
 /// Creates the attempt directory (mode 0700, owned by the task user) and the script (mode 0700).

@@ -18,7 +18,9 @@ namespace mlsched::agent {
 namespace {
 
 // Steps of the child's set-up, reported with errno through the error pipe.
-enum class Step : int { kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kStdout, kStderr, kChdir, kExec };
+enum class Step : int {
+  kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kChdir, kStdout, kStderr, kInheritFd, kExec, kSearch
+};
 
 struct ChildError {
   int step;
@@ -37,7 +39,9 @@ const char* StepName(Step s) {
     case Step::kStdout: return "open stdout file";
     case Step::kStderr: return "open stderr file";
     case Step::kChdir: return "chdir to working directory";
+    case Step::kInheritFd: return "keep the rendezvous socket open";
     case Step::kExec: return "exec";
+    case Step::kSearch: return "exec";
   }
   return "launch";
 }
@@ -46,7 +50,8 @@ const char* StepName(Step s) {
   ChildError e{static_cast<int>(step), errno};
   ssize_t n = write(fd, &e, sizeof e);
   (void)n;
-  _exit(step == Step::kExec && (e.err == EACCES || e.err == ENOEXEC) ? 126 : 127);
+  const bool exec = step == Step::kExec || step == Step::kSearch;
+  _exit(exec && (e.err == EACCES || e.err == ENOEXEC) ? 126 : 127);
 }
 
 // Opens `path` for appending and moves it onto `target` (1 or 2).
@@ -69,9 +74,24 @@ void MarkDescriptorsCloseOnExec() {
   for (int fd = 3; fd < static_cast<int>(max); ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+// execvp's search over `candidates` ("DIR/NAME" for every PATH entry), as the task's user: the
+// first that execs wins; a candidate that is missing (or not a directory, or a loop) is skipped;
+// EACCES is kept and reported when nothing else is found (exit 126), else ENOENT (exit 127).
+[[noreturn]] void ExecSearch(char* const* candidates, char* const* argv, char* const* envp, int err_fd) {
+  bool denied = false;
+  for (char* const* c = candidates; *c != nullptr; ++c) {
+    execve(*c, argv, envp);
+    if (errno == EACCES) denied = true;
+    else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP && errno != ENAMETOOLONG && errno != ESTALE)
+      ChildFail(err_fd, Step::kSearch);  // found but unusable (ENOEXEC, E2BIG, ...)
+  }
+  errno = denied ? EACCES : ENOENT;
+  ChildFail(err_fd, Step::kSearch);
+}
+
 // Runs in the forked child: async-signal-safe calls only, no allocation.
 [[noreturn]] void ChildMain(const LaunchRequest& req, std::span<const int> cgroup_fds, char* const* argv,
-                            char* const* envp, int err_fd, pid_t parent) {
+                            char* const* envp, char* const* candidates, int err_fd, pid_t parent) {
   for (int fd : cgroup_fds)  // before anything else, and while still root: "0" is the writer itself
     if (write(fd, "0", 1) != 1) ChildFail(err_fd, Step::kCgroup);
   if (setsid() < 0) ChildFail(err_fd, Step::kSetsid);
@@ -92,16 +112,34 @@ void MarkDescriptorsCloseOnExec() {
   umask(req.umask & 0777);
   int in = open("/dev/null", O_RDONLY);
   if (in < 0 || (in != 0 && (dup2(in, 0) < 0 || close(in) < 0))) ChildFail(err_fd, Step::kStdin);
+  // The user's paths, as the user: the working directory first (its failure names it), then the
+  // output files in it.
+  if (chdir(req.workdir.c_str()) < 0) ChildFail(err_fd, Step::kChdir);
   if (!RedirectTo(req.stdout_path.c_str(), 1)) ChildFail(err_fd, Step::kStdout);
   if (req.stderr_path == req.stdout_path) {
     if (dup2(1, 2) < 0) ChildFail(err_fd, Step::kStderr);
   } else if (!RedirectTo(req.stderr_path.c_str(), 2)) {
     ChildFail(err_fd, Step::kStderr);
   }
-  if (chdir(req.workdir.c_str()) < 0) ChildFail(err_fd, Step::kChdir);
   MarkDescriptorsCloseOnExec();
+  if (req.inherit_fd && fcntl(req.inherit_fd->get(), F_SETFD, 0) < 0) ChildFail(err_fd, Step::kInheritFd);
+  if (candidates != nullptr) ExecSearch(candidates, argv, envp, err_fd);
   execve(req.executable.c_str(), argv, envp);
   ChildFail(err_fd, Step::kExec);
+}
+
+// "DIR/NAME" for every entry of `path_list` (an empty entry is the working directory, as in execvp).
+std::vector<std::string> SearchCandidates(const std::string& name, const std::string& path_list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= path_list.size()) {
+    size_t end = path_list.find(':', start);
+    if (end == std::string::npos) end = path_list.size();
+    std::string dir = path_list.substr(start, end - start);
+    out.push_back((dir.empty() ? "." : dir) + "/" + name);
+    start = end + 1;
+  }
+  return out;
 }
 
 bool IsExecutable(const std::string& path) {
@@ -119,7 +157,10 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
 
 std::string DescribeFailure(const LaunchRequest& req, const ChildError& e) {
   auto step = static_cast<Step>(e.step);
+  if (step == Step::kSearch && e.err == ENOENT)
+    return "command '" + req.executable + "' not found on PATH (" + req.search_path + ")";
   std::string what = StepName(step);
+  if (step == Step::kSearch) what += " " + req.executable + " (on PATH " + req.search_path + ")";
   if (step == Step::kExec) what += " " + req.executable;
   if (step == Step::kStdout) what += " " + req.stdout_path;
   if (step == Step::kStderr) what += " " + req.stderr_path;
@@ -129,6 +170,10 @@ std::string DescribeFailure(const LaunchRequest& req, const ChildError& e) {
 }
 
 }  // namespace
+
+OwnedFd::~OwnedFd() {
+  if (fd_ >= 0) close(fd_);
+}
 
 std::string FindOnPath(const std::string& name, const std::string& path_list) {
   size_t start = 0;
@@ -175,6 +220,10 @@ SpawnResult SpawnTask(const LaunchRequest& req, std::span<const int> cgroup_fds)
   }
   std::vector<char*> argv = CStrings(req.argv);
   std::vector<char*> envp = CStrings(req.env);
+  const bool search = req.executable.find('/') == std::string::npos;
+  const std::vector<std::string> candidate_paths = search ? SearchCandidates(req.executable, req.search_path)
+                                                          : std::vector<std::string>{};
+  std::vector<char*> candidates = CStrings(candidate_paths);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -185,7 +234,7 @@ SpawnResult SpawnTask(const LaunchRequest& req, std::span<const int> cgroup_fds)
   }
   if (pid == 0) {
     close(pipe_fds[0]);
-    ChildMain(req, cgroup_fds, argv.data(), envp.data(), pipe_fds[1], parent);
+    ChildMain(req, cgroup_fds, argv.data(), envp.data(), search ? candidates.data() : nullptr, pipe_fds[1], parent);
   }
   close(pipe_fds[1]);
   ChildError err{};

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,14 +20,34 @@ struct TaskLimits {
   std::vector<std::string> deny_devices;  // device nodes it may not open (other ranks' GPUs)
 };
 
-/// Everything needed to exec one task; built by the launch planner, consumed by SpawnTask.
+/// A descriptor the agent owns: closed when the last holder (a shared_ptr) lets it go.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd();
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+/// Everything needed to exec one task; built by the launch planner, consumed by SpawnTask. The
+/// planner never looks at the user's files: the working directory, the command and the output
+/// files are resolved by the child after it has become the task's user.
 struct LaunchRequest {
-  std::string executable;          // absolute path passed to execve
+  std::string executable;          // path passed to execve, or a bare command name searched in search_path
+  std::string search_path;         // for a bare name: colon-separated directories ("" entry = the workdir)
   std::vector<std::string> argv;   // argv[0] included
   std::vector<std::string> env;    // "KEY=VALUE"
   std::string workdir;             // absolute; the child chdirs here after switching user
   std::string stdout_path;         // absolute; opened by the task's user O_WRONLY|O_CREAT|O_APPEND, mode 0666 & ~umask
   std::string stderr_path;         // absolute; the same file as stdout when equal
+  /// Left open across exec at its own number (rank 0's reserved rendezvous socket, named by
+  /// MLSCHED_RENDEZVOUS_FD); every other descriptor of the agent is closed on exec. The agent's
+  /// copy is closed when the last request holding it is dropped (after the fork).
+  std::shared_ptr<const OwnedFd> inherit_fd;
   bool switch_user = false;        // agent runs as root and the task must not: setgroups/setgid/setuid
   uid_t uid = 0;
   gid_t gid = 0;
@@ -51,10 +72,14 @@ struct SpawnResult {
 /// Forks and execs `req`. The child first joins the cgroups whose cgroup.procs files are open in
 /// `cgroup_fds` (writing "0", while still root), so every process it ever forks is a member; then
 /// it calls setsid(), resets signal mask and dispositions, switches
-/// user, sets PR_SET_PDEATHSIG=SIGKILL (after the user switch, which would clear it), redirects the
-/// standard streams, chdirs and execs; every step's failure comes back through a close-on-exec pipe,
-/// so a returned pid has really exec'd. PDEATHSIG follows the calling thread: call it from a thread
-/// that lives as long as the tasks should. The child performs only async-signal-safe calls.
+/// user, sets PR_SET_PDEATHSIG=SIGKILL (after the user switch, which would clear it), chdirs to the
+/// working directory, opens the output files, and execs (searching `search_path` for a bare
+/// command name, as execvp does). Everything that touches the user's paths runs as the user, so a
+/// path the user cannot reach fails with the user's own errno (EACCES whether or not it exists
+/// behind a directory the user cannot search), never with what root could see. Every step's
+/// failure comes back through a close-on-exec pipe, so a returned pid has really exec'd.
+/// PDEATHSIG follows the calling thread: call it from a thread that lives as long as the tasks
+/// should. The child performs only async-signal-safe calls.
 SpawnResult SpawnTask(const LaunchRequest& req, std::span<const int> cgroup_fds = {});
 
 /// Searches `path_list` (colon-separated) for an executable regular file named `name`; "" if none.

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   double kill_grace_s = 10, eviction_interval_s = 5, cutoff_timeout_s = 0;
   std::string cgroups = "auto";
   int64_t task_pids_max = 16384;
+  bool allow_root_jobs = false, single_user = false;
   app.add_option("--server", server,
                  "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas: the agent follows the leader; "
                  "default $MLSCHED_SERVER, else unix:" + std::string(kDefaultSocket) + ")");
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--task-pids-max", task_pids_max, "Processes and threads per task (cgroup pids.max); 0 = no limit")
       ->capture_default_str();
+  app.add_flag("--allow-root-jobs", allow_root_jobs,
+               "Run jobs of uid 0 (as root). Off by default (Slurm's DisableRootJobs): a job submitted as root is "
+               "refused at prepare, and schedd places root's jobs only on nodes whose agent allows them");
+  app.add_flag("--single-user", single_user,
+               "For an agentd that is not root: a one-user cluster where every job runs as the agent's user. "
+               "Without it such an agent refuses jobs of any other uid");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
@@ -117,6 +124,15 @@ int main(int argc, char** argv) {
   if (!cgroup_mode) return Fail("--cgroups must be auto, required or off (got '" + cgroups + "')");
   if (task_pids_max < 0) return Fail("--task-pids-max must be >= 0");
   cfg.cgroups = *cgroup_mode;
+  if (single_user && geteuid() == 0)
+    return Fail("--single-user is for an agentd that is not root (as root, every job would run as root)");
+  cfg.allow_root_jobs = allow_root_jobs;
+  cfg.single_user = single_user;
+  if (allow_root_jobs) spdlog::warn("--allow-root-jobs: jobs submitted by root (uid 0) run on this node");
+  if (geteuid() != 0 && single_user)
+    spdlog::warn("--single-user: agentd is not root; every job runs as uid {}", geteuid());
+  else if (geteuid() != 0)
+    spdlog::warn("agentd is not root: it runs only jobs of its own uid {} (see --single-user)", geteuid());
   cfg.task_pids_max = task_pids_max;
   cfg.node.name = name;
   cfg.node.pool = pool;

@@ -33,7 +33,12 @@ namespace {
 // "too_many_pings". The minimum reconnect backoff doubles as the connection (SETTINGS) timeout:
 // gRPC's default (20 s) with one server, cfg.connect_timeout with several, so that a stopped
 // replica, whose kernel still accepts connections, is passed over in seconds.
-std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, const AgentConfig& cfg) {
+// Fails closed: on TCP the channel is mutual TLS or nothing. A TLS file that cannot be read (a
+// rotation done as rm + cp) makes no channel at all (nullptr, `error` says why), and the attempt
+// is retried with the normal backoff; plaintext is used only for an explicit unix: address. (It
+// used to fall back to insecure credentials, and a plaintext impostor on the TCP address then had
+// the agent register and run a uid-0 job as root.)
+std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, const AgentConfig& cfg, std::string* error) {
   grpc::ChannelArguments args;
   if (cfg.servers.size() > 1) args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.connect_timeout.count()));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(cfg.backoff_initial.count()));
@@ -46,15 +51,13 @@ std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, cons
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (IsUnixAddress(address)) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   // TCP: mutual TLS. The files are read for every connection, so rotated certificates are used
-  // from the next reconnect on; an unreadable file fails this attempt (logged) and is retried.
-  std::shared_ptr<grpc::ChannelCredentials> creds;
+  // from the next reconnect on.
   try {
-    creds = MakeTlsChannelCredentials(cfg.tls);
+    return grpc::CreateCustomChannel(address, MakeTlsChannelCredentials(cfg.tls), args);
   } catch (const std::exception& e) {
-    spdlog::error("TLS: {}", e.what());
-    creds = grpc::InsecureChannelCredentials();  // schedd's TLS-only listener refuses it: the attempt fails
+    *error = std::string("TLS: ") + e.what() + " (no connection without TLS; retrying)";
+    return nullptr;
   }
-  return grpc::CreateCustomChannel(address, creds, args);
 }
 
 }  // namespace
@@ -142,7 +145,14 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
   auto conn = std::make_shared<Connection>();
   conn->server = server;
   PrepareContext(conn->ctx, server, /*timeout_s=*/0);
-  auto stub = v1::AgentService::NewStub(MakeAgentChannel(server, cfg_));
+  std::string channel_error;
+  auto channel = MakeAgentChannel(server, cfg_, &channel_error);
+  if (!channel) {  // nothing was sent: a failed attempt, retried after the backoff
+    if (failures % 20 == 0) spdlog::error("schedd {}: {} ({} failed attempt(s) before)", server, channel_error, failures);
+    else spdlog::debug("schedd {}: {}", server, channel_error);
+    return {};
+  }
+  auto stub = v1::AgentService::NewStub(channel);
   {
     std::lock_guard lk(mu_);
     if (stopping_) return {};

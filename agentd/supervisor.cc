@@ -178,6 +178,7 @@ void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
     std::unique_ptr<TaskCgroup> cgroup;
     int pidfd = -1;
     SpawnResult r = LaunchOne(q, &cgroup, &pidfd);
+    q.request.inherit_fd.reset();  // the task has its own copy now (or failed): the agent's closes
     if (r.pid <= 0) {
       spdlog::warn("task {}: launch failed: {}", q.key.ToString(), r.failure.error);
       on_exited_(q.key, 0, r.failure);

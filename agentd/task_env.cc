@@ -23,7 +23,9 @@ std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in) 
   env["LOCAL_RANK"] = std::to_string(in.local_rank);
   env["LOCAL_WORLD_SIZE"] = std::to_string(in.local_world_size);
   env["MASTER_ADDR"] = in.master_addr;
-  env["MASTER_PORT"] = std::to_string(in.master_port);
+  if (in.master_port > 0) env["MASTER_PORT"] = std::to_string(in.master_port);
+  else env.erase("MASTER_PORT");
+  env.erase(kRendezvousFdVar);
   env["CUDA_VISIBLE_DEVICES"] = devices;
   env["MLSCHED_JOB_ID"] = std::to_string(in.job_id);
   env["MLSCHED_TASK_ID"] = std::to_string(in.rank);
@@ -44,6 +46,13 @@ std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in) 
     }
   }
   return env;
+}
+
+void AddCommitEnvironment(std::vector<std::string>* env, int32_t master_port, int rendezvous_fd) {
+  const std::string port_key = "MASTER_PORT=", fd_key = std::string(kRendezvousFdVar) + "=";
+  std::erase_if(*env, [&](const std::string& kv) { return kv.rfind(port_key, 0) == 0 || kv.rfind(fd_key, 0) == 0; });
+  if (master_port > 0 && master_port <= 65535) env->push_back(port_key + std::to_string(master_port));
+  if (rendezvous_fd >= 0) env->push_back(fd_key + std::to_string(rendezvous_fd));
 }
 
 std::vector<std::string> ToEnvStrings(const std::map<std::string, std::string>& env) {

@@ -20,7 +20,7 @@ struct TaskEnvInput {
   int32_t world_size = 0;
   int32_t local_world_size = 0;
   std::string master_addr;
-  int32_t master_port = 0;
+  int32_t master_port = 0;  // 0: MASTER_PORT unset (the agent adds it at commit, AddCommitEnvironment)
   std::vector<int32_t> gpu_indices;  // CUDA_VISIBLE_DEVICES, empty = no GPU
   std::string node;                  // MLSCHED_NODE
   std::string status_file;           // MLSCHED_STATUS_FILE
@@ -39,13 +39,24 @@ struct TaskEnvInput {
 /// Default PATH for a task whose exported environment has none.
 inline constexpr const char* kDefaultTaskPath = "/usr/local/bin:/usr/bin:/bin";
 
+/// The variable naming rank 0's inherited rendezvous socket (a descriptor number): bound to
+/// MASTER_ADDR:MASTER_PORT by the agent, not listening; mltrain listens on it at once.
+inline constexpr const char* kRendezvousFdVar = "MLSCHED_RENDEZVOUS_FD";
+
 /// Builds the environment. Precedence, lowest first: defaults (PATH, USER, LOGNAME, HOME), the
 /// spec's env, the scheduler's env, then RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-/// MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES (comma-joined; "" without GPUs), MLSCHED_JOB_ID,
-/// MLSCHED_TASK_ID (= rank), MLSCHED_ATTEMPT, MLSCHED_NODE, MLSCHED_STATUS_FILE, and
-/// MLSCHED_RENDEZVOUS_TOKEN = in.rendezvous_token. Without a token from the scheduler the variable
-/// is removed: a value exported with the job (which mlq shows) must not pass for the secret.
+/// MASTER_ADDR, MASTER_PORT (only when in.master_port > 0), CUDA_VISIBLE_DEVICES (comma-joined; ""
+/// without GPUs), MLSCHED_JOB_ID, MLSCHED_TASK_ID (= rank), MLSCHED_ATTEMPT, MLSCHED_NODE,
+/// MLSCHED_STATUS_FILE, and MLSCHED_RENDEZVOUS_TOKEN = in.rendezvous_token. Without a token from the
+/// scheduler the variable is removed: a value exported with the job (which mlq shows) must not pass
+/// for the secret. MASTER_PORT (when 0) and MLSCHED_RENDEZVOUS_FD exported with the job are removed
+/// too: only the agent sets them.
 std::map<std::string, std::string> BuildTaskEnvironment(const TaskEnvInput& in);
+
+/// The commit's part of a rank's environment ("KEY=VALUE" strings): MASTER_PORT = `master_port`
+/// (1-65535; removed when 0) and, for rank 0 holding the reserved socket, MLSCHED_RENDEZVOUS_FD =
+/// `rendezvous_fd` (removed when < 0). Earlier values of both are replaced.
+void AddCommitEnvironment(std::vector<std::string>* env, int32_t master_port, int rendezvous_fd);
 
 /// "KEY=VALUE" strings in key order, as execve wants them. Keys with '=' or NUL are skipped.
 std::vector<std::string> ToEnvStrings(const std::map<std::string, std::string>& env);

@@ -6,26 +6,29 @@
 
 #include "cli/job_format.h"
 #include "cli/job_states.h"
+#include "common/safe_text.h"
 #include "common/units.h"
 
 namespace mlsched::cli {
 
 namespace {
 
-// Left-aligned columns separated by two spaces; trailing blanks trimmed.
-std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {
+// Left-aligned columns separated by two spaces; trailing blanks trimmed. Cells (from schedd:
+// hostile) are escaped for the terminal; widths count characters.
+std::string RenderTable(std::vector<std::vector<std::string>> rows) {
   std::vector<size_t> width;
-  for (const auto& r : rows)
+  for (auto& r : rows)
     for (size_t c = 0; c < r.size(); ++c) {
+      if (!IsSafeText(r[c])) r[c] = SafeText(r[c]);
       if (width.size() <= c) width.push_back(0);
-      width[c] = std::max(width[c], r[c].size());
+      width[c] = std::max(width[c], Utf8Chars(r[c]));
     }
   std::string out;
   for (const auto& r : rows) {
     std::string line;
     for (size_t c = 0; c < r.size(); ++c) {
       line += r[c];
-      if (c + 1 < r.size()) line += std::string(width[c] - r[c].size() + 2, ' ');
+      if (c + 1 < r.size()) line += std::string(width[c] - Utf8Chars(r[c]) + 2, ' ');
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
@@ -74,7 +77,7 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
                     GpuUsage(n->allocated(), n->capacity()), n->domain(), n->zone(), n->region(),
                     n->isolation().empty() ? "-" : n->isolation(), std::to_string(n->rejected_reports()), n->reason()});
   }
-  return RenderTable(rows);
+  return RenderTable(std::move(rows));
 }
 
 nlohmann::json NodeJson(const v1::NodeInfo& n) {
@@ -143,11 +146,18 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
   lines.push_back({{"Tasks", placement}});
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
-    std::string line = i == 0 ? "" : "   ";
-    for (size_t k = 0; k < lines[i].size(); ++k) line += (k ? " " : "") + lines[i][k].first + "=" + lines[i][k].second;
-    out += line + "\n";
+    if (i) out += "   ";
+    for (size_t k = 0; k < lines[i].size(); ++k) {
+      out += (k ? " " : "") + lines[i][k].first + "=";
+      AppendSafeText(out, lines[i][k].second);
+    }
+    out += "\n";
   }
-  if (!s.script().empty()) out += "   Script=\n" + s.script() + (s.script().back() == '\n' ? "" : "\n");
+  if (!s.script().empty()) {  // the script's lines and indentation stay; every other control byte is escaped
+    out += "   Script=\n";
+    AppendSafeText(out, s.script(), TextStyle::kMultiline);
+    if (s.script().back() != '\n') out += "\n";
+  }
   return out;
 }
 
@@ -194,13 +204,15 @@ std::string FormatHaStatus(const v1::HaStatusResponse& resp) {
   for (const auto& [key, value] : head) {
     std::string line = key;
     line.resize(16, ' ');
-    out += line + value + "\n";
+    out += line;
+    AppendSafeText(out, value);
+    out += "\n";
   }
   if (resp.members_size() == 0) return out;
   std::vector<std::vector<std::string>> rows{{"ADDRESS", "ROLE", "REVISION", "LAG"}};
   for (const auto* m : SortedMembers(resp))
     rows.push_back({m->address(), m->role(), std::to_string(m->revision()), std::to_string(m->lag())});
-  return out + "\n" + RenderTable(rows);
+  return out + "\n" + RenderTable(std::move(rows));
 }
 
 nlohmann::json HaStatusJson(const v1::HaStatusResponse& resp) {

@@ -23,6 +23,7 @@ std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capaci
 /// line per node sorted by name, columns left-aligned and separated by two spaces. CPUs in cores
 /// (fractions shown: "1.5/8"), MEM as allocated/total ("4G/64G"), ISOLATION as the agent registered
 /// it ("v1:memory,cpu,pids,devices,freezer", "none", "off"; "-" from an agent that did not say).
+/// Every cell is escaped for the terminal (common/safe_text.h); widths count characters.
 std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes);
 
 /// A node as JSON: name, pool, state, reason, region, zone, domain, address, isolation,
@@ -34,6 +35,8 @@ nlohmann::json NodeJson(const v1::NodeInfo& node);
 /// Every field of a job as scontrol show job prints it: "Key=Value" pairs, a few per line,
 /// continuation lines indented by three spaces; the script (if any) at the end. A job without
 /// argv and script is another user's job redacted by schedd: Command and Environment say hidden.
+/// Every value is escaped for the terminal (common/safe_text.h); the script keeps its newlines and
+/// tabs only (TextStyle::kMultiline).
 std::string FormatJobDetail(const v1::JobInfo& job, int64_t now);
 
 /// Every field of a job as JSON: JobJson's keys plus gid, argv, script, env, stdout, stderr and
@@ -43,7 +46,7 @@ nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now);
 /// mladmin ha status: "Key: value" lines, values aligned (Mode, Leader - when empty: "none
 /// (election in progress)" in etcd mode, else "-" -, Epoch, Answered by, Etcd endpoints - comma-joined, "-" when none -, Revision, Fenced
 /// writes), then, when the response lists replicas, a blank line and the table
-/// ADDRESS ROLE REVISION LAG sorted by address.
+/// ADDRESS ROLE REVISION LAG sorted by address. Values are escaped for the terminal.
 std::string FormatHaStatus(const v1::HaStatusResponse& resp);
 
 /// The HA state as JSON: mode, leader, epoch, answered_by, etcd_endpoints, revision,

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/job_states.h"
+#include "common/safe_text.h"
 #include "common/units.h"
 
 namespace mlsched::cli {
@@ -34,27 +35,31 @@ std::string Printf(const char* fmt, auto... args) {
 
 std::string OrDefault(const std::string& s, const char* def) { return s.empty() ? def : s; }
 
+// A text from schedd as the block shows it: escaped for the terminal, `def` when empty.
+std::string Shown(const std::string& s, const char* def) { return SafeText(OrDefault(s, def)); }
+
 }  // namespace
 
 std::string FormatExplain(const v1::ExplainJobResponse& r) {
   const v1::JobInfo& j = r.job();
   const v1::JobSpec& s = j.spec();
   const bool pending = j.state() == v1::PENDING;
-  std::string out = "Job " + std::to_string(j.job_id()) + " (" + OrDefault(s.name(), "-") + ") user " + j.user() +
-                    ", account " + OrDefault(s.account(), "-") + ", partition " + OrDefault(s.partition(), "-") +
-                    ", QoS " + OrDefault(s.qos(), "-") + ": " + StateName(j.state()) + "\n";
-  auto line = [&](const char* key, const std::string& value) { out += Printf("  %-15s %s\n", key, value.c_str()); };
+  std::string out = "Job " + std::to_string(j.job_id()) + " (" + Shown(s.name(), "-") + ") user " + SafeText(j.user()) +
+                    ", account " + Shown(s.account(), "-") + ", partition " + Shown(s.partition(), "-") +
+                    ", QoS " + Shown(s.qos(), "-") + ": " + StateName(j.state()) + "\n";
+  // Values are ours or already escaped; appended whole (a long reason detail is never cut).
+  auto line = [&](const char* key, const std::string& value) { out += Printf("  %-15s ", key) + value + "\n"; };
   if (pending) {
-    std::string reason = OrDefault(j.reason(), "None");
-    if (!j.reason_detail().empty()) reason += " (" + j.reason_detail() + ")";
+    std::string reason = Shown(j.reason(), "None");
+    if (!j.reason_detail().empty()) reason += " (" + SafeText(j.reason_detail()) + ")";
     line("Reason:", reason);
     line("Expected start:", j.expected_start() > 0 ? FormatTimestamp(j.expected_start()) : "N/A (unknown)");
-    if (!r.start_basis().empty()) line("Start rests on:", r.start_basis());
+    if (!r.start_basis().empty()) line("Start rests on:", SafeText(r.start_basis()));
   } else if (!j.reason().empty() && j.reason() != "None") {
-    line("Reason:", j.reason());
+    line("Reason:", SafeText(j.reason()));
   }
-  if (!j.resize().empty()) line("Resized:", j.resize());
-  std::string order = OrDefault(r.queue_order(), "fifo");
+  if (!j.resize().empty()) line("Resized:", SafeText(j.resize()));
+  std::string order = Shown(r.queue_order(), "fifo");
   if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";
   line("Queue order:", order);
   if (!pending) {

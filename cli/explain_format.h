@@ -12,7 +12,8 @@ namespace mlsched::cli {
 
 /// The block mlq --explain prints: the job's state, reason and detail, expected start, queue order
 /// and, for a pending job, one line per priority factor (FACTOR WEIGHT VALUE WEIGHTED: weight,
-/// factor in [0,1], weight x factor), nice and the total. Ends with a newline.
+/// factor in [0,1], weight x factor), nice and the total. Ends with a newline. Every text from
+/// schedd (names, reason and detail, start basis, resize) is escaped for the terminal.
 std::string FormatExplain(const v1::ExplainJobResponse& r);
 
 /// The mlq --explain --json object: job_id, name, user, account, partition, qos, state, reason,

@@ -4,8 +4,10 @@
 #include <array>
 #include <cstdio>
 
-#include "common/hostlist.h"
 #include "cli/job_states.h"
+#include "cli/json_text.h"
+#include "common/hostlist.h"
+#include "common/safe_text.h"
 
 namespace mlsched::cli {
 
@@ -57,26 +59,31 @@ std::string Gpus(const v1::JobSpec& s) {
   return "gpu:" + (types.empty() ? "" : types + ":") + std::to_string(s.gpus_per_task());
 }
 
+// argv joined; "(batch script)"; "N/A" when the answer carries neither (ListJobs summaries).
 std::string Command(const v1::JobSpec& s) {
-  if (s.argv().empty()) return "(batch script)";
+  if (s.argv().empty()) return s.script().empty() ? "N/A" : "(batch script)";
   std::string cmd;
   for (const auto& a : s.argv()) cmd += (cmd.empty() ? "" : " ") + a;
   return cmd;
 }
 
-// Appends `v` padded/truncated to the item's width.
-void AppendFitted(std::string& out, const std::string& v, const FormatItem& it) {
+// Appends the value `raw` (from schedd: hostile) escaped for the terminal (SafeText), padded or
+// cut to the item's width in characters; a cut never splits a UTF-8 sequence.
+void AppendFitted(std::string& out, const std::string& raw, const FormatItem& it) {
+  const std::string escaped = IsSafeText(raw) ? std::string() : SafeText(raw);
+  const std::string& v = escaped.empty() ? raw : escaped;
   if (it.width <= 0) {
     out += v;
     return;
   }
-  size_t w = static_cast<size_t>(it.width), n = std::min(v.size(), w);
+  const size_t w = static_cast<size_t>(it.width), n = std::min(Utf8Chars(v), w);
   if (it.right) out.append(w - n, ' ');
-  out.append(v, 0, n);
+  out.append(v, 0, Utf8PrefixBytes(v, n));
   if (!it.right) out.append(w - n, ' ');
 }
 
-// Appends a line built by `field(code)` for each item, without trailing blanks.
+// Appends a line built by `field(code)` for each item, without trailing blanks. Literal text is the
+// caller's own --format and is copied as is.
 template <typename F>
 void AppendLine(std::string& out, const std::vector<FormatItem>& items, F&& field) {
   size_t start = out.size();
@@ -283,6 +290,13 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"array_job_id", s.array_index().array_job_id()},
       {"array_task_id", s.array_index().array_job_id() ? nlohmann::json(s.array_index().task_id()) : nlohmann::json()},
   };
+}
+
+std::string FormatJobsJson(const std::vector<const v1::JobInfo*>& jobs, int64_t now) {
+  std::string out = "[";
+  for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ",\n" : "\n") + JsonText(JobJson(*jobs[i], now));
+  out += jobs.empty() ? "]\n" : "\n]\n";
+  return out;
 }
 
 bool StartOrderLess(const v1::JobInfo& a, const v1::JobInfo& b) {

@@ -36,7 +36,8 @@ struct FormatItem {
 /// %q QoS, %T state, %t state code, %M time used, %l time limit, %L time left, %D nodes,
 /// %A tasks (squeue's step task count), %C CPUs, %m memory per task, %b GPUs per task,
 /// %R node list or (reason), %N node list, %r reason, %S start (expected start when pending),
-/// %V submit time, %e end time, %Q priority, %Z working directory, %y nice, %o command.
+/// %V submit time, %e end time, %Q priority, %Z working directory, %y nice, %o command (argv,
+/// "(batch script)", or "N/A" in ListJobs summaries, which carry neither).
 /// Error: "unknown field code '%Y' in format '...'".
 Parsed<std::vector<FormatItem>> ParseJobFormat(const std::string& format);
 
@@ -44,6 +45,8 @@ Parsed<std::vector<FormatItem>> ParseJobFormat(const std::string& format);
 std::string FormatJobHeader(const std::vector<FormatItem>& items);
 
 /// One job's line (no newline). `now` (Unix seconds) gives the elapsed time of running jobs.
+/// Every value is escaped for the terminal (common/safe_text.h: control bytes, C1, bidi controls
+/// and invalid UTF-8 as \x1b / \u009b); widths count characters, and a cut never splits one.
 std::string FormatJobLine(const std::vector<FormatItem>& items, const v1::JobInfo& job, int64_t now);
 
 /// Appends one job's line and a newline to `out` (mlq's loop: no per-line allocation).
@@ -70,5 +73,9 @@ std::vector<std::string> JobNodes(const v1::JobInfo& job);
 /// exit_code, attempt, requeue_count, priority, expected_start, cpu_millis_per_task,
 /// memory_bytes_per_task, gpus_per_task, gpu_types, workdir, hold, nice, topology.
 nlohmann::json JobJson(const v1::JobInfo& job, int64_t now);
+
+/// mlq --json: one array, one job object per line (JsonText: valid JSON whatever bytes schedd
+/// sent), in the given order; "[]\n" when empty. Built one object at a time, never as one tree.
+std::string FormatJobsJson(const std::vector<const v1::JobInfo*>& jobs, int64_t now);
 
 }  // namespace mlsched::cli

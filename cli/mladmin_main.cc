@@ -9,8 +9,10 @@
 #include "cli/admin_format.h"
 #include "cli/exit_codes.h"
 #include "cli/job_states.h"
+#include "cli/json_text.h"
 #include "cli/policy_check.h"
 #include "cli/rpc.h"
+#include "common/safe_text.h"
 #include "common/units.h"
 
 namespace {
@@ -45,7 +47,7 @@ int Nodes(SchedClient& client, const AdminArgs& a) {
   std::sort(nodes.begin(), nodes.end(), [](const auto& x, const auto& y) { return x.name() < y.name(); });
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& n : nodes) arr.push_back(NodeJson(n));
-  std::cout << arr.dump(2) << "\n";
+  std::cout << JsonText(arr, 2) << "\n";
   return kExitOk;
 }
 
@@ -53,7 +55,7 @@ int ShowJob(SchedClient& client, const AdminArgs& a) {
   v1::JobInfo job;
   if (RpcStatus st = client.GetJob(JobId(a), &job); !st.ok()) return Fail(client, st);
   const int64_t now = std::time(nullptr);
-  if (a.json) std::cout << JobDetailJson(job, now).dump(2) << "\n";
+  if (a.json) std::cout << JsonText(JobDetailJson(job, now), 2) << "\n";
   else std::cout << FormatJobDetail(job, now);
   return kExitOk;
 }
@@ -72,12 +74,12 @@ int Evict(SchedClient& client, const AdminArgs& a) {
 int CheckPolicy(const AdminArgs& a) {
   PolicyCheckResult r = CheckPolicyFile(a.file);
   if (!r.ok) {
-    for (const auto& e : r.errors) std::cerr << e << "\n";
-    std::cerr << "mladmin: " << a.file << " is not a valid policy (" << r.errors.size()
+    for (const auto& e : r.errors) std::cerr << SafeText(e) << "\n";  // they quote the file
+    std::cerr << "mladmin: " << SafeText(a.file) << " is not a valid policy (" << r.errors.size()
               << (r.errors.size() == 1 ? " error)" : " errors)") << "\n";
     return kExitRefused;
   }
-  std::cout << a.file << ": OK: " << r.summary << "\n";
+  std::cout << SafeText(a.file) << ": OK: " << SafeText(r.summary) << "\n";
   return kExitOk;
 }
 
@@ -86,11 +88,11 @@ int ReloadPolicy(SchedClient& client) {
   v1::ReloadPolicyResponse resp;
   if (RpcStatus st = client.ReloadPolicy(&resp); !st.ok()) return Fail(client, st);
   if (!resp.reloaded()) {
-    for (const auto& e : resp.errors()) std::cerr << e << "\n";
-    std::cerr << "mladmin: " << resp.path() << " has errors; schedd keeps the running policy\n";
+    for (const auto& e : resp.errors()) std::cerr << SafeText(e) << "\n";  // schedd's, quoting the file
+    std::cerr << "mladmin: " << SafeText(resp.path()) << " has errors; schedd keeps the running policy\n";
     return kExitRefused;
   }
-  std::cout << "Policy reloaded from " << resp.path() << "\n";
+  std::cout << "Policy reloaded from " << SafeText(resp.path()) << "\n";
   return kExitOk;
 }
 
@@ -98,7 +100,7 @@ int ReloadPolicy(SchedClient& client) {
 int HaStatus(SchedClient& client, const AdminArgs& a) {
   v1::HaStatusResponse resp;
   if (RpcStatus st = client.HaStatus(&resp); !st.ok()) return Fail(client, st);
-  if (a.json) std::cout << HaStatusJson(resp).dump(2) << "\n";
+  if (a.json) std::cout << JsonText(HaStatusJson(resp), 2) << "\n";
   else std::cout << FormatHaStatus(resp);
   return kExitOk;
 }
@@ -149,7 +151,7 @@ void AddCommands(CLI::App& app, AdminArgs& a, std::function<int(SchedClient&)>& 
     hold->callback([&a, &action, release] {
       action = [&a, release](SchedClient& c) {
         RpcStatus st = c.HoldJob(JobId(a), release, RetryBudgetFromEnv(), [](const RpcStatus& failed, double wait_s) {
-          std::cerr << "mladmin: " << failed.message << "; retrying in " << wait_s << " s\n";
+          std::cerr << "mladmin: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
         });
         return st.ok() ? kExitOk : Fail(c, st);
       };

@@ -7,8 +7,10 @@
 #include <iostream>
 
 #include "cli/exit_codes.h"
+#include "cli/paging.h"
 #include "cli/requests.h"
 #include "cli/rpc.h"
+#include "common/safe_text.h"
 
 namespace {
 
@@ -67,22 +69,29 @@ int main(int argc, char** argv) {
     std::cerr << "mlcancel: " << client.ConfigError() << "\n";
     return kExitUsage;
   }
+  bool incomplete = false;  // the listing of -n/-p stopped early: jobs beyond it are not cancelled
   if (NeedsListing(a.sel)) {  // -n/-p: CancelJobs cannot filter by them; cancel the listed jobs by id
-    v1::ListJobsResponse listed;
-    if (RpcStatus st = client.ListJobs(NarrowingListRequest(req, a.sel), &listed); !st.ok()) {
+    RpcStatus st;
+    ListOutcome listed;
+    auto fetch = [&](const v1::ListJobsRequest& r, v1::ListJobsResponse* resp) { return (st = client.ListJobs(r, resp)).ok(); };
+    if (!ListJobPages(NarrowingListRequest(req, a.sel), kMaxListJobs, fetch, &listed)) {
       std::cerr << DescribeRpcError("mlcancel", st, client.Address(), timeout_s) << "\n";
       return ExitCodeForRpc(st.code);
     }
-    if (SelectListedJobs(listed, a.sel, &req) == 0) return kExitOk;  // nothing matched, like scancel
+    incomplete = listed.capped || !listed.error.empty();
+    if (incomplete)
+      std::cerr << "mlcancel: " << (listed.capped ? "more than " + std::to_string(kMaxListJobs) + " jobs match" : listed.error)
+                << "; only the jobs listed are cancelled\n";
+    if (SelectListedJobs(listed.jobs, a.sel, &req) == 0) return incomplete ? kExitRefused : kExitOk;  // like scancel
   }
   v1::CancelJobsResponse resp;
   auto tell = [](const RpcStatus& failed, double wait_s) {
-    std::cerr << "mlcancel: " << failed.message << "; retrying in " << wait_s << " s\n";
+    std::cerr << "mlcancel: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
   };
   if (RpcStatus st = client.CancelJobs(req, &resp, RetryBudgetFromEnv(), tell); !st.ok()) {
     std::cerr << DescribeRpcError("mlcancel", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);
   }
-  for (const auto& e : resp.errors()) std::cerr << "mlcancel: " << e << "\n";
-  ExitNow(resp.errors().empty() ? kExitOk : kExitRefused);
+  for (const auto& e : resp.errors()) std::cerr << "mlcancel: " << SafeText(e) << "\n";  // may name users, jobs
+  ExitNow(resp.errors().empty() && !incomplete ? kExitOk : kExitRefused);
 }

@@ -15,6 +15,7 @@
 #include "cli/exit_codes.h"
 #include "cli/rpc.h"
 #include "cli/submission.h"
+#include "common/safe_text.h"
 
 extern char** environ;
 
@@ -82,10 +83,10 @@ int main(int argc, char** argv) {
   ctx.env = EnvironmentFrom(environ);
   auto sub = PrepareSubmission(*args.value, ctx, ReadScriptFile, ReadStdin);
   if (!sub) {
-    std::cerr << "mlsub: " << sub.error << "\n";
+    std::cerr << "mlsub: " << SafeText(sub.error) << "\n";  // may quote the script
     return kExitUsage;
   }
-  for (const auto& w : sub.value->warnings) std::cerr << "mlsub: warning: " << w << "\n";
+  for (const auto& w : sub.value->warnings) std::cerr << "mlsub: warning: " << SafeText(w) << "\n";
   const int timeout_s = 30;
   SchedClient client(sub.value->options.server.value_or(""), timeout_s);
   if (!client.ConfigError().empty()) {
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
   // Transient failures (schedd restarting, an answer lost) are retried with the same submission
   // key, so a retry never makes a second job: $MLSCHED_RETRY seconds, default 15.
   RpcStatus st = client.SubmitJob(sub.value->spec, &job_id, RetryBudgetFromEnv(), [&](const RpcStatus& failed, double wait_s) {
-    std::cerr << "mlsub: " << failed.message << "; retrying in " << wait_s << " s\n";
+    std::cerr << "mlsub: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
   });
   if (!st.ok()) {
     std::cerr << DescribeRpcError("mlsub", st, client.Address(), timeout_s) << "\n";

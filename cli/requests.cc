@@ -32,7 +32,7 @@ std::string AddJobSelector(const std::string& text, Req& req) {
 
 }  // namespace
 
-Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f) {
+Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f, int64_t now) {
   v1::ListJobsRequest req;
   for (const auto& j : f.job_ids)
     if (auto err = AddJobSelector(j, req); !err.empty()) return Fail<v1::ListJobsRequest>("--jobs: " + err);
@@ -43,7 +43,15 @@ Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f) {
     if (!states) return Fail<v1::ListJobsRequest>("--states: " + states.error);
     for (auto s : *states.value) req.add_states(s);
   }
-  req.set_include_all_finished(f.all);
+  req.set_include_all_finished(f.all || !f.since.empty());
+  if (!f.since.empty()) {
+    auto since = ParseTimePoint(f.since, now);
+    if (!since) return Fail<v1::ListJobsRequest>("--since: " + since.error);
+    // 0 would mean "schedd's default window": a time at or before the epoch asks for everything.
+    req.set_finished_since(std::max<int64_t>(1, *since.value));
+  } else if (f.all && f.job_ids.empty()) {
+    req.set_finished_since(now - kDefaultFinishedWindowS);
+  }
   Parsed<v1::ListJobsRequest> out;
   out.value = std::move(req);
   return out;
@@ -51,7 +59,8 @@ Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f) {
 
 std::vector<int64_t> UnknownJobIds(const v1::ListJobsRequest& req, const v1::ListJobsResponse& resp) {
   std::vector<int64_t> unknown;
-  if (!req.users().empty() || !req.states().empty() || !req.partitions().empty()) return unknown;
+  if (!req.users().empty() || !req.states().empty() || !req.partitions().empty() || req.finished_since() > 0)
+    return unknown;
   for (int64_t id : req.job_ids()) {
     bool found = false;
     for (const auto& j : resp.jobs()) found = found || j.job_id() == id || j.spec().array_index().array_job_id() == id;

@@ -16,16 +16,22 @@ struct JobFilters {
   std::vector<std::string> users;       // -u
   std::vector<std::string> partitions;  // -p
   std::string states;                   // -t, comma list of names/codes or "all"; "" = schedd's default
-  bool all = false;                     // --all: also jobs finished longer ago than MinJobAge
+  bool all = false;                     // -a/--all: also jobs finished longer ago than MinJobAge
+  std::string since;                    // --since TIME (ParseTimePoint); implies --all
 };
 
-/// The ListJobs request for mlq's filters. Errors: "--jobs: 'x' is not a job id",
-/// "--states: unknown job state 'X' (...)".
-Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f);
+/// The window of `mlq --all` without --since: jobs that finished in the last 7 days.
+inline constexpr int64_t kDefaultFinishedWindowS = 7 * 86400;
+
+/// The ListJobs request for mlq's filters at time `now` (Unix seconds). --all asks for finished
+/// jobs too, bounded by finished_since: --since's time, else now - kDefaultFinishedWindowS unless
+/// -j names the jobs (ids bound the listing already). Errors: "--jobs: 'x' is not a job id",
+/// "--states: unknown job state 'X' (...)", "--since: bad time 'x': ...".
+Parsed<v1::ListJobsRequest> BuildListRequest(const JobFilters& f, int64_t now);
 
 /// The ids asked for with -j that schedd does not know at all (it returns every job still in its
-/// database when ids are given). Only when -j is the sole filter: with -u/-t/-p a missing job may
-/// just be filtered out. mlq reports each as "job N: no such job" and exits 1, like squeue.
+/// database when ids are given). Only when -j is the sole filter: with -u/-t/-p/--since a missing
+/// job may just be filtered out. mlq reports each as "job N: no such job" and exits 1, like squeue.
 std::vector<int64_t> UnknownJobIds(const v1::ListJobsRequest& req, const v1::ListJobsResponse& resp);
 
 /// mlcancel's selection as typed on the command line.

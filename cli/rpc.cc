@@ -17,6 +17,7 @@
 #include "cli/exit_codes.h"
 #include "cli/failover.h"
 #include "common/client.h"
+#include "common/safe_text.h"
 #include "mlsched/v1/admin.grpc.pb.h"
 #include "mlsched/v1/jobs.grpc.pb.h"
 
@@ -300,8 +301,9 @@ RpcStatus SchedClient::HaStatus(v1::HaStatusResponse* resp) {
   return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.admin->HaStatus(c, req, resp); });
 }
 
-std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,
-                             int timeout_s) {
+namespace {
+
+std::string DescribeRaw(const std::string& tool, const RpcStatus& status, const std::string& address, int timeout_s) {
   if (status.tried.size() > 1 && (status.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
                                   status.code == static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED))) {
     std::string all;
@@ -317,6 +319,13 @@ std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, c
   if (status.code == static_cast<int>(grpc::StatusCode::UNAUTHENTICATED))
     return tool + ": schedd at " + address + " refused the credentials: " + status.message;
   return tool + ": " + status.message;
+}
+
+}  // namespace
+
+std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,
+                             int timeout_s) {
+  return SafeText(DescribeRaw(tool, status, address, timeout_s));
 }
 
 }  // namespace mlsched::cli

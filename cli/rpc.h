@@ -83,7 +83,8 @@ double RetryBudgetFromEnv();
 std::string NewSubmissionKey();
 
 /// The error line for a failed call, prefixed with the tool's name. schedd's message is printed as
-/// is; unreachable and timed-out calls name the address:
+/// it came, escaped for the terminal (SafeText: it may echo a user's text, e.g. "unknown partition
+/// '\x1b[2J'"); unreachable and timed-out calls name the address:
 /// "mlq: cannot reach schedd at unix:/run/mlsched/schedd.sock: <why> (is schedd running? ...)",
 /// or every address tried (status.tried) when several replicas were called and none answered.
 std::string DescribeRpcError(const std::string& tool, const RpcStatus& status, const std::string& address,

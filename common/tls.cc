@@ -2,6 +2,7 @@
 
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
+#include <openssl/bn.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -121,6 +122,48 @@ std::shared_ptr<grpc::ChannelCredentials> MakeTlsChannelCredentials(const TlsFil
   if (!files.cert.empty()) o.pem_cert_chain = ReadPemFile(files.cert);
   if (!files.key.empty()) o.pem_private_key = ReadPemFile(files.key);
   return grpc::SslCredentials(o);
+}
+
+namespace {
+
+std::string SerialHex(const ASN1_INTEGER* serial) {
+  BIGNUM* bn = ASN1_INTEGER_to_BN(serial, nullptr);
+  if (!bn) return "";
+  char* hex = BN_bn2hex(bn);
+  std::string out = hex ? hex : "";
+  OPENSSL_free(hex);
+  BN_free(bn);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ReadRevokedSerials(const std::string& crl_file, const std::string& ca_file, bool* expired) {
+  const std::string pem = ReadPemFile(crl_file);
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509_CRL* crl = PEM_read_bio_X509_CRL(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (!crl) throw std::runtime_error(crl_file + ": not a PEM certificate revocation list");
+  std::unique_ptr<X509_CRL, decltype(&X509_CRL_free)> owned(crl, X509_CRL_free);
+  auto cas = ReadCerts(ReadPemFile(ca_file));
+  bool signed_by_ca = false;
+  for (auto& ca : cas)
+    if (X509_NAME_cmp(X509_CRL_get_issuer(crl), X509_get_subject_name(ca.get())) == 0 &&
+        X509_CRL_verify(crl, X509_get0_pubkey(ca.get())) == 1)
+      signed_by_ca = true;
+  if (!signed_by_ca) throw std::runtime_error(crl_file + ": not signed by the CA in " + ca_file);
+  const ASN1_TIME* next = X509_CRL_get0_nextUpdate(crl);
+  *expired = next && X509_cmp_current_time(next) < 0;
+  std::vector<std::string> out;
+  STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl);
+  for (int i = 0; revoked && i < sk_X509_REVOKED_num(revoked); ++i)
+    out.push_back(SerialHex(X509_REVOKED_get0_serialNumber(sk_X509_REVOKED_value(revoked, i))));
+  return out;
+}
+
+std::string CertificateSerial(const std::string& pem) {
+  auto certs = ReadCerts(pem);
+  return certs.empty() ? "" : SerialHex(X509_get_serialNumber(certs.front().get()));
 }
 
 std::vector<std::string> PeerCertificateNames(const grpc::AuthContext& auth) {

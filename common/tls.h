@@ -55,6 +55,16 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const TlsFiles& f
 /// presenting `files.cert`/`files.key` when set. Throws std::runtime_error when a file is unreadable.
 std::shared_ptr<grpc::ChannelCredentials> MakeTlsChannelCredentials(const TlsFiles& files);
 
+/// Serial numbers (upper-case hex, no leading zeros) the CRL in `crl_file` (PEM) revokes, after
+/// checking that it is signed by the CA in `ca_file` and names it as issuer. An expired CRL
+/// (nextUpdate passed) is still read; `*expired` says so. Throws std::runtime_error naming the
+/// file and the problem.
+std::vector<std::string> ReadRevokedSerials(const std::string& crl_file, const std::string& ca_file, bool* expired);
+
+/// The serial number (upper-case hex, as ReadRevokedSerials) of the first certificate in `pem`;
+/// "" when it does not parse.
+std::string CertificateSerial(const std::string& pem);
+
 /// The names a verified peer certificate gives (common name, then DNS subjectAltNames); empty
 /// when the peer presented no certificate or the connection is not TLS.
 std::vector<std::string> PeerCertificateNames(const grpc::AuthContext& auth);

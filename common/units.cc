@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <utility>
 
 namespace mlsched {
 namespace {
@@ -129,6 +130,77 @@ Parsed<int64_t> ParseDuration(const std::string& text) {
   }
   if (!within(days * 86400 + secs)) return Fail<int64_t>(too_long);
   return Ok<int64_t>(days * 86400 + secs);
+}
+
+namespace {
+
+// An age "2d", "36hours", "1week", else a time as limits are written ("1-12:00:00"); 0 = not one.
+int64_t ParseAge(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  static const std::pair<const char*, int64_t> kUnits[] = {
+      {"s", 1},      {"sec", 1},      {"secs", 1},      {"second", 1},   {"seconds", 1}, {"m", 60},
+      {"min", 60},   {"mins", 60},    {"minute", 60},   {"minutes", 60}, {"h", 3600},    {"hour", 3600},
+      {"hours", 3600}, {"d", 86400},  {"day", 86400},   {"days", 86400}, {"w", 604800},  {"week", 604800},
+      {"weeks", 604800}};
+  if (digits > 0 && digits < text.size() && std::isalpha(static_cast<unsigned char>(text[digits]))) {
+    const std::string unit = Lower(text.substr(digits));
+    auto n = ParseUint(text.substr(0, digits));
+    for (const auto& [name, mult] : kUnits)
+      if (unit == name) return !n ? -1 : *n > kMaxDurationSeconds / mult ? -1 : *n * mult;
+    return 0;
+  }
+  if (text.find(':') == std::string::npos && text.find('-') == std::string::npos) return 0;
+  auto d = ParseDuration(text);
+  return d ? *d.value : (d.error.find("too long") != std::string::npos ? -1 : 0);
+}
+
+// "YYYY-MM-DD[THH:MM[:SS]]" in local time; nullopt when malformed or out of range.
+std::optional<int64_t> ParseLocalTime(const std::string& t) {
+  static const char* kShape = "dddd-dd-ddTdd:dd:dd";
+  if (t.size() != 10 && t.size() != 16 && t.size() != 19) return std::nullopt;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (kShape[i] == 'd' ? !std::isdigit(static_cast<unsigned char>(t[i])) : t[i] != kShape[i]) return std::nullopt;
+  auto num = [&](size_t at, size_t len) { return static_cast<int>(*ParseUint(t.substr(at, len))); };
+  std::tm tm{};
+  tm.tm_year = num(0, 4) - 1900;
+  tm.tm_mon = num(5, 2) - 1;
+  tm.tm_mday = num(8, 2);
+  tm.tm_hour = t.size() > 10 ? num(11, 2) : 0;
+  tm.tm_min = t.size() > 10 ? num(14, 2) : 0;
+  tm.tm_sec = t.size() > 16 ? num(17, 2) : 0;
+  tm.tm_isdst = -1;
+  std::tm in = tm;
+  const std::time_t v = std::mktime(&tm);
+  // mktime normalises 2026-02-30 to March 2: a changed field means the input was out of range.
+  if (v < 0 || tm.tm_year != in.tm_year || tm.tm_mon != in.tm_mon || tm.tm_mday != in.tm_mday ||
+      tm.tm_hour != in.tm_hour || tm.tm_min != in.tm_min || tm.tm_sec != in.tm_sec)
+    return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+Parsed<int64_t> ParseTimePoint(const std::string& text, int64_t now) {
+  const std::string bad = "bad time '" + text +
+                          "': expected now, -AGE or now-AGE (-2d, -36h, -1week, -1-12:00:00), "
+                          "YYYY-MM-DD[THH:MM[:SS]] (local time) or @SECONDS";
+  if (text == "now") return Ok<int64_t>(now);
+  std::string age;
+  if (text.starts_with("now-")) age = text.substr(4);
+  else if (text.starts_with("-")) age = text.substr(1);
+  if (!age.empty()) {
+    const int64_t s = ParseAge(age);
+    if (s < 0) return Fail<int64_t>("time '" + text + "' is too long ago (at most 1000 years)");
+    if (s == 0) return Fail<int64_t>(bad);
+    return Ok<int64_t>(now - s);
+  }
+  if (text.size() > 1 && text[0] == '@') {
+    auto v = ParseUint(text.substr(1));
+    return v ? Ok<int64_t>(*v) : Fail<int64_t>(bad);
+  }
+  if (auto v = ParseLocalTime(text)) return Ok<int64_t>(*v);
+  return Fail<int64_t>(bad);
 }
 
 std::string FormatDuration(int64_t s) {

@@ -33,6 +33,18 @@ inline constexpr int64_t kMaxDurationSeconds = int64_t{1000} * 365 * 86400;
 /// Over kMaxDurationSeconds is an error ("time limit '...' is too long").
 Parsed<int64_t> ParseDuration(const std::string& text);
 
+/// A point in time as the tools accept it (mlq --since), in Unix seconds:
+/// * "now";
+/// * an age before `now`: "-AGE" or "now-AGE", AGE a count with a unit (s, sec, second(s), m, min,
+///   minute(s), h, hour(s), d, day(s), w, week(s): "-2d", "now-36hours", "-1week") or a time as
+///   time limits are written ("-1-12:00:00", "-90:00"); more than kMaxDurationSeconds is "too long";
+/// * a local date and time: "YYYY-MM-DD" (midnight), "YYYY-MM-DDTHH:MM", "YYYY-MM-DDTHH:MM:SS";
+///   days, hours and minutes out of range (2026-02-30, T25:00) are errors;
+/// * "@SECONDS": Unix time.
+/// An age further back than `now` gives a negative time (before 1970).
+/// Errors name the text: "bad time '-2x': expected now, -AGE (...), YYYY-MM-DD[THH:MM[:SS]] or @SECONDS".
+Parsed<int64_t> ParseTimePoint(const std::string& text, int64_t now);
+
 /// Seconds as squeue prints them: "M:SS", "H:MM:SS" or "D-HH:MM:SS".
 std::string FormatDuration(int64_t seconds);
 

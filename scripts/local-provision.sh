@@ -71,13 +71,14 @@ resume() {
   fi
   [ -f "$STATE/tls/nodes/$n.pem" ] || bash scripts/mlsched-certs.sh "$STATE/tls" node "$n" >/dev/null
   mkdir -p "$STATE/agents/$n"
-  local gpus=${MLSCHED_PROVISION_GPUS:-none}
+  local gpus=${MLSCHED_PROVISION_GPUS:-none} root_jobs=()
+  if [ "$(id -u)" = 0 ]; then root_jobs=(--allow-root-jobs); fi  # as local-cluster.sh: the cluster runs as root
   setsid "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$n" \
     --tls-cert "$STATE/tls/nodes/$n.pem" --tls-key "$STATE/tls/nodes/$n.key" --tls-ca "$STATE/tls/ca.pem" \
     --pool "${MLSCHED_PROVISION_POOL:-on-demand}" --cpus "${MLSCHED_PROVISION_CPUS:-2}" \
     --mem "${MLSCHED_PROVISION_MEMORY:-4096}" --gpus "$gpus" \
     --domain "${MLSCHED_PROVISION_DOMAIN:-}" --zone "${MLSCHED_PROVISION_ZONE:-}" --region "${MLSCHED_PROVISION_REGION:-}" \
-    --work-dir "$STATE/agents/$n" --address 127.0.0.1 --metrics-port 0 \
+    --work-dir "$STATE/agents/$n" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" \
     >>"$STATE/logs/agent-$n.log" 2>&1 </dev/null &
   echo $! > "$STATE/pids/agent-$n"
   disown

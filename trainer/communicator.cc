@@ -39,6 +39,7 @@ RendezvousEnv ReadRendezvousEnv() {
   env.master_port = EnvInt("MASTER_PORT", 0, 0, 65535);
   env.job_id = Env("MLSCHED_JOB_ID").value_or("standalone");
   env.attempt = Env("MLSCHED_ATTEMPT").value_or("0");
+  env.rendezvous_fd = EnvInt("MLSCHED_RENDEZVOUS_FD", -1, 3, 1 << 30);
   if (env.world_size > 1) {
     if (env.master_addr.empty()) throw std::invalid_argument("MASTER_ADDR must be set when WORLD_SIZE > 1");
     if (env.master_port == 0) throw std::invalid_argument("MASTER_PORT must be set (1-65535) when WORLD_SIZE > 1");
@@ -63,6 +64,7 @@ std::unique_ptr<KvServer> StartRendezvousStore(const RendezvousEnv& env) {
   KvServerOptions options;
   options.address = env.master_addr;
   options.port = env.master_port;
+  options.listen_fd = env.rendezvous_fd;
   options.token = env.token;
   options.max_connections = std::min(kKvMaxConnections, 4 * static_cast<size_t>(env.world_size) + 64);
   return std::make_unique<KvServer>(std::move(options));

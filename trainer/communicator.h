@@ -22,6 +22,9 @@ struct RendezvousEnv {
   int local_rank = 0;       ///< LOCAL_RANK
   std::string master_addr;  ///< MASTER_ADDR (rank 0's host, serving the key-value store)
   int master_port = 0;      ///< MASTER_PORT
+  /// MLSCHED_RENDEZVOUS_FD: on rank 0 under agentd, a TCP socket the agent bound to
+  /// MASTER_ADDR:MASTER_PORT (not listening) for the store to listen on at once; -1 when unset.
+  int rendezvous_fd = -1;
   std::string job_id;       ///< MLSCHED_JOB_ID (scopes store keys; "standalone" when unset)
   std::string attempt;      ///< MLSCHED_ATTEMPT (scopes store keys; "0" when unset)
   /// MLSCHED_RENDEZVOUS_TOKEN: the attempt's secret, required by the store on every connection.
@@ -33,16 +36,19 @@ struct RendezvousEnv {
 };
 
 /// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, MLSCHED_JOB_ID, MLSCHED_ATTEMPT,
-/// MLSCHED_RENDEZVOUS_TOKEN. Missing WORLD_SIZE means a single rank. Throws std::invalid_argument
-/// naming the variable when a value is malformed or out of range, or when, for world > 1,
+/// MLSCHED_RENDEZVOUS_TOKEN, MLSCHED_RENDEZVOUS_FD (a descriptor number >= 3). Missing WORLD_SIZE
+/// means a single rank. Throws std::invalid_argument naming the variable when a value is malformed
+/// or out of range, or when, for world > 1,
 /// MASTER_ADDR/MASTER_PORT are missing or the token is missing (unless MLTRAIN_INSECURE_RENDEZVOUS=1)
 /// or not kMinRendezvousTokenBytes..kKvMaxTokenBytes long. Error messages never contain the token.
 RendezvousEnv ReadRendezvousEnv();
 
-/// Rank 0: starts the job's rendezvous store on MASTER_ADDR:MASTER_PORT (bound to the addresses
-/// MASTER_ADDR resolves to), requiring env.token on every connection and admitting 4 connections
-/// per rank plus 64, at most kKvMaxConnections. Other ranks: nullptr. Throws std::runtime_error
-/// when it cannot listen.
+/// Rank 0: starts the job's rendezvous store on MASTER_ADDR:MASTER_PORT: on the socket agentd
+/// reserved (env.rendezvous_fd, listened on at once), else bound to the addresses MASTER_ADDR
+/// resolves to; it requires env.token on every connection and admits 4 connections per rank plus
+/// 64, at most kKvMaxConnections. Other ranks: nullptr. Throws RendezvousPortTakenError when
+/// another process listens on the port (main() exits 75: requeue), std::runtime_error when it
+/// cannot listen for another reason.
 std::unique_ptr<KvServer> StartRendezvousStore(const RendezvousEnv& env);
 
 /// A client of the job's store (on rank 0, of `server`'s actual port) presenting env.token.

@@ -1,6 +1,7 @@
 #include "trainer/kv_store.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
@@ -161,6 +162,49 @@ struct KvServer::Conn {
 };
 
 KvServer::KvServer(KvServerOptions options) : options_(std::move(options)), port_(options_.port) {
+  if (options_.listen_fd >= 0) Adopt(options_.listen_fd);
+  else Bind();
+  thread_ = std::thread([this] { Serve(); });
+}
+
+void KvServer::Adopt(int fd) {
+  const std::string what = "rendezvous store: the reserved socket MLSCHED_RENDEZVOUS_FD=" + std::to_string(fd);
+  int type = 0;
+  socklen_t type_len = sizeof(type);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  std::string error;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+      (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
+    error = "is not a TCP socket";
+  const int bound = error.empty() ? ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                                                  : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                  : 0;
+  if (error.empty() && bound == 0) error = "is not bound to a port";
+  if (error.empty() && options_.port != 0 && bound != options_.port)
+    error = "is bound to port " + std::to_string(bound) + ", not MASTER_PORT " + std::to_string(options_.port);
+  if (!error.empty()) {
+    ::close(fd);
+    throw std::runtime_error(what + " " + error);
+  }
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if (::listen(fd, 128) != 0) {
+    const int err = errno;
+    ::close(fd);
+    const std::string where =
+        what + " (" + AddressText(reinterpret_cast<sockaddr*>(&ss)) + " port " + std::to_string(bound) + ")";
+    if (err == EADDRINUSE)
+      throw RendezvousPortTakenError(where + ": another process already listens on the port (it bound it too and "
+                                     "listened first)");
+    throw std::runtime_error(where + ": listen: " + std::strerror(err));
+  }
+  port_ = bound;
+  listen_fds_.push_back(fd);
+}
+
+void KvServer::Bind() {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -170,6 +214,7 @@ KvServer::KvServer(KvServerOptions options) : options_(std::move(options)), port
     throw std::runtime_error("rendezvous store: cannot resolve " + where + ": " + gai_strerror(gai));
   std::vector<std::string> bound, foreign;
   std::string error;
+  bool taken = false;
   for (addrinfo* ai = res; ai != nullptr && error.empty(); ai = ai->ai_next) {
     const std::string text = AddressText(ai->ai_addr);
     if (std::find(bound.begin(), bound.end(), text) != bound.end()) continue;
@@ -193,6 +238,7 @@ KvServer::KvServer(KvServerOptions options) : options_(std::move(options)), port
     ::close(fd);
     if (err == EADDRNOTAVAIL) foreign.push_back(text);
     else error = "cannot listen on " + text + " port " + std::to_string(port_) + ": " + std::strerror(err);
+    taken = err == EADDRINUSE;
   }
   ::freeaddrinfo(res);
   if (error.empty() && listen_fds_.empty()) {
@@ -201,11 +247,11 @@ KvServer::KvServer(KvServerOptions options) : options_(std::move(options)), port
     error = "it resolves to " + (list.empty() ? std::string("no usable address") : list) +
             ", not an address of this host (rank 0 serves the store on MASTER_ADDR)";
   }
-  if (!error.empty()) {
-    for (int fd : listen_fds_) ::close(fd);
-    throw std::runtime_error("rendezvous store: cannot listen on " + where + ": " + error);
-  }
-  thread_ = std::thread([this] { Serve(); });
+  if (error.empty()) return;
+  for (int fd : listen_fds_) ::close(fd);
+  listen_fds_.clear();
+  if (taken) throw RendezvousPortTakenError("rendezvous store: cannot listen on " + where + ": " + error);
+  throw std::runtime_error("rendezvous store: cannot listen on " + where + ": " + error);
 }
 
 KvServer::~KvServer() {

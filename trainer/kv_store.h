@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,12 +31,24 @@ inline constexpr size_t kKvMaxConnections = 1024;
 /// a connection that stalls (e.g. never completes its handshake) is closed after it.
 inline constexpr std::chrono::milliseconds kKvConnectionTimeout{10000};
 
+/// The store's port is taken: another socket already listens on it (EADDRINUSE), e.g. a process
+/// that bound MASTER_PORT with SO_REUSEADDR and listened before rank 0. Not the job's fault and
+/// gone with the next attempt's fresh port: mltrain exits 75 (requeue), never 1 (failed).
+class RendezvousPortTakenError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Settings of a KvServer.
 struct KvServerOptions {
   /// Host name or address to listen on (MASTER_ADDR): the server binds every local address it
   /// resolves to, never the wildcard address unless given one ("0.0.0.0").
   std::string address = "127.0.0.1";
   int port = 0;       ///< 0 picks a free port
+  /// A TCP socket already bound to MASTER_ADDR:MASTER_PORT and not listening (agentd's reserved
+  /// rendezvous port, MLSCHED_RENDEZVOUS_FD): the server listens on it at once instead of binding
+  /// `address`:`port`, and owns it from then on (closed on failure too). -1 = bind.
+  int listen_fd = -1;
   std::string token;  ///< every request must carry exactly this; empty only for unauthenticated runs
   size_t max_connections = kKvMaxConnections;
   size_t max_store_bytes = kKvMaxStoreBytes;
@@ -52,8 +65,11 @@ struct KvServerOptions {
 /// client cannot hold up the others; it runs until the server is destroyed.
 class KvServer {
  public:
-  /// Starts listening. Throws std::runtime_error naming the address and port when it cannot bind
-  /// (another job uses MASTER_PORT, or MASTER_ADDR is not an address of this host).
+  /// Starts listening, on options.listen_fd or on the addresses of options.address. Throws
+  /// RendezvousPortTakenError when another socket already listens on the port (EADDRINUSE), and
+  /// std::runtime_error naming the address and port for anything else (MASTER_ADDR is not an
+  /// address of this host; listen_fd is not a bound TCP socket, or is bound to a port other than
+  /// options.port when that is set).
   explicit KvServer(KvServerOptions options);
   ~KvServer();
   KvServer(const KvServer&) = delete;
@@ -68,6 +84,8 @@ class KvServer {
 
  private:
   struct Conn;
+  void Bind();                 // options_.address:port
+  void Adopt(int listen_fd);   // options_.listen_fd
   void Serve();
   void Accept(int listen_fd, std::vector<Conn>& conns);
   void OnReadable(Conn& c);

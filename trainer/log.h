@@ -7,7 +7,9 @@
 namespace mltrain {
 
 /// Process exit codes understood by agentd and the scheduler.
-inline constexpr int kExitPreempted = 75;  ///< stopped on SIGTERM after a committed checkpoint; requeue me
+/// Requeue me (EX_TEMPFAIL; schedd requeues the job, keeping its queue position): stopped on
+/// SIGTERM after a committed checkpoint, or rank 0 found MASTER_PORT taken by another process.
+inline constexpr int kExitPreempted = 75;
 inline constexpr int kExitPeerLost = 76;   ///< a peer did not arrive or died; the gang must be restarted
 
 /// Raised when a rank does not arrive at the rendezvous in time, a collective times out, or a

@@ -1,6 +1,7 @@
 // mltrain: data-parallel MLP training on Fashion-MNIST. Rank and world size come from the
 // torchrun/agentd environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, MLSCHED_RENDEZVOUS_TOKEN, ...).
-// Exit codes: 0 done, 1 error, 2 usage, 75 preempted (checkpointed, requeue), 76 peer lost.
+// Exit codes: 0 done, 1 error, 2 usage, 75 requeue (preempted after a checkpoint, or the
+// rendezvous port taken by another process), 76 peer lost.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -115,6 +116,12 @@ int main(int argc, char** argv) {
     if (comm) comm->Abort();
     std::fflush(stdout);
     std::_Exit(mltrain::kExitPeerLost);
+  } catch (const mltrain::RendezvousPortTakenError& e) {
+    // Someone else listens on MASTER_PORT: no fault of the job, and the next attempt gets a fresh
+    // port. 75 makes schedd requeue the job (it would fail it on 1 or 76).
+    mltrain::LogError(std::string(e.what()) + " (exit 75: the job is requeued)");
+    std::fflush(stdout);
+    std::_Exit(mltrain::kExitPreempted);
   } catch (const std::invalid_argument& e) {
     mltrain::LogError(e.what());
     std::fflush(stdout);

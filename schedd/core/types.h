@@ -437,10 +437,11 @@ struct InputLimits {
   int64_t max_argv_bytes = 128 << 10;       // argv, all arguments together
   int32_t max_argv = 4096;
   int64_t max_field_bytes = 4096;           // any other text field (paths, patterns, names, expressions)
-  int32_t max_list_items = 256;             // gpu types, fallback tiers
+  int32_t max_list_items = 16;              // gpu types, fallback tiers (each; at most 64)
   int32_t max_ids_per_request = 10000;      // job ids and references in one cancel/query/dependency
   int64_t max_array_bytes = 256 << 20;      // array elements x spec size stored by one submission
   int32_t max_pending_jobs_per_user = 10000;  // Slurm's MaxSubmitJobs (pending + held); 0 = none
+  int64_t max_pending_bytes_per_user = 256 << 20;  // stored spec bytes of one user's pending jobs; 0 = none
   int32_t submit_rate_per_user = 100;       // sustained submissions/s per user (token bucket); 0 = none
   int32_t submit_burst_per_user = 1000;     // bucket size: submissions accepted at once
 };
@@ -509,6 +510,28 @@ struct ProvisioningPolicy {
   SourceLines source;
 };
 
+/// One [[nodes]] entry of the policy (slurm.conf's NodeName= lines): nodes the cluster may have,
+/// where they are, and the most each may register. The controller, not the node, decides what a
+/// node holds (docs/operations.md, "Node inventory").
+struct NodeDeclaration {
+  std::vector<std::string> names;   // expanded from a hostlist ("gpu-[01-16]")
+  std::optional<Pool> pool;         // unset = any pool
+  Node shape;                       // capacity: the most each may register (cpu_millis, memory_bytes,
+                                    // gpus by type); region/zone/domain: must match when set;
+                                    // features: given to the node
+};
+
+/// The policy's node inventory ([inventory] and [[nodes]]).
+struct NodeInventory {
+  std::vector<NodeDeclaration> nodes;
+  std::map<std::string, size_t> index;  // node name -> its entry in `nodes`
+  /// Nodes no [[nodes]] entry names (and no provisioned pool requested) are refused; false: such
+  /// nodes register with what they report, as before an inventory existed.
+  bool strict = false;
+  /// A registration above its declared shape is clamped to it (logged) instead of refused.
+  bool clamp = false;
+};
+
 struct PolicySet {
   std::vector<PartitionPolicy> partitions{MakePartition("default")};
   std::string default_partition = "default";
@@ -532,6 +555,7 @@ struct PolicySet {
   PredictionPolicy prediction;          // [prediction]
   ElasticPolicy elastic;                // [elastic]
   std::vector<ProvisioningPolicy> provisioning;  // [provisioning.POOL], at most one per pool
+  NodeInventory inventory;              // [inventory], [[nodes]]
 };
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.

@@ -135,7 +135,8 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   core::PolicySet p;
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
-                   "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic", "provisioning"},
+                   "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic", "provisioning",
+                   "inventory", "nodes"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -157,6 +158,10 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("simulation", [&](const toml::table& t) { ReadSimulation(t, simulation_); });  // mlsim's
   section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
   section("provisioning", [&](const toml::table& t) { ReadProvisioning(t, p); });
+  section("inventory", [&](const toml::table& t) { ReadInventory(t, p.inventory); });
+  EachTable(root, "nodes", [&](const toml::table& t, const std::string& ctx) {
+    ReadNodeDeclaration(t, ctx, p.inventory);
+  });
   section("elastic", [&](const toml::table& t) {
     CheckKeys(t, {"start", "grow", "min_resize_interval", "restart_cost", "tier_speedup"}, "[elastic]");
     std::string start;
@@ -252,7 +257,8 @@ void PolicyReader::ReadLimits(const toml::table& t, core::InputLimits& l) {
   const std::string ctx = "[limits]";
   CheckKeys(t, {"max_name_bytes", "max_script_bytes", "max_env_bytes", "max_env_vars", "max_argv_bytes", "max_argv",
                 "max_field_bytes", "max_list_items", "max_ids_per_request", "max_array_bytes",
-                "max_pending_jobs_per_user", "submit_rate_per_user", "submit_burst_per_user"},
+                "max_pending_jobs_per_user", "max_pending_bytes_per_user", "submit_rate_per_user",
+                "submit_burst_per_user"},
             ctx);
   Int(t, "max_name_bytes", l.max_name_bytes, 1, ctx);
   Int(t, "max_script_bytes", l.max_script_bytes, 1, ctx);
@@ -265,6 +271,9 @@ void PolicyReader::ReadLimits(const toml::table& t, core::InputLimits& l) {
   Int32(t, "max_ids_per_request", l.max_ids_per_request, 1, ctx);
   Int(t, "max_array_bytes", l.max_array_bytes, 1, ctx);
   Int32(t, "max_pending_jobs_per_user", l.max_pending_jobs_per_user, 0, ctx);
+  Int(t, "max_pending_bytes_per_user", l.max_pending_bytes_per_user, 0, ctx);
+  if (l.max_list_items > 64)
+    Error(t.get("max_list_items")->source(), ctx + ": 'max_list_items' must be at most 64 (GPU types and fallback tiers of one job)");
   Int32(t, "submit_rate_per_user", l.submit_rate_per_user, 0, ctx);
   Int32(t, "submit_burst_per_user", l.submit_burst_per_user, 1, ctx);
   // A request must fit in schedd's largest gRPC message (kMaxRequestBytes, 16 MiB).

@@ -76,6 +76,9 @@ class PolicyReader {
   core::ProvisioningPolicy ReadProvisioningPool(const toml::table& t, core::Pool pool, const std::string& ctx);
   /// cpus, memory, gpus ("TYPE:N"), region, zone, domain, features of the nodes a pool creates.
   void ReadShape(const toml::table& t, const std::string& ctx, core::Node& shape);
+  /// [inventory] (strict, over_capacity) and one [[nodes]] entry (inventory_reader.cc).
+  void ReadInventory(const toml::table& t, core::NodeInventory& inv);
+  void ReadNodeDeclaration(const toml::table& t, const std::string& ctx, core::NodeInventory& inv);
   /// A budget (max_cost_per_hour) needs [pricing.POOL] prices for the shape.
   void CheckProvisioning(const toml::table& root, const core::PolicySet& p);
   // simulation_reader.cc

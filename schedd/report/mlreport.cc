@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "schedd/report/report.h"
+#include "schedd/server/etcd_flags.h"
 #include "schedd/server/etcd_store.h"
 
 namespace {
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--ha", ha, "Read the records from HA mode's etcd (etcd://HOST:PORT,...; read only), plus the history "
                  "a replica archived into --state-dir when its state.db exists");
   app.add_option("--ha-prefix", ha_prefix, "etcd key prefix of the cluster (schedd --ha-prefix)");
+  mlsched::server::EtcdFlags etcd_flags;
+  mlsched::server::AddEtcdFlags(app, &etcd_flags);
   app.add_option("-S,--start", start_s, "Period start: YYYY-MM-DD[THH:MM[:SS]], now, -Nd/-Nh/-Nm, @EPOCH");
   app.add_option("-E,--end", end_s, "Period end (exclusive), same forms");
   app.add_option("--policy", policy, "Policy file with [pricing.POOL] tables (default /etc/mlsched/policy.toml if present)");
@@ -73,6 +76,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (std::string err = ha.empty() ? "" : mlsched::server::CheckEtcdFlags(etcd_flags); !err.empty()) {
+    std::cerr << "mlreport: --ha: " << err << "\n";
+    return 2;
   }
   if (csv && json) {
     std::cerr << "mlreport: --csv and --json are exclusive\n";
@@ -111,7 +118,7 @@ int main(int argc, char** argv) {
       store = mlsched::server::SqliteStore::OpenReadOnly(state_dir);
     } else {
       etcd = std::make_unique<mlsched::server::EtcdClient>(mlsched::server::ParseEtcdEndpoints(ha),
-                                                           std::chrono::milliseconds(5000));
+                                                           std::chrono::milliseconds(5000), etcd_flags.security);
       store = std::make_unique<mlsched::server::EtcdStore>(*etcd, ha_prefix);
     }
     auto attempts = store->LoadAttempts(start, end);

@@ -6,16 +6,53 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "mlsched/v1/agent.pb.h"
 #include "mlsched/v1/types.pb.h"
 #include "schedd/core/types.h"
+#include "schedd/server/store.h"
 
 namespace mlsched::server {
 
 /// "" when every field of `spec` is within `limits`; else an error naming the field, its size and
 /// the limit ("script is 5242880 bytes; the limit is 4194304 (policy [limits] max_script_bytes)").
+/// GPU type names (gpu_types, fallback accelerators) have at most kMaxGpuTypeBytes each.
 std::string CheckSpecLimits(const v1::JobSpec& spec, const core::InputLimits& limits);
+
+/// Longest GPU type name (bytes): in a job's gpu_types and fallback tiers, and in a registration.
+inline constexpr size_t kMaxGpuTypeBytes = 64;
+
+/// "" when the spec's numbers are in range and it has a command; else the error (the checks of
+/// submission that need no policy or cluster state: ntasks 1..100000 and its elastic range,
+/// CPUs and memory >= 0, GPUs per task 0..1024, time limit, checkpoint interval and data size
+/// >= 0, an absolute workdir).
+std::string CheckSpecValues(const v1::JobSpec& spec);
+
+/// "" when every text field other users or admins may see or that names a path or a policy object
+/// (name, workdir, output patterns, partition, account, QoS, topology, dependency, array, spot,
+/// data region, GPU types, fallback accelerators, environment variable names) is valid UTF-8
+/// without control characters (C0, DEL, C1); else the error naming the field and the byte offset.
+/// Environment names may not be empty or hold '='. Script, argv and environment values are not
+/// checked: they are the job's own and never shown to others.
+std::string CheckSpecText(const v1::JobSpec& spec);
+
+/// "" when every GPU type the spec names (gpu_types, fallback accelerators other than "cpu") is
+/// one that some node of `nodes` (registered or provisionable) has; else the error listing the
+/// known types. Always "" while `nodes` is empty (nothing registered yet).
+std::string CheckGpuTypesKnown(const v1::JobSpec& spec, const std::vector<core::Node>& nodes);
+
+/// Offset of the first byte of `text` that is not printable UTF-8 (a control character, DEL, a
+/// C1 control or an invalid sequence); npos when there is none.
+size_t FirstNonPrintable(const std::string& text);
+
+/// What is read back from the store is checked as if a client sent it (HA: etcd may have been
+/// written by someone else). "" when `row` holds a valid spec (CheckSpecLimits, CheckSpecValues,
+/// CheckSpecText), a known state, non-negative counters, and a user name that is what the
+/// controller host calls its uid (`user_of_uid`, auth.h UserName); else why it is refused.
+std::string CheckStoredJob(const JobRow& row, const std::string& user_of_uid, const core::InputLimits& limits);
+/// The spec part of CheckStoredJob, for a spec read back at launch.
+std::string CheckStoredSpec(const v1::JobSpec& spec, const core::InputLimits& limits);
 
 /// Limits on what an agent registers (fixed: agents are authenticated, but a node's fields end up
 /// in every `mladmin nodes` answer and in the store).

@@ -1,5 +1,6 @@
 #include "schedd/server/auth.h"
 
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/server_posix.h>
 #include <poll.h>
 #include <pwd.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "common/client.h"
 #include "common/munge.h"
@@ -127,24 +129,110 @@ grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, const std::st
     out->uid = cred.uid;
     out->gid = cred.gid;
   } else {
-    auto it = ctx->client_metadata().find(mlsched::kMungeHeader);
-    if (it == ctx->client_metadata().end())
+    // TCP: MungeAuthProcessor decoded the call's credential before the request was read.
+    auto auth = ctx->auth_context();
+    auto prop = [&](const char* name) -> std::optional<std::string> {
+      if (!auth) return std::nullopt;
+      auto values = auth->FindPropertyValues(name);
+      if (values.size() != 1) return std::nullopt;
+      return std::string(values[0].data(), values[0].size());
+    };
+    const auto uid = prop(kMungeUidProperty), gid = prop(kMungeGidProperty), payload = prop(kMungePayloadProperty);
+    if (!uid || !gid || !payload)
       return Reject(grpc::StatusCode::UNAUTHENTICATED, "no MUNGE credential on a TCP call (is munged running on the client host?)", ctx);
-    MungeIdentity id;
-    MungeResult r = MungeDecode(cfg_.munge_socket, std::string(it->second.data(), it->second.size()), &id);
-    if (!r.ok()) return Reject(grpc::StatusCode::UNAUTHENTICATED, r.message, ctx);
-    if (id.payload != rpc)
+    if (*payload != rpc)
       return Reject(grpc::StatusCode::UNAUTHENTICATED,
-                    "MUNGE credential was made for '" + Printable(id.payload, 80) + "', not for " + rpc, ctx);
-    out->uid = id.uid;
-    out->gid = id.gid;
+                    "MUNGE credential was made for '" + Printable(*payload, 80) + "', not for " + rpc, ctx);
+    out->uid = static_cast<uint32_t>(std::stoul(*uid));
+    out->gid = static_cast<uint32_t>(std::stoul(*gid));
   }
   out->user = UserName(out->uid);
   out->privileged = out->uid == 0 || out->uid == ::getuid() || is_operator_(out->user);
   return grpc::Status::OK;
 }
 
-grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity) const {
+RevocationList::RevocationList(std::string crl_file, std::string ca_file)
+    : crl_file_(std::move(crl_file)), ca_file_(std::move(ca_file)) {
+  std::lock_guard lk(mu_);
+  LoadLocked();
+  if (stamp_.empty()) throw std::runtime_error("--tls-crl " + crl_file_ + " cannot be used (see the log)");
+}
+
+void RevocationList::LoadLocked() {
+  checked_ = std::chrono::steady_clock::now();
+  struct stat st {};
+  if (::stat(crl_file_.c_str(), &st) != 0) {
+    spdlog::error("TLS: CRL {}: {}; the last revocation list read stays in force", crl_file_, std::strerror(errno));
+    return;
+  }
+  const std::string stamp = std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                            std::to_string(st.st_mtim.tv_nsec);
+  if (stamp == stamp_) return;
+  try {
+    bool expired = false;
+    auto serials = mlsched::ReadRevokedSerials(crl_file_, ca_file_, &expired);
+    revoked_ = std::set<std::string>(serials.begin(), serials.end());
+    stamp_ = stamp;
+    spdlog::info("TLS: CRL {}: {} revoked certificate(s)", crl_file_, revoked_.size());
+    if (expired) spdlog::error("TLS: CRL {} is past its next update: renew it (mlsched-certs.sh crl)", crl_file_);
+  } catch (const std::exception& e) {
+    spdlog::error("TLS: {}; the last revocation list read stays in force", e.what());
+  }
+}
+
+bool RevocationList::Revoked(const std::string& serial) {
+  std::lock_guard lk(mu_);
+  if (std::chrono::steady_clock::now() - checked_ >= std::chrono::seconds(mlsched::kCertRefreshSeconds)) LoadLocked();
+  return revoked_.count(serial) > 0;
+}
+
+size_t RevocationList::Size() {
+  std::lock_guard lk(mu_);
+  return revoked_.size();
+}
+
+std::string Authenticator::PeerSerial(grpc::ServerContext* ctx) const {
+  auto auth = ctx->auth_context();
+  if (!auth) return "";
+  auto pem = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (pem.empty()) return "";  // the Unix socket: no certificate
+  return mlsched::CertificateSerial(std::string(pem[0].data(), pem[0].size()));
+}
+
+bool Authenticator::AgentRevoked(grpc::ServerContext* ctx) const {
+  if (!crl_) return false;
+  auto auth = ctx->auth_context();
+  if (!auth || auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME).empty()) return false;
+  const std::string serial = PeerSerial(ctx);
+  return serial.empty() || crl_->Revoked(serial);
+}
+
+grpc::Status MungeAuthProcessor::Process(const InputMetadata& metadata, grpc::AuthContext* context,
+                                         OutputMetadata* consumed, OutputMetadata*) {
+  auto refuse = [&](std::string why) {
+    if (metrics_) metrics_->CountRejected("authentication");
+    spdlog::warn("refused a TCP call before reading it: {}", why);
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::move(why));
+  };
+  auto it = metadata.find(mlsched::kMungeHeader);
+  if (it == metadata.end()) {
+    // Agents prove their node with the certificate; AuthenticateAgent checks the name.
+    if (context->IsPeerAuthenticated()) return grpc::Status::OK;
+    return refuse("no MUNGE credential and no client certificate (is munged running on the client host?)");
+  }
+  MungeIdentity id;
+  MungeResult r = MungeDecode(socket_, std::string(it->second.data(), it->second.size()), &id);
+  if (!r.ok()) return refuse(r.message);
+  context->AddProperty(kMungeUidProperty, std::to_string(id.uid));
+  context->AddProperty(kMungeGidProperty, std::to_string(id.gid));
+  context->AddProperty(kMungePayloadProperty, id.payload);
+  consumed->insert({std::string(it->first.data(), it->first.size()), std::string(it->second.data(), it->second.size())});
+  return grpc::Status::OK;
+}
+
+grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity,
+                                              bool* declared_only) const {
+  *declared_only = false;
   struct ucred cred {};
   if (listener_ && listener_->Lookup(ctx->peer(), &cred)) {
     std::string user = UserName(cred.uid);
@@ -152,6 +240,7 @@ grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const st
       return Reject(grpc::StatusCode::PERMISSION_DENIED,
                     "agents must run as root, schedd's user or an operator (not " + user + ")", ctx);
     *identity = "unix:" + user;
+    *declared_only = !(cred.uid == 0 || cred.uid == ::getuid());
     return grpc::Status::OK;
   }
   auto auth = ctx->auth_context();
@@ -159,6 +248,9 @@ grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const st
   if (names.empty())
     return Reject(grpc::StatusCode::UNAUTHENTICATED,
                   "agent for node '" + node + "' presented no node certificate from the cluster CA", ctx);
+  if (AgentRevoked(ctx))
+    return Reject(grpc::StatusCode::PERMISSION_DENIED,
+                  "agent for node '" + node + "' presented a revoked certificate (" + names.front() + ", --tls-crl)", ctx);
   if (std::find(names.begin(), names.end(), node) == names.end())
     return Reject(grpc::StatusCode::PERMISSION_DENIED,
                   "agent certificate names " + names.front() + ", not node '" + node + "'", ctx);

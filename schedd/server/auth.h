@@ -5,11 +5,15 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_metadata_processor.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <functional>
+#include <chrono>
 #include <map>
+#include <memory>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -48,6 +52,55 @@ struct AuthConfig {
   std::string munge_socket;  // munged that decodes TCP callers' credentials
 };
 
+/// Auth-context properties MungeAuthProcessor sets on a TCP call whose MUNGE credential munged
+/// accepted: the uid, gid (decimal) and payload (the RPC it was made for).
+inline constexpr const char* kMungeUidProperty = "mlsched.munge_uid";
+inline constexpr const char* kMungeGidProperty = "mlsched.munge_gid";
+inline constexpr const char* kMungePayloadProperty = "mlsched.munge_payload";
+
+/// Checks a TCP caller from its initial metadata, before gRPC reads the request body (an
+/// AuthMetadataProcessor on the TLS listener): the call carries a MUNGE credential that munged
+/// decodes (then kMunge*Property are set and the credential is consumed: it is decoded once,
+/// munged refuses a replay), or the peer presented a client certificate the TLS handshake
+/// verified against the cluster CA (agents). Anything else is UNAUTHENTICATED at once, so a
+/// stranger's request is never buffered or parsed (a request still costs at most HTTP/2's
+/// stream window in the transport). Blocking: munged is asked over its socket.
+class MungeAuthProcessor final : public grpc::AuthMetadataProcessor {
+ public:
+  /// `metrics` may be null; refusals count as mlsched_rejected_requests_total{reason="authentication"}.
+  MungeAuthProcessor(std::string munge_socket, SchedMetrics* metrics)
+      : socket_(std::move(munge_socket)), metrics_(metrics) {}
+  bool IsBlocking() const override { return true; }
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context, OutputMetadata* consumed,
+                       OutputMetadata* response) override;
+
+ private:
+  std::string socket_;
+  SchedMetrics* metrics_;
+};
+
+/// The node certificates a CRL revokes (schedd --tls-crl: a PEM CRL signed by the cluster CA,
+/// e.g. from scripts/mlsched-certs.sh revoke), re-read when the file changes (looked at, at most
+/// every kCertRefreshSeconds). A file that turns unreadable or invalid is logged and the last good
+/// list stays in force. Thread-safe.
+class RevocationList {
+ public:
+  /// Throws std::runtime_error when the CRL cannot be read or is not signed by the CA at start.
+  RevocationList(std::string crl_file, std::string ca_file);
+  /// True when `serial` (tls.h CertificateSerial) is revoked.
+  bool Revoked(const std::string& serial);
+  /// Certificates revoked now.
+  size_t Size();
+
+ private:
+  void LoadLocked();
+  std::string crl_file_, ca_file_;
+  std::mutex mu_;
+  std::set<std::string> revoked_;
+  std::string stamp_;
+  std::chrono::steady_clock::time_point checked_{};
+};
+
 /// Resolves who is calling: SO_PEERCRED on the Unix socket; on TCP a MUNGE credential made for
 /// this very RPC (uid/gid from munged, never from the client's words), or for the agent stream a
 /// node certificate verified by TLS against the cluster CA.
@@ -59,10 +112,21 @@ class Authenticator {
   grpc::Status Authenticate(grpc::ServerContext* ctx, const std::string& rpc, Caller* out) const;
   /// Checks that the peer may speak for `node` on the agent stream: on the Unix socket a
   /// privileged user (root, schedd's user, an operator); on TCP a verified client certificate whose
-  /// common name or DNS subjectAltName is `node`. `identity` gets a name for logs ("cert:CN=n1").
-  grpc::Status AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity) const;
+  /// common name or DNS subjectAltName is `node` and whose serial the CRL (SetCrl) does not list.
+  /// `identity` gets a name for logs ("cert:CN=n1"); `declared_only` is set for an operator on
+  /// the Unix socket, who may register only nodes the inventory names.
+  grpc::Status AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity,
+                                 bool* declared_only) const;
   /// Where refusals are counted (mlsched_rejected_requests_total{reason="authentication"}).
   void SetMetrics(SchedMetrics* m) { metrics_ = m; }
+  /// Node certificates to refuse (set before the server starts; null = none).
+  void SetRevocationList(std::shared_ptr<RevocationList> crl) { crl_ = std::move(crl); }
+  /// True when the call's peer certificate is revoked (or unparsable); false without one.
+  bool AgentRevoked(grpc::ServerContext* ctx) const;
+  /// The serial of the call's peer certificate ("" without one), for SerialRevoked.
+  std::string PeerSerial(grpc::ServerContext* ctx) const;
+  /// True when `serial` is revoked now (an agent stream re-checks on every message).
+  bool SerialRevoked(const std::string& serial) const { return crl_ && !serial.empty() && crl_->Revoked(serial); }
 
  private:
   grpc::Status Reject(grpc::StatusCode code, std::string why, grpc::ServerContext* ctx) const;
@@ -70,6 +134,7 @@ class Authenticator {
   AuthConfig cfg_;
   std::function<bool(const std::string&)> is_operator_;
   SchedMetrics* metrics_ = nullptr;
+  std::shared_ptr<RevocationList> crl_;
 };
 
 /// The user name of a uid ("uid1234" when it has none).

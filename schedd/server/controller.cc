@@ -13,7 +13,10 @@
 #include <set>
 
 #include "common/units.h"
+#include "schedd/server/admission.h"
+#include "schedd/server/auth.h"
 #include "schedd/server/convert.h"
+#include "schedd/server/listing.h"
 
 namespace mlsched::server {
 
@@ -242,23 +245,10 @@ bool Controller::CanControl(const Caller& c, const JobRec& j) const {
 
 Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const RowLookup& rows) {
   auto bad = [](std::string m) { return Status{Status::kInvalidArgument, std::move(m)}; };
-  if (spec.ntasks() < 1) return bad("ntasks must be >= 1 (got " + std::to_string(spec.ntasks()) + ")");
-  if (spec.ntasks() > 100000) return bad("ntasks must be <= 100000 (got " + std::to_string(spec.ntasks()) + ")");
-  if (spec.min_tasks() < 0 || spec.task_step() < 0)
-    return bad("min_tasks and task_step must be >= 0 (got " + std::to_string(spec.min_tasks()) + ", " +
-               std::to_string(spec.task_step()) + ")");
-  if (spec.min_tasks() == 0 && spec.task_step() > 1)
-    return bad("task_step " + std::to_string(spec.task_step()) + " needs a task range (min_tasks)");
+  if (std::string err = CheckSpecValues(spec); !err.empty()) return bad(err);
+  if (std::string err = CheckSpecText(spec); !err.empty()) return bad(err);
   if (auto range = core::CheckGangSize(ToCoreSpec(spec, ""))) return bad(*range);
-  if (spec.cpu_millis_per_task() < 0) return bad("cpus per task must be >= 0");
   if (spec.cpu_millis_per_task() == 0) spec.set_cpu_millis_per_task(1000);
-  if (spec.memory_bytes_per_task() < 0) return bad("memory per task must be >= 0");
-  if (spec.gpus_per_task() < 0 || spec.gpus_per_task() > 1024)
-    return bad("gpus per task must be in [0, 1024] (got " + std::to_string(spec.gpus_per_task()) + ")");
-  if (spec.time_limit_s() < 0) return bad("time limit must be >= 0");
-  if (spec.argv().empty() && spec.script().empty()) return bad("job has no command: give a script, --wrap CMD or -- CMD ARGS");
-  if (!spec.workdir().empty() && spec.workdir()[0] != '/')
-    return bad("workdir must be an absolute path (got '" + spec.workdir() + "')");
   if (!spec.topology().empty() && !core::ParseTopology(spec.topology()))
     return bad("unknown topology '" + spec.topology() + "' (none, domain, zone, region, spread)");
   if (spec.partition().empty()) spec.set_partition(policy_.default_partition);
@@ -282,11 +272,9 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const R
   if (spec.has_array_index() || (!spec.array().empty() && spec.array().size() > 256))
     return bad("array: array_index is set by the server; give --array as text (at most 256 characters)");
   if (Status st = ResolveDependencyLocked(spec, rows); !st.ok()) return st;
-  if (spec.checkpoint_interval_s() < 0) return bad("checkpoint interval must be >= 0 seconds");
   if (spec.spot().empty()) spec.set_spot(spec.checkpoint_interval_s() > 0 ? "allow" : "never");
   if (!core::ParseSpotPreference(spec.spot()))
     return bad("unknown spot preference '" + spec.spot() + "' (never, allow, prefer)");
-  if (spec.data_bytes() < 0) return bad("data size must be >= 0 bytes");
   if (spec.region_strict() && spec.data_region().empty()) return bad("region_strict needs a data region");
   for (const auto& f : spec.fallback()) {
     if (f.accelerator().empty()) return bad("fallback tier without an accelerator");
@@ -295,9 +283,18 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const R
   std::vector<core::Node> nodes;
   for (const auto& [name, n] : nodes_) nodes.push_back(n.node);
   core::AppendProvisionable(policy_, nodes);  // nodes [provisioning.POOL] may create count as well
+  std::vector<core::Node> typed = nodes;  // GPU types: also those of declared nodes not registered yet
+  for (const auto& d : policy_.inventory.nodes) typed.push_back(d.shape);
+  if (std::string err = CheckGpuTypesKnown(spec, typed); !err.empty()) return bad(err);
+  if (caller.uid == 0 && !nodes.empty() &&
+      std::none_of(nodes.begin(), nodes.end(), [](const core::Node& n) {
+        return std::find(n.features.begin(), n.features.end(), kRootJobsFeature) != n.features.end();
+      }))
+    return bad("no node runs jobs of root (uid 0): agentd refuses them unless started with --allow-root-jobs "
+               "(Slurm's DisableRootJobs); submit as an ordinary user");
   if (!nodes.empty()) {
     // Feasible when the job, or the last of its fallback tiers (all tiers open), could ever run.
-    core::JobSpec c = ToCoreSpec(spec, caller.user);
+    core::JobSpec c = ToCoreSpecOf(spec, caller.user, caller.uid);
     auto why = core::CheckJobFeasible(nodes, policy_, c);
     if (why && !c.fallback.empty()) {
       core::JobSpec widest = c;
@@ -328,12 +325,13 @@ JobRow Controller::NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t
 Controller::JobRec Controller::NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now) {
   JobRec j;
   j.id = id;
-  j.spec = ToCoreSpec(spec, caller.user);
+  j.spec = ToCoreSpecOf(spec, caller.user, caller.uid);
   j.user = caller.user;
   j.uid = caller.uid;
   j.gid = caller.gid;
   j.submit_time = now;
   j.reason = spec.hold() ? "JobHeldUser" : "None";
+  j.spec_bytes = static_cast<int32_t>(spec.ByteSizeLong());
   return j;
 }
 
@@ -365,26 +363,33 @@ Status Controller::CheckSizesLocked(const v1::JobSpec& spec, int64_t* jobs_out) 
   return {};
 }
 
-Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t now) {
+Status Controller::AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t bytes, int64_t now) {
   const core::InputLimits& l = policy_.limits;
   if (caller.privileged) return {};
-  int32_t& pending = pending_by_user_[caller.user];
-  if (l.max_pending_jobs_per_user > 0 && pending + jobs > l.max_pending_jobs_per_user)
-    return {Status::kResourceExhausted, "user " + caller.user + " has " + std::to_string(pending) +
+  PendingUse& pending = pending_by_user_[caller.user];
+  if (l.max_pending_jobs_per_user > 0 && pending.jobs + jobs > l.max_pending_jobs_per_user)
+    return {Status::kResourceExhausted, "user " + caller.user + " has " + std::to_string(pending.jobs) +
                                             " pending jobs; the limit is " + std::to_string(l.max_pending_jobs_per_user) +
                                             " (policy [limits] max_pending_jobs_per_user)"};
+  if (l.max_pending_bytes_per_user > 0 && pending.bytes + bytes > l.max_pending_bytes_per_user)
+    return {Status::kResourceExhausted, "user " + caller.user + " has pending jobs whose specs take " +
+                                            std::to_string(pending.bytes) + " bytes; " + std::to_string(bytes) +
+                                            " more would pass the limit of " + std::to_string(l.max_pending_bytes_per_user) +
+                                            " (policy [limits] max_pending_bytes_per_user)"};
   if (!submit_rate_.Take(caller.user, now, l))
     return {Status::kResourceExhausted, "user " + caller.user + " submits faster than " +
                                             std::to_string(l.submit_rate_per_user) +
                                             " jobs/s (policy [limits] submit_rate_per_user); retry in a second"};
-  pending += static_cast<int32_t>(jobs);
+  pending.jobs += static_cast<int32_t>(jobs);
+  pending.bytes += bytes;
   return {};
 }
 
-void Controller::UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t admitted_at) {
+void Controller::UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t bytes, int64_t admitted_at) {
   if (caller.privileged || admitted_at != pending_recounts_) return;  // a recount since: already exact
-  int32_t& pending = pending_by_user_[caller.user];
-  pending = std::max<int32_t>(0, pending - static_cast<int32_t>(jobs));
+  PendingUse& pending = pending_by_user_[caller.user];
+  pending.jobs = std::max<int32_t>(0, pending.jobs - static_cast<int32_t>(jobs));
+  pending.bytes = std::max<int64_t>(0, pending.bytes - bytes);
 }
 
 Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id,
@@ -402,7 +407,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
     if (!submission_key.empty())
       if (auto id = store_.LookupSubmission(caller.user, caller.uid, submission_key)) {
         *job_id = *id;
-        AdoptStored(*id);  // the stored submission's answer may have been lost
+        AdoptStored(*id, now);  // the stored submission's answer may have been lost
         return {};
       }
     return st;
@@ -430,7 +435,7 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
         Status st = ValidateSpec(checked, caller, lookup);
         max_rows = 4 * static_cast<size_t>(policy_.limits.max_ids_per_request);
         const bool settled = missing.empty() || round == 3 || loaded.size() >= max_rows;
-        if (settled && st.ok()) st = AdmitUserLocked(caller, jobs, now);
+        if (settled && st.ok()) st = AdmitUserLocked(caller, jobs, jobs * static_cast<int64_t>(checked.ByteSizeLong()), now);
         if (settled && st.ok()) {
           admitted_at = pending_recounts_;
           spec = std::move(checked);
@@ -455,10 +460,11 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   {
     std::lock_guard lk(mu_);
     if (!inserted.existed) jobs_.emplace(id, NewRec(id, caller, spec, now));
-    else if (jobs_.count(id) || finished_.count(id)) UnadmitUserLocked(caller, 1, admitted_at);  // counted when admitted
+    else if (jobs_.count(id) || finished_.count(id))
+      UnadmitUserLocked(caller, 1, static_cast<int64_t>(spec.ByteSizeLong()), admitted_at);  // counted when admitted
     else adopt = true;  // its answer was lost: this admission's count stands for it
   }
-  if (adopt) AdoptStored(id);
+  if (adopt) AdoptStored(id, now);
   *job_id = id;
   if (!spec.hold()) Trigger();  // a held job changes no decision until it is released (Hold triggers)
   return {};
@@ -537,12 +543,15 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
   return resp;
 }
 
-std::vector<v1::JobInfo> Controller::List(const Caller& caller, const v1::ListJobsRequest& req) {
+Status Controller::List(const Caller& caller, const v1::ListJobsRequest& req, int64_t now, v1::ListJobsResponse* resp) {
+  const std::optional<int64_t> after = ParsePageToken(req.page_token());
+  if (!after) return {Status::kInvalidArgument, "page token is not one this server gave"};
+  const int32_t page = PageSize(req.page_size());
   std::set<int64_t> ids;
   if (!req.job_ids().empty() || !req.job_refs().empty()) {
     // Unknown references simply list nothing, like squeue -j; the store is read without the lock.
     for (int64_t id : SelectJobs(req.job_ids(), req.job_refs()).ids) ids.insert(id);
-    if (ids.empty()) ids.insert(-1);  // a selection that matched nothing lists nothing
+    if (ids.empty()) return {};  // a selection that matched nothing lists nothing
   }
   std::set<std::string> users(req.users().begin(), req.users().end());
   std::set<int> states(req.states().begin(), req.states().end());
@@ -551,37 +560,69 @@ std::vector<v1::JobInfo> Controller::List(const Caller& caller, const v1::ListJo
     return (users.empty() || users.count(i.user())) && (states.empty() || states.count(i.state())) &&
            (parts.empty() || parts.count(i.spec().partition()));
   };
-  std::vector<v1::JobInfo> out;
-  std::set<int64_t> seen;
+  // Each source: the first `page` kept jobs above the token, in id order (ListSource).
+  auto add = [&](ListSource& src, v1::JobInfo info) {
+    if (!keep(info)) return;
+    if (!MaySeeDetails(caller, info.uid(), info.user())) RedactJobDetails(info.mutable_spec());
+    Summarize(info.mutable_spec());
+    src.jobs.push_back(std::move(info));
+  };
+  auto full = [&](const ListSource& src) { return src.jobs.size() >= static_cast<size_t>(page); };
+  ListSource memory;
+  std::vector<int64_t> from_disk;  // selected ids not in memory
   {
     std::lock_guard lk(mu_);
+    size_t scanned = 0;
     if (!ids.empty()) {
-      for (int64_t id : ids)
-        if (JobRec* j = Find(id)) {
-          out.push_back(ToInfo(*j));
-          seen.insert(id);
+      // Selected ids in order, up to a page of them whether found in memory or to be read.
+      size_t taken = 0;
+      for (auto it = ids.upper_bound(*after); it != ids.end(); ++it) {
+        if (taken == static_cast<size_t>(page)) {
+          memory.limit_id = *std::prev(it);
+          break;
         }
+        ++taken;
+        if (JobRec* j = Find(*it)) add(memory, ToInfo(*j));
+        else from_disk.push_back(*it);
+      }
     } else {
-      out.reserve(jobs_.size());
-      for (const auto& [id, j] : jobs_) {
-        out.push_back(ToInfo(j));
-        seen.insert(id);
+      for (auto it = jobs_.upper_bound(*after); it != jobs_.end(); ++it) {
+        if (full(memory) || ++scanned > kMaxListScan) {
+          memory.limit_id = std::prev(it)->first;
+          break;
+        }
+        add(memory, ToInfo(it->second));
       }
     }
   }
-  // Jobs no longer in memory come from disk: explicit ids always, all finished ones on request.
-  for (int64_t id : ids)
-    if (!seen.count(id))
-      if (auto row = store_.LoadJob(id)) out.push_back(JobInfoFromRow(*row));
-  if (req.include_all_finished() && ids.empty()) {
-    for (const auto& row : store_.LoadFinishedJobs(0, INT64_MAX))
-      if (!seen.count(row.id)) out.push_back(JobInfoFromRow(row));
-    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.job_id() < b.job_id(); });
+  std::vector<ListSource> sources{std::move(memory)};
+  // Jobs no longer in memory come from disk: selected ids always, finished ones on request
+  // (within the time window: finished_since, else kDefaultFinishedWindowS).
+  if (!from_disk.empty()) {
+    ListSource disk;
+    for (int64_t id : from_disk)
+      if (auto row = store_.LoadJob(id)) add(disk, JobInfoFromRow(*row));
+    sources.push_back(std::move(disk));
   }
-  std::erase_if(out, [&](const v1::JobInfo& i) { return !keep(i); });
-  for (v1::JobInfo& i : out)
-    if (!MaySeeDetails(caller, i.uid(), i.user())) RedactJobDetails(i.mutable_spec());
-  return out;
+  if (req.include_all_finished() && ids.empty()) {
+    const int64_t since = req.finished_since() > 0 ? req.finished_since() : now - kDefaultFinishedWindowS;
+    ListSource disk;
+    int64_t cursor = *after;
+    for (size_t scanned = 0; !full(disk);) {
+      auto rows = store_.LoadFinishedJobsPage(since, cursor, static_cast<size_t>(page));
+      for (const auto& row : rows) add(disk, JobInfoFromRow(row));
+      scanned += rows.size();
+      if (rows.size() < static_cast<size_t>(page)) break;  // the store has no more
+      cursor = rows.back().id;
+      if (full(disk) || scanned >= kMaxListScan) {
+        disk.limit_id = cursor;
+        break;
+      }
+    }
+    sources.push_back(std::move(disk));
+  }
+  FillPage(std::move(sources), page, resp);
+  return {};
 }
 
 Status Controller::Get(const Caller& caller, int64_t job_id, v1::JobInfo* out) {
@@ -604,9 +645,17 @@ Status Controller::Hold(const Caller& caller, int64_t job_id, bool release, int6
   if (!CanControl(caller, *j)) return {Status::kPermissionDenied, "job " + std::to_string(job_id) + ": permission denied: owned by " + j->user};
   if (j->state != core::JobState::kPending)
     return {Status::kFailedPrecondition, "job " + std::to_string(job_id) + " is " + core::JobStateName(j->state) + ", not PENDING"};
-  if (j->spec.hold == !release) return {};
+  // An operator's hold on someone else's job is an admin hold (Slurm's JobHeldAdmin): its owner
+  // cannot release it.
+  const bool admin = caller.privileged && !IsOwner(caller, j->uid, j->user);
+  const bool admin_held = j->spec.hold && j->reason == "JobHeldAdmin";
+  if (release && admin_held && !caller.privileged)
+    return {Status::kPermissionDenied, "job " + std::to_string(job_id) +
+                                           " was held by an operator (JobHeldAdmin): only an operator may release it"};
+  const std::string held_reason = admin || admin_held ? "JobHeldAdmin" : "JobHeldUser";
+  if (j->spec.hold == !release && (release || j->reason == held_reason)) return {};
   j->spec.hold = !release;
-  j->reason = release ? "None" : "JobHeldUser";
+  j->reason = release ? "None" : held_reason;
   if (!release) {  // out of the cycle while held (Snapshot): nothing it planned stays shown
     j->priority = 0;
     j->expected_start = 0;
@@ -699,6 +748,7 @@ void Controller::Recover(int64_t now) {
     reg.set_region(n.info.region());
     reg.set_zone(n.info.zone());
     reg.set_domain(n.info.domain());
+    reg.set_root_jobs(n.info.root_jobs());
     *reg.mutable_capacity() = n.info.capacity();
     n.node = ToCoreNode(reg);
     n.drained = row.drained;
@@ -707,6 +757,7 @@ void Controller::Recover(int64_t now) {
   }
   for (const auto& row : store_.LoadJobs(now - cfg_.min_job_age_s)) {
     JobRec j = RecFromRow(row);
+    QuarantineIfForgedLocked(j, row, now);
     if (j.state == core::JobState::kRunning) running_ids_.insert(j.id);
     jobs_.emplace(j.id, std::move(j));
   }
@@ -720,7 +771,7 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   v1::JobSpec spec;
   spec.ParseFromString(row.spec);
   j.id = row.id;
-  j.spec = ToCoreSpec(spec, row.user);
+  j.spec = ToCoreSpecOf(spec, row.user, row.uid);
   j.user = row.user;
   j.uid = row.uid;
   j.gid = row.gid;
@@ -738,6 +789,7 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   j.preempt_count = row.preempt_count;
   j.evictions = row.evictions;
   j.placement.ParseFromString(row.placement);
+  j.spec_bytes = static_cast<int32_t>(row.spec.size());
   if (j.state == core::JobState::kRunning) {
     // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).
     j.tasks.assign(j.placement.tasks_size(), TaskRt{Phase::kRunning, 0, 0});
@@ -745,7 +797,7 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   return j;
 }
 
-void Controller::AdoptStored(int64_t first) {
+void Controller::AdoptStored(int64_t first, int64_t now) {
   {
     std::lock_guard lk(mu_);
     if (jobs_.count(first) || finished_.count(first)) return;  // known: the usual retry
@@ -766,6 +818,28 @@ void Controller::AdoptStored(int64_t first) {
     spdlog::warn("job {}: stored by a submission whose answer was lost; its retry adopts it", id);
   }
   Trigger();
+}
+
+bool Controller::QuarantineIfForgedLocked(JobRec& j, const JobRow& row, int64_t now) {
+  if (core::IsFinal(j.state)) return false;  // never runs again: nothing to guard
+  const std::string user = cfg_.user_of_uid ? cfg_.user_of_uid(row.uid) : UserName(row.uid);
+  const std::string why = CheckStoredJob(row, user, policy_.limits);
+  if (why.empty()) return false;
+  QuarantineLocked(j, why, now);
+  return true;
+}
+
+void Controller::QuarantineLocked(JobRec& j, const std::string& why, int64_t now) {
+  spdlog::error("job {}: its stored state is refused and it will never run: {} (written by someone other than "
+                "schedd? the job is FAILED with reason StoredRowRejected)",
+                j.id, why);
+  if (metrics_) metrics_->CountQuarantined();
+  running_ids_.erase(j.id);
+  j.state = core::JobState::kFailed;
+  j.reason = "StoredRowRejected";
+  j.end_time = now;
+  j.tasks.clear();
+  Persist(j, "quarantine", why);
 }
 
 void Controller::Trigger() {

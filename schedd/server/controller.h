@@ -26,6 +26,7 @@
 #include "schedd/server/admission.h"
 #include "schedd/server/metrics.h"
 #include "schedd/server/provision_runner.h"
+#include "schedd/server/inventory.h"
 #include "schedd/server/store.h"
 
 namespace mlsched::server {
@@ -84,9 +85,10 @@ struct ControllerConfig {
   int kill_grace_s = 10;          // SIGTERM to SIGKILL on cancel and time limit
   int min_job_age_s = 300;        // finished jobs stay in memory (and in mlq) this long
   int requeue_backoff_s = 5;      // a failed launch waits this long before the next try
-  int master_port_base = 20000;   // MASTER_PORT = base + hash(job, attempt) % range
-  int master_port_range = 12000;
   int max_array_size = 10000;     // most elements of one job array (Slurm MaxArraySize - 1)
+  /// The controller host's user name of a uid, which a stored job row must match (Recover);
+  /// empty = auth.h UserName (the user database). Tests with made-up users set their own.
+  std::function<std::string(uint32_t)> user_of_uid;
 };
 
 /// Seconds schedd waits beyond an agent's RegisterNode.cutoff_timeout_s (the time by which a cut-off
@@ -111,9 +113,11 @@ class Controller {
                 const std::string& submission_key = "");
   /// Cancels (or signals) the selected jobs; per-job errors in the response.
   v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now);
-  /// Jobs matching the filters: live ones plus recently finished; explicit ids also from disk.
-  /// Jobs `caller` may not see the details of come without environment, script and argv.
-  std::vector<v1::JobInfo> List(const Caller& caller, const v1::ListJobsRequest& req);
+  /// One page of the jobs matching the filters (listing.h): live ones plus recently finished;
+  /// explicit ids also from disk; with include_all_finished also those that ended since
+  /// finished_since (default: kDefaultFinishedWindowS before `now`). Summaries: no script,
+  /// environment or argv (GetJob has them). INVALID_ARGUMENT for a malformed page token.
+  Status List(const Caller& caller, const v1::ListJobsRequest& req, int64_t now, v1::ListJobsResponse* resp);
   /// One job with its full spec (`show job`); redacted as in List unless MaySeeDetails.
   Status Get(const Caller& caller, int64_t job_id, v1::JobInfo* out);
   Status Hold(const Caller& caller, int64_t job_id, bool release, int64_t now);
@@ -127,7 +131,13 @@ class Controller {
   Status Evict(const Caller& caller, const std::string& node, int64_t deadline, const std::string& source, int64_t now);
 
   // ---- AgentService ----
-  /// A (re-)registration: updates the node, returns what the agent may keep running.
+  /// Checks a registration against the policy's node inventory (inventory.h); a node a
+  /// provisioned pool asked for is declared by the pool's shape. `declared_only`: the node must be
+  /// named by [[nodes]] (an operator registering on the Unix socket).
+  InventoryVerdict AdmitNode(const v1::RegisterNode& reg, bool declared_only);
+  /// A (re-)registration (admitted by AdmitNode): updates the node, returns what the agent may
+  /// keep running. A node whose capacity differs from its last registration is drained with the
+  /// change as the reason; declared features ([[nodes]] features) are added.
   v1::Registered OnRegister(const v1::RegisterNode& reg, int64_t now);
   /// One agent report or heartbeat. Returns once its effect is durable; throws when the store
   /// fails (the memory state is then written again by FlushUnpersisted or the next Tick).
@@ -226,6 +236,12 @@ class Controller {
     // running, without the time it waited in the queue; 0 = not measured yet.
     core::Duration restart_cost = 0;
     std::string provision_note;  // the latest provisioning decision for it: "requested 2 nodes from pool spot (...)"
+    int32_t spec_bytes = 0;      // its stored spec's size ([limits] max_pending_bytes_per_user)
+  };
+  /// One user's pending jobs, as admission counts them.
+  struct PendingUse {
+    int32_t jobs = 0;
+    int64_t bytes = 0;  // their stored specs together
   };
   // Tasks of an ended attempt that are still alive: they keep their resources until they exit.
   struct Ghost {
@@ -262,22 +278,31 @@ class Controller {
   /// The policy's [limits] on a submitted spec, before anything else looks at it: every field's
   /// size, and an array's elements x spec size. `jobs` gets the number of jobs it would create.
   Status CheckSizesLocked(const v1::JobSpec& spec, int64_t* jobs);
-  /// For unprivileged callers: the submission rate and the pending-job count ([limits]); on
-  /// success the `jobs` are counted as pending until the next cycle recounts.
-  Status AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t now);
-  /// Takes back AdmitUserLocked's count of `jobs` (a retry whose job was already stored), unless
-  /// a cycle recounted since `admitted_at` (pending_recounts_ then); the rate token stays spent.
-  void UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t admitted_at);
+  /// For unprivileged callers: the submission rate, the pending-job count and the pending spec
+  /// bytes ([limits]); on success the `jobs` (storing `bytes` of specs together) are counted as
+  /// pending until the next cycle recounts.
+  Status AdmitUserLocked(const Caller& caller, int64_t jobs, int64_t bytes, int64_t now);
+  /// Takes back AdmitUserLocked's count of `jobs` and `bytes` (a retry whose job was already
+  /// stored), unless a cycle recounted since `admitted_at` (pending_recounts_ then); the rate
+  /// token stays spent.
+  void UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t bytes, int64_t admitted_at);
   void CancelOne(JobRec& j, int64_t now);
   /// A new job's row (spec left to the caller) and in-memory record, PENDING (or held) at `now`.
   static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);
   static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);
+  /// Checks a stored row of a job that could still run (CheckStoredJob) and quarantines it when it
+  /// fails. True when quarantined.
+  bool QuarantineIfForgedLocked(JobRec& j, const JobRow& row, int64_t now);
+  /// A job whose stored state was refused (`why`): logged, counted
+  /// (mlsched_store_rows_quarantined_total), FAILED with reason StoredRowRejected and stored so;
+  /// never launched.
+  void QuarantineLocked(JobRec& j, const std::string& why, int64_t now);
   /// A job as stored (Recover): interrupted states read as PENDING, RUNNING until agents say not.
   static JobRec RecFromRow(const JobRow& row);
   /// A retry found job `first` (an array: its elements after it) stored: adds those that are
   /// unfinished and missing from memory (their submission committed but its answer was lost, so
   /// nobody added them). Takes the lock itself; reads the store without it.
-  void AdoptStored(int64_t first);
+  void AdoptStored(int64_t first, int64_t now);
   // controller_launch.cc: attempts
   void StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now);
   /// Elastic jobs: records a size change from the last attempt (`prev_size` tasks, 0 = none) to
@@ -389,7 +414,7 @@ class Controller {
   // Admission ([limits]): submissions per user (token buckets), and PENDING jobs per user, recounted
   // every cycle and raised by each accepted submission in between (so it never undercounts).
   SubmitRateLimiter submit_rate_;
-  std::map<std::string, int32_t> pending_by_user_;
+  std::map<std::string, PendingUse> pending_by_user_;
   int64_t pending_recounts_ = 0;  // cycles that recounted pending_by_user_
   std::map<int64_t, core::JobState> finished_;
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).

@@ -50,6 +50,15 @@ void Controller::NoteResizeLocked(JobRec& j, int prev_size, int size, const std:
 }
 
 void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t now) {
+  // The spec is read back from the store and checked as if a client sent it before anything runs.
+  v1::JobSpec spec;
+  const std::optional<std::string> blob = store_.LoadSpec(j.id);
+  if (std::string why = !blob || !spec.ParseFromString(*blob) ? "its stored spec is missing or does not parse"
+                                                               : CheckStoredSpec(spec, policy_.limits);
+      !why.empty()) {
+    QuarantineLocked(j, why, now);
+    return;
+  }
   const int prev_size = j.attempt > 0 ? j.placement.tasks_size() : 0;  // the last attempt's size
   const std::string requeue_reason = j.reason;  // why it was pending: "Evicted", "Preempted", ...
   j.attempt += 1;
@@ -80,8 +89,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   }
   const std::string& rank0 = tasks.front().node;
   j.placement.set_master_addr(nodes_[rank0].info.address().empty() ? "127.0.0.1" : nodes_[rank0].info.address());
-  j.placement.set_master_port(cfg_.master_port_base +
-                              static_cast<int32_t>((j.id * 7919 + j.attempt * 104729) % cfg_.master_port_range));
+  j.placement.set_master_port(0);  // reserved by rank 0's agent at prepare (OnPrepareResult)
   j.tasks.assign(tasks.size(), TaskRt{});
   // The accelerator this attempt got: rank 0's GPU type, or "cpu" (also a CPU fallback tier).
   const auto& cap = nodes_[rank0].node.capacity.gpus;
@@ -98,8 +106,6 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   }
   store_.SaveAttempt(AttemptOf(j)).get();
 
-  v1::JobSpec spec;
-  if (auto blob = store_.LoadSpec(j.id)) spec.ParseFromString(*blob);
   const std::string rendezvous_token = NewRendezvousToken();  // this attempt's, on every node; never logged
   for (const auto& [node, count] : local) {
     v1::SchedulerMessage m;
@@ -113,7 +119,6 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
     p->set_world_size(static_cast<int32_t>(tasks.size()));
     p->set_local_world_size(count);
     p->set_master_addr(j.placement.master_addr());
-    p->set_master_port(j.placement.master_port());
     p->set_rendezvous_token(rendezvous_token);
     for (const auto& t : j.placement.tasks()) {
       if (t.node() != node) continue;
@@ -216,11 +221,37 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   Trigger();
 }
 
+InventoryVerdict Controller::AdmitNode(const v1::RegisterNode& reg, bool declared_only) {
+  std::lock_guard lk(mu_);
+  const core::Node* provisioned = nullptr;
+  for (const auto& p : provisioned_.nodes) {
+    if (p.name != reg.name()) continue;
+    for (const auto& pool : policy_.provisioning)
+      if (pool.pool == p.pool) provisioned = &pool.shape;
+  }
+  InventoryVerdict v = AdmitRegistration(policy_.inventory, reg, provisioned);
+  if (v.error.empty() && declared_only && !provisioned && !FindDeclaration(policy_.inventory, reg.name()))
+    v.error = "node " + reg.name() + ": an operator's agent on the Unix socket may register only nodes the policy's "
+              "node inventory names ([[nodes]])";
+  return v;
+}
+
 v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) {
   std::lock_guard lk(mu_);
   NodeRec& n = nodes_[reg.name()];
   bool was_down = n.down;
+  // A node's resources do not change between registrations unless someone changed the node (or
+  // its agent lies): drained until an operator resumes it.
+  const std::string changed = n.info.has_capacity() ? CapacityChange(n.info.capacity(), reg.capacity()) : "";
+  if (!changed.empty()) {
+    n.drained = true;
+    n.info.set_reason("capacity changed between registrations: " + changed);
+    spdlog::warn("node {}: {}; drained until `mladmin node resume`", reg.name(), n.info.reason());
+    store_.AppendEvent(0, reg.name(), "drain", n.info.reason()).get();
+  }
   n.node = ToCoreNode(reg);
+  if (const core::NodeDeclaration* d = FindDeclaration(policy_.inventory, reg.name()))
+    n.node.features.insert(n.node.features.end(), d->shape.features.begin(), d->shape.features.end());
   n.info.set_name(reg.name());
   n.info.set_pool(reg.pool());
   n.info.set_region(reg.region());
@@ -230,6 +261,7 @@ v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) 
   n.info.set_address(reg.address());
   n.info.set_isolation(reg.isolation());
   n.info.set_cutoff_timeout_s(reg.cutoff_timeout_s());
+  n.info.set_root_jobs(reg.root_jobs());
   n.connected = true;
   n.down = false;
   n.last_heartbeat = now;
@@ -317,12 +349,18 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
   if (!j || j->state != core::JobState::kRunning || j->attempt != r.attempt()) return;  // stale
   if (!PlacedOn(*j, node, -1))
     return RejectAgentMessage(node, "prepare result for job " + std::to_string(j->id) + " attempt " + std::to_string(j->attempt));
-  if (!r.ok()) {
-    spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, r.error());
+  // The rendezvous port is rank 0's agent's (it holds the socket); any other node's is ignored.
+  const bool rank0_node = j->placement.tasks_size() > 0 && j->placement.tasks(0).node() == node;
+  std::string error = r.ok() ? "" : r.error();
+  if (r.ok() && rank0_node && (r.master_port() < 0 || r.master_port() > 65535))
+    error = "rendezvous port " + std::to_string(r.master_port()) + " out of range";
+  if (!error.empty()) {
+    spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, error);
     EndAttempt(*j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "prepare-failed");
     j->eligible_after = now + cfg_.requeue_backoff_s;
     return;
   }
+  if (rank0_node) j->placement.set_master_port(r.master_port());
   bool all = true;
   for (int i = 0; i < j->placement.tasks_size(); ++i) {
     if (j->placement.tasks(i).node() == node && j->tasks[i].phase == Phase::kPreparing) j->tasks[i].phase = Phase::kPrepared;
@@ -331,11 +369,23 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
   if (!all) return;
   for (auto& t : j->tasks) t.phase = Phase::kCommitted;
   j->launch_deadline = now + cfg_.launch_timeout_s;
+  if (j->placement.master_port() == 0)
+    spdlog::warn("job {} attempt {}: the agent of rank 0's node {} reserved no rendezvous port (an agentd older than "
+                 "schedd?): MASTER_PORT is not set", j->id, j->attempt, j->placement.tasks(0).node());
+  // The placement keeps the port (a recovered schedd still knows it); a failed write is retried by
+  // Tick, and never holds the commit back.
+  try {
+    Persist(*j, "", "");
+  } catch (const std::exception& e) {
+    spdlog::warn("job {}: rendezvous port not written to the store yet: {}", j->id, e.what());
+  }
   v1::SchedulerMessage m;
   m.mutable_commit()->set_job_id(j->id);
   m.mutable_commit()->set_attempt(j->attempt);
+  m.mutable_commit()->set_master_port(j->placement.master_port());
   SendToNodes(*j, m);
-  spdlog::info("job {} attempt {}: all nodes prepared, committed", j->id, j->attempt);
+  spdlog::info("job {} attempt {}: all nodes prepared, committed (MASTER_PORT {})", j->id, j->attempt,
+               j->placement.master_port());
 }
 
 void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t, int64_t now) {

@@ -261,7 +261,11 @@ void Controller::RunCycle(int64_t now) {
     pending_by_user_.clear();  // the exact count; submissions until the next cycle add to it
     ++pending_recounts_;
     for (const auto& [id, j] : jobs_)
-      if (j.state == core::JobState::kPending) pending_by_user_[j.user] += 1;
+      if (j.state == core::JobState::kPending) {
+        PendingUse& u = pending_by_user_[j.user];
+        u.jobs += 1;
+        u.bytes += j.spec_bytes;
+      }
     AccrueUsageLocked(snap, now);
     snap.usage = usage_;
     policy = policy_;

@@ -115,11 +115,12 @@ Status Controller::SubmitArray(const Caller& caller, const v1::JobSpec& spec, in
     {
       std::lock_guard lk(mu_);
       if (jobs_.count(first) || finished_.count(first))
-        UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()), admitted_at);
+        UnadmitUserLocked(caller, static_cast<int64_t>(arr.task_ids.size()),
+                          static_cast<int64_t>(arr.task_ids.size() * spec.ByteSizeLong()), admitted_at);
       else
         adopt = true;  // its answer was lost: this admission's count stands for its elements
     }
-    if (adopt) AdoptStored(first);
+    if (adopt) AdoptStored(first, now);
     return {};
   }
   {

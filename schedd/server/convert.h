@@ -11,10 +11,16 @@ namespace mlsched::server {
 
 /// The core's view of a submitted spec (user filled in by the server).
 core::JobSpec ToCoreSpec(const mlsched::v1::JobSpec& spec, const std::string& user);
+/// The node feature of agents that run jobs of uid 0 (RegisterNode.root_jobs, agentd
+/// --allow-root-jobs); every job of uid 0 requires it (Slurm's DisableRootJobs as the default).
+inline constexpr const char* kRootJobsFeature = "mlsched:root-jobs";
+/// ToCoreSpec for a job of `uid`: root's jobs require kRootJobsFeature.
+core::JobSpec ToCoreSpecOf(const mlsched::v1::JobSpec& spec, const std::string& user, uint32_t uid);
 /// Resources of a node registration in the core's fixed-point form.
 core::ResourceVector ToCoreResources(const mlsched::v1::Resources& r);
 mlsched::v1::Resources ToProtoResources(const core::ResourceVector& r);
-/// A registered node as the core sees it (health set by the caller).
+/// A registered node as the core sees it (health set by the caller); kRootJobsFeature when its
+/// agent runs root's jobs.
 core::Node ToCoreNode(const mlsched::v1::RegisterNode& reg);
 mlsched::v1::Pool ToProtoPool(core::Pool p);
 core::Pool ToCorePool(mlsched::v1::Pool p);

@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <thread>
 
 namespace mlsched::server {
@@ -50,11 +53,63 @@ struct EtcdClient::Conn {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<etcdpb::KV::Stub> kv;
   std::unique_ptr<etcdpb::Lease::Stub> lease;
+  std::unique_ptr<etcdpb::Auth::Stub> auth;
 };
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {
+namespace {
+
+/// "size:mtime" of each TLS file, to notice a rotation; "?" for a file that cannot be stat'ed.
+std::string TlsStamp(const mlsched::TlsFiles& f) {
+  std::string out;
+  for (const std::string* path : {&f.ca, &f.cert, &f.key}) {
+    struct stat st {};
+    if (path->empty()) continue;
+    if (::stat(path->c_str(), &st) != 0) {
+      out += "?;";
+      continue;
+    }
+    out += std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  return out;
+}
+
+std::string ReadPassword(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read the etcd password file " + path);
+  std::string s(kMaxPasswordBytes + 1, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<size_t>(in.gcount()));
+  if (s.size() > kMaxPasswordBytes)
+    throw std::runtime_error("etcd password file " + path + " is larger than " + std::to_string(kMaxPasswordBytes) + " bytes");
+  if (auto nl = s.find_first_of("\r\n"); nl != std::string::npos) s.resize(nl);
+  if (s.empty()) throw std::runtime_error("etcd password file " + path + " is empty");
+  return s;
+}
+
+}  // namespace
+
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout, EtcdSecurity security)
+    : endpoints_(std::move(endpoints)), timeout_(timeout), security_(std::move(security)) {
   if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
+  if (security_.tls.cert.empty() != security_.tls.key.empty())
+    throw std::invalid_argument("an etcd client certificate needs both its certificate and its key file");
+  if (!security_.tls_enabled() && !security_.tls.cert.empty())
+    throw std::invalid_argument("an etcd client certificate needs the CA of etcd's members (--etcd-tls-ca)");
+  if (!security_.user.empty()) password_ = ReadPassword(security_.password_file);
+  tls_stamp_ = TlsStamp(security_.tls);
+  tls_checked_ = std::chrono::steady_clock::now();
+  conns_ = Connect();
+}
+
+std::vector<std::shared_ptr<EtcdClient::Conn>> EtcdClient::Connect() const {
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (security_.tls_enabled()) {
+    creds = mlsched::MakeTlsChannelCredentials(security_.tls);  // throws naming the unreadable file
+  } else {
+    creds = grpc::InsecureChannelCredentials();  // only when configured so (schedd --ha-insecure)
+  }
+  std::vector<std::shared_ptr<Conn>> conns;
   for (const auto& ep : endpoints_) {
     auto c = std::make_shared<Conn>();
     c->endpoint = ep;
@@ -62,33 +117,103 @@ EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::millisec
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    c->channel = grpc::CreateCustomChannel(ep, grpc::InsecureChannelCredentials(), args);
+    c->channel = grpc::CreateCustomChannel(ep, creds, args);
     c->kv = etcdpb::KV::NewStub(c->channel);
     c->lease = etcdpb::Lease::NewStub(c->channel);
-    conns_.push_back(std::move(c));
+    c->auth = etcdpb::Auth::NewStub(c->channel);
+    conns.push_back(std::move(c));
   }
+  return conns;
+}
+
+void EtcdClient::MaybeReloadTls() {
+  if (!security_.tls_enabled()) return;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(mu_);
+    if (now - tls_checked_ < std::chrono::seconds(mlsched::kCertRefreshSeconds)) return;
+    tls_checked_ = now;
+  }
+  const std::string stamp = TlsStamp(security_.tls);
+  {
+    std::lock_guard lk(mu_);
+    if (stamp == tls_stamp_) return;
+  }
+  try {
+    auto conns = Connect();
+    std::lock_guard lk(mu_);
+    conns_ = std::move(conns);
+    tls_stamp_ = stamp;
+    spdlog::info("etcd: TLS files changed; new connections use them ({})", security_.tls.cert.empty() ? security_.tls.ca : security_.tls.cert);
+  } catch (const std::exception& e) {
+    // Mid-rotation (rm + cp) or a bad file: keep the channels made with the last good files.
+    spdlog::error("etcd: TLS files changed but cannot be used: {}; keeping the current connections", e.what());
+  }
+}
+
+std::string EtcdClient::SecurityDescription() const {
+  std::string s = !security_.tls_enabled() ? "plaintext" : security_.tls.cert.empty() ? "TLS" : "mutual TLS";
+  if (!security_.user.empty()) s += ", RBAC user " + security_.user;
+  return s;
+}
+
+grpc::Status EtcdClient::Login(Conn& c) {
+  etcdpb::AuthenticateRequest req;
+  req.set_name(security_.user);
+  req.set_password(password_);
+  etcdpb::AuthenticateResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
+  grpc::Status st = c.auth->Authenticate(&ctx, req, &resp);
+  if (st.ok()) {
+    std::lock_guard lk(mu_);
+    token_ = resp.token();
+  }
+  return st;
 }
 
 EtcdClient::~EtcdClient() = default;
 
 template <typename F>
 grpc::Status EtcdClient::Call(const char* what, F&& call) {
+  MaybeReloadTls();
   const auto deadline = std::chrono::system_clock::now() + timeout_;
   grpc::Status st;
+  bool relogged = false;
   for (size_t tries = 0;; ++tries) {
     std::shared_ptr<Conn> c;
     size_t index;
+    std::string token;
     {
       std::lock_guard lk(mu_);
       index = current_;
       c = conns_[index];
+      token = token_;
+    }
+    if (!security_.user.empty() && token.empty()) {
+      if (grpc::Status login = Login(*c); !login.ok()) {
+        st = login;
+        if (login.error_code() != grpc::StatusCode::UNAVAILABLE &&
+            login.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)
+          return login;  // wrong password, auth not enabled, ...: no other endpoint answers otherwise
+      }
+      std::lock_guard lk(mu_);
+      token = token_;
     }
     grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("token", token);
     // Each endpoint gets a share of the deadline, so one dead member cannot eat all of it.
     const auto share = std::max<std::chrono::milliseconds>(timeout_ / static_cast<long>(conns_.size()),
                                                             std::chrono::milliseconds(300));
     ctx.set_deadline(std::min(deadline, std::chrono::system_clock::now() + share));
-    st = call(*c, &ctx);
+    if (security_.user.empty() || !token.empty()) st = call(*c, &ctx);
+    // etcd forgets simple tokens after --auth-token-ttl (and on restart): log in again, once.
+    if (!security_.user.empty() && !relogged && st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      relogged = true;
+      std::lock_guard lk(mu_);
+      if (token_ == token) token_.clear();
+      continue;
+    }
     const bool moved_on = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                           st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!moved_on || std::chrono::system_clock::now() >= deadline) return st;

@@ -1,7 +1,9 @@
-// A small synchronous client of etcd's v3 API (KV, Lease) for schedd's HA mode, over the gRPC
-// stubs generated from Debian's golang-etcd-server-dev protos. It fails over between the cluster's
-// endpoints: a call that finds its endpoint unreachable tries the next one, until the call's
-// deadline. Thread-safe.
+// A small synchronous client of etcd's v3 API (KV, Lease, Auth) for schedd's HA mode, over the
+// gRPC stubs generated from Debian's golang-etcd-server-dev protos. It fails over between the
+// cluster's endpoints: a call that finds its endpoint unreachable tries the next one, until the
+// call's deadline. It speaks TLS with a client certificate (etcd --client-cert-auth) and may also
+// log in as an etcd RBAC user; a TLS file that cannot be read never turns into a plaintext channel.
+// Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tls.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 
 namespace mlsched::server {
@@ -37,11 +40,30 @@ std::vector<std::string> ParseEtcdEndpoints(const std::string& value);
 /// prefix range).
 std::string PrefixEnd(const std::string& prefix);
 
+/// How schedd checks etcd and proves itself to it (docs/operations.md, "Securing etcd").
+struct EtcdSecurity {
+  /// TLS when `tls.ca` is set: etcd's members must present a certificate from that CA naming the
+  /// endpoint's host; `tls.cert`/`tls.key` are schedd's etcd client certificate (etcd
+  /// --client-cert-auth; with etcd's auth enabled its common name is the etcd user). The files
+  /// are re-read when they change (checked at most every kCertRefreshSeconds). Empty `ca`:
+  /// plaintext (schedd allows that only with --ha-insecure).
+  mlsched::TlsFiles tls;
+  /// etcd RBAC user to log in as (etcd's Authenticate; the token rides on every call and is
+  /// renewed when etcd says it expired). "" = no password login.
+  std::string user;
+  /// File whose first line is `user`'s password (at most kMaxPasswordBytes; mode 0600).
+  std::string password_file;
+  bool tls_enabled() const { return !tls.ca.empty(); }
+};
+/// Largest etcd password read from EtcdSecurity::password_file (bytes).
+inline constexpr size_t kMaxPasswordBytes = 1024;
+
 class EtcdClient {
  public:
-  /// `endpoints`: HOST:PORT of etcd members (plain gRPC; loopback or a private network).
-  /// `timeout`: deadline of one call, over all the endpoints it tries.
-  EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout);
+  /// `endpoints`: HOST:PORT of etcd members. `timeout`: deadline of one call, over all the
+  /// endpoints it tries. `security`: TLS and login (EtcdSecurity). Throws std::runtime_error when
+  /// a TLS or password file cannot be read (never falls back to plaintext).
+  EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout, EtcdSecurity security = {});
   ~EtcdClient();
 
   /// One Range call (linearizable read). Throws EtcdError.
@@ -64,18 +86,33 @@ class EtcdClient {
 
   /// The endpoints, as given.
   const std::vector<std::string>& Endpoints() const { return endpoints_; }
+  /// "mutual TLS", "TLS", or "plaintext"; plus ", RBAC user NAME" when logging in.
+  std::string SecurityDescription() const;
 
  private:
   struct Conn;
   /// Runs `call(conn, ctx)` on the current endpoint, moving on to the next one while the answer is
-  /// UNAVAILABLE, until the deadline. Returns the last status.
+  /// UNAVAILABLE, until the deadline; logs in again once when etcd says the token is invalid.
+  /// Returns the last status.
   template <typename F>
   grpc::Status Call(const char* what, F&& call);
+  /// Channels to every endpoint with the current credentials. Throws when a TLS file is unreadable.
+  std::vector<std::shared_ptr<Conn>> Connect() const;
+  /// Rebuilds the channels when a TLS file changed (checked every kCertRefreshSeconds); a file
+  /// that cannot be read is logged and the current channels are kept.
+  void MaybeReloadTls();
+  /// Logs in as security_.user (etcd Authenticate) and keeps the token. Returns the status.
+  grpc::Status Login(Conn& c);
   std::vector<std::string> endpoints_;
   std::chrono::milliseconds timeout_;
+  EtcdSecurity security_;
+  std::string password_;
   std::mutex mu_;
   size_t current_ = 0;
   std::vector<std::shared_ptr<Conn>> conns_;
+  std::string token_;           // etcd auth token ("" until logged in)
+  std::string tls_stamp_;       // sizes and mtimes of the TLS files the channels were made with
+  std::chrono::steady_clock::time_point tls_checked_{};
 };
 
 }  // namespace mlsched::server

@@ -109,17 +109,19 @@ EtcdStore::~EtcdStore() {
 std::string EtcdStore::JobKey(int64_t id) const { return Key("jobs/" + Pad(id, 20)); }
 std::string EtcdStore::SpecKey(int64_t id) const { return Key("specs/" + Pad(id, 20)); }
 
-void EtcdStore::BecomeLeader(int64_t epoch) {
+void EtcdStore::BecomeLeader(int64_t epoch, int64_t lease, std::string leader_value) {
   etcdpb::RangeRequest req;
   req.set_key(Key("meta/next_job_id"));
   auto resp = etcd_.Range(req);
   int64_t next = 1;
   if (resp.kvs_size() == 1) next = std::max<int64_t>(1, std::strtoll(resp.kvs(0).value().c_str(), nullptr, 10));
-  const int64_t lease = etcd_.LeaseGrant(kSubmissionKeyTtl + 3600);
+  const int64_t submission_lease = etcd_.LeaseGrant(kSubmissionKeyTtl + 3600);
   std::lock_guard lk(mu_);
+  leader_lease_ = lease;
+  leader_value_ = std::move(leader_value);
   next_job_id_ = next;
   next_event_ = 0;
-  submission_lease_ = lease;
+  submission_lease_ = submission_lease;
   submission_lease_granted_ = std::time(nullptr);
   epoch_ = epoch;
   spdlog::info("etcd store: writing as the leader of epoch {}; next job id {}", epoch, next);
@@ -276,6 +278,22 @@ void EtcdStore::CommitItems(std::vector<Item>& items) {
     cmp->set_target(etcdpb::Compare::CREATE);
     cmp->set_result(etcdpb::Compare::EQUAL);
     cmp->set_create_revision(epoch);
+    // Also the key's lease and value (set by BecomeLeader before the first write): a key rewritten
+    // in place keeps its create revision.
+    if (leader_lease_ != 0) {
+      auto* same_lease = txn.add_compare();
+      same_lease->set_key(LeaderKey(prefix_));
+      same_lease->set_target(etcdpb::Compare::LEASE);
+      same_lease->set_result(etcdpb::Compare::EQUAL);
+      same_lease->set_lease(leader_lease_);
+    }
+    if (!leader_value_.empty()) {
+      auto* same_value = txn.add_compare();
+      same_value->set_key(LeaderKey(prefix_));
+      same_value->set_target(etcdpb::Compare::VALUE);
+      same_value->set_result(etcdpb::Compare::EQUAL);
+      same_value->set_value(leader_value_);
+    }
     if (next_job_id_ != next_id_before) batch.Put(Key("meta/next_job_id"), std::to_string(next_job_id_));
     for (auto& op : batch.ops) *txn.add_success() = std::move(op);
     try {
@@ -621,6 +639,27 @@ std::vector<JobRow> EtcdStore::LoadFinishedJobs(int64_t start, int64_t end) {
   for (const auto& kv : etcd_.RangePrefix(Key("jobs/"))) {
     JobRow r = FromStored(Parse<v1::StoredJob>(kv.value(), kv.key()));
     if (IsFinal(r.state) && r.end_time >= start && r.end_time < end) out.push_back(std::move(r));
+  }
+  for (auto& r : out)
+    if (auto spec = LoadSpec(r.id)) r.spec = std::move(*spec);
+  return out;
+}
+
+std::vector<JobRow> EtcdStore::LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) {
+  std::vector<JobRow> out;
+  etcdpb::RangeRequest req;
+  req.set_key(JobKey(after_id + 1));
+  req.set_range_end(PrefixEnd(Key("jobs/")));
+  req.set_limit(1000);
+  while (out.size() < limit) {
+    auto resp = etcd_.Range(req);
+    for (const auto& kv : resp.kvs()) {
+      JobRow r = FromStored(Parse<v1::StoredJob>(kv.value(), kv.key()));
+      if (IsFinal(r.state) && r.end_time >= since) out.push_back(std::move(r));
+      if (out.size() == limit) break;
+    }
+    if (!resp.more() || resp.kvs_size() == 0) break;
+    req.set_key(resp.kvs(resp.kvs_size() - 1).key() + std::string(1, '\0'));
   }
   for (auto& r : out)
     if (auto spec = LoadSpec(r.id)) r.spec = std::move(*spec);

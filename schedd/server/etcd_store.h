@@ -47,8 +47,10 @@ class EtcdStore final : public Store {
   EtcdStore& operator=(const EtcdStore&) = delete;
 
   /// Starts writing as the leader of `epoch` (the create revision of LeaderKey): loads the next
-  /// job id, and grants the lease that makes submission keys expire. Throws EtcdError.
-  void BecomeLeader(int64_t epoch);
+  /// job id, and grants the lease that makes submission keys expire. Every later transaction is
+  /// fenced on the leader key's create revision == epoch and, when given, its lease == `lease`
+  /// and value == `leader_value` (Leadership::KeyValue). Throws EtcdError.
+  void BecomeLeader(int64_t epoch, int64_t lease = 0, std::string leader_value = "");
   /// Called once, on the writer thread, when etcd refuses a transaction because the epoch no longer
   /// holds the leader key; every later write fails at once.
   void SetOnFenced(std::function<void()> f);
@@ -88,6 +90,7 @@ class EtcdStore final : public Store {
   std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) override;
   std::optional<JobRow> LoadJob(int64_t id) override;
   std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) override;
+  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) override;
   std::vector<NodeRow> LoadNodes() override;
   std::optional<std::string> LoadSpec(int64_t id) override;
   /// One job's spec must fit one etcd request with room for its row: 1 MiB.
@@ -145,6 +148,8 @@ class EtcdStore final : public Store {
   int64_t next_event_ = 0;
   int64_t submission_lease_ = 0;
   int64_t submission_lease_granted_ = 0;  // seconds since epoch
+  int64_t leader_lease_ = 0;       // the leader key's lease the writes are fenced on (0 = not checked)
+  std::string leader_value_;       // the leader key's value the writes are fenced on ("" = not checked)
   std::atomic<bool> fenced_{false};
   std::atomic<int64_t> fenced_writes_{0};
   std::atomic<int64_t> commits_{0};

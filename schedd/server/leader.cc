@@ -129,11 +129,16 @@ void Leadership::Round(std::chrono::steady_clock::time_point now) {
   }
 }
 
-void Leadership::Campaign() {
-  const std::string key = LeaderKey(cfg_.prefix);
+std::string Leadership::KeyValue() const {
   v1::StoredMember me;
   me.set_address(cfg_.address);
   me.set_role("leader");
+  return me.SerializeAsString();
+}
+
+void Leadership::Campaign() {
+  const std::string key = LeaderKey(cfg_.prefix);
+  const std::string mine = KeyValue();
   etcdpb::TxnRequest txn;
   auto* cmp = txn.add_compare();
   cmp->set_key(key);
@@ -142,7 +147,7 @@ void Leadership::Campaign() {
   cmp->set_create_revision(0);  // the key does not exist
   auto* put = txn.add_success()->mutable_request_put();
   put->set_key(key);
-  put->set_value(me.SerializeAsString());
+  put->set_value(mine);
   put->set_lease(lease_);
   txn.add_failure()->mutable_request_range()->set_key(key);
   auto resp = etcd_.Txn(txn);
@@ -154,16 +159,32 @@ void Leadership::Campaign() {
   } else if (resp.responses_size() == 1 && resp.responses(0).response_range().kvs_size() == 1) {
     const auto& kv = resp.responses(0).response_range().kvs(0);
     v1::StoredMember leader;
-    leader.ParseFromString(kv.value());
-    if (view_.is_leader && kv.create_revision() != view_.epoch) {
+    const bool parsed = leader.ParseFromString(kv.value()) && !leader.address().empty();
+    if (view_.is_leader) {
+      // The key must still be exactly the one this replica wrote: same creation, same lease, same
+      // value. A key rewritten in place (a put keeps the create revision) is not ours any more.
+      std::string why;
+      if (kv.create_revision() != view_.epoch) why = "was created again at revision " + std::to_string(kv.create_revision());
+      else if (kv.lease() != lease_) why = "now has lease " + std::to_string(kv.lease()) + ", not this replica's";
+      else if (kv.value() != mine) why = "was rewritten (it names " + (parsed ? leader.address() : std::string("nobody")) + ")";
+      if (!why.empty()) {
+        lk.unlock();
+        Lost("the leader key " + why);
+        return;
+      }
+    }
+    if (kv.lease() == 0 || !parsed) {
+      // A leader key no replica wrote (every campaign binds it to a lease and names an address):
+      // made by hand or by an intruder, it would stop every election until deleted. Delete it,
+      // unless it changed since it was read.
       lk.unlock();
-      Lost("the leader key now belongs to " + leader.address() + " (epoch " + std::to_string(kv.create_revision()) + ")");
+      RemoveForeignLeaderKey(kv.mod_revision(), kv.lease() == 0 ? "has no lease" : "names no replica");
       return;
     }
     view_.leader = leader.address();
     view_.epoch = kv.create_revision();
     // Our own earlier campaign won, but its answer was lost.
-    if (!view_.is_leader && !lost_ && kv.lease() == lease_ && leader.address() == cfg_.address) won_epoch = kv.create_revision();
+    if (!view_.is_leader && !lost_ && kv.lease() == lease_ && kv.value() == mine) won_epoch = kv.create_revision();
   } else if (view_.is_leader) {
     lk.unlock();
     Lost("the leader key is gone");
@@ -176,8 +197,26 @@ void Leadership::Campaign() {
   view_.is_leader = true;
   view_.leader = cfg_.address;
   view_.epoch = won_epoch;
+  view_.lease = lease_;
   spdlog::info("HA: elected leader at epoch {} (lease {:x})", won_epoch, lease_);
   elected_thread_ = std::thread([this, won_epoch] { on_elected_(won_epoch); });
+}
+
+void Leadership::RemoveForeignLeaderKey(int64_t mod_revision, const std::string& why) {
+  const std::string key = LeaderKey(cfg_.prefix);
+  etcdpb::TxnRequest txn;
+  auto* cmp = txn.add_compare();
+  cmp->set_key(key);
+  cmp->set_target(etcdpb::Compare::MOD);
+  cmp->set_result(etcdpb::Compare::EQUAL);
+  cmp->set_mod_revision(mod_revision);
+  txn.add_success()->mutable_request_delete_range()->set_key(key);
+  if (etcd_.Txn(txn).succeeded()) {
+    foreign_leader_keys_.fetch_add(1);
+    spdlog::error("HA: the leader key {} {}: no replica wrote it (by hand, or an intruder with write access to "
+                  "etcd); deleted it so that the election goes on",
+                  key, why);
+  }
 }
 
 }  // namespace mlsched::server

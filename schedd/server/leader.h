@@ -1,8 +1,10 @@
 // Leader election of schedd replicas on etcd (HA mode), after Kubernetes' leader election: each
 // replica holds an etcd lease (TTL a few seconds, renewed every TTL/3) and its member key; the
 // leader is the replica whose transaction created PREFIX/leader (bound to its lease), and its
-// epoch is the revision of that creation. Every durable write is fenced on that epoch
-// (EtcdStore), so a replica that lost the lease without noticing cannot change anything.
+// epoch is the revision of that creation. Every durable write is fenced on that epoch, the key's
+// lease and its value (EtcdStore), so a replica that lost the lease without noticing, or whose key
+// was rewritten in place, cannot change anything. A leader key that no replica could have written
+// (no lease, or no address in it) is deleted by whichever replica finds it.
 #pragma once
 
 #include <atomic>
@@ -49,16 +51,23 @@ class Leadership {
     int64_t epoch = 0;      // the leader's epoch
     bool is_leader = false;  // this replica leads
     int64_t revision = 0;   // the newest etcd revision this replica saw
+    int64_t lease = 0;      // the lease the leader key is bound to (this replica leads)
   };
   View Current() const;
   /// Every replica's member key (address, role, observed revision). Throws EtcdError.
   std::vector<v1::StoredMember> Members();
+  /// The exact value this replica writes to the leader key (the store fences on it).
+  std::string KeyValue() const;
+  /// Leader keys deleted because no replica could have written them (no lease, no address).
+  int64_t ForeignLeaderKeys() const { return foreign_leader_keys_.load(); }
 
  private:
   void Loop();
   /// One round: renew the lease when due, campaign or watch the leader key, refresh the member key.
   void Round(std::chrono::steady_clock::time_point now);
   void Campaign();
+  /// Deletes the leader key if it is still at `mod_revision` (logged and counted with `why`).
+  void RemoveForeignLeaderKey(int64_t mod_revision, const std::string& why);
   void Lost(const std::string& why);
 
   EtcdClient& etcd_;
@@ -72,6 +81,7 @@ class Leadership {
   int64_t lease_ = 0;
   std::chrono::steady_clock::time_point renewed_{}, member_written_{};
   bool lost_ = false;
+  std::atomic<int64_t> foreign_leader_keys_{0};
   std::thread thread_, elected_thread_;
 };
 

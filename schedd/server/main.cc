@@ -23,6 +23,7 @@
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
 #include "schedd/server/etcd_archive.h"
+#include "schedd/server/etcd_flags.h"
 #include "schedd/server/etcd_store.h"
 #include "schedd/server/leader.h"
 #include "schedd/server/services.h"
@@ -119,7 +120,7 @@ void StartHa(Leadership& leadership, EtcdStore& store, LeaderGate& gate, AgentGa
       [&, step_down](int64_t epoch) {
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          store.BecomeLeader(epoch);
+          store.BecomeLeader(epoch, leadership.Current().lease, leadership.KeyValue());
           gateway.SetEpoch(epoch);
           ctl.Recover(WallNow());
         } catch (const std::exception& e) {
@@ -161,12 +162,14 @@ int main(int argc, char** argv) {
   std::string metrics_host = "127.0.0.1";
   std::vector<std::string> operators;
   std::string ha, advertise;
+  EtcdFlags etcd_flags;
   LeaderConfig ha_cfg;
   size_t ha_max_txn_ops = kEtcdMaxTxnOps;
   ArchiveConfig archive;
   int64_t archive_interval_s = archive.archive_interval.count(), archive_copy_s = archive.copy_interval.count();
   app.add_option("--ha", ha, "HA mode: keep the state in etcd (etcd://HOST:PORT,...) and run as one of several replicas, "
                  "one of which leads (docs/operations.md, High availability)");
+  AddEtcdFlags(app, &etcd_flags);
   app.add_option("--ha-prefix", ha_cfg.prefix, "etcd key prefix of this cluster's state");
   app.add_option("--ha-lease-ttl", ha_cfg.lease_ttl_s, "Seconds a silent leader keeps its lease")->check(CLI::Range(2, 60));
   app.add_option("--ha-max-txn-ops", ha_max_txn_ops, "etcd's --max-txn-ops (operations per transaction)")
@@ -187,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", tls.cert, "schedd's certificate (PEM) from the cluster CA");
   app.add_option("--tls-key", tls.key, "schedd's private key (PEM)");
   app.add_option("--tls-ca", tls.ca, "The cluster CA (PEM): agents' node certificates must chain to it");
+  std::string tls_crl;
+  app.add_option("--tls-crl", tls_crl, "CRL (PEM) signed by the cluster CA: agents presenting a node certificate it "
+                 "revokes are refused (scripts/mlsched-certs.sh revoke NODE); re-read when it changes");
   app.add_option("--munge-socket", munge_socket, "munged socket for TCP callers' credentials (default $MLSCHED_MUNGE_SOCKET, else " +
                  std::string(mlsched::kDefaultMungeSocket) + ")");
   app.add_option("--token-file", token_file, "Removed: TCP callers prove who they are with MUNGE")->group("");
@@ -233,6 +239,10 @@ int main(int argc, char** argv) {
     }
   }
   ha_cfg.address = advertise;
+  if (std::string err = ha.empty() ? "" : CheckEtcdFlags(etcd_flags); !err.empty()) {
+    std::cerr << "schedd: --ha: " << err << "\n";
+    return 2;
+  }
   if (!listen_tcp.empty() && (tls.cert.empty() || tls.key.empty() || tls.ca.empty())) {
     std::cerr << "schedd: --listen-tcp needs --tls-cert, --tls-key and --tls-ca (scripts/mlsched-certs.sh makes them)\n";
     return 2;
@@ -255,7 +265,13 @@ int main(int argc, char** argv) {
     if (ha.empty()) {
       store_owner = std::make_unique<SqliteStore>(state_dir);
     } else {
-      etcd = std::make_unique<EtcdClient>(ParseEtcdEndpoints(ha), std::chrono::milliseconds(3000));
+      etcd = std::make_unique<EtcdClient>(ParseEtcdEndpoints(ha), std::chrono::milliseconds(3000), etcd_flags.security);
+      if (!etcd_flags.security.tls_enabled())
+        spdlog::critical("HA: --ha-insecure: etcd is reached in PLAINTEXT; anyone who can reach {} reads every job's "
+                         "environment and can make jobs run as any user. Use this for a throwaway test cluster only.",
+                         ha);
+      else
+        spdlog::info("HA: etcd over {}", etcd->SecurityDescription());
       auto e = std::make_unique<EtcdStore>(*etcd, ha_cfg.prefix, ha_max_txn_ops);
       estore = e.get();
       store_owner = std::move(e);
@@ -287,6 +303,7 @@ int main(int argc, char** argv) {
     SchedMetrics metrics;
     ctl.SetMetrics(&metrics);
     auth.SetMetrics(&metrics);
+    if (!tls_crl.empty()) auth.SetRevocationList(std::make_shared<RevocationList>(tls_crl, tls.ca));
     ProvisionRunner provision_runner([&](const ProgramCall& call, const ProgramResult& r) {
       ctl.OnProgramDone(call, r);  // a finished suspend leaves the stored releasing list
       if (!r.error.empty() || r.timed_out || r.exit_code != 0)  // logged by the runner
@@ -307,7 +324,12 @@ int main(int argc, char** argv) {
 
     grpc::ServerBuilder builder;
     int tcp_port = 0;  // the port bound, when --listen-tcp asks for port 0
-    if (!listen_tcp.empty()) builder.AddListeningPort(listen_tcp, mlsched::MakeServerCredentials(tls), &tcp_port);
+    if (!listen_tcp.empty()) {
+      auto creds = mlsched::MakeServerCredentials(tls);
+      // TCP callers are checked from their initial metadata, before a request body is read.
+      creds->SetAuthMetadataProcessor(std::make_shared<MungeAuthProcessor>(mlsched::ResolveMungeSocket(munge_socket), &metrics));
+      builder.AddListeningPort(listen_tcp, creds, &tcp_port);
+    }
     builder.RegisterService(&jobs);
     builder.RegisterService(&admin);
     builder.RegisterService(&gateway);
@@ -315,6 +337,10 @@ int main(int argc, char** argv) {
     // the policy's [limits] allow (script + environment + argv, checked by the loader).
     constexpr int kMaxRequestBytes = 16 << 20;
     builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    // At most this many calls in flight on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS;
+    // gRPC's default is unlimited): with the receive limit it bounds what one connection can make
+    // schedd buffer.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 128);
     // Agents ping every 2 s, with or without calls in flight (gRPC keepalive), to notice a stopped
     // or unreachable schedd within seconds; schedd must accept that instead of closing the
     // connection with "too_many_pings".

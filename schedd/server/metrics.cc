@@ -30,6 +30,9 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
   internal_errors_ = &prometheus::BuildCounter().Name("mlsched_internal_errors_total")
                          .Help("Requests and agent streams that failed inside schedd (e.g. store errors); schedd kept serving")
                          .Register(*registry_).Add({});
+  quarantined_ = &prometheus::BuildCounter().Name("mlsched_store_rows_quarantined_total")
+                      .Help("Jobs whose stored row or spec failed the checks a client's submission gets (FAILED, never run)")
+                      .Register(*registry_).Add({});
   cycle_ = &prometheus::BuildHistogram().Name("mlsched_cycle_seconds").Help("Duration of one scheduling cycle")
                 .Register(*registry_).Add({}, kCycleBuckets);
   jobs_ = &prometheus::BuildGauge().Name("mlsched_jobs").Help("Jobs in memory by state and partition").Register(*registry_);
@@ -53,6 +56,7 @@ void SchedMetrics::CountRequeue(const std::string& reason) { requeues_->Add({{"r
 void SchedMetrics::CountEviction() { evictions_->Increment(); }
 void SchedMetrics::CountPreemption() { preemptions_->Increment(); }
 void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"state", state}}).Increment(); }
+void SchedMetrics::CountQuarantined() { quarantined_->Increment(); }
 void SchedMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
 void SchedMetrics::CountInternalError() { internal_errors_->Increment(); }
 void SchedMetrics::ObserveCycle(double seconds) { cycle_->Observe(seconds); }

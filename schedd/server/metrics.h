@@ -30,6 +30,8 @@ class SchedMetrics {
   /// An input refused for security: reason = "authentication" (bad or missing MUNGE credential,
   /// foreign node certificate) or "agent_message" (an agent reporting on a task not placed on it).
   void CountRejected(const std::string& reason);
+  /// A stored job row or spec refused as if a client had sent it (Controller::QuarantineLocked).
+  void CountQuarantined();
   /// A request or agent stream that failed inside schedd (a store error such as a full disk); it was
   /// answered with an error and schedd kept serving.
   void CountInternalError();
@@ -56,6 +58,7 @@ class SchedMetrics {
   prometheus::Counter* preemptions_;
   prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Counter* internal_errors_;
+  prometheus::Counter* quarantined_;
   prometheus::Histogram* cycle_;
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Gauge>* gpus_;

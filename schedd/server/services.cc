@@ -116,10 +116,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
     Caller c;
     if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListJobs", &c); !st.ok()) return st;
     if (auto st = CheckIdCount(ctl_, req->job_ids_size() + req->job_refs_size()); !st.ok()) return st;
-    auto jobs = ctl_.List(c, *req);  // others' jobs without env, script, argv
-    resp->mutable_jobs()->Reserve(static_cast<int>(jobs.size()));
-    for (auto& j : jobs) *resp->add_jobs() = std::move(j);
-    return grpc::Status::OK;
+    return ToGrpc(ctl_.List(c, *req, WallNow(), resp));  // one bounded page of summaries
   });
 }
 
@@ -268,9 +265,28 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
   }
   const std::string node = first.register_().name();
   std::string identity;
-  if (auto st = auth_.AuthenticateAgent(ctx, node, &identity); !st.ok()) return st;
+  bool declared_only = false;
+  if (auto st = auth_.AuthenticateAgent(ctx, node, &identity, &declared_only); !st.ok()) return st;
+  const InventoryVerdict verdict = ctl_->AdmitNode(first.register_(), declared_only);
+  if (!verdict.error.empty()) {
+    ctl_->CountRejected("registration");
+    spdlog::warn("node {}: registration by {} refused: {}", node, identity, verdict.error);
+    return {grpc::StatusCode::PERMISSION_DENIED, "register: " + verdict.error};
+  }
+  if (!verdict.clamped.empty())
+    spdlog::warn("node {}: registration clamped to the node inventory: {}", node, verdict.clamped);
   auto session = std::make_shared<Session>();
   session->ctx = ctx;
+  // Before this handler returns (gRPC then destroys `ctx`), a replacer must be unable to reach it.
+  // Without this the replacer below called TryCancel on the old call's context after the old
+  // handler may have returned: a use after free when a reconnect raced the old stream's end.
+  struct ForgetContext {
+    Session& s;
+    ~ForgetContext() {
+      std::lock_guard lk(s.mu);
+      s.ctx = nullptr;
+    }
+  } forget{*session};
   std::shared_ptr<Session> old;
   {
     std::lock_guard lk(mu_);
@@ -283,11 +299,11 @@ grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
     std::lock_guard lk(old->mu);
     old->closed = true;
     old->cv.notify_all();
-    old->ctx->TryCancel();
+    if (old->ctx) old->ctx->TryCancel();  // still in its handler: the context is alive
   }
   grpc::Status status = grpc::Status::OK;
   try {
-    Serve(node, first.register_(), *session, stream);
+    Serve(node, verdict.admitted, *session, stream);
   } catch (const std::exception& e) {
     // A failing store (disk full, I/O error) ends this stream, never schedd: the agent reconnects.
     spdlog::error("node {}: agent stream failed: {}; closing it", node, e.what());
@@ -349,7 +365,12 @@ void AgentGateway::Serve(const std::string& node, const v1::RegisterNode& reg, S
     }
   } stop{session, writer};
   v1::AgentMessage msg;
+  const std::string serial = auth_.PeerSerial(session.ctx);  // "" on the Unix socket
   while (stream->Read(&msg)) {
+    if (auth_.SerialRevoked(serial)) {
+      spdlog::warn("node {}: its agent's certificate (serial {}) was revoked; closing the stream", node, serial);
+      break;
+    }
     if (msg.seq() != 0 && CrashBeforeReport()) ::kill(::getpid(), SIGKILL);
     ctl_->OnAgentMessage(node, msg, WallNow());  // throws when the store fails: no ack then
     if (msg.seq() == 0) continue;

@@ -120,7 +120,10 @@ class AgentGateway final : public mlsched::v1::AgentService::Service, public Age
     std::condition_variable cv;
     std::deque<v1::SchedulerMessage> outbox;
     bool closed = false;
-    grpc::ServerContext* ctx = nullptr;  // cancelled when a newer session for the node replaces this one
+    /// The call's context, cancelled when a newer session for the node replaces this one. Guarded
+    /// by `mu`; its own handler clears it (under `mu`) before it returns, after which gRPC may
+    /// destroy the context: a replacer cancels only while it is set.
+    grpc::ServerContext* ctx = nullptr;
   };
   /// Registers `node`, then relays its messages to the controller until the stream ends; a writer
   /// thread drains the session's outbox meanwhile. Exceptions (a failing store) propagate after

@@ -581,6 +581,19 @@ std::vector<JobRow> SqliteStore::LoadFinishedJobs(int64_t start, int64_t end) {
   return out;
 }
 
+std::vector<JobRow> SqliteStore::LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) {
+  std::lock_guard lk(rmu_);
+  // end_time > 0 for every final state (EndAttempt sets it); live jobs have 0.
+  std::string sql = std::string("SELECT ") + kJobColumns +
+                    " FROM jobs WHERE id > ? AND end_time > 0 AND end_time >= ? AND state IN "
+                    "('COMPLETED','FAILED','CANCELLED','TIMEOUT') ORDER BY id LIMIT ?";
+  Stmt s(rdb_, sql.c_str());
+  s.Bind(1, after_id).Bind(2, since).Bind(3, static_cast<int64_t>(limit));
+  std::vector<JobRow> out;
+  while (s.Step()) out.push_back(ReadJob(s));
+  return out;
+}
+
 std::vector<NodeRow> SqliteStore::LoadNodes() {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_, "SELECT name, info, drained, reason FROM nodes ORDER BY name");

@@ -1,4 +1,5 @@
-// An in-process fake schedd: a real gRPC server on a Unix socket implementing AgentService.Connect.
+// An in-process fake schedd: a real gRPC server on a Unix socket (or a TCP address, with TLS or as
+// a plaintext impostor) implementing AgentService.Connect.
 // It answers each registration with `registered` (heartbeat 1 s, the configured keep list), records
 // every agent message, acknowledges reliable reports (unless told not to), and lets the test send
 // scheduler messages on the current stream. It accepts the agent's keepalive pings every second,
@@ -27,16 +28,17 @@ class FakeSchedd final : public v1::AgentService::Service {
   /// Serves on unix:`socket_path`; `keep` goes into every `registered`.
   explicit FakeSchedd(const std::string& socket_path, std::vector<v1::RunningTask> keep = {}, int64_t epoch = 0)
       : keep_(std::move(keep)), epoch_(epoch) {
-    grpc::ServerBuilder b;
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-    b.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-    b.RegisterService(this);
-    server_ = b.BuildAndStart();
-    if (!server_) throw std::runtime_error("FakeSchedd: cannot listen on " + socket_path);
+    Listen("unix:" + socket_path, grpc::InsecureServerCredentials());
+  }
+  /// Serves on the TCP `address` ("127.0.0.1:0" picks a free port: Port()) with `creds`: TLS, or
+  /// grpc::InsecureServerCredentials() to play a plaintext impostor.
+  FakeSchedd(const std::string& address, const std::shared_ptr<grpc::ServerCredentials>& creds) {
+    Listen(address, creds);
   }
   ~FakeSchedd() override { Stop(); }
+
+  /// The TCP port served (a TCP address only).
+  int Port() const { return port_; }
 
   /// Ends every stream at once (like a crash) and stops serving.
   void Stop() {
@@ -145,6 +147,18 @@ class FakeSchedd final : public v1::AgentService::Service {
   int64_t epoch_ = 0;
   std::optional<std::string> follower_of_;
   std::atomic<int> refused_{0};
+  void Listen(const std::string& address, const std::shared_ptr<grpc::ServerCredentials>& creds) {
+    grpc::ServerBuilder b;
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    b.AddListeningPort(address, creds, &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+    if (!server_) throw std::runtime_error("FakeSchedd: cannot listen on " + address);
+  }
+
+  int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_, write_mu_;
   std::condition_variable cv_;

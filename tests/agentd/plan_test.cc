@@ -24,7 +24,6 @@ v1::Prepare MakePrepare(const TempDir& dir, int64_t job, std::vector<std::vector
   p.set_world_size(static_cast<int32_t>(gpus.size()));
   p.set_local_world_size(static_cast<int32_t>(gpus.size()));
   p.set_master_addr("127.0.0.1");
-  p.set_master_port(29500);
   auto* spec = p.mutable_spec();
   spec->set_name("train");
   spec->add_argv("sh");
@@ -41,7 +40,12 @@ v1::Prepare MakePrepare(const TempDir& dir, int64_t job, std::vector<std::vector
   return p;
 }
 
-PlanContext Ctx(const TempDir& dir) { return PlanContext{"n1", dir.Str("work"), false, 4, 0, {}}; }
+PlanContext Ctx(const TempDir& dir) {
+  PlanContext ctx{"n1", dir.Str("work"), false, 4, 0, {}};
+  ctx.agent_uid = getuid();    // the jobs below are the test's own uid ...
+  ctx.allow_root_jobs = true;  // ... which is root in CI
+  return ctx;
+}
 
 std::string EnvOf(const PlannedRank& r, const std::string& key) {
   for (const auto& kv : r.request.env)
@@ -57,7 +61,8 @@ TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
   REQUIRE(plan);
   REQUIRE(plan.value->ranks.size() == 2);
   const auto& r1 = plan.value->ranks[1];
-  CHECK(r1.request.executable == FindOnPath("sh", "/usr/local/bin:/usr/bin:/bin"));
+  CHECK(r1.request.executable == "sh");  // searched on the task's PATH by the task itself
+  CHECK(r1.request.search_path == "/usr/local/bin:/usr/bin:/bin");
   CHECK(r1.request.argv == std::vector<std::string>{"sh", "-c", "true"});
   CHECK(r1.request.stdout_path == dir.Str("train-12-1.out"));
   CHECK(r1.request.stderr_path == r1.request.stdout_path);
@@ -65,6 +70,7 @@ TEST_CASE("a valid prepare becomes launch requests", "[plan]") {
   CHECK(EnvOf(r1, "CUDA_VISIBLE_DEVICES") == "2");
   CHECK(EnvOf(plan.value->ranks[0], "CUDA_VISIBLE_DEVICES") == "0,1");
   CHECK(EnvOf(r1, "RANK") == "1");
+  CHECK(EnvOf(r1, "MASTER_PORT") == "<unset>");  // the commit's (AddCommitEnvironment)
   CHECK(EnvOf(r1, "MLSCHED_STATUS_FILE") == dir.Str("work/jobs/12.1/status-1.json"));
   CHECK(EnvOf(r1, "MLSCHED_STOP_REASON_FILE") == dir.Str("work/jobs/12.1.stop-reason"));
   CHECK(plan.value->dir == dir.Str("work/jobs/12.1"));
@@ -145,17 +151,14 @@ TEST_CASE("prepare validation names what is wrong", "[plan]") {
   p = MakePrepare(dir, 1, {{1}, {1}});
   expect_error(p, "GPU index 1 assigned to two ranks");
   p = MakePrepare(dir, 1, {{}});
-  p.mutable_spec()->set_workdir(dir.Str("missing"));
-  expect_error(p, "working directory '" + dir.Str("missing") + "' does not exist");
+  p.mutable_spec()->set_workdir("relative/dir");
+  expect_error(p, "working directory 'relative/dir' is not an absolute path");
   p = MakePrepare(dir, 1, {{}});
-  p.mutable_spec()->set_argv(0, "no-such-command-xyz");
-  expect_error(p, "command 'no-such-command-xyz' not found on PATH");
+  p.mutable_spec()->set_argv(0, "");
+  expect_error(p, "the job's command (argv[0]) is empty");
   p = MakePrepare(dir, 1, {{}});
   p.mutable_spec()->clear_argv();
   expect_error(p, "neither a command (argv) nor a batch script");
-  p = MakePrepare(dir, 1, {{}});
-  p.mutable_spec()->set_stdout_pattern("logs/%j.out");
-  expect_error(p, "directory '" + dir.Str("logs") + "' does not exist");
   p = MakePrepare(dir, 1, {{}});
   p.mutable_spec()->set_stderr_pattern("%z");
   expect_error(p, "unknown specifier %z");
@@ -226,4 +229,52 @@ TEST_CASE("the stop reason is written next to the attempt directory and removed 
   REQUIRE(WriteStopReason(dir.Str("work/jobs/13.2"), "eviction").empty());
   RemoveAttemptFiles(dir.Str("work/jobs/13.2.stop-reason"));
   CHECK_FALSE(std::filesystem::exists(dir.Str("work/jobs/13.2.stop-reason")));
+}
+
+TEST_CASE("jobs of uid 0 run only with --allow-root-jobs", "[plan][root-jobs]") {
+  TempDir dir;
+  auto p = MakePrepare(dir, 50, {{}});
+  p.set_user("root");
+  p.set_uid(0);
+  p.set_gid(0);
+  auto ctx = Ctx(dir);
+  ctx.agent_is_root = true;
+  ctx.agent_uid = 0;
+  ctx.allow_root_jobs = false;
+  auto plan = PlanAttempt(p, ctx);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error == "jobs of uid 0 (root) do not run on node n1: its agentd was started without --allow-root-jobs "
+                      "(root jobs are off by default, as Slurm's DisableRootJobs)");
+  ctx.allow_root_jobs = true;
+  plan = PlanAttempt(p, ctx);
+  REQUIRE(plan);
+  CHECK_FALSE(plan.value->ranks[0].request.switch_user);  // root's job, as root
+  // Whatever name comes with it: uid 0 is root.
+  p.set_user("alice");
+  CHECK_FALSE(PlanAttempt(p, [&] { auto c = ctx; c.allow_root_jobs = false; return c; }()));
+}
+
+TEST_CASE("an agent that is not root runs only its own uid's jobs, unless --single-user", "[plan][single-user]") {
+  TempDir dir;
+  auto p = MakePrepare(dir, 51, {{}});
+  p.set_user("alice");
+  p.set_uid(1001);
+  p.set_gid(1001);
+  auto ctx = Ctx(dir);
+  ctx.agent_is_root = false;
+  ctx.agent_uid = 4242;
+  auto plan = PlanAttempt(p, ctx);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error == "job of uid 1001 refused: agentd on node n1 runs as uid 4242, not root, so it could only run the "
+                      "job as uid 4242 (start it as root, or with --single-user for a one-user cluster)");
+  p.set_uid(4242);  // its own user's job
+  REQUIRE(PlanAttempt(p, ctx));
+  p.set_uid(1001);
+  ctx.single_user = true;  // a one-user cluster: every job runs as the agent's user
+  plan = PlanAttempt(p, ctx);
+  REQUIRE(plan);
+  CHECK_FALSE(plan.value->ranks[0].request.switch_user);
+  p.set_uid(0);  // root's job still needs --allow-root-jobs
+  ctx.allow_root_jobs = false;
+  CHECK_THAT(PlanAttempt(p, ctx).error, Catch::Contains("--allow-root-jobs"));
 }

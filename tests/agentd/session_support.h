@@ -33,6 +33,7 @@ inline AgentConfig Config(const TempDir& dir) {
   cfg.fence_grace = 500ms;
   cfg.backoff_initial = 50ms;
   cfg.backoff_max = 400ms;
+  cfg.allow_root_jobs = true;  // the jobs below are the test's own uid: root's in CI
   return cfg;
 }
 
@@ -48,7 +49,6 @@ inline v1::SchedulerMessage Prepare(const TempDir& dir, int64_t job, int32_t att
   p->set_world_size(static_cast<int32_t>(gpus.size()));
   p->set_local_world_size(static_cast<int32_t>(gpus.size()));
   p->set_master_addr("127.0.0.1");
-  p->set_master_port(29500);
   (*p->mutable_env())["MLSCHED_JOB_NAME"] = "test";
   auto* spec = p->mutable_spec();
   spec->set_name("test");
@@ -65,10 +65,12 @@ inline v1::SchedulerMessage Prepare(const TempDir& dir, int64_t job, int32_t att
   return m;
 }
 
-inline v1::SchedulerMessage Commit(int64_t job, int32_t attempt) {
+/// A commit carrying `master_port` (schedd relays rank 0's reserved port; 29500 stands in for it).
+inline v1::SchedulerMessage Commit(int64_t job, int32_t attempt, int32_t master_port = 29500) {
   v1::SchedulerMessage m;
   m.mutable_commit()->set_job_id(job);
   m.mutable_commit()->set_attempt(attempt);
+  m.mutable_commit()->set_master_port(master_port);
   return m;
 }
 

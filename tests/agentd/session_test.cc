@@ -40,7 +40,7 @@ TEST_CASE("every rank gets the attempt's rendezvous token, which the agent never
   CHECK(ReadFile(dir.Str("token-1.txt")) == token);
   // A prepare that fails is logged with its error; the token is not part of it.
   m.mutable_prepare()->set_job_id(51);
-  m.mutable_prepare()->mutable_spec()->set_workdir("/no/such/dir");
+  m.mutable_prepare()->mutable_spec()->set_workdir("no/such/dir");  // not absolute
   REQUIRE(schedd.Send(m));
   auto refused = schedd.WaitFor(PrepareResult(51));
   REQUIRE(refused);
@@ -66,6 +66,7 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
   CHECK(r.capacity().gpus(0).count() == 2);
   CHECK(r.address() == "127.0.0.1");
   CHECK(r.running_size() == 0);
+  CHECK(r.root_jobs() == (geteuid() == 0));  // --allow-root-jobs (Config), and it is root
   REQUIRE(WaitUntil([&] { return agent.Connected(); }));
 
   const std::string cmd = "echo $RANK $WORLD_SIZE $LOCAL_RANK $CUDA_VISIBLE_DEVICES $MASTER_ADDR:$MASTER_PORT "
@@ -75,6 +76,8 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
   REQUIRE(pr);
   CHECK(pr->prepare_result().ok());
   CHECK(pr->prepare_result().error().empty());
+  const int32_t port = pr->prepare_result().master_port();  // rank 0 is here: the port it reserved
+  CHECK(port > 0);
   std::this_thread::sleep_for(200ms);
   CHECK(schedd.Count(Started(7, 0)) == 0);  // prepare starts nothing
   CHECK_FALSE(std::filesystem::exists(dir.Str("env-0.txt")));
@@ -86,7 +89,7 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
   CHECK_FALSE(refused->prepare_result().ok());
   CHECK(refused->prepare_result().error() == "GPU 1 is held by job 7 attempt 1 rank 1");
 
-  REQUIRE(schedd.Send(Commit(7, 1)));
+  REQUIRE(schedd.Send(Commit(7, 1, port)));
   for (int rank : {0, 1}) {
     REQUIRE(schedd.WaitFor(Started(7, rank)));
     auto ex = schedd.WaitFor(Exited(7, rank));
@@ -94,13 +97,14 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
     CHECK(ex->task_exited().exit_code() == rank + 3);
     CHECK_FALSE(ex->task_exited().signaled());
   }
-  CHECK(ReadFile(dir.Str("env-0.txt")) == "0 2 0 0 127.0.0.1:29500 test\n");
-  CHECK(ReadFile(dir.Str("env-1.txt")) == "1 2 1 1 127.0.0.1:29500 test\n");
+  const std::string master = "127.0.0.1:" + std::to_string(port);
+  CHECK(ReadFile(dir.Str("env-0.txt")) == "0 2 0 0 " + master + " test\n");
+  CHECK(ReadFile(dir.Str("env-1.txt")) == "1 2 1 1 " + master + " test\n");
   CHECK(std::filesystem::exists(dir.Str("job-7-0.out")));
 
   // Repeats are idempotent: prepare answers ok again, commit starts nothing.
   REQUIRE(schedd.Send(Prepare(dir, 7, 1, cmd, {{0}, {1}})));
-  REQUIRE(schedd.Send(Commit(7, 1)));
+  REQUIRE(schedd.Send(Commit(7, 1, port)));
   REQUIRE(WaitUntil([&] { return schedd.Count(PrepareResult(7)) == 2; }));
   std::this_thread::sleep_for(200ms);
   CHECK(schedd.Count(Started(7, 0)) == 1);
@@ -113,6 +117,35 @@ TEST_CASE("register, prepare, commit and task exits", "[session]") {
 
   // Heartbeats arrive every second.
   REQUIRE(schedd.WaitFor([](const v1::AgentMessage& m) { return m.has_heartbeat(); }, 3s));
+}
+
+TEST_CASE("without --allow-root-jobs a root job is refused at prepare, naming the flag, and the node registers so",
+          "[session][root-jobs]") {
+  TempDir dir;
+  FakeSchedd schedd(dir.Str("schedd.sock"));
+  AgentConfig cfg = Config(dir);
+  cfg.allow_root_jobs = false;  // the default
+  Agent agent(cfg);
+  agent.Start();
+  auto reg = schedd.WaitFor(Registers());
+  REQUIRE(reg);
+  CHECK_FALSE(reg->register_().root_jobs());
+  REQUIRE(WaitUntil([&] { return agent.Connected(); }));
+  auto prep = Prepare(dir, 60, 1, "touch " + dir.Str("ran-as-root"), {{}});
+  prep.mutable_prepare()->set_user("root");
+  prep.mutable_prepare()->set_uid(0);
+  prep.mutable_prepare()->set_gid(0);
+  REQUIRE(schedd.Send(prep));
+  auto pr = schedd.WaitFor(PrepareResult(60));
+  REQUIRE(pr);
+  CHECK_FALSE(pr->prepare_result().ok());
+  CHECK_THAT(pr->prepare_result().error(), Catch::Contains("--allow-root-jobs"));
+  REQUIRE(schedd.Send(Commit(60, 1)));  // a commit regardless starts nothing
+  auto ex = schedd.WaitFor(Exited(60, -1));
+  REQUIRE(ex);
+  CHECK_THAT(ex->task_exited().error(), Catch::Contains("never prepared"));
+  CHECK_FALSE(std::filesystem::exists(dir.Str("ran-as-root")));
+  agent.Shutdown();
 }
 
 TEST_CASE("abort drops a reservation or terminates running tasks", "[session]") {

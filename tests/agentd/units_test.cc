@@ -1,6 +1,8 @@
 // Pure helpers: output patterns, task environment, GPU names and flags, server addresses.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "agentd/node_info.h"
 #include "agentd/orphans.h"
 #include "agentd/patterns.h"
@@ -103,6 +105,24 @@ TEST_CASE("task environment: the rendezvous token comes from the scheduler only"
   CHECK(BuildTaskEnvironment(in).count("MLSCHED_RENDEZVOUS_TOKEN") == 0);
   in.rendezvous_token = std::string(64, 'a');
   CHECK(BuildTaskEnvironment(in)["MLSCHED_RENDEZVOUS_TOKEN"] == std::string(64, 'a'));
+}
+
+TEST_CASE("task environment: MASTER_PORT and MLSCHED_RENDEZVOUS_FD come from the agent's commit only", "[env]") {
+  TaskEnvInput in;
+  in.spec_env = {{"MASTER_PORT", "20000"}, {"MLSCHED_RENDEZVOUS_FD", "3"}};  // exported with the job
+  auto env = BuildTaskEnvironment(in);
+  CHECK(env.count("MASTER_PORT") == 0);
+  CHECK(env.count("MLSCHED_RENDEZVOUS_FD") == 0);
+  std::vector<std::string> strings = ToEnvStrings(env);
+  AddCommitEnvironment(&strings, 41234, 17);
+  CHECK(std::count(strings.begin(), strings.end(), "MASTER_PORT=41234") == 1);
+  CHECK(std::count(strings.begin(), strings.end(), "MLSCHED_RENDEZVOUS_FD=17") == 1);
+  AddCommitEnvironment(&strings, 41235, -1);  // replaced, never doubled; no socket: no variable
+  CHECK(std::count_if(strings.begin(), strings.end(), [](const std::string& s) { return s.rfind("MASTER_PORT=", 0) == 0; }) == 1);
+  CHECK(std::count(strings.begin(), strings.end(), "MASTER_PORT=41235") == 1);
+  CHECK(std::none_of(strings.begin(), strings.end(), [](const std::string& s) { return s.rfind("MLSCHED_RENDEZVOUS_FD=", 0) == 0; }));
+  AddCommitEnvironment(&strings, 70000, -1);  // out of range: unset rather than wrong
+  CHECK(std::none_of(strings.begin(), strings.end(), [](const std::string& s) { return s.rfind("MASTER_PORT=", 0) == 0; }));
 }
 
 TEST_CASE("GPU model names from nvidia-smi", "[node]") {

@@ -1,9 +1,13 @@
 // mladmin's node table/JSON and show job.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <tuple>
 
 #include "cli/admin_format.h"
+#include "cli/json_text.h"
+#include "common/safe_text.h"
+#include "tests/cli/hostile_text.h"
 
 using namespace mlsched;
 using namespace mlsched::cli;
@@ -175,4 +179,75 @@ TEST_CASE("mladmin ha status --json has every field", "[cli][admin][ha]") {
   CHECK(j["fenced_writes"] == 1);
   REQUIRE(j["members"].size() == 2);
   CHECK(j["members"][0] == nlohmann::json{{"address", "sched-1:7000"}, {"role", "follower"}, {"revision", 1230}, {"lag", 4}});
+}
+
+TEST_CASE("mladmin nodes escapes what a node or an operator wrote: name, reason, topology, isolation",
+          "[cli][admin][security]") {
+  using testing::kHostile;
+  using testing::kHostileEscaped;
+  auto n = Node(kHostile, v1::POOL_SPOT, kHostile);
+  n.set_reason(kHostile);
+  n.set_domain(kHostile);
+  n.set_zone(kHostile);
+  n.set_region(kHostile);
+  n.set_isolation(kHostile);
+  auto* g = n.mutable_capacity()->add_gpus();
+  g->set_type(kHostile);
+  g->set_count(1);
+  const std::string table = FormatNodeTable({n, Node("gpu-01", v1::POOL_ON_DEMAND, "IDLE")});
+  CHECK(testing::Inert(table));
+  CHECK(std::count(table.begin(), table.end(), '\n') == 3);  // header and two nodes: no forged line
+  CHECK_THAT(table, Catch::Contains(kHostileEscaped + "  spot       " + kHostileEscaped + "  1.5/64"));
+  CHECK_THAT(table, Catch::Contains("  " + kHostileEscaped + "\n"));  // the reason, at the end of its line
+  // Columns stay aligned: the escaped name is 44 characters wide, so "gpu-01" is padded to it.
+  CHECK_THAT(table, Catch::Contains("gpu-01" + std::string(Utf8Chars(kHostileEscaped) - 6 + 2, ' ') + "on-demand"));
+  const std::string json = JsonText(nlohmann::json::array({NodeJson(n)}), 2);
+  CHECK(testing::Inert(json));
+  CHECK(nlohmann::json::parse(json)[0]["reason"].get<std::string>().starts_with("\x1b]0;pwned"));
+}
+
+TEST_CASE("mladmin show job escapes every field and keeps only the script's newlines and tabs",
+          "[cli][admin][security]") {
+  using testing::kHostile;
+  using testing::kHostileEscaped;
+  v1::JobInfo job;
+  job.set_job_id(42);
+  job.set_user(kHostile);
+  job.set_state(v1::PENDING);
+  job.set_reason(kHostile);
+  auto* s = job.mutable_spec();
+  for (auto* field : {s->mutable_name(), s->mutable_account(), s->mutable_qos(), s->mutable_partition(),
+                      s->mutable_workdir(), s->mutable_stdout_pattern(), s->mutable_stderr_pattern(), s->mutable_topology()})
+    *field = kHostile;
+  s->add_gpu_types(kHostile);
+  s->set_script("#!/bin/sh\n\techo " + kHostile + "\n");
+  s->mutable_env()->insert(google::protobuf::MapPair<std::string, std::string>("K" + kHostile, kHostile));
+  job.add_tasks()->set_node(kHostile);
+  const std::string text = FormatJobDetail(job, 0);
+  CHECK(testing::Inert(text));
+  for (const std::string& part : {"JobName=" + kHostileEscaped, "UserId=" + kHostileEscaped + "(0)",
+                                 "Account=" + kHostileEscaped, "Reason=" + kHostileEscaped, "WorkDir=" + kHostileEscaped,
+                                 "StdOut=" + kHostileEscaped, "GPUTypes=" + kHostileEscaped,
+                                 "Environment=K" + kHostileEscaped + "=" + kHostileEscaped, "Tasks=0:" + kHostileEscaped,
+                                 std::string("Script=\n#!/bin/sh\n\techo \\x1b]0;pwned\\x07\\x1b[2J\\x0d\n\\u009b0m\\xff训\n")})
+    CHECK_THAT(text, Catch::Contains(part));
+  const std::string json = JsonText(JobDetailJson(job, 0), 2);
+  CHECK(testing::Inert(json));
+  CHECK(nlohmann::json::parse(json)["script"].get<std::string>().starts_with("#!/bin/sh\n\techo \x1b]0;pwned"));
+}
+
+TEST_CASE("mladmin ha status escapes what a replica reports", "[cli][admin][ha][security]") {
+  using testing::kHostile;
+  auto r = Ha();
+  r.set_mode(kHostile);
+  r.set_leader(kHostile);
+  r.set_answered_by(kHostile);
+  r.add_etcd_endpoints(kHostile);
+  r.mutable_members(0)->set_address(kHostile);
+  r.mutable_members(0)->set_role(kHostile);
+  const std::string text = FormatHaStatus(r);
+  CHECK(testing::Inert(text));
+  CHECK_THAT(text, Catch::Contains("Leader:         " + testing::kHostileEscaped + "\n"));
+  CHECK(std::count(text.begin(), text.end(), '\n') == 11);  // 7 lines, a blank one, header and 2 replicas
+  CHECK(testing::Inert(JsonText(HaStatusJson(r), 2)));
 }

@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include "cli/explain_format.h"
+#include "cli/json_text.h"
 #include "cli/job_format.h"
+#include "tests/cli/hostile_text.h"
 
 using namespace mlsched;
 using namespace mlsched::cli;
@@ -160,4 +162,32 @@ TEST_CASE("mlq --explain shows an elastic job's latest size change", "[cli][expl
   r.mutable_job()->set_resize("shrunk 4->3 after eviction of spot-1 (attempt 2)");
   CHECK_THAT(FormatExplain(r), Catch::Contains("  Resized:        shrunk 4->3 after eviction of spot-1 (attempt 2)\n"));
   CHECK(ExplainJson(r)["resize"] == "shrunk 4->3 after eviction of spot-1 (attempt 2)");
+}
+
+TEST_CASE("mlq --explain escapes every text schedd sends", "[cli][explain][security]") {
+  using testing::kHostile;
+  using testing::kHostileEscaped;
+  auto r = PendingExplain();
+  auto* j = r.mutable_job();
+  j->set_user(kHostile);
+  j->set_reason(kHostile);
+  j->set_reason_detail(kHostile);
+  j->set_resize(kHostile);
+  r.set_start_basis(kHostile);
+  r.set_queue_order(kHostile);
+  auto* s = j->mutable_spec();
+  for (auto* field : {s->mutable_name(), s->mutable_account(), s->mutable_partition(), s->mutable_qos()}) *field = kHostile;
+  const std::string out = FormatExplain(r);
+  CHECK(testing::Inert(out));
+  const std::string e = kHostileEscaped;
+  CHECK_THAT(out, Catch::StartsWith("Job 42 (" + e + ") user " + e + ", account " + e + ", partition " + e + ", QoS " + e +
+                                    ": PENDING\n"));
+  for (const std::string& part : {"Reason:         " + e + " (" + e + ")\n", "Start rests on: " + e + "\n",
+                                 "Resized:        " + e + "\n", "Queue order:    " + e + "\n"})
+    CHECK_THAT(out, Catch::Contains(part));
+  r.mutable_job()->set_state(v1::RUNNING);  // the "Reason:" line of a job that is not pending
+  CHECK(testing::Inert(FormatExplain(r)));
+  const std::string json = JsonText(ExplainJson(r), 2);
+  CHECK(testing::Inert(json));
+  CHECK(nlohmann::json::parse(json)["reason_detail"].get<std::string>().starts_with("\x1b]0;pwned"));
 }

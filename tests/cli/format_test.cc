@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "cli/job_format.h"
+#include "tests/cli/hostile_text.h"
 
 using namespace mlsched;
 using namespace mlsched::cli;
@@ -107,7 +108,7 @@ TEST_CASE("every field code", "[cli][format]") {
   CHECK(f('Q') == "1234");
   CHECK(f('Z') == "/w");
   CHECK(f('y') == "5");
-  CHECK(f('o') == "(batch script)");
+  CHECK(f('o') == "N/A");  // a summary: no argv, no script
   v1::JobInfo p = PendingJob();
   p.mutable_spec()->set_time_limit_s(0);
   p.set_expected_start(kNow + 60);
@@ -226,4 +227,88 @@ TEST_CASE("an elastic gang's TASKS shows the running size and the range", "[cli]
   CHECK(j["tasks"] == 3);
   CHECK(j["task_range"] == nlohmann::json{{"min", 2}, {"max", 4}, {"step", 1}});
   CHECK(JobJson(RunningJob(), kNow)["task_range"].is_null());
+}
+
+namespace {
+
+// A job whose every free-text field, as schedd returns it, is kHostile.
+v1::JobInfo HostileJob() {
+  using testing::kHostile;
+  v1::JobInfo j = RunningJob();
+  j.set_user(kHostile);
+  j.set_reason(kHostile);
+  j.set_pools(kHostile);
+  j.set_accelerator(kHostile);
+  j.mutable_tasks(0)->set_node(kHostile);
+  auto* s = j.mutable_spec();
+  for (auto* field : {s->mutable_name(), s->mutable_account(), s->mutable_partition(), s->mutable_qos(),
+                      s->mutable_workdir(), s->mutable_dependency()})
+    *field = kHostile;
+  s->add_gpu_types(kHostile);
+  s->add_argv(kHostile);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("mlq escapes control bytes, C1 and invalid UTF-8 in every field of a line", "[cli][format][security]") {
+  using testing::Inert;
+  using testing::kHostileEscaped;
+  const v1::JobInfo j = HostileJob();
+  v1::JobInfo pending = j;
+  pending.set_state(v1::PENDING);
+  for (char code : std::string("ijuaPqTtMlLDACmbRNrSVeQZyoFKEgGw")) {
+    const auto f = Format(std::string("%") + code);
+    INFO(code);
+    CHECK(Inert(FormatJobLine(f, j, kNow)));
+    CHECK(Inert(FormatJobLine(f, pending, kNow)));
+  }
+  for (const char* code : {"%j", "%u", "%a", "%P", "%q", "%r", "%Z", "%E", "%g", "%G", "%o"})
+    CHECK_THAT(FormatJobLine(Format(code), j, kNow), Catch::Contains(kHostileEscaped));
+  CHECK_THAT(FormatJobLine(Format("%R"), pending, kNow), Catch::Contains("(" + kHostileEscaped + ")"));
+  CHECK_THAT(FormatJobLine(Format("%N"), j, kNow), Catch::Contains(kHostileEscaped));
+  CHECK_THAT(FormatJobLine(Format("%b"), j, kNow), Catch::Contains(kHostileEscaped));
+  const std::string line = FormatJobLine(Format(kDefaultJobFormat), j, kNow);
+  CHECK(Inert(line));
+  CHECK_THAT(line, Catch::StartsWith("        12 \\x1b]0;pwned "));  // 12 characters of the escaped name
+  std::string out;
+  AppendJobLine(out, Format(kDefaultJobFormat), j, kNow);
+  CHECK(out == line + "\n");
+}
+
+TEST_CASE("widths count characters: names in other languages are padded and cut whole", "[cli][format]") {
+  v1::JobInfo j = PendingJob();
+  j.mutable_spec()->set_name("训练模型任务");
+  CHECK(FormatJobLine(Format("%.4j|"), j, kNow) == "训练模型|");
+  CHECK(FormatJobLine(Format("%8j|"), j, kNow) == "训练模型任务  |");
+  CHECK(FormatJobLine(Format("%.8j|"), j, kNow) == "  训练模型任务|");
+  CHECK(FormatJobLine(Format("%j"), j, kNow) == "训练模型任务");
+}
+
+TEST_CASE("a listed job's command: argv, (batch script), or N/A when the listing carries neither", "[cli][format]") {
+  v1::JobInfo j = PendingJob();  // ListJobs summaries carry no argv and no script
+  CHECK(JobField('o', j, kNow) == "N/A");
+  j.mutable_spec()->set_script("#!/bin/sh\ntrue\n");
+  CHECK(JobField('o', j, kNow) == "(batch script)");
+  j.mutable_spec()->add_argv("python");
+  j.mutable_spec()->add_argv("train.py");
+  CHECK(JobField('o', j, kNow) == "python train.py");
+}
+
+TEST_CASE("mlq --json stays valid JSON with control bytes, C1 and invalid UTF-8 in names", "[cli][format][security]") {
+  using testing::kHostile;
+  const v1::JobInfo j = HostileJob();
+  CHECK_THROWS(JobJson(j, kNow).dump());  // nlohmann refuses invalid UTF-8 by default: mlq died here
+  const v1::JobInfo* jobs[] = {&j, &j};
+  const std::string out = FormatJobsJson({jobs[0], jobs[1]}, kNow);
+  CHECK(testing::Inert(out));
+  CHECK_THAT(out, Catch::Contains(R"("name":"\u001b]0;pwned\u0007\u001b[2J\r\n\u009b0m)" "\xef\xbf\xbd" "训\""));
+  const auto parsed = nlohmann::json::parse(out);
+  REQUIRE(parsed.is_array());
+  REQUIRE(parsed.size() == 2);
+  std::string name = kHostile;
+  name.replace(name.find('\xff'), 1, "\xef\xbf\xbd");  // U+FFFD for the invalid byte
+  CHECK(parsed[0]["name"] == name);
+  CHECK(parsed[1]["reason"] == name);
+  CHECK(FormatJobsJson({}, kNow) == "[]\n");
 }

@@ -8,6 +8,10 @@
 using namespace mlsched;
 using namespace mlsched::cli;
 
+namespace {
+constexpr int64_t kNow = 1'800'000'000;
+}  // namespace
+
 TEST_CASE("mlq filters become a ListJobs request", "[cli][requests]") {
   JobFilters f;
   f.job_ids = {"12", "15"};
@@ -15,7 +19,7 @@ TEST_CASE("mlq filters become a ListJobs request", "[cli][requests]") {
   f.partitions = {"gpu"};
   f.states = "PD,r";
   f.all = true;
-  auto r = BuildListRequest(f);
+  auto r = BuildListRequest(f, kNow);
   REQUIRE(r);
   const auto& q = *r.value;
   CHECK(std::vector<int64_t>(q.job_ids().begin(), q.job_ids().end()) == std::vector<int64_t>{12, 15});
@@ -25,26 +29,53 @@ TEST_CASE("mlq filters become a ListJobs request", "[cli][requests]") {
   CHECK(q.states(0) == v1::PENDING);
   CHECK(q.states(1) == v1::RUNNING);
   CHECK(q.include_all_finished());
+  CHECK(q.finished_since() == 0);  // -j bounds the listing: no window unless --since says so
+}
+
+TEST_CASE("mlq --all is bounded: the last 7 days by default, --since TIME otherwise", "[cli][requests]") {
+  JobFilters f;
+  f.all = true;
+  auto r = BuildListRequest(f, kNow);
+  REQUIRE(r);
+  CHECK(r.value->include_all_finished());
+  CHECK(r.value->finished_since() == kNow - kDefaultFinishedWindowS);
+  CHECK(kDefaultFinishedWindowS == 7 * 86400);
+  JobFilters since;
+  since.since = "-2d";  // implies --all
+  r = BuildListRequest(since, kNow);
+  REQUIRE(r);
+  CHECK(r.value->include_all_finished());
+  CHECK(r.value->finished_since() == kNow - 2 * 86400);
+  since.since = "@1700000000";
+  since.job_ids = {"5"};
+  CHECK(BuildListRequest(since, kNow).value->finished_since() == 1'700'000'000);
+  for (const char* everything : {"@0", "-100000d"}) {  // never 0, which would be schedd's default window
+    since.since = everything;
+    CHECK(BuildListRequest(since, kNow).value->finished_since() == 1);
+  }
+  since.since = "last tuesday";
+  CHECK_THAT(BuildListRequest(since, kNow).error, Catch::StartsWith("--since: bad time 'last tuesday'"));
+  CHECK_FALSE(BuildListRequest(JobFilters{}, kNow).value->include_all_finished());
 }
 
 TEST_CASE("mlq without filters asks for schedd's default view", "[cli][requests]") {
-  auto r = BuildListRequest(JobFilters{});
+  auto r = BuildListRequest(JobFilters{}, kNow);
   REQUIRE(r);
   CHECK(r.value->job_ids().empty());
   CHECK(r.value->states().empty());
   CHECK_FALSE(r.value->include_all_finished());
   JobFilters all;
   all.states = "all";
-  CHECK(BuildListRequest(all).value->states().empty());
+  CHECK(BuildListRequest(all, kNow).value->states().empty());
 }
 
 TEST_CASE("mlq filter errors name the option", "[cli][requests]") {
   JobFilters f;
   f.job_ids = {"12", "abc"};
-  CHECK(BuildListRequest(f).error == "--jobs: 'abc' is not a job id");
+  CHECK(BuildListRequest(f, kNow).error == "--jobs: 'abc' is not a job id");
   JobFilters s;
   s.states = "RUN";
-  CHECK_THAT(BuildListRequest(s).error, Catch::StartsWith("--states: unknown job state 'RUN'"));
+  CHECK_THAT(BuildListRequest(s, kNow).error, Catch::StartsWith("--states: unknown job state 'RUN'"));
 }
 
 TEST_CASE("mlcancel by ids cancels them whoever owns them (schedd checks permission)", "[cli][requests]") {
@@ -126,7 +157,7 @@ TEST_CASE("mlcancel -n/-p lists candidates and cancels the unfinished matches by
 TEST_CASE("mlq -j reports ids schedd does not know, unless other filters may hide them", "[cli][requests]") {
   JobFilters f;
   f.job_ids = {"5", "6", "6"};
-  auto req = BuildListRequest(f);
+  auto req = BuildListRequest(f, kNow);
   REQUIRE(req);
   v1::ListJobsResponse resp;
   resp.add_jobs()->set_job_id(5);
@@ -134,19 +165,22 @@ TEST_CASE("mlq -j reports ids schedd does not know, unless other filters may hid
   resp.add_jobs()->set_job_id(6);
   CHECK(UnknownJobIds(*req.value, resp).empty());
   f.states = "R";
-  CHECK(UnknownJobIds(*BuildListRequest(f).value, v1::ListJobsResponse()).empty());
+  CHECK(UnknownJobIds(*BuildListRequest(f, kNow).value, v1::ListJobsResponse()).empty());
+  f.states.clear();
+  f.since = "-1d";  // a job that ended earlier is filtered out, not unknown
+  CHECK(UnknownJobIds(*BuildListRequest(f, kNow).value, v1::ListJobsResponse()).empty());
 }
 
 TEST_CASE("array elements are selected as ARRAY_TASK references", "[cli][requests]") {
   JobFilters f;
   f.job_ids = {"12", "12_3"};
-  auto r = BuildListRequest(f);
+  auto r = BuildListRequest(f, kNow);
   REQUIRE(r);
   CHECK(std::vector<int64_t>(r.value->job_ids().begin(), r.value->job_ids().end()) == std::vector<int64_t>{12});
   REQUIRE(r.value->job_refs_size() == 1);
   CHECK(r.value->job_refs(0) == "12_3");
   f.job_ids = {"12_x"};
-  CHECK_THAT(BuildListRequest(f).error, Catch::Contains("'12_x' is not a job id"));
+  CHECK_THAT(BuildListRequest(f, kNow).error, Catch::Contains("'12_x' is not a job id"));
   CancelSelection sel;
   sel.job_ids = {"7_1"};
   auto c = BuildCancelRequest(sel, "alice");

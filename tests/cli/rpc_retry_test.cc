@@ -32,6 +32,10 @@ class FlakyJobs final : public v1::JobService::Service {
     if (++holds <= fail_first) return {grpc::StatusCode::UNAVAILABLE, "answer lost"};
     return grpc::Status::OK;
   }
+  // A refusal that echoes what a user typed, as "unknown partition '...'" does.
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::JobInfo*) override {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "unknown partition '\x1b]0;pwned\x07\x1b[2J\r\xc2\x9b\xff'"};
+  }
 };
 
 struct Server {
@@ -88,4 +92,16 @@ TEST_CASE("without a retry budget the first failure is final", "[cli][retry]") {
   SchedClient client("unix:" + s.socket, 5);
   CHECK_FALSE(client.HoldJob(7, true, 0).ok());
   CHECK(s.jobs.holds == 1);
+}
+
+TEST_CASE("schedd's error messages are printed escaped: they may echo another user's text", "[cli][retry][security]") {
+  Server s;
+  SchedClient client("unix:" + s.socket, 5);
+  v1::JobInfo job;
+  RpcStatus st = client.GetJob(1, &job);
+  REQUIRE(st.code == static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  CHECK(DescribeRpcError("mladmin", st, client.Address(), 5) ==
+        "mladmin: unknown partition '\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\u009b\\xff'");
+  st.code = static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(DescribeRpcError("mlq", st, "unix:/s", 5).find('\x1b') == std::string::npos);
 }

@@ -182,7 +182,8 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
       {"unknown top-level key", "default_partition = \"default\"\nbackfil = 1\n",
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
-        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic, provisioning"}},
+        "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic, provisioning, "
+        "inventory, nodes"}},
       {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
        {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history, correction, history_by"}},
       {"bad [prediction] values",
@@ -438,6 +439,56 @@ TEST_CASE("[provisioning.POOL] errors name FILE:LINE and the limit", "[policy][p
       auto r = ParsePolicy(row.text, "p.toml");
       REQUIRE_FALSE(r.ok());
       CHECK_THAT(r.ErrorText(), Catch::Contains(row.error));
+    }
+  }
+}
+
+TEST_CASE("[inventory] and [[nodes]] declare what nodes hold; errors name FILE:LINE", "[policy][inventory]") {
+  auto r = ParsePolicy(
+      "[inventory]\nstrict = true\nover_capacity = \"clamp\"\n"
+      "[[nodes]]\nnames = \"gpu-[01-03]\"\npool = \"spot\"\ncpus = 64\nmemory = \"512G\"\ngpus = \"h100:8\"\n"
+      "domain = \"rack-1\"\nfeatures = [\"nvlink\"]\n"
+      "[[nodes]]\nnames = \"cpu-1\"\ncpus = 8\nmemory = \"32G\"\n",
+      "p.toml");
+  INFO(r.ErrorText());
+  REQUIRE(r.ok());
+  const auto& inv = r.policy->inventory;
+  CHECK(inv.strict);
+  CHECK(inv.clamp);
+  REQUIRE(inv.nodes.size() == 2);
+  CHECK(inv.nodes[0].names == std::vector<std::string>{"gpu-01", "gpu-02", "gpu-03"});
+  CHECK(inv.nodes[0].pool == mlsched::core::Pool::kSpot);
+  CHECK(inv.nodes[0].shape.capacity.cpu_millis == 64000);
+  CHECK(inv.nodes[0].shape.capacity.gpus == std::map<std::string, int64_t>{{"h100", 8}});
+  CHECK(inv.nodes[0].shape.domain == "rack-1");
+  CHECK(inv.nodes[0].shape.features == std::vector<std::string>{"nvlink"});
+  CHECK_FALSE(inv.nodes[1].pool.has_value());
+  CHECK(inv.index.at("gpu-02") == 0);
+  CHECK(inv.index.at("cpu-1") == 1);
+  CHECK_FALSE(ParsePolicy("", "e.toml").policy->inventory.strict);
+
+  const std::string shape = "cpus = 2\nmemory = \"4G\"\n";
+  struct Row {
+    const char* name;
+    std::string text;
+    const char* error;
+  };
+  const Row rows[] = {
+      {"no names", "[[nodes]]\n" + shape, "p.toml:1:1: [[nodes]] #1: 'names' (a hostlist such as \"gpu-[01-16]\") is required"},
+      {"bad hostlist", "[[nodes]]\nnames = \"gpu-[01-\"\n" + shape, "p.toml:2:9: [[nodes]] #1: 'names':"},
+      {"declared twice", "[[nodes]]\nnames = \"a[1-2]\"\n" + shape + "[[nodes]]\nnames = \"a2\"\n" + shape,
+       "p.toml:6:9: [[nodes]] #2: node 'a2' is declared by an earlier [[nodes]] entry too"},
+      {"unknown pool", "[[nodes]]\nnames = \"a1\"\npool = \"cloud\"\n" + shape, "p.toml:3:8: [[nodes]] #1: unknown pool 'cloud'"},
+      {"bad mode", "[inventory]\nover_capacity = \"ignore\"\n",
+       "p.toml:2:17: [inventory]: 'over_capacity' must be \"refuse\" or \"clamp\", got \"ignore\""},
+      {"missing shape", "[[nodes]]\nnames = \"a1\"\n", "[[nodes]] #1: 'cpus' (the node shape) is required"},
+      {"max_list_items over 64", "[limits]\nmax_list_items = 65\n", "p.toml:2:18: [limits]: 'max_list_items' must be at most 64"},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      auto bad = ParsePolicy(row.text, "p.toml");
+      REQUIRE_FALSE(bad.ok());
+      CHECK_THAT(bad.ErrorText(), Catch::Contains(row.error));
     }
   }
 }

@@ -222,7 +222,7 @@ TEST_CASE("bad input is rejected with a clear error and changes nothing", "[cont
   s = Spec(1);
   s.set_time_limit_s(365 * 86400);
   CHECK_THAT(reject(s), Catch::Contains("exceeds partition"));
-  CHECK(w.ctl->List(Root(), v1::ListJobsRequest{}).empty());
+  CHECK(ListAll(*w.ctl, Root(), v1::ListJobsRequest{}).empty());
 }
 
 TEST_CASE("users control only their own jobs - operators any", "[controller]") {
@@ -423,6 +423,7 @@ TEST_CASE("QoS preemption: the low job is told to checkpoint, requeued on exit 7
 TEST_CASE("fallback tier: a job waiting for h100 starts on a100 after its budget, tasks see MLSCHED_ACCELERATOR", "[controller]") {
   World w(0);
   w.ctl->OnRegister(NodeReg("a1", 8, 8, "a100"), w.now);
+  w.ctl->OnRegister(NodeReg("h0", 8, 4, "h100"), w.now);  // h100s, too few for the job
   v1::JobSpec spec = Spec(1, 1, 8);
   spec.add_gpu_types("h100");
   auto* f = spec.add_fallback();
@@ -559,7 +560,7 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   spec.set_array("0-5%2");
   int64_t first = w.Submit(spec, w.alice);
   v1::ListJobsRequest all;
-  auto listed = w.ctl->List(Root(), all);
+  auto listed = ListAll(*w.ctl, Root(), all);
   REQUIRE(listed.size() == 6);
   for (int i = 0; i < 6; ++i) {
     CHECK(listed[i].job_id() == first + i);
@@ -584,7 +585,7 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   CHECK(w.Job(gather).spec().dependencies(0).job_ids_size() == 6);  // resolved
   v1::ListJobsRequest gather_only;
   gather_only.add_job_ids(gather);
-  CHECK(w.ctl->List(Root(), gather_only).at(0).spec().dependency() ==
+  CHECK(ListAll(*w.ctl, Root(), gather_only).at(0).spec().dependency() ==
         "afterany:" + std::to_string(first) + ":" + std::to_string(first + 1) + ":" + std::to_string(first + 2) + ":" +
             std::to_string(first + 3) + ":" + std::to_string(first + 4) + ":" + std::to_string(first + 5));
 
@@ -595,8 +596,8 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   CHECK(resp.cancelled(0) == first + 4);
   v1::ListJobsRequest by_ref;
   by_ref.add_job_refs(std::to_string(first) + "_4");
-  REQUIRE(w.ctl->List(Root(), by_ref).size() == 1);
-  CHECK(w.ctl->List(Root(), by_ref)[0].state() == v1::CANCELLED);
+  REQUIRE(ListAll(*w.ctl, Root(), by_ref).size() == 1);
+  CHECK(ListAll(*w.ctl, Root(), by_ref)[0].state() == v1::CANCELLED);
   v1::CancelJobsRequest missing;
   missing.add_job_refs(std::to_string(first) + "_9");
   CHECK_THAT(w.ctl->Cancel(w.alice, missing, w.now).errors(0), Catch::Contains("has no element 9"));

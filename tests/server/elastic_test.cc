@@ -264,6 +264,7 @@ TEST_CASE("a job on a fallback tier returns to its preferred accelerator at a ch
   policy.elastic.restart_cost = 5;
   w.ctl->SetPolicy(policy);
   w.ctl->OnRegister(NodeReg("a1", 8, 8, "a100"), w.now);
+  w.ctl->OnRegister(NodeReg("h0", 8, 4, "h100"), w.now);  // h100s, too few for the job
   v1::JobSpec spec = Spec(1, 1, 8);
   spec.add_gpu_types("h100");
   spec.set_time_limit_s(3600);

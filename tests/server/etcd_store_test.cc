@@ -10,6 +10,7 @@
 
 #include <ctime>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -290,6 +291,83 @@ TEST_CASE("leadership: one replica wins and a follower takes over after a resign
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));  // graceful handover
   CHECK(lost_a == 0);
   CHECK(b.Current().is_leader);
+}
+
+namespace {
+
+/// Puts `value` at the leader key of `prefix`, keeping its create revision when it exists (a put
+/// rewrites in place), bound to `lease` (0 = none): what an intruder with write access could do.
+void PutLeaderKey(EtcdClient& etcd, const std::string& prefix, const std::string& value, int64_t lease) {
+  etcdpb::TxnRequest txn;
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(LeaderKey(prefix));
+  put->set_value(value);
+  put->set_lease(lease);
+  etcd.Txn(txn);
+}
+
+}  // namespace
+
+TEST_CASE("etcd store: a leader key rewritten in place (same create revision) fences the writes", "[etcd][security]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  const int64_t lease = etcd.LeaseGrant(30);
+  etcdpb::TxnRequest del;
+  del.add_success()->mutable_request_delete_range()->set_key(LeaderKey("/t/"));
+  etcd.Txn(del);
+  etcdpb::TxnRequest take;
+  auto* put = take.add_success()->mutable_request_put();
+  put->set_key(LeaderKey("/t/"));
+  put->set_value("me");
+  put->set_lease(lease);
+  const int64_t epoch = etcd.Txn(take).header().revision();
+  EtcdStore s(etcd, "/t/");
+  s.BecomeLeader(epoch, lease, "me");
+  REQUIRE(s.InsertJob(Row("alice")).get().id == 1);
+  SECTION("the value changes") { PutLeaderKey(etcd, "/t/", "mallory", lease); }
+  SECTION("the lease changes") { PutLeaderKey(etcd, "/t/", "me", 0); }
+  // The create revision is still the epoch: only the value and lease compares notice.
+  etcdpb::RangeRequest r;
+  r.set_key(LeaderKey("/t/"));
+  REQUIRE(etcd.Range(r).kvs(0).create_revision() == epoch);
+  CHECK_THROWS_WITH(s.InsertJob(Row("alice")).get(), Catch::Contains("fenced"));
+  CHECK(s.FencedWrites() == 1);
+}
+
+TEST_CASE("leadership: a leader whose key is rewritten in place steps down; a lease-less leader key is deleted",
+          "[etcd][security]") {
+  EtcdProcess etcd_proc;
+  EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));
+  LeaderConfig ca{"/t/", "a:1", 2, std::chrono::milliseconds(50)};
+  SECTION("rewritten in place") {
+    std::atomic<int64_t> epoch{0};
+    std::atomic<int> lost{0};
+    std::string why;
+    std::mutex mu;
+    Leadership a(etcd, ca);
+    a.Start([&](int64_t e) { epoch = e; }, [&](const std::string& w) {
+      std::lock_guard lk(mu);
+      why = w;
+      ++lost;
+    });
+    for (int i = 0; i < 100 && !epoch; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(epoch > 0);
+    PutLeaderKey(etcd, "/t/", "mallory", a.Current().lease);  // same lease, same create revision
+    for (int i = 0; i < 100 && !lost; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    REQUIRE(lost == 1);
+    std::lock_guard lk(mu);
+    CHECK_THAT(why, Catch::Contains("rewritten"));
+  }
+  SECTION("a key without a lease stops no election") {
+    PutLeaderKey(etcd, "/t/", "held forever", 0);
+    std::atomic<int64_t> epoch{0};
+    Leadership a(etcd, ca);
+    a.Start([&](int64_t e) { epoch = e; }, [](const std::string&) {});
+    for (int i = 0; i < 100 && !epoch; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(epoch > 0);
+    CHECK(a.ForeignLeaderKeys() == 1);
+    CHECK(a.Current().leader == "a:1");
+  }
 }
 
 namespace {

@@ -57,13 +57,28 @@ inline core::PolicySet PolicyFromText(const std::string& text, const std::string
   return *r.policy;
 }
 
+/// The made-up users of these tests (uid -> the first name given to it): the controller's
+/// user database (ControllerConfig::user_of_uid) for the stored-row checks of Recover.
+inline std::map<uint32_t, std::string>& TestUsers() {
+  static std::map<uint32_t, std::string> users{{0, "root"}};
+  return users;
+}
+inline std::string TestUserName(uint32_t uid) {
+  auto it = TestUsers().find(uid);
+  return it == TestUsers().end() ? "uid" + std::to_string(uid) : it->second;
+}
+
 /// A controller over a fresh store in a temp dir with a recording sink; tests derive their
 /// worlds from it and call Start with their policy.
 struct ControllerWorld {
   TempDir dir;
   std::unique_ptr<SqliteStore> store = std::make_unique<SqliteStore>(dir.path.string());
   RecordingSink sink;
-  ControllerConfig cfg;
+  ControllerConfig cfg = [] {
+    ControllerConfig c;
+    c.user_of_uid = TestUserName;
+    return c;
+  }();
   std::unique_ptr<Controller> ctl;
   int64_t now = 1'000'000;
   void Start(core::PolicySet policy) { ctl = std::make_unique<Controller>(*store, sink, std::move(policy), cfg); }
@@ -136,11 +151,26 @@ inline v1::JobSpec Spec(int ntasks, int cpus = 1, int gpus = 0) {
 }
 
 inline Caller User(const std::string& name, uint32_t uid, bool privileged = false) {
+  TestUsers().emplace(uid, name);
   return Caller{name, uid, uid, privileged};
 }
 
 /// A privileged caller (sees every job's details).
 inline Caller Root() { return User("root", 0, true); }
+
+/// Every page of Controller::List (at `now`; finished jobs of the default window), concatenated.
+inline std::vector<v1::JobInfo> ListAll(Controller& ctl, const Caller& who, v1::ListJobsRequest req,
+                                        int64_t now = 1'000'000) {
+  std::vector<v1::JobInfo> out;
+  for (int pages = 0; pages < 10000; ++pages) {
+    v1::ListJobsResponse resp;
+    REQUIRE(ctl.List(who, req, now, &resp).ok());
+    for (auto& j : *resp.mutable_jobs()) out.push_back(std::move(j));
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  return out;
+}
 
 inline v1::AgentMessage PrepareOk(int64_t job, int32_t attempt) {
   v1::AgentMessage m;

@@ -58,6 +58,9 @@ struct LostAnswerStore final : Store {
   }
   std::optional<JobRow> LoadJob(int64_t id) override { return s.LoadJob(id); }
   std::vector<JobRow> LoadFinishedJobs(int64_t a, int64_t b) override { return s.LoadFinishedJobs(a, b); }
+  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after, size_t limit) override {
+    return s.LoadFinishedJobsPage(since, after, limit);
+  }
   std::vector<NodeRow> LoadNodes() override { return s.LoadNodes(); }
   std::optional<std::string> LoadSpec(int64_t id) override { return s.LoadSpec(id); }
 };
@@ -68,7 +71,11 @@ struct LostAnswerWorld {
   SqliteStore inner{dir.path.string()};
   LostAnswerStore store{inner};
   RecordingSink sink;
-  ControllerConfig cfg;
+  ControllerConfig cfg = [] {
+    ControllerConfig c;
+    c.user_of_uid = TestUserName;
+    return c;
+  }();
   Controller ctl;
   const int64_t now = 1'000'000;
   const Caller alice = User("alice", 1001);
@@ -105,7 +112,7 @@ TEST_CASE("a submission stored but whose answer was lost is adopted by its retry
   LostAnswerWorld w(core::PolicySet{});
   const int64_t single = w.LoseThenRetry(Spec(1), "lost-1");
   const int64_t first = w.LoseThenRetry(ArrayOf3(), "lost-2");
-  CHECK(w.ctl.List(Root(), v1::ListJobsRequest{}).size() == 4);  // one job and three elements, each once
+  CHECK(ListAll(w.ctl, Root(), v1::ListJobsRequest{}).size() == 4);  // one job and three elements, each once
   CHECK(w.Prepared() == std::set<int64_t>{single, first, first + 1, first + 2});  // all scheduled
 }
 
@@ -113,7 +120,7 @@ TEST_CASE("a lost submission's retry that admission refuses (the lost job fills 
   LostAnswerWorld w(PolicyFromText("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 3\n", "p.toml"));
   // The lost submission's 3 still count: the retry is refused by admission, found by its key.
   const int64_t first = w.LoseThenRetry(ArrayOf3(), "lost-3");
-  CHECK(w.ctl.List(Root(), v1::ListJobsRequest{}).size() == 3);
+  CHECK(ListAll(w.ctl, Root(), v1::ListJobsRequest{}).size() == 3);
   CHECK(w.Prepared() == std::set<int64_t>{first, first + 1, first + 2});
 }
 
@@ -126,14 +133,14 @@ TEST_CASE("a retried submission with the same key returns the same job and admit
   REQUIRE(w.ctl->Submit(w.alice, Spec(1), w.now, &c, "key-2").ok());
   CHECK(c != a);
   v1::ListJobsRequest all;
-  CHECK(w.ctl->List(Root(), all).size() == 2);
+  CHECK(ListAll(*w.ctl, Root(), all).size() == 2);
   v1::JobSpec arr = Spec(1);
   arr.set_array("0-3");
   int64_t first = 0, again = 0;
   REQUIRE(w.ctl->Submit(w.alice, arr, w.now, &first, "array-1").ok());
   REQUIRE(w.ctl->Submit(w.alice, arr, w.now, &again, "array-1").ok());
   CHECK(again == first);
-  CHECK(w.ctl->List(Root(), all).size() == 6);
+  CHECK(ListAll(*w.ctl, Root(), all).size() == 6);
   int64_t id = 0;
   Status bad = w.ctl->Submit(w.alice, Spec(1), w.now, &id, "no spaces allowed");
   CHECK(bad.code == Status::kInvalidArgument);

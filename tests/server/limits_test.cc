@@ -23,7 +23,7 @@ struct World : ControllerWorld {
     int64_t id = 0;
     return ctl->Submit(who, spec, now, &id);
   }
-  size_t Jobs() { return ctl->List(Root(), v1::ListJobsRequest{}).size(); }
+  size_t Jobs() { return ListAll(*ctl, Root(), v1::ListJobsRequest{}).size(); }
 };
 
 }  // namespace

@@ -83,3 +83,68 @@ TEST_CASE("every node of an attempt gets the same fresh rendezvous token, which 
   CHECK(*second.begin() != first);
   CHECK(second.begin()->size() == 64);
 }
+
+namespace {
+
+/// The node whose Prepare holds rank 0.
+std::string Rank0Node(const RecordingSink& sink, const std::vector<std::string>& nodes) {
+  for (const auto& n : nodes)
+    for (const auto& m : sink.Of(n, v1::SchedulerMessage::kPrepare))
+      for (const auto& t : m.prepare().tasks())
+        if (t.rank() == 0) return n;
+  return "";
+}
+
+v1::AgentMessage PrepareOkWithPort(int64_t job, int32_t attempt, int32_t port) {
+  v1::AgentMessage m = PrepareOk(job, attempt);
+  m.mutable_prepare_result()->set_master_port(port);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("the commit carries the port rank 0's agent reserved, to every node, and the placement keeps it",
+          "[rendezvous]") {
+  TempDir dir;
+  auto store = std::make_unique<SqliteStore>(dir.path.string());
+  RecordingSink sink;
+  ControllerConfig cfg;
+  Controller ctl(*store, sink, core::PolicySet{}, cfg);
+  int64_t now = 1'000'000;
+  const std::vector<std::string> nodes{"n1", "n2", "n3"};
+  for (const auto& n : nodes) ctl.OnRegister(NodeReg(n, 1), now);
+  int64_t id = 0;
+  REQUIRE(ctl.Submit(User("alice", 1001), Spec(3, 1), now, &id).ok());
+  ctl.RunCycle(now);
+  const std::string rank0 = Rank0Node(sink, nodes);
+  REQUIRE(!rank0.empty());
+  for (const auto& n : nodes)  // no port is derived from the job id any more: none in the prepare
+    CHECK(sink.Of(n, v1::SchedulerMessage::kPrepare)[0].prepare().master_port() == 0);
+
+  SECTION("the port of rank 0's node, not another node's") {
+    for (const auto& n : nodes)
+      if (n != rank0) ctl.OnAgentMessage(n, PrepareOkWithPort(id, 1, 20000), now);  // ignored
+    CHECK(sink.Of(rank0, v1::SchedulerMessage::kCommit).empty());  // waits for rank 0's node
+    ctl.OnAgentMessage(rank0, PrepareOkWithPort(id, 1, 45678), now);
+    for (const auto& n : nodes) {
+      auto commit = sink.Of(n, v1::SchedulerMessage::kCommit);
+      REQUIRE(commit.size() == 1);
+      CHECK(commit[0].commit().master_port() == 45678);
+    }
+    auto row = store->LoadJob(id);  // durable: a recovered schedd knows the port
+    REQUIRE(row);
+    v1::Placement placement;
+    REQUIRE(placement.ParseFromString(row->placement));
+    CHECK(placement.master_port() == 45678);
+  }
+  SECTION("a port out of range from rank 0's node fails the prepare: requeued, never committed") {
+    for (const auto& n : nodes)
+      if (n != rank0) ctl.OnAgentMessage(n, PrepareOk(id, 1), now);
+    ctl.OnAgentMessage(rank0, PrepareOkWithPort(id, 1, 70000), now);
+    for (const auto& n : nodes) CHECK(sink.Of(n, v1::SchedulerMessage::kCommit).empty());
+    v1::JobInfo info;
+    REQUIRE(ctl.Get(User("alice", 1001), id, &info).ok());
+    CHECK(info.state() == v1::PENDING);
+    CHECK(info.reason() == "LaunchFailedRequeue");
+  }
+}

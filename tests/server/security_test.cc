@@ -146,7 +146,7 @@ TEST_CASE("ListJobs never carries another user's environment, script or argv, li
   cancel.add_job_ids(id);
   REQUIRE(w.ctl->Cancel(w.alice, cancel, w.now).cancelled_size() == 1);
   v1::ListJobsRequest all;
-  for (const auto& info : w.ctl->List(w.bob, all)) CheckRedacted(info);
+  for (const auto& info : ListAll(*w.ctl, w.bob, all)) CheckRedacted(info);
   w.ctl->Tick(w.now + w.cfg.min_job_age_s + 10);  // gone from memory: rows come from disk now
   REQUIRE(w.ctl->JobsInMemory() == 0);
   v1::ListJobsRequest finished;
@@ -154,10 +154,10 @@ TEST_CASE("ListJobs never carries another user's environment, script or argv, li
   v1::ListJobsRequest by_id;
   by_id.add_job_ids(id);
   for (const auto* req : {&finished, &by_id}) {
-    auto others = w.ctl->List(w.bob, *req);
+    auto others = ListAll(*w.ctl, w.bob, *req);
     REQUIRE(others.size() == 1);
     CheckRedacted(others[0]);
-    auto mine = w.ctl->List(w.alice, *req);
+    auto mine = ListAll(*w.ctl, w.alice, *req);
     REQUIRE(mine.size() == 1);
     CHECK(mine[0].spec().argv_size() == 2);  // the owner's own command line
   }

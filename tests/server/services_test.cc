@@ -6,7 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "fixtures.h"
 #include "mlsched/v1/agent.grpc.pb.h"
@@ -65,7 +68,12 @@ struct InProcessSchedd {
     return stub->ListJobs(&ctx, v1::ListJobsRequest{}, resp);
   }
   /// Opens an agent stream for node `name` and registers; the first answer, or the stream's end status.
-  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) { return Register(NodeReg(name, 4), first); }
+  /// A node whose agent runs root's jobs too (this test submits as its own user, root in CI).
+  grpc::Status Register(const std::string& name, v1::SchedulerMessage* first) {
+    v1::RegisterNode reg = NodeReg(name, 4);
+    reg.set_root_jobs(true);
+    return Register(reg, first);
+  }
   grpc::Status Register(const v1::RegisterNode& node, v1::SchedulerMessage* first) {
     auto stub = v1::AgentService::NewStub(channel);
     grpc::ClientContext ctx;
@@ -164,6 +172,7 @@ struct AgentStream {
     stream = v1::AgentService::NewStub(s.channel)->Connect(&ctx);
     v1::AgentMessage reg;
     *reg.mutable_register_() = NodeReg(node, 4);
+    reg.mutable_register_()->set_root_jobs(true);  // the test submits as its own user: root in CI
     v1::SchedulerMessage answer;
     REQUIRE(stream->Write(reg));
     REQUIRE(stream->Read(&answer));
@@ -231,4 +240,42 @@ TEST_CASE("a task exit is acknowledged only once durable and a repeat after a st
   // Memory already had it COMPLETED; the acknowledgement waited until the disk did too.
   CHECK(s.store.LoadJob(id)->state == "COMPLETED");
   again.ctx.TryCancel();
+}
+
+TEST_CASE("agent sessions of one node replacing each other in a tight loop leave schedd sound", "[server][security]") {
+  // A new session cancels the one it replaces. That cancel used to reach the old call's
+  // ServerContext through a raw pointer after the old handler might have returned (gRPC then
+  // destroys the context): a use after free whenever a reconnect raced the end of the old stream.
+  // The pointer is now cleared, under the session's mutex, before the old handler returns, and the
+  // replacer cancels only while it is set. Four clients churn sessions of node n1 here; each ends
+  // its own stream at once, so replacements and handler returns interleave.
+  InProcessSchedd s;
+  s.ctl.Recover(WallNow());
+  std::atomic<int> registered{0}, finished{0};
+  std::vector<std::thread> churn;
+  for (int t = 0; t < 4; ++t)
+    churn.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        grpc::ClientContext ctx;
+        auto stream = v1::AgentService::NewStub(s.channel)->Connect(&ctx);
+        v1::AgentMessage reg;
+        *reg.mutable_register_() = NodeReg("n1", 4);
+        v1::SchedulerMessage answer;
+        if (stream->Write(reg) && stream->Read(&answer) && answer.has_registered()) ++registered;
+        if (i % 2 == 0) stream->WritesDone();  // half of them end cleanly, half are cancelled
+        else ctx.TryCancel();
+        while (stream->Read(&answer)) {
+        }
+        stream->Finish();
+        ++finished;
+      }
+    });
+  for (auto& t : churn) t.join();
+  CHECK(finished == 200);
+  CHECK(registered > 0);
+  // schedd is still whole: the node registers again, and jobs are served.
+  AgentStream last(s, "n1");
+  int64_t id = 0;
+  CHECK(s.Submit(&id).ok());
+  last.ctx.TryCancel();
 }

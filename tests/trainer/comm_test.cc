@@ -208,6 +208,12 @@ TEST_CASE("Rendezvous env is validated", "[trainer][comm]") {
   }
   ::setenv("MLSCHED_RENDEZVOUS_TOKEN", kToken.c_str(), 1);
   CHECK(ReadRendezvousEnv().token == kToken);
+  CHECK(ReadRendezvousEnv().rendezvous_fd == -1);
+  ::setenv("MLSCHED_RENDEZVOUS_FD", "17", 1);
+  CHECK(ReadRendezvousEnv().rendezvous_fd == 17);
+  ::setenv("MLSCHED_RENDEZVOUS_FD", "1", 1);  // never a standard descriptor
+  CHECK_THROWS_WITH(ReadRendezvousEnv(), Catch::Contains("MLSCHED_RENDEZVOUS_FD"));
+  ::unsetenv("MLSCHED_RENDEZVOUS_FD");
   ::unsetenv("MLSCHED_RENDEZVOUS_TOKEN");
   ::setenv("MLTRAIN_INSECURE_RENDEZVOUS", "1", 1);
   CHECK(ReadRendezvousEnv().token.empty());

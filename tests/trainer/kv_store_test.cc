@@ -2,6 +2,7 @@
 // stalled connections, and the address it listens on. Raw frames are built here from the wire
 // format documented in kv_store.h, so a regression in either side shows up.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -227,4 +228,71 @@ TEST_CASE("Rendezvous store: listens on the advertised address only, never on al
   KvServerOptions taken = Options("127.0.0.1");
   taken.port = server.port();
   CHECK_THROWS_WITH(KvServer(taken), Catch::Contains("cannot listen on 127.0.0.1 port " + std::to_string(server.port())));
+  CHECK_THROWS_AS(KvServer(taken), RendezvousPortTakenError);  // mltrain exits 75: requeue, not fail
+}
+
+namespace {
+
+/// A TCP socket on 127.0.0.1:`port` with SO_REUSEADDR, bound, not listening (agentd's reservation
+/// with port 0); -1 when the bind fails.
+int BoundSocket(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int PortOf(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("Rendezvous store: listens at once on agentd's reserved socket; a port someone listened on first is 'taken'",
+          "[trainer][kv]") {
+  KvServerOptions o = Options();
+  o.listen_fd = BoundSocket(0);
+  REQUIRE(o.listen_fd >= 0);
+  o.port = PortOf(o.listen_fd);
+  {
+    KvServer server(o);
+    CHECK(server.port() == o.port);
+    KvClient client("127.0.0.1", o.port, kToken, 1s);
+    client.Set("k", "v");
+    CHECK(client.TryGet("k") == "v");
+    CHECK(BoundSocket(o.port) < 0);  // it listens: no squatter can bind the port now, even with SO_REUSEADDR
+  }
+
+  // Between the reservation and rank 0's start, someone bound the port too and listened first.
+  const int reserved = BoundSocket(0);
+  REQUIRE(reserved >= 0);
+  const int squatter = BoundSocket(PortOf(reserved));
+  REQUIRE(squatter >= 0);
+  REQUIRE(::listen(squatter, 8) == 0);
+  o.listen_fd = reserved;
+  o.port = PortOf(reserved);
+  CHECK_THROWS_AS(KvServer(o), RendezvousPortTakenError);
+  CHECK(::fcntl(reserved, F_GETFD) == -1);  // the server owned it and closed it
+  ::close(squatter);
+
+  // Anything but a bound TCP socket on MASTER_PORT is refused, naming the variable.
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  ::close(pipe_fds[1]);
+  o.listen_fd = pipe_fds[0];
+  CHECK_THROWS_WITH(KvServer(o), Catch::Contains("MLSCHED_RENDEZVOUS_FD=") && Catch::Contains("is not a TCP socket"));
+  o.listen_fd = BoundSocket(0);
+  o.port = PortOf(o.listen_fd) == 65535 ? 1 : PortOf(o.listen_fd) + 1;
+  CHECK_THROWS_WITH(KvServer(o), Catch::Contains("not MASTER_PORT " + std::to_string(o.port)));
 }

@@ -1,5 +1,10 @@
 // mltrain as real processes: data-parallel equivalence, exact resume, resharding resume,
 // preemption (SIGTERM -> 75) and lost peers (-> 76).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -166,6 +171,63 @@ TEST_CASE("A rank that never arrives makes the others exit 76 after the rendezvo
   CHECK(r1.Wait(20) == kExitPeerLost);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
   CHECK(ReadFile(dir / "r1.log").find("rendezvous") != std::string::npos);
+}
+
+namespace {
+
+/// agentd's reservation: a TCP socket bound to 127.0.0.1:`port` (0: the kernel picks) with
+/// SO_REUSEADDR, not listening, inheritable (no close-on-exec). Sets *bound to its port.
+int ReservedSocket(int port, int* bound) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *bound = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("Rank 0 listens on agentd's reserved socket; a port taken first makes it exit 75 (requeue), not fail",
+          "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto args = SmallRunArgs(dir / "ckpt");
+  args.insert(args.end(), {"--max-steps", "2", "--rendezvous-timeout", "20"});
+
+  // The reserved socket, handed to rank 0 (MLSCHED_RENDEZVOUS_FD); the "agent" closes its copy.
+  int port = 0;
+  int reserved = ReservedSocket(0, &port);
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto env = RankEnv(r, 2, port);
+    if (r == 0) env["MLSCHED_RENDEZVOUS_FD"] = std::to_string(reserved);
+    ranks.push_back(std::make_unique<Child>(args, env, dir / ("held." + std::to_string(r) + ".log")));
+  }
+  ::close(reserved);
+  INFO(DescribeLogs(dir / "held", 2));
+  CHECK(ranks[0]->Wait(60) == 0);
+  CHECK(ranks[1]->Wait(60) == 0);
+
+  // A squatter bound the reserved port too (SO_REUSEADDR) and listened before rank 0 started.
+  reserved = ReservedSocket(0, &port);
+  int ignored = 0;
+  const int squatter = ReservedSocket(port, &ignored);
+  REQUIRE(::listen(squatter, 8) == 0);
+  auto env = RankEnv(0, 2, port);
+  env["MLSCHED_RENDEZVOUS_FD"] = std::to_string(reserved);
+  Child squatted(args, env, dir / "squatted.log");
+  ::close(reserved);
+  CHECK(squatted.Wait(30) == kExitPreempted);
+  CHECK(ReadFile(dir / "squatted.log").find("already listens on the port") != std::string::npos);
+  CHECK(ReadFile(dir / "squatted.log").find("exit 75: the job is requeued") != std::string::npos);
+  ::close(squatter);
 }
 
 TEST_CASE("Ranks without a rendezvous token refuse to start unless the store may be open", "[trainer][process]") {
