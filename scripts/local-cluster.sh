@@ -29,8 +29,8 @@
 # AGENT_CPUS (CPUs per agent, default 2), MLSCHED_POLICY (default policies/default.toml),
 # MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available), MLSCHED_HA_SCHEDD_ARGS (more schedd
 # flags for the HA replicas, word-split), MLSCHED_ETCD_TLS (1, the default; 0: plaintext etcd and
-# schedd --ha-insecure, for measuring what TLS costs only), MLSCHED_ETCD_RBAC (1, the default; 0:
-# client certificates alone).
+# schedd --ha-insecure, on a fresh state directory, for measuring what TLS costs only),
+# MLSCHED_ETCD_RBAC (1, the default; 0: client certificates alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE="${MLSCHED_STATE:-$PWD/.state}"
