@@ -72,7 +72,7 @@ resume() {
   [ -f "$STATE/tls/nodes/$n.pem" ] || bash scripts/mlsched-certs.sh "$STATE/tls" node "$n" >/dev/null
   mkdir -p "$STATE/agents/$n"
   local gpus=${MLSCHED_PROVISION_GPUS:-none} root_jobs=()
-  if [ "$(id -u)" = 0 ]; then root_jobs=(--allow-root-jobs); fi  # as local-cluster.sh: the cluster runs as root
+  [ "${MLSCHED_PROVISION_ROOT_JOBS:-0}" = 1 ] && root_jobs=(--allow-root-jobs)  # the pool's root_jobs = true
   setsid "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$n" \
     --tls-cert "$STATE/tls/nodes/$n.pem" --tls-key "$STATE/tls/nodes/$n.key" --tls-ca "$STATE/tls/ca.pem" \
     --pool "${MLSCHED_PROVISION_POOL:-on-demand}" --cpus "${MLSCHED_PROVISION_CPUS:-2}" \

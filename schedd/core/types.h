@@ -510,6 +510,11 @@ struct ProvisioningPolicy {
   SourceLines source;
 };
 
+/// The node feature of nodes whose agent runs jobs of uid 0 (agentd --allow-root-jobs, a
+/// provisioned pool's `root_jobs`); every job of uid 0 requires it (Slurm's DisableRootJobs as the
+/// default).
+inline constexpr const char* kRootJobsFeature = "mlsched:root-jobs";
+
 /// One [[nodes]] entry of the policy (slurm.conf's NodeName= lines): nodes the cluster may have,
 /// where they are, and the most each may register. The controller, not the node, decides what a
 /// node holds (docs/operations.md, "Node inventory").

@@ -40,7 +40,7 @@ core::ProvisioningPolicy PolicyReader::ReadProvisioningPool(const toml::table& t
   c.pool = pool;
   c.shape.pool = pool;
   CheckKeys(t, {"resume_program", "suspend_program", "max_nodes", "idle_time", "resume_timeout", "max_cost_per_hour",
-                "cpus", "memory", "gpus", "region", "zone", "domain", "features"}, ctx);
+                "cpus", "memory", "gpus", "region", "zone", "domain", "features", "root_jobs"}, ctx);
   KeepLines(t, {"max_nodes", "max_cost_per_hour"}, c.source);
   for (const char* key : {"resume_program", "suspend_program"}) {
     std::string& out = key[0] == 'r' ? c.resume_program : c.suspend_program;
@@ -63,6 +63,11 @@ core::ProvisioningPolicy PolicyReader::ReadProvisioningPool(const toml::table& t
           ctx + ": 'resume_timeout' must be 1.." + std::to_string(kMaxResumeTimeout) + " seconds");
   Num(t, "max_cost_per_hour", c.max_cost_per_hour, ctx);
   ReadShape(t, ctx, c.shape);
+  // Whether the nodes it creates run root's jobs (their agentd --allow-root-jobs): the planner
+  // must know, since root's jobs need such nodes.
+  bool root_jobs = false;
+  Bool(t, "root_jobs", root_jobs, ctx);
+  if (root_jobs) c.shape.features.push_back(core::kRootJobsFeature);
   return c;
 }
 

@@ -1,5 +1,5 @@
 // Controller: the agent-facing half. Two-phase gang launch (prepare on every node, then commit, or
-// abort everywhere and requeue), task exits, heartbeats, fencing and node failure.
+// abort everywhere and requeue), task exits, heartbeats and fencing (nodes: controller_nodes.cc).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -221,102 +221,6 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   Trigger();
 }
 
-InventoryVerdict Controller::AdmitNode(const v1::RegisterNode& reg, bool declared_only) {
-  std::lock_guard lk(mu_);
-  const core::Node* provisioned = nullptr;
-  for (const auto& p : provisioned_.nodes) {
-    if (p.name != reg.name()) continue;
-    for (const auto& pool : policy_.provisioning)
-      if (pool.pool == p.pool) provisioned = &pool.shape;
-  }
-  InventoryVerdict v = AdmitRegistration(policy_.inventory, reg, provisioned);
-  if (v.error.empty() && declared_only && !provisioned && !FindDeclaration(policy_.inventory, reg.name()))
-    v.error = "node " + reg.name() + ": an operator's agent on the Unix socket may register only nodes the policy's "
-              "node inventory names ([[nodes]])";
-  return v;
-}
-
-v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) {
-  std::lock_guard lk(mu_);
-  NodeRec& n = nodes_[reg.name()];
-  bool was_down = n.down;
-  // A node's resources do not change between registrations unless someone changed the node (or
-  // its agent lies): drained until an operator resumes it.
-  const std::string changed = n.info.has_capacity() ? CapacityChange(n.info.capacity(), reg.capacity()) : "";
-  if (!changed.empty()) {
-    n.drained = true;
-    n.info.set_reason("capacity changed between registrations: " + changed);
-    spdlog::warn("node {}: {}; drained until `mladmin node resume`", reg.name(), n.info.reason());
-    store_.AppendEvent(0, reg.name(), "drain", n.info.reason()).get();
-  }
-  n.node = ToCoreNode(reg);
-  if (const core::NodeDeclaration* d = FindDeclaration(policy_.inventory, reg.name()))
-    n.node.features.insert(n.node.features.end(), d->shape.features.begin(), d->shape.features.end());
-  n.info.set_name(reg.name());
-  n.info.set_pool(reg.pool());
-  n.info.set_region(reg.region());
-  n.info.set_zone(reg.zone());
-  n.info.set_domain(reg.domain());
-  *n.info.mutable_capacity() = reg.capacity();
-  n.info.set_address(reg.address());
-  n.info.set_isolation(reg.isolation());
-  n.info.set_cutoff_timeout_s(reg.cutoff_timeout_s());
-  n.info.set_root_jobs(reg.root_jobs());
-  n.connected = true;
-  n.down = false;
-  n.last_heartbeat = now;
-  store_.SaveNode(NodeRow{reg.name(), n.info.SerializeAsString(), n.drained, n.info.reason()}).get();
-  if (was_down) store_.AppendEvent(0, reg.name(), "node-up", "agent registered").get();
-
-  std::set<std::tuple<int64_t, int32_t, int32_t>> reported;
-  for (const auto& r : reg.running()) reported.insert({r.job_id(), r.attempt(), r.rank()});
-  v1::Registered out;
-  out.set_heartbeat_interval_s(cfg_.heartbeat_interval_s);
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
-    bool launch_lost = false;
-    for (int i = 0; i < j.placement.tasks_size(); ++i) {
-      const auto& t = j.placement.tasks(i);
-      if (t.node() != reg.name()) continue;
-      auto& rt = j.tasks[i];
-      if (reported.count({id, j.attempt, t.rank()})) {
-        auto* k = out.add_keep();
-        k->set_job_id(id);
-        k->set_attempt(j.attempt);
-        k->set_rank(t.rank());
-        if (rt.phase == Phase::kCommitted) rt.phase = Phase::kRunning;
-      } else if (rt.phase == Phase::kPreparing || rt.phase == Phase::kPrepared) {
-        launch_lost = true;  // the prepare died with the old stream
-      }
-      // Committed/running tasks not reported are settled by the next heartbeats (their exit
-      // reports, buffered by the agent, arrive first on the stream).
-    }
-    if (launch_lost) {
-      EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");
-      j.eligible_after = now + cfg_.requeue_backoff_s;
-    }
-  }
-  // Ghost ranks on this node that the agent no longer runs are gone.
-  for (auto it = ghosts_.begin(); it != ghosts_.end();) {
-    auto& g = it->second;
-    std::erase_if(g.alive, [&](const auto& kv) {
-      return kv.second == reg.name() && !reported.count({g.job, g.attempt, kv.first});
-    });
-    it = g.alive.empty() ? ghosts_.erase(it) : std::next(it);
-  }
-  spdlog::info("node {} registered ({} running task(s) reported, {} kept)", reg.name(), reg.running_size(), out.keep_size());
-  Trigger();
-  return out;
-}
-
-void Controller::OnDisconnect(const std::string& node, int64_t now) {
-  std::lock_guard lk(mu_);
-  auto it = nodes_.find(node);
-  if (it == nodes_.end()) return;
-  it->second.connected = false;
-  spdlog::warn("node {}: agent disconnected", node);
-}
-
 void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage& msg, int64_t now) {
   std::lock_guard lk(mu_);
   switch (msg.msg_case()) {
@@ -515,74 +419,6 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
     auto& g = it->second;
     std::erase_if(g.alive, [&](const auto& kv) { return kv.second == node && !running.count({g.job, g.attempt, kv.first}); });
     it = g.alive.empty() ? ghosts_.erase(it) : std::next(it);
-  }
-}
-
-void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now) {
-  const std::string name = n.info.name();
-  if (n.drained && n.info.reason().rfind("evicted", 0) == 0) return;  // one notice is enough
-  n.drained = true;
-  n.info.set_reason("evicted (" + source + ")");
-  store_.SaveNode(NodeRow{name, n.info.SerializeAsString(), true, n.info.reason()}).get();
-  int grace = static_cast<int>(std::max<int64_t>(1, deadline - now - 2));
-  if (metrics_) metrics_->CountEviction();
-  eviction_rates_.RecordEviction(core::PoolName(n.node.pool));
-  std::string jobs;
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
-    bool on_node = false;
-    for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
-    if (!on_node) continue;
-    j.evicting = true;
-    if (j.stop_cause.empty()) j.stop_cause = "eviction of " + name;
-    if (core::IsElastic(j.spec) && j.stop_requested_at == 0) j.stop_requested_at = now;
-    j.reason = "Evicting";  // RUNNING while its tasks checkpoint within the grace period
-    v1::SchedulerMessage m;
-    auto* s = m.mutable_signal();
-    s->set_job_id(id);
-    s->set_attempt(j.attempt);
-    s->set_kill(true);
-    s->set_grace_s(grace);
-    s->set_reason("eviction");
-    SendToNodes(j, m);
-    jobs += (jobs.empty() ? "" : ",") + std::to_string(id);
-    store_.AppendEvent(id, name, "eviction", source + ", grace " + std::to_string(grace) + " s").get();
-  }
-  store_.AppendEvent(0, name, "eviction", source + ": jobs [" + jobs + "], deadline " + std::to_string(deadline)).get();
-  spdlog::warn("node {} is being evicted ({}), deadline in {} s; signalled jobs [{}]", name, source, deadline - now, jobs);
-  Trigger();
-}
-
-Status Controller::Evict(const Caller& caller, const std::string& node, int64_t deadline, const std::string& source,
-                         int64_t now) {
-  if (!caller.privileged) return {Status::kPermissionDenied, "evict needs root or an operator (you are " + caller.user + ")"};
-  std::lock_guard lk(mu_);
-  auto it = nodes_.find(node);
-  if (it == nodes_.end()) return {Status::kNotFound, "node '" + node + "': no such node"};
-  EvictLocked(it->second, deadline, source, now);
-  return {};
-}
-
-void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
-  n.down = true;
-  n.connected = false;
-  n.info.set_reason(why);
-  const std::string name = n.info.name();
-  spdlog::error("node {} DOWN: {}", name, why);
-  store_.AppendEvent(0, name, "node-down", why).get();
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
-    bool on_node = false;
-    for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
-    if (!on_node) continue;
-    // NODE_FAIL, then back to PENDING: recorded as two events in order.
-    store_.AppendEvent(id, name, "NODE_FAIL", why).get();
-    if (j.stop_cause.empty()) j.stop_cause = "failure of node " + name;
-    EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "requeue");
-  }
-  for (auto it = ghosts_.begin(); it != ghosts_.end();) {
-    std::erase_if(it->second.alive, [&](const auto& kv) { return kv.second == name; });
-    it = it->second.alive.empty() ? ghosts_.erase(it) : std::next(it);
   }
 }
 

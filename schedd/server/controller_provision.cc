@@ -28,7 +28,11 @@ std::map<std::string, std::string> ShapeEnv(const core::ProvisioningPolicy& c) {
   const core::ResourceVector& cap = c.shape.capacity;
   std::string gpus = "none", features;
   for (const auto& [type, n] : cap.gpus) gpus = (type.empty() ? "gpu" : type) + ":" + std::to_string(n);
-  for (const auto& f : c.shape.features) features += (features.empty() ? "" : ",") + f;
+  bool root_jobs = false;
+  for (const auto& f : c.shape.features) {
+    if (f == core::kRootJobsFeature) root_jobs = true;
+    else features += (features.empty() ? "" : ",") + f;
+  }
   return {{"MLSCHED_PROVISION_POOL", core::PoolName(c.pool)},
           {"MLSCHED_PROVISION_CPUS", std::to_string(cap.cpu_millis) + "m"},
           {"MLSCHED_PROVISION_MEMORY", std::to_string(cap.memory_bytes >> 20)},  // MB, as agentd --mem
@@ -36,7 +40,8 @@ std::map<std::string, std::string> ShapeEnv(const core::ProvisioningPolicy& c) {
           {"MLSCHED_PROVISION_REGION", c.shape.region},
           {"MLSCHED_PROVISION_ZONE", c.shape.zone},
           {"MLSCHED_PROVISION_DOMAIN", c.shape.domain},
-          {"MLSCHED_PROVISION_FEATURES", features}};
+          {"MLSCHED_PROVISION_FEATURES", features},
+          {"MLSCHED_PROVISION_ROOT_JOBS", root_jobs ? "1" : "0"}};
 }
 
 std::string NodeCount(size_t n) { return std::to_string(n) + (n == 1 ? " node" : " nodes"); }

@@ -87,13 +87,13 @@ core::Node ToCoreNode(const v1::RegisterNode& reg) {
   n.zone = reg.zone();
   n.domain = reg.domain();
   n.capacity = ToCoreResources(reg.capacity());
-  if (reg.root_jobs()) n.features.push_back(kRootJobsFeature);
+  if (reg.root_jobs()) n.features.push_back(core::kRootJobsFeature);
   return n;
 }
 
 core::JobSpec ToCoreSpecOf(const v1::JobSpec& spec, const std::string& user, uint32_t uid) {
   core::JobSpec c = ToCoreSpec(spec, user);
-  if (uid == 0) c.features.push_back(kRootJobsFeature);
+  if (uid == 0) c.features.push_back(core::kRootJobsFeature);
   return c;
 }
 

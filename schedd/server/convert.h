@@ -11,10 +11,7 @@ namespace mlsched::server {
 
 /// The core's view of a submitted spec (user filled in by the server).
 core::JobSpec ToCoreSpec(const mlsched::v1::JobSpec& spec, const std::string& user);
-/// The node feature of agents that run jobs of uid 0 (RegisterNode.root_jobs, agentd
-/// --allow-root-jobs); every job of uid 0 requires it (Slurm's DisableRootJobs as the default).
-inline constexpr const char* kRootJobsFeature = "mlsched:root-jobs";
-/// ToCoreSpec for a job of `uid`: root's jobs require kRootJobsFeature.
+/// ToCoreSpec for a job of `uid`: root's jobs require core::kRootJobsFeature.
 core::JobSpec ToCoreSpecOf(const mlsched::v1::JobSpec& spec, const std::string& user, uint32_t uid);
 /// Resources of a node registration in the core's fixed-point form.
 core::ResourceVector ToCoreResources(const mlsched::v1::Resources& r);

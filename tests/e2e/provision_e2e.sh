@@ -33,6 +33,7 @@ memory = "2G"
 region = "local"
 zone = "local-a"
 domain = "rack-c"
+root_jobs = $( [ "$(id -u)" = 0 ] && echo true || echo false )
 EOF
 echo reserved-p2 > "$MLSCHED_STATE/provision-never-start"
 export MLSCHED_POLICY="$MLSCHED_STATE/policy.toml" MLSCHED_OBJECT_STORE=dir

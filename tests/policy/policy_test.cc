@@ -379,7 +379,7 @@ TEST_CASE("[provisioning.POOL] is read into the policy with its node shape", "[p
       "[provisioning.spot]\nresume_program = \"/usr/lib/mlsched/resume\"\nsuspend_program = \"/usr/lib/mlsched/suspend\"\n"
       "max_nodes = 4\nidle_time = \"5m\"\nresume_timeout = 90\nmax_cost_per_hour = 30\n"
       "cpus = 16\nmemory = \"64G\"\ngpus = \"h100:4\"\nregion = \"us-east\"\nzone = \"us-east-1a\"\n"
-      "domain = \"spot-a\"\nfeatures = [\"ib\"]\n",
+      "domain = \"spot-a\"\nfeatures = [\"ib\"]\nroot_jobs = true\n",
       "p.toml");
   INFO(r.ErrorText());
   REQUIRE(r.ok());
@@ -399,7 +399,7 @@ TEST_CASE("[provisioning.POOL] is read into the policy with its node shape", "[p
   CHECK(c.shape.region == "us-east");
   CHECK(c.shape.zone == "us-east-1a");
   CHECK(c.shape.domain == "spot-a");
-  CHECK(c.shape.features == std::vector<std::string>{"ib"});
+  CHECK(c.shape.features == std::vector<std::string>{"ib", mlsched::core::kRootJobsFeature});
   CHECK(c.source.keys.at("max_nodes") == "p.toml:7");
   CHECK(ParsePolicy("", "e.toml").policy->provisioning.empty());
 }
