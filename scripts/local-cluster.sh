@@ -4,21 +4,33 @@
 # checkpoints (s3rver from tools/s3 when node and its modules are there, else a directory through
 # file://), all in one state directory. Secured as a production cluster is: a private cluster CA
 # and certificates (scripts/mlsched-certs.sh), schedd on TLS (127.0.0.1, a free port), agents on
-# mutual TLS with their node certificates, and a private munged (own key and socket) through which
-# the CLI proves who the user is. schedd's Unix socket stays for local callers (SO_PEERCRED).
+# mutual TLS with their node certificates (schedd refuses those tls/crl.pem revokes:
+# `scripts/mlsched-certs.sh $STATE/tls revoke NODE`), and a private munged (own key and socket)
+# through which the CLI proves who the user is. schedd's Unix socket stays for local callers
+# (SO_PEERCRED).
 #   scripts/local-cluster.sh up [--ha]|down|status
 # `up --ha` runs the HA variant instead of the single SQLite schedd: three etcd members and three
 # schedd replicas (--ha etcd://...), each on a fixed loopback port from $MLSCHED_HA_BASE_PORT
 # (default 32379: etcd clients +0..2, etcd peers +10..12, schedd +20..22), each under a restart
 # loop as systemd's Restart=always would run it (a deposed leader exits 3 and comes back as a
 # follower); agents and the CLI get the list of the three replicas and follow the leader.
+# etcd is secured as docs/operations.md ("Securing etcd") says: its own CA (tls/etcd/, not the
+# cluster CA), client and peer mutual TLS (--client-cert-auth, --peer-client-cert-auth; members
+# accept only member certificates as peers), and RBAC: a root user whose random password is in
+# tls/etcd/root.password (0600) and a role with readwrite on /mlsched/ only, granted to the user
+# mlsched-schedd that the replicas' client certificate names (CN).
 # `up` writes $MLSCHED_STATE/env.sh: source it to get MLSCHED_SERVER, the checkpoint URL and the
 # S3 credentials (MLSCHED_CHECKPOINT_URL, AWS_*), the metrics address (MLSCHED_METRICS_URL), the CA
-# (MLSCHED_TLS_CA) and the munged socket (MLSCHED_MUNGE_SOCKET).
+# (MLSCHED_TLS_CA) and the munged socket (MLSCHED_MUNGE_SOCKET); with --ha also etcd's endpoints
+# (MLSCHED_ETCD, HOST:PORT,...), its CA and schedd's etcd client certificate (MLSCHED_ETCD_CACERT,
+# MLSCHED_ETCD_CERT, MLSCHED_ETCD_KEY: etcdctl's --cacert, --cert, --key) and the root password's
+# file (MLSCHED_ETCD_ROOT_PASSWORD_FILE; never the password itself).
 # Environment: MLSCHED_STATE (default ./.state), MLSCHED_BUILD_DIR (default ./build),
 # AGENT_CPUS (CPUs per agent, default 2), MLSCHED_POLICY (default policies/default.toml),
 # MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available), MLSCHED_HA_SCHEDD_ARGS (more schedd
-# flags for the HA replicas, word-split).
+# flags for the HA replicas, word-split), MLSCHED_ETCD_TLS (1, the default; 0: plaintext etcd and
+# schedd --ha-insecure, on a fresh state directory, for measuring what TLS costs only),
+# MLSCHED_ETCD_RBAC (1, the default; 0: client certificates alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE="${MLSCHED_STATE:-$PWD/.state}"
@@ -54,7 +66,7 @@ up() {
 single_up() {
   start schedd "$STATE/logs/schedd.log" "$BIN/schedd/server/schedd" --listen "unix:$SOCK" \
     --listen-tcp 127.0.0.1:0 --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
-    --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" \
+    --tls-ca "$STATE/tls/ca.pem" --tls-crl "$STATE/tls/crl.pem" --munge-socket "$STATE/munge/munge.sock" \
     --state-dir "$STATE/db" --policy "$POLICY" --metrics-port 0 \
     --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20
   for i in $(seq 1 50); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -75,19 +87,33 @@ ENV
 
 # Three etcd members and three schedd replicas (see the header); MLSCHED_SERVER lists the replicas.
 ha_up() {
-  command -v etcd >/dev/null || { echo "etcd is missing: run scripts/install-deps.sh" >&2; exit 1; }
-  local base="${MLSCHED_HA_BASE_PORT:-32379}" cluster="" endpoints="" servers="" i
-  for i in 1 2 3; do cluster="${cluster:+$cluster,}etcd-$i=http://127.0.0.1:$((base + 9 + i))"; done
+  command -v etcd >/dev/null && command -v etcdctl >/dev/null || { echo "etcd is missing: run scripts/install-deps.sh" >&2; exit 1; }
+  local base="${MLSCHED_HA_BASE_PORT:-32379}" cluster="" endpoints="" servers="" i scheme=https
+  local etc="$STATE/tls/etcd" member_tls etcd_flags
+  [ "$ETCD_TLS" = 1 ] || scheme=http
+  for i in 1 2 3; do cluster="${cluster:+$cluster,}etcd-$i=$scheme://127.0.0.1:$((base + 9 + i))"; done
   for i in 1 2 3; do
     endpoints="${endpoints:+$endpoints,}127.0.0.1:$((base + i - 1))"
     servers="${servers:+$servers,}127.0.0.1:$((base + 19 + i))"
     mkdir -p "$STATE/etcd-$i"
+    member_tls=()
+    [ "$ETCD_TLS" = 1 ] && member_tls=(
+      --client-cert-auth --trusted-ca-file "$etc/ca.pem" --cert-file "$etc/etcd-$i.pem" --key-file "$etc/etcd-$i.key"
+      --peer-client-cert-auth --peer-trusted-ca-file "$etc/ca.pem" --peer-cert-file "$etc/etcd-$i.pem"
+      --peer-key-file "$etc/etcd-$i.key" --peer-cert-allowed-hostname member.etcd.mlsched)
     start "etcd-$i" "$STATE/logs/etcd-$i.log" etcd --name "etcd-$i" --data-dir "$STATE/etcd-$i" \
-      --listen-client-urls "http://127.0.0.1:$((base + i - 1))" --advertise-client-urls "http://127.0.0.1:$((base + i - 1))" \
-      --listen-peer-urls "http://127.0.0.1:$((base + 9 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 9 + i))" \
+      --listen-client-urls "$scheme://127.0.0.1:$((base + i - 1))" --advertise-client-urls "$scheme://127.0.0.1:$((base + i - 1))" \
+      --listen-peer-urls "$scheme://127.0.0.1:$((base + 9 + i))" --initial-advertise-peer-urls "$scheme://127.0.0.1:$((base + 9 + i))" \
       --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token mlsched-local \
-      --auto-compaction-mode periodic --auto-compaction-retention 10m
+      --auto-compaction-mode periodic --auto-compaction-retention 10m "${member_tls[@]}"
   done
+  etcd_ready "$endpoints"
+  if [ "$ETCD_TLS" = 1 ]; then
+    [ "$ETCD_RBAC" = 1 ] && etcd_rbac "$endpoints"
+    etcd_flags=(--etcd-tls-ca "$etc/ca.pem" --etcd-tls-cert "$etc/clients/mlsched-schedd.pem" --etcd-tls-key "$etc/clients/mlsched-schedd.key")
+  else
+    etcd_flags=(--ha-insecure)
+  fi
   for i in 1 2 3; do
     # A replica that loses the leadership exits 3 and is restarted as a follower; one killed or
     # stopped is restarted too (systemd's Restart=always); `down` stops the loop first.
@@ -100,9 +126,9 @@ ha_up() {
         echo "[local-cluster] schedd exited with status $rc; restarting in 1 s"; sleep 1
       done' schedd-loop "$BIN/schedd/server/schedd" --listen "unix:$STATE/schedd-$i.sock" \
       --listen-tcp "127.0.0.1:$((base + 19 + i))" --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
-      --tls-ca "$STATE/tls/ca.pem" --munge-socket "$STATE/munge/munge.sock" --state-dir "$STATE/db-$i" \
-      --ha "etcd://$endpoints" --policy "$POLICY" --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20 \
-      ${MLSCHED_HA_SCHEDD_ARGS:-}
+      --tls-ca "$STATE/tls/ca.pem" --tls-crl "$STATE/tls/crl.pem" --munge-socket "$STATE/munge/munge.sock" --state-dir "$STATE/db-$i" \
+      --ha "etcd://$endpoints" "${etcd_flags[@]}" --policy "$POLICY" --heartbeat-interval 1 --heartbeat-timeout 6 \
+      --kill-grace 20 ${MLSCHED_HA_SCHEDD_ARGS:-}
   done
   export MLSCHED_SERVER="$servers" MLSCHED_TLS_CA="$STATE/tls/ca.pem" MLSCHED_MUNGE_SOCKET="$STATE/munge/munge.sock"
   AGENT_EXTRA=(--cutoff-timeout 20)
@@ -114,6 +140,52 @@ export MLSCHED_TLS_CA=$MLSCHED_TLS_CA
 export MLSCHED_MUNGE_SOCKET=$MLSCHED_MUNGE_SOCKET
 export MLSCHED_ETCD=$endpoints
 ENV
+  if [ "$ETCD_TLS" = 1 ]; then
+    cat >> "$STATE/env.sh" <<ENV
+export MLSCHED_ETCD_CACERT=$etc/ca.pem
+export MLSCHED_ETCD_CERT=$etc/clients/mlsched-schedd.pem
+export MLSCHED_ETCD_KEY=$etc/clients/mlsched-schedd.key
+ENV
+    [ "$ETCD_RBAC" = 1 ] && echo "export MLSCHED_ETCD_ROOT_PASSWORD_FILE=$etc/root.password" >> "$STATE/env.sh"
+  fi
+  return 0
+}
+
+# etcdctl as schedd (its client certificate) on ENDPOINTS; more arguments follow.
+etcd_ctl() {
+  local endpoints=$1; shift
+  if [ "$ETCD_TLS" = 1 ]; then
+    ETCDCTL_API=3 etcdctl --endpoints "$endpoints" --dial-timeout 2s --command-timeout 5s --cacert "$STATE/tls/etcd/ca.pem" \
+      --cert "$STATE/tls/etcd/clients/mlsched-schedd.pem" --key "$STATE/tls/etcd/clients/mlsched-schedd.key" "$@"
+  else
+    ETCDCTL_API=3 etcdctl --endpoints "$endpoints" --dial-timeout 2s --command-timeout 5s "$@"
+  fi
+}
+
+# Waits up to 30 s until every member answers (a quorum commits through each).
+etcd_ready() {
+  for _ in $(seq 1 60); do etcd_ctl "$1" endpoint health >/dev/null 2>&1 && return 0; sleep 0.5; done
+  etcd_ctl "$1" endpoint health >&2 || true
+  echo "etcd did not start; see $STATE/logs/etcd-*.log" >&2
+  exit 1
+}
+
+# etcd RBAC, once per etcd data directory: root (random password, 0600 file; etcdctl reads it from
+# stdin, never from its command line), a role with readwrite on /mlsched/ only, granted to the user
+# that schedd's client certificate names (etcd takes the CN as the user), then auth enabled.
+etcd_rbac() {
+  local endpoints=$1 etc="$STATE/tls/etcd" done="$STATE/etcd-1/mlsched-rbac"
+  [ -f "$done" ] && return 0
+  [ -s "$etc/root.password" ] || (umask 077; { head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9'; echo; } > "$etc/root.password")
+  {
+    etcd_ctl "$endpoints" user add root --interactive=false < "$etc/root.password"
+    etcd_ctl "$endpoints" role add mlsched
+    etcd_ctl "$endpoints" role grant-permission mlsched readwrite /mlsched/ --prefix
+    etcd_ctl "$endpoints" user add mlsched-schedd --no-password
+    etcd_ctl "$endpoints" user grant-role mlsched-schedd mlsched
+    etcd_ctl "$endpoints" auth enable
+  } >> "$STATE/logs/etcd-rbac.log" 2>&1 || { echo "etcd RBAC setup failed; see $STATE/logs/etcd-rbac.log" >&2; exit 1; }
+  touch "$done"
 }
 
 agents_up() {
@@ -153,13 +225,24 @@ agents_up() {
   echo "local cluster up (TLS + MUNGE${HA:+, HA on etcd}): source $STATE/env.sh (MLSCHED_SERVER=$MLSCHED_SERVER)"
 }
 
-# The cluster CA, schedd's certificate and one certificate per node (kept across restarts).
+# The cluster CA, schedd's certificate, one certificate per node and the CRL; with --ha etcd's own
+# CA, a certificate per member and schedd's etcd client certificate (all kept across restarts).
 certificates() {
-  [ -f "$STATE/tls/ca.pem" ] && return 0
-  bash scripts/mlsched-certs.sh "$STATE/tls" ca >/dev/null
-  bash scripts/mlsched-certs.sh "$STATE/tls" schedd localhost >/dev/null
-  for n in od-1 od-2 spot-1 spot-2; do bash scripts/mlsched-certs.sh "$STATE/tls" node "$n" >/dev/null; done
-  chmod 0755 "$STATE/tls"  # ca.pem readable by every local user; keys stay 0600
+  if [ ! -f "$STATE/tls/ca.pem" ]; then
+    bash scripts/mlsched-certs.sh "$STATE/tls" ca >/dev/null
+    bash scripts/mlsched-certs.sh "$STATE/tls" schedd localhost >/dev/null
+    for n in od-1 od-2 spot-1 spot-2; do bash scripts/mlsched-certs.sh "$STATE/tls" node "$n" >/dev/null; done
+    chmod 0755 "$STATE/tls"  # ca.pem readable by every local user; keys stay 0600
+  fi
+  # The CRL schedd checks node certificates against (--tls-crl), renewed at every start (valid 90
+  # days); `scripts/mlsched-certs.sh $STATE/tls revoke NODE` adds a node and schedd re-reads it.
+  bash scripts/mlsched-certs.sh "$STATE/tls" crl >/dev/null
+  if [ "$HA" = 1 ] && [ "$ETCD_TLS" = 1 ] && [ ! -f "$STATE/tls/etcd/clients/mlsched-schedd.pem" ]; then
+    rm -rf "$STATE/tls/etcd"  # an interrupted earlier run: start over
+    bash scripts/mlsched-certs.sh "$STATE/tls" etcd-ca >/dev/null  # tls/etcd/ is 0700
+    for i in 1 2 3; do bash scripts/mlsched-certs.sh "$STATE/tls" etcd-member "etcd-$i" 127.0.0.1 >/dev/null; done
+    bash scripts/mlsched-certs.sh "$STATE/tls" etcd-client mlsched-schedd >/dev/null
+  fi
 }
 
 # A private munged: its own key and socket (the directory is traversable, not listable, by others).
@@ -228,6 +311,8 @@ status() {
 
 HA=""
 AGENT_EXTRA=()
+ETCD_TLS=${MLSCHED_ETCD_TLS:-1} ETCD_RBAC=${MLSCHED_ETCD_RBAC:-1}
+[[ $ETCD_TLS =~ ^[01]$ && $ETCD_RBAC =~ ^[01]$ ]] || { echo "MLSCHED_ETCD_TLS and MLSCHED_ETCD_RBAC are 0 or 1" >&2; exit 2; }
 [ "${2:-}" = "--ha" ] && HA=1
 case "${1:-}" in
   up) up ;;

@@ -8,20 +8,39 @@
 #   4. restart to first answer with JOBS held jobs in the store, in both modes (SQLite: restart of
 #      schedd; HA: SIGKILL of the leader, so it includes the lease TTL; the log's "state loaded in"
 #      is the load alone).
-# Usage: bench/server/ha_bench.sh [TRIALS=20] [JOBS=100000]   (MLSCHED_BUILD_DIR, default ./build;
+# etcd as local-cluster.sh runs it: client and peer mutual TLS with RBAC (--etcd-tls on), or
+# plaintext with schedd --ha-insecure (off). `both` (the default) runs 1, 2 and 4 on the TLS cluster
+# and the HA rows of 3 on both, on a second HA cluster (plaintext, ports from base + 50) that is up
+# beside the first during all of 3, so each row compares the two at the same number of stored jobs;
+# it prints each pair's ratio (TLS / plaintext).
+# Usage: bench/server/ha_bench.sh [TRIALS=20] [JOBS=100000] [--etcd-tls on|off|both]
+#        (MLSCHED_BUILD_DIR, default ./build; MLSCHED_HA_BASE_PORT, default 32379;
 #        HA_BENCH_RATES_ONLY=1 stops after 3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TRIALS=${1:-20} JOBS=${2:-100000}
+ETCD_TLS=both pos=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --etcd-tls) [ $# -ge 2 ] || { echo "--etcd-tls needs on, off or both" >&2; exit 2; }; ETCD_TLS=$2; shift 2 ;;
+    --etcd-tls=*) ETCD_TLS=${1#*=}; shift ;;
+    *) pos+=("$1"); shift ;;
+  esac
+done
+[[ $ETCD_TLS =~ ^(on|off|both)$ ]] || { echo "--etcd-tls is on, off or both, not '$ETCD_TLS'" >&2; exit 2; }
+TRIALS=${pos[0]:-20} JOBS=${pos[1]:-100000}
+[[ $TRIALS =~ ^[1-9][0-9]{0,3}$ && $JOBS =~ ^[0-9]{1,7}$ ]] && [ "$JOBS" -ge 60001 ] ||
+  { echo "usage: $0 [TRIALS 1-9999] [JOBS >= 60001] [--etcd-tls on|off|both]" >&2; exit 2; }
 BIN="${MLSCHED_BUILD_DIR:-$PWD/build}"
 export MLSCHED_BUILD_DIR="$BIN"
 BASE=${MLSCHED_HA_BASE_PORT:-32379}
 export MLSCHED_HA_BASE_PORT=$BASE
 HA_STATE=$(mktemp -d /tmp/mlsched-ha-bench.XXXXXX) ONE_STATE=$(mktemp -d /tmp/mlsched-one-bench.XXXXXX)
+PLAIN_STATE=$(mktemp -d /tmp/mlsched-ha-plain-bench.XXXXXX)
 cleanup() {
   MLSCHED_STATE=$HA_STATE bash scripts/local-cluster.sh down >/dev/null 2>&1 || true
   MLSCHED_STATE=$ONE_STATE bash scripts/local-cluster.sh down >/dev/null 2>&1 || true
-  [ -n "${KEEP_STATE:-}" ] || rm -rf "$HA_STATE" "$ONE_STATE"
+  MLSCHED_STATE=$PLAIN_STATE bash scripts/local-cluster.sh down >/dev/null 2>&1 || true
+  [ -n "${KEEP_STATE:-}" ] || rm -rf "$HA_STATE" "$ONE_STATE" "$PLAIN_STATE"
 }
 trap cleanup EXIT
 now() { date +%s.%N; }
@@ -52,7 +71,11 @@ followers_ready() {  # all three replicas up again (members with a fresh key)
   done
 }
 
-MLSCHED_STATE=$HA_STATE bash scripts/local-cluster.sh up --ha >/dev/null
+# The first cluster: etcd on TLS unless --etcd-tls off.
+MAIN_TLS=1 MAIN_LABEL="etcd mutual TLS + RBAC"
+[ "$ETCD_TLS" = off ] && MAIN_TLS=0 MAIN_LABEL="etcd plaintext"
+MLSCHED_STATE=$HA_STATE MLSCHED_ETCD_TLS=$MAIN_TLS bash scripts/local-cluster.sh up --ha >/dev/null
+echo "HA cluster: $MAIN_LABEL"
 # shellcheck disable=SC1091
 source "$HA_STATE/env.sh"
 HA_SERVERS=$MLSCHED_SERVER
@@ -76,18 +99,57 @@ MLSCHED_STATE=$ONE_STATE MLSCHED_SERVER= bash scripts/local-cluster.sh up >/dev/
 ONE_SERVER=$(grep -o 'MLSCHED_SERVER=.*' "$ONE_STATE/env.sh" | cut -d= -f2)
 ONE_MUNGE=$(grep -o 'MLSCHED_MUNGE_SOCKET=.*' "$ONE_STATE/env.sh" | cut -d= -f2)
 ONE_CA=$(grep -o 'MLSCHED_TLS_CA=.*' "$ONE_STATE/env.sh" | cut -d= -f2)
-rate() {  # SERVER CA MUNGE JOBS [CLIENTS=8]
-  MLSCHED_TLS_CA=$2 MLSCHED_MUNGE_SOCKET=$3 "$BIN/bench/server/bench_schedd" --rate "$1" "$4" "${5:-8}"
+rate() {  # SERVER CA MUNGE JOBS [CLIENTS=8]: bench_schedd's line; one with errors is printed, and the run goes on
+  MLSCHED_TLS_CA=$2 MLSCHED_MUNGE_SOCKET=$3 "$BIN/bench/server/bench_schedd" --rate "$1" "$4" "${5:-8}" || true
 }
 l=$(leader)
 lsock="unix:$HA_STATE/schedd-$(( ${l##*:} - BASE - 19 )).sock"
-echo "3. durable submissions/s, gRPC, 8 clients (TLS + MUNGE as remote users; the Unix socket isolates the store):"
-echo "   HA, TLS + MUNGE:             $(rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
+if [ "$ETCD_TLS" = both ]; then
+  # The plaintext cluster: up during all of 3, idle while the TLS cluster is measured and the reverse.
+  PBASE=$((BASE + 50))
+  MLSCHED_STATE=$PLAIN_STATE MLSCHED_HA_BASE_PORT=$PBASE MLSCHED_ETCD_TLS=0 bash scripts/local-cluster.sh up --ha >/dev/null
+  P_SERVERS=$(grep -o 'MLSCHED_SERVER=.*' "$PLAIN_STATE/env.sh" | cut -d= -f2)
+  pl=$(MLSCHED_SERVER=$P_SERVERS MLSCHED_TLS_CA=$PLAIN_STATE/tls/ca.pem MLSCHED_MUNGE_SOCKET=$PLAIN_STATE/munge/munge.sock leader)
+  psock="unix:$PLAIN_STATE/schedd-$(( ${pl##*:} - PBASE - 19 )).sock"
+fi
+# bench_schedd prints "rate SERVER: X durable submissions/s (J jobs, C clients, E errors)".
+num() { grep -o '[0-9.]* durable' <<<"$1" | cut -d' ' -f1; }
+errors() { grep -o '[0-9]* errors' <<<"$1" | cut -d' ' -f1; }
+pair() {  # LABEL TLS_RESULT PLAIN_RESULT: both and their ratio (none when a run had errors)
+  echo "   $1 TLS: $2"
+  echo "   $1 plaintext: $3"
+  if [ "$(errors "$2")" = 0 ] && [ "$(errors "$3")" = 0 ]; then
+    awk -v a="$(num "$2")" -v b="$(num "$3")" -v l="$1" 'BEGIN { if (a > 0 && b > 0) printf "   %s TLS / plaintext: %.3f\n", l, a / b }'
+  else
+    echo "   $1 TLS / plaintext: not computed (a run had errors)"
+  fi
+}
+echo "3. durable submissions/s, gRPC, 8 clients (TLS + MUNGE as remote users; the Unix socket isolates the store; HA: $MAIN_LABEL):"
+if [ "$ETCD_TLS" = both ]; then
+  t=$(rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)
+  p=$(rate "$pl" "$PLAIN_STATE/tls/ca.pem" "$PLAIN_STATE/munge/munge.sock" 20000)
+  pair "HA, TLS + MUNGE, etcd" "$t" "$p"
+else
+  echo "   HA, TLS + MUNGE:             $(rate "$l" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
+fi
 echo "   single SQLite, TLS + MUNGE:  $(rate "$ONE_SERVER" "$ONE_CA" "$ONE_MUNGE" 20000)"
-echo "   HA, Unix socket:             $(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
+if [ "$ETCD_TLS" = both ]; then
+  t=$(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)
+  p=$(rate "$psock" "$PLAIN_STATE/tls/ca.pem" "$PLAIN_STATE/munge/munge.sock" 20000)
+  pair "HA, Unix socket, etcd" "$t" "$p"
+else
+  echo "   HA, Unix socket:             $(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000)"
+fi
 echo "   single SQLite, Unix socket:  $(rate "unix:$ONE_STATE/schedd.sock" "$ONE_CA" "$ONE_MUNGE" 20000)"
 # With 8 clients each waits for its group commit: latency-bound. 64 show what the store sustains.
-echo "   HA, Unix socket, 64 clients: $(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000 64)"
+if [ "$ETCD_TLS" = both ]; then
+  t=$(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000 64)
+  p=$(rate "$psock" "$PLAIN_STATE/tls/ca.pem" "$PLAIN_STATE/munge/munge.sock" 20000 64)
+  pair "HA, Unix socket, 64 clients, etcd" "$t" "$p"
+  MLSCHED_STATE=$PLAIN_STATE bash scripts/local-cluster.sh down >/dev/null
+else
+  echo "   HA, Unix socket, 64 clients: $(rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" 20000 64)"
+fi
 [ -n "${HA_BENCH_RATES_ONLY:-}" ] && exit 0
 # Fill both stores to JOBS held jobs (through the Unix sockets), then restart.
 rate "$lsock" "$MLSCHED_TLS_CA" "$MLSCHED_MUNGE_SOCKET" $((JOBS - 60001)) >/dev/null

@@ -3,7 +3,8 @@
 # cluster whose replicas archive after seconds instead of a day runs a few short jobs; then:
 #   - the finished jobs leave etcd (no key under jobs/, specs/, attempts/ or events/ of them);
 #   - every replica, followers included, has them in its own SQLite history (db-N/state.db);
-#   - `mlreport --ha ... --state-dir` (etcd plus one replica's history) counts every job once;
+#   - `mlreport --ha ... --state-dir` (etcd plus one replica's history) counts every job once,
+#     reading etcd over mutual TLS with schedd's etcd client certificate;
 #   - a job still running is not archived.
 # Environment: MLSCHED_BUILD_DIR, MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
@@ -22,7 +23,11 @@ MLSCHED_HA_SCHEDD_ARGS="--min-job-age 1 --ha-archive-after 61 --ha-archive-inter
 # shellcheck disable=SC1091
 source "$MLSCHED_STATE/env.sh"
 OUT="$MLSCHED_STATE/out"
-etcd_keys() { ETCDCTL_API=3 etcdctl --endpoints "$MLSCHED_ETCD" get "/mlsched/$1" --prefix --keys-only | grep -c "^/mlsched/$1" || true; }
+etcd_keys() {  # keys under /mlsched/$1 (etcd on mutual TLS: schedd's etcd client certificate)
+  local keys
+  keys=$(etcd_ctl get "/mlsched/$1" --prefix --keys-only) || fail "etcdctl cannot read etcd"
+  grep -c "^/mlsched/$1" <<<"$keys" || true
+}
 jobs_in() { awk -F, '$1 == "usage" { n += $4 } END { print n + 0 }'; }  # mlreport --csv: jobs per user
 history_jobs() {  # replica N: jobs in its SQLite history (mlreport's usage rows)
   { "$BIN/schedd/report/mlreport" --state-dir "$MLSCHED_STATE/db-$1" -S @0 --csv 2>/dev/null || true; } | jobs_in
@@ -45,7 +50,8 @@ say "etcd holds only the running job; each replica's history holds the $N finish
 [ "$(etcd_keys specs/)" -eq 1 ] || fail "specs of archived jobs are still in etcd"
 [ "$(field "$long" %T)" = RUNNING ] || fail "the long job is $(field "$long" %T)"
 grep -q "moved $N finished job(s)" "$MLSCHED_STATE"/logs/schedd-*.log || say "(the jobs were moved over several passes)"
-total=$("$BIN/schedd/report/mlreport" --ha "etcd://$MLSCHED_ETCD" --state-dir "$MLSCHED_STATE/db-2" -S @0 --csv | jobs_in)
+total=$("$BIN/schedd/report/mlreport" --ha "etcd://$MLSCHED_ETCD" --etcd-tls-ca "$MLSCHED_ETCD_CACERT" \
+  --etcd-tls-cert "$MLSCHED_ETCD_CERT" --etcd-tls-key "$MLSCHED_ETCD_KEY" --state-dir "$MLSCHED_STATE/db-2" -S @0 --csv | jobs_in)
 say "mlreport --ha with replica 2's history counts $total job(s)"
 # The running job has an attempt but no end yet; it counts once too.
 [ "$total" -eq $((N + 1)) ] || fail "mlreport --ha --state-dir counted $total jobs, expected $((N + 1))"

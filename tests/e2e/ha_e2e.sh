@@ -12,6 +12,8 @@
 # duplicated one) and every runs file has one line (nothing started twice). The replicas run with
 # MLSCHED_FAILPOINT=ha-ignore-lease-loss: a leader does not step down on its own when its lease is
 # gone (as if paused between the check and a write), so only the fence can stop its writes.
+# etcd runs on client and peer mutual TLS with RBAC, as local-cluster.sh sets it up (the checks read
+# it with schedd's etcd client certificate).
 # Environment: MLSCHED_BUILD_DIR, MLSCHED_STATE (a scratch directory, wiped), HA_CLIENTS, HA_JOBS.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -137,7 +139,8 @@ while :; do
   [ "$(date +%s)" -lt "$deadline" ] || fail "$left job(s) still pending or running"
   sleep 1
 done
-stored=$(ETCDCTL_API=3 etcdctl --endpoints "${MLSCHED_ETCD#*,}" get /mlsched/jobs/ --prefix --keys-only | grep -c '^/mlsched/jobs/')
+keys=$(ETCD_ENDPOINTS="${MLSCHED_ETCD#*,}" etcd_ctl get /mlsched/jobs/ --prefix --keys-only) || fail "etcdctl cannot read etcd"
+stored=$(grep -c '^/mlsched/jobs/' <<<"$keys" || true)
 [ "$stored" -eq "$n_acked" ] || fail "etcd holds $stored jobs for $n_acked acknowledged submissions (duplicates or a late job)"
 lost=0 twice=0 not_done=0
 for id in $acked; do

@@ -24,3 +24,12 @@ cluster_up() {
   # shellcheck disable=SC1091
   source "$MLSCHED_STATE/env.sh"
 }
+# etcd_ctl ARGS...: etcdctl as schedd, with the etcd CA and schedd's etcd client certificate that
+# `local-cluster.sh up --ha` wrote into env.sh (MLSCHED_ETCD_*), on ETCD_ENDPOINTS (default: every
+# member, $MLSCHED_ETCD). etcdctl's own ETCDCTL_* variables are ignored.
+etcd_ctl() {
+  env -u ETCDCTL_CACERT -u ETCDCTL_CERT -u ETCDCTL_KEY -u ETCDCTL_USER -u ETCDCTL_INSECURE_SKIP_TLS_VERIFY ETCDCTL_API=3 \
+    etcdctl --endpoints "${ETCD_ENDPOINTS:-$MLSCHED_ETCD}" --dial-timeout 2s --command-timeout 5s \
+    --cacert "${MLSCHED_ETCD_CACERT:?no MLSCHED_ETCD_CACERT: source env.sh of local-cluster.sh up --ha}" \
+    --cert "$MLSCHED_ETCD_CERT" --key "$MLSCHED_ETCD_KEY" "$@"
+}
