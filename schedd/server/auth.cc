@@ -130,21 +130,23 @@ grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, const std::st
     out->gid = cred.gid;
   } else {
     // TCP: MungeAuthProcessor decoded the call's credential before the request was read.
-    auto auth = ctx->auth_context();
-    auto prop = [&](const char* name) -> std::optional<std::string> {
-      if (!auth) return std::nullopt;
-      auto values = auth->FindPropertyValues(name);
-      if (values.size() != 1) return std::nullopt;
-      return std::string(values[0].data(), values[0].size());
-    };
-    const auto uid = prop(kMungeUidProperty), gid = prop(kMungeGidProperty), payload = prop(kMungePayloadProperty);
-    if (!uid || !gid || !payload)
+    auto it = ctx->client_metadata().find(mlsched::kMungeHeader);
+    if (it == ctx->client_metadata().end())
       return Reject(grpc::StatusCode::UNAUTHENTICATED, "no MUNGE credential on a TCP call (is munged running on the client host?)", ctx);
-    if (*payload != rpc)
+    const std::string credential(it->second.data(), it->second.size());
+    MungeIdentity id;
+    if (verified_) {
+      std::optional<MungeIdentity> v = verified_->Take(credential);
+      if (!v) return Reject(grpc::StatusCode::UNAUTHENTICATED, "the call's MUNGE credential was not verified", ctx);
+      id = *v;
+    } else if (MungeResult r = MungeDecode(cfg_.munge_socket, credential, &id); !r.ok()) {
+      return Reject(grpc::StatusCode::UNAUTHENTICATED, r.message, ctx);
+    }
+    if (id.payload != rpc)
       return Reject(grpc::StatusCode::UNAUTHENTICATED,
-                    "MUNGE credential was made for '" + Printable(*payload, 80) + "', not for " + rpc, ctx);
-    out->uid = static_cast<uint32_t>(std::stoul(*uid));
-    out->gid = static_cast<uint32_t>(std::stoul(*gid));
+                    "MUNGE credential was made for '" + Printable(id.payload, 80) + "', not for " + rpc, ctx);
+    out->uid = id.uid;
+    out->gid = id.gid;
   }
   out->user = UserName(out->uid);
   out->privileged = out->uid == 0 || out->uid == ::getuid() || is_operator_(out->user);
@@ -208,7 +210,7 @@ bool Authenticator::AgentRevoked(grpc::ServerContext* ctx) const {
 }
 
 grpc::Status MungeAuthProcessor::Process(const InputMetadata& metadata, grpc::AuthContext* context,
-                                         OutputMetadata* consumed, OutputMetadata*) {
+                                         OutputMetadata* /*consumed*/, OutputMetadata* /*response*/) {
   auto refuse = [&](std::string why) {
     if (metrics_) metrics_->CountRejected("authentication");
     spdlog::warn("refused a TCP call before reading it: {}", why);
@@ -221,13 +223,39 @@ grpc::Status MungeAuthProcessor::Process(const InputMetadata& metadata, grpc::Au
     return refuse("no MUNGE credential and no client certificate (is munged running on the client host?)");
   }
   MungeIdentity id;
-  MungeResult r = MungeDecode(socket_, std::string(it->second.data(), it->second.size()), &id);
+  const std::string credential(it->second.data(), it->second.size());
+  MungeResult r = MungeDecode(socket_, credential, &id);
   if (!r.ok()) return refuse(r.message);
-  context->AddProperty(kMungeUidProperty, std::to_string(id.uid));
-  context->AddProperty(kMungeGidProperty, std::to_string(id.gid));
-  context->AddProperty(kMungePayloadProperty, id.payload);
-  consumed->insert({std::string(it->first.data(), it->first.size()), std::string(it->second.data(), it->second.size())});
+  verified_->Put(credential, id, std::chrono::steady_clock::now());
   return grpc::Status::OK;
+}
+
+void VerifiedCredentials::Put(const std::string& credential, const MungeIdentity& id,
+                              std::chrono::steady_clock::time_point now) {
+  std::lock_guard lk(mu_);
+  // Unclaimed entries age out (and the oldest go when full): the deque is in time order; an entry
+  // already taken is skipped when its turn comes.
+  while (!order_.empty() && (now - order_.front().first > kTtl || by_credential_.size() >= kMax)) {
+    auto found = by_credential_.find(order_.front().second);
+    if (found != by_credential_.end() && found->second.at == order_.front().first) by_credential_.erase(found);
+    order_.pop_front();
+  }
+  by_credential_[credential] = Entry{id, now};
+  order_.emplace_back(now, credential);
+}
+
+std::optional<MungeIdentity> VerifiedCredentials::Take(const std::string& credential) {
+  std::lock_guard lk(mu_);
+  auto it = by_credential_.find(credential);
+  if (it == by_credential_.end()) return std::nullopt;
+  MungeIdentity id = it->second.id;
+  by_credential_.erase(it);
+  return id;
+}
+
+size_t VerifiedCredentials::Size() {
+  std::lock_guard lk(mu_);
+  return by_credential_.size();
 }
 
 grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity,

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <functional>
 #include <chrono>
+#include <deque>
+#include <optional>
 #include <map>
 #include <memory>
 #include <set>
@@ -18,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "common/munge.h"
 #include "schedd/server/controller.h"
 #include "schedd/server/metrics.h"
 
@@ -52,30 +55,50 @@ struct AuthConfig {
   std::string munge_socket;  // munged that decodes TCP callers' credentials
 };
 
-/// Auth-context properties MungeAuthProcessor sets on a TCP call whose MUNGE credential munged
-/// accepted: the uid, gid (decimal) and payload (the RPC it was made for).
-inline constexpr const char* kMungeUidProperty = "mlsched.munge_uid";
-inline constexpr const char* kMungeGidProperty = "mlsched.munge_gid";
-inline constexpr const char* kMungePayloadProperty = "mlsched.munge_payload";
+/// MUNGE credentials MungeAuthProcessor decoded, waiting for their call's handler: keyed by the
+/// credential itself (each call carries its own; munged decodes a credential only once), taken
+/// once, dropped after kTtl unclaimed (a call cancelled before its handler ran), at most kMax
+/// held (the oldest go first). The auth context cannot carry them: gRPC shares it between all the
+/// calls of one connection. Thread-safe.
+class VerifiedCredentials {
+ public:
+  static constexpr std::chrono::seconds kTtl{60};
+  static constexpr size_t kMax = 16384;
+  /// Keeps `id` for `credential`, verified at `now`.
+  void Put(const std::string& credential, const MungeIdentity& id, std::chrono::steady_clock::time_point now);
+  /// The identity verified for `credential`, removed; nullopt when none is held.
+  std::optional<MungeIdentity> Take(const std::string& credential);
+  size_t Size();
+
+ private:
+  struct Entry {
+    MungeIdentity id;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex mu_;
+  std::map<std::string, Entry> by_credential_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> order_;  // oldest first
+};
 
 /// Checks a TCP caller from its initial metadata, before gRPC reads the request body (an
 /// AuthMetadataProcessor on the TLS listener): the call carries a MUNGE credential that munged
-/// decodes (then kMunge*Property are set and the credential is consumed: it is decoded once,
-/// munged refuses a replay), or the peer presented a client certificate the TLS handshake
-/// verified against the cluster CA (agents). Anything else is UNAUTHENTICATED at once, so a
-/// stranger's request is never buffered or parsed (a request still costs at most HTTP/2's
-/// stream window in the transport). Blocking: munged is asked over its socket.
+/// decodes (its identity is kept in `verified` for the handler, Authenticator::Authenticate), or
+/// the peer presented a client certificate the TLS handshake verified against the cluster CA
+/// (agents). Anything else is UNAUTHENTICATED at once, so a stranger's request is never buffered
+/// or parsed (a request still costs at most HTTP/2's stream window in the transport). Blocking:
+/// munged is asked over its socket.
 class MungeAuthProcessor final : public grpc::AuthMetadataProcessor {
  public:
   /// `metrics` may be null; refusals count as mlsched_rejected_requests_total{reason="authentication"}.
-  MungeAuthProcessor(std::string munge_socket, SchedMetrics* metrics)
-      : socket_(std::move(munge_socket)), metrics_(metrics) {}
+  MungeAuthProcessor(std::string munge_socket, std::shared_ptr<VerifiedCredentials> verified, SchedMetrics* metrics)
+      : socket_(std::move(munge_socket)), verified_(std::move(verified)), metrics_(metrics) {}
   bool IsBlocking() const override { return true; }
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context, OutputMetadata* consumed,
                        OutputMetadata* response) override;
 
  private:
   std::string socket_;
+  std::shared_ptr<VerifiedCredentials> verified_;
   SchedMetrics* metrics_;
 };
 
@@ -119,6 +142,9 @@ class Authenticator {
                                  bool* declared_only) const;
   /// Where refusals are counted (mlsched_rejected_requests_total{reason="authentication"}).
   void SetMetrics(SchedMetrics* m) { metrics_ = m; }
+  /// The credentials MungeAuthProcessor verified on the TCP listener (set before the server
+  /// starts); without it TCP calls are decoded here (tests that serve TCP without the processor).
+  void SetVerifiedCredentials(std::shared_ptr<VerifiedCredentials> v) { verified_ = std::move(v); }
   /// Node certificates to refuse (set before the server starts; null = none).
   void SetRevocationList(std::shared_ptr<RevocationList> crl) { crl_ = std::move(crl); }
   /// True when the call's peer certificate is revoked (or unparsable); false without one.
@@ -135,6 +161,7 @@ class Authenticator {
   std::function<bool(const std::string&)> is_operator_;
   SchedMetrics* metrics_ = nullptr;
   std::shared_ptr<RevocationList> crl_;
+  std::shared_ptr<VerifiedCredentials> verified_;
 };
 
 /// The user name of a uid ("uid1234" when it has none).

@@ -327,7 +327,10 @@ int main(int argc, char** argv) {
     if (!listen_tcp.empty()) {
       auto creds = mlsched::MakeServerCredentials(tls);
       // TCP callers are checked from their initial metadata, before a request body is read.
-      creds->SetAuthMetadataProcessor(std::make_shared<MungeAuthProcessor>(mlsched::ResolveMungeSocket(munge_socket), &metrics));
+      auto verified = std::make_shared<VerifiedCredentials>();
+      auth.SetVerifiedCredentials(verified);
+      creds->SetAuthMetadataProcessor(
+          std::make_shared<MungeAuthProcessor>(mlsched::ResolveMungeSocket(munge_socket), verified, &metrics));
       builder.AddListeningPort(listen_tcp, creds, &tcp_port);
     }
     builder.RegisterService(&jobs);

@@ -434,4 +434,17 @@ TEST_CASE("unauthenticated TCP requests are refused from their headers, before t
   CHECK(after - before < (16 << 20));  // not 16 x 15 MiB: at most the transport's stream windows
   CHECK(c.Tool("mlq", {}).exit_code == 0);
   CHECK(c.State(mine) == "PENDING");
+  // Several calls on one connection, each with its own credential: each is checked on its own
+  // (gRPC shares the auth context between a connection's calls).
+  ::setenv("MLSCHED_TLS_CA", (c.TlsDir() / "ca.pem").c_str(), 1);
+  ::setenv("MLSCHED_MUNGE_SOCKET", c.MungeSocket().c_str(), 1);
+  auto stub = v1::JobService::NewStub(MakeChannel(c.TlsAddress()));
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    v1::ListJobsResponse resp;
+    grpc::Status st = stub->ListJobs(&ctx, req, &resp);
+    INFO("call " << i << ": " << st.error_message());
+    CHECK(st.ok());
+  }
 }

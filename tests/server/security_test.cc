@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "schedd/policy/policy_loader.h"
+#include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
 #include "tests/server/fixtures.h"
 
@@ -265,4 +266,25 @@ TEST_CASE("a policy without accounts charges every job to 'default'", "[security
   CHECK(st.code == Status::kPermissionDenied);
   CHECK_THAT(st.message, Catch::Contains("the policy defines no [[accounts]]"));
   CHECK(w.Try(w.alice, "default").ok());
+}
+
+TEST_CASE("a verified MUNGE credential is taken once, ages out unclaimed, and the store is bounded", "[security]") {
+  VerifiedCredentials v;
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  mlsched::MungeIdentity alice;
+  alice.uid = 1001;
+  alice.payload = "mlsched.v1.JobService/ListJobs";
+  v.Put("cred-a", alice, t0);
+  auto got = v.Take("cred-a");
+  REQUIRE(got);
+  CHECK(got->uid == 1001);
+  CHECK_FALSE(v.Take("cred-a"));  // once
+  v.Put("cred-b", alice, t0);
+  v.Put("cred-c", alice, t0 + VerifiedCredentials::kTtl + std::chrono::seconds(1));  // b is past its TTL
+  CHECK_FALSE(v.Take("cred-b"));
+  CHECK(v.Take("cred-c"));
+  for (size_t i = 0; i < VerifiedCredentials::kMax + 10; ++i) v.Put("c" + std::to_string(i), alice, t0);
+  CHECK(v.Size() <= VerifiedCredentials::kMax);
+  CHECK_FALSE(v.Take("c0"));  // the oldest went first
+  CHECK(v.Take("c" + std::to_string(VerifiedCredentials::kMax + 9)));
 }
