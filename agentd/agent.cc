@@ -60,11 +60,15 @@ v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report)
 }  // namespace
 
 Agent::Agent(AgentConfig config)
+    : Agent(std::move(config), [](TaskDriver::StartedFn started, TaskDriver::ExitedFn exited) {
+        return std::make_unique<ProcessSupervisor>(std::move(started), std::move(exited), /*adopt_orphans=*/true);
+      }) {}
+
+Agent::Agent(AgentConfig config, const DriverFactory& make_driver)
     : cfg_(std::move(config)),
       outbox_(cfg_.work_dir.empty() ? "" : cfg_.work_dir + "/outbox"),
-      supervisor_([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
-                  [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); },
-                  /*adopt_orphans=*/true),
+      driver_(make_driver([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
+                          [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); })),
       progress_([this] { return RunningKeys(); },
                 [this](const TaskKey& k) { return ReadTaskProgress(StatusFilePath(cfg_.work_dir, k)); },
                 std::chrono::seconds(1)) {
@@ -133,7 +137,7 @@ void Agent::SetUpCgroups() {
   else spdlog::warn("{}", used.Describe());
   isolation_ = used.Summary();
   cgroups_ = std::move(cgroups);
-  supervisor_.UseCgroups(cgroups_.get());
+  driver_->UseCgroups(cgroups_.get());
 }
 
 void Agent::Start() {
@@ -149,7 +153,7 @@ void Agent::Start() {
   SetUpCgroups();
   started_ = true;
   disconnected_since_ = std::chrono::steady_clock::now();
-  supervisor_.Start();
+  driver_->Start();
   progress_.Start();
   session_ = std::thread([this] { SessionLoop(); });
   if (cfg_.cutoff_timeout.count() > 0) cutoff_ = std::thread([this] { CutoffLoop(); });
@@ -172,10 +176,10 @@ void Agent::Shutdown() {
     cv_.notify_all();
   }
   if (cutoff_.joinable()) cutoff_.join();
-  size_t n = supervisor_.Size();
+  size_t n = driver_->Size();
   if (n) spdlog::info("shutting down: terminating {} task(s)", n);
-  supervisor_.TerminateAll(cfg_.kill_grace);
-  if (!supervisor_.WaitIdle(cfg_.kill_grace + std::chrono::seconds(5))) spdlog::error("tasks did not exit in time");
+  driver_->TerminateAll(cfg_.kill_grace);
+  if (!driver_->WaitIdle(cfg_.kill_grace + std::chrono::seconds(5))) spdlog::error("tasks did not exit in time");
   for (const auto& dir : attempts_.Directories()) RemoveAttemptFiles(dir);
   // Let the writer send the exit reports, half-close, and wait for schedd to end the call.
   draining_ = true;
@@ -189,14 +193,14 @@ void Agent::Shutdown() {
   }
   if (session_.joinable()) session_.join();
   progress_.Stop();
-  supervisor_.Stop();
+  driver_->Stop();
   if (cgroups_) cgroups_->Clear(2000, /*remove_base=*/true);
   spdlog::info("agentd stopped");
 }
 
 std::vector<TaskKey> Agent::RunningKeys() const {
   std::vector<TaskKey> keys;
-  for (const auto& r : supervisor_.Running()) keys.push_back(r.key);
+  for (const auto& r : driver_->Running()) keys.push_back(r.key);
   return keys;
 }
 
@@ -224,7 +228,7 @@ v1::AgentMessage Agent::MakeRegister() const {
   // (RegisterNode.cutoff_timeout_s); schedd waits longer than that before requeueing them.
   if (cfg_.cutoff_timeout.count() > 0)
     r->set_cutoff_timeout_s(static_cast<int32_t>((cfg_.cutoff_timeout + cfg_.kill_grace).count() + 999) / 1000);
-  FillRunning(supervisor_.Running(), nullptr, r->mutable_running());
+  FillRunning(driver_->Running(), nullptr, r->mutable_running());
   return m;
 }
 
@@ -232,7 +236,7 @@ v1::AgentMessage Agent::MakeHeartbeat() const {
   v1::AgentMessage m;
   m.mutable_heartbeat()->set_time(static_cast<int64_t>(std::time(nullptr)));
   m.mutable_heartbeat()->set_unsent_reports(static_cast<uint32_t>(outbox_.Unsent()));
-  FillRunning(supervisor_.Running(), &progress_, m.mutable_heartbeat()->mutable_running());
+  FillRunning(driver_->Running(), &progress_, m.mutable_heartbeat()->mutable_running());
   return m;
 }
 
@@ -253,11 +257,11 @@ void Agent::HandleRegistered(const v1::Registered& reg) {
   heartbeat_interval_s_ = std::max(1, reg.heartbeat_interval_s());
   std::set<TaskKey> keep;
   for (const auto& k : reg.keep()) keep.insert({k.job_id(), k.attempt(), k.rank()});
-  for (const auto& r : supervisor_.Running()) {
+  for (const auto& r : driver_->Running()) {
     if (keep.count(r.key)) continue;
     spdlog::warn("task {} (pid {}) is not assigned to this node any more: terminating it (fencing)",
                  r.key.ToString(), r.pid);
-    supervisor_.Terminate(r.key, cfg_.fence_grace);
+    driver_->Terminate(r.key, cfg_.fence_grace);
   }
   for (const auto& key : attempts_.PreparedNotIn(keep)) DropPrepared(key, "not kept at registration");
   spdlog::info("registered with schedd: heartbeat every {} s, {} task(s) kept", heartbeat_interval_s_.load(),
@@ -329,7 +333,7 @@ void Agent::HandleCommit(const v1::Commit& c) {
     const bool holder = r.rank == 0 && rendezvous_fd >= 0;
     AddCommitEnvironment(&r.request.env, port, holder ? rendezvous_fd : -1);
     if (holder) r.request.inherit_fd = result.rendezvous;
-    if (!supervisor_.Spawn(task, std::move(r.request)))
+    if (!driver_->Spawn(task, std::move(r.request)))
       OnTaskExited(task, ExitReport{127, false, "agent is shutting down or the task already runs"});
   }
 }
@@ -349,7 +353,7 @@ void Agent::Terminate(const AttemptKey& key, std::chrono::milliseconds grace, co
     return;
   }
   spdlog::info("job {}: terminating {} task(s), grace {} ms ({})", key.ToString(), live.size(), grace.count(), why);
-  for (const auto& t : live) supervisor_.Terminate(t, grace);
+  for (const auto& t : live) driver_->Terminate(t, grace);
 }
 
 void Agent::HandleAbort(const v1::Abort& a) {
@@ -374,7 +378,7 @@ void Agent::HandleSignal(const v1::Signal& s) {
     return;
   }
   for (const auto& t : attempts_.LiveTasks(key)) {
-    if (!supervisor_.Signal(t, s.signal())) spdlog::debug("task {}: not running, signal dropped", t.ToString());
+    if (!driver_->Signal(t, s.signal())) spdlog::debug("task {}: not running, signal dropped", t.ToString());
   }
   spdlog::info("job {}: sent signal {} ({})", key.ToString(), s.signal(), strsignal(s.signal()));
 }
@@ -385,7 +389,7 @@ void Agent::CutoffLoop() {
     cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return stopping_.load(); });
     if (stopping_ || connected_ || cutoff_done_) continue;
     const auto cut_off_for = std::chrono::steady_clock::now() - disconnected_since_;
-    const size_t tasks = supervisor_.Size();
+    const size_t tasks = driver_->Size();
     if (cut_off_for < cfg_.cutoff_timeout || tasks == 0) continue;
     cutoff_done_ = true;
     lk.unlock();
@@ -398,7 +402,7 @@ void Agent::CutoffLoop() {
                  std::chrono::duration_cast<std::chrono::seconds>(cfg_.cutoff_timeout).count(), tasks,
                  cfg_.kill_grace.count());
     if (metrics_) metrics_->CountCutoff();
-    supervisor_.TerminateAll(cfg_.kill_grace);
+    driver_->TerminateAll(cfg_.kill_grace);
     lk.lock();
   }
 }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,7 @@
 #include "agentd/metrics.h"
 #include "agentd/outbox.h"
 #include "agentd/supervisor.h"
+#include "agentd/task_driver.h"
 #include "agentd/task_progress.h"
 
 namespace grpc {
@@ -69,7 +71,12 @@ struct AgentConfig {
 
 class Agent {
  public:
+  /// Makes the agent's task driver, given the callbacks it must call (task_driver.h).
+  using DriverFactory = std::function<std::unique_ptr<TaskDriver>(TaskDriver::StartedFn, TaskDriver::ExitedFn)>;
+  /// Runs tasks as processes (ProcessSupervisor, adopting orphans: agentd).
   explicit Agent(AgentConfig config);
+  /// Runs tasks with the driver `make_driver` returns (hollow agents: bench/server/hollow_agents).
+  Agent(AgentConfig config, const DriverFactory& make_driver);
   /// Shutdown() if still running.
   ~Agent();
   Agent(const Agent&) = delete;
@@ -89,7 +96,7 @@ class Agent {
   /// "none" when the kernel offers no cgroup, "off" with CgroupMode::kOff. Set by Start().
   const std::string& Isolation() const { return isolation_; }
   /// Tasks running now.
-  std::vector<RunningTaskInfo> Running() const { return supervisor_.Running(); }
+  std::vector<RunningTaskInfo> Running() const { return driver_->Running(); }
   /// Counts task starts, exits and eviction notices here from now on (optional; not owned; set
   /// before Start()).
   void SetMetrics(AgentMetrics* m) { metrics_ = m; }
@@ -146,9 +153,9 @@ class Agent {
   PlanContext plan_ctx_;
   AttemptTable attempts_;
   Outbox outbox_;
-  std::unique_ptr<Cgroups> cgroups_;  // before supervisor_: it outlives the supervisor's use
+  std::unique_ptr<Cgroups> cgroups_;  // before driver_: it outlives the driver's use
   std::string isolation_ = "none";
-  ProcessSupervisor supervisor_;
+  std::unique_ptr<TaskDriver> driver_;
   TaskProgressCache progress_;  // status files, read off the heartbeat thread
   std::unique_ptr<EvictionPoller> eviction_;
   AgentMetrics* metrics_ = nullptr;

@@ -21,23 +21,15 @@
 
 #include "agentd/cgroups.h"
 #include "agentd/launcher.h"
+#include "agentd/task_driver.h"
 #include "agentd/task_key.h"
 
 namespace mlsched::agent {
 
-/// A running task as reported to schedd.
-struct RunningTaskInfo {
-  TaskKey key;
-  pid_t pid = 0;
-};
-
-class ProcessSupervisor {
+/// The TaskDriver of real nodes: every task a process (group) of its own.
+class ProcessSupervisor final : public TaskDriver {
  public:
-  /// Called on the supervisor thread once a task has exec'd.
-  using StartedFn = std::function<void(const TaskKey&, pid_t)>;
-  /// Called on the supervisor thread when a task ended or could not be launched. `pid` is 0 when
-  /// the task never started.
-  using ExitedFn = std::function<void(const TaskKey&, pid_t, const ExitReport&)>;
+  /// StartedFn is called once a task has exec'd (with its pid).
 
   /// With `adopt_orphans`, Start() makes this process a child subreaper (PR_SET_CHILD_SUBREAPER):
   /// descendants of tasks that lose their parent are re-parented here, and the supervisor kills
@@ -45,7 +37,7 @@ class ProcessSupervisor {
   /// processes whose sole children are the supervisor's tasks (agentd).
   ProcessSupervisor(StartedFn on_started, ExitedFn on_exited, bool adopt_orphans = false);
   /// Stops: kills every task with SIGKILL and joins the thread.
-  ~ProcessSupervisor();
+  ~ProcessSupervisor() override;
   ProcessSupervisor(const ProcessSupervisor&) = delete;
   ProcessSupervisor& operator=(const ProcessSupervisor&) = delete;
 
@@ -55,26 +47,26 @@ class ProcessSupervisor {
   /// made is reported as a launch failure. An exit after the kernel's OOM killer struck in the
   /// cgroup is reported with OutOfMemoryError(). Orphans are then attributed by cgroup membership
   /// instead of their environment (which a process can forge).
-  void UseCgroups(Cgroups* cgroups) { cgroups_ = cgroups; }
+  void UseCgroups(Cgroups* cgroups) override { cgroups_ = cgroups; }
   /// Starts the supervisor thread; throws std::system_error if the wake-up eventfd fails.
-  void Start();
+  void Start() override;
   /// Queues a launch. A key that is already running or queued is ignored (false).
-  bool Spawn(const TaskKey& key, LaunchRequest request);
+  bool Spawn(const TaskKey& key, LaunchRequest request) override;
   /// SIGTERM to the task's process group now, SIGKILL after `grace`. A queued launch is dropped and
   /// reported as exited by SIGTERM. An earlier deadline is kept. False when the key is unknown.
-  bool Terminate(const TaskKey& key, std::chrono::milliseconds grace);
+  bool Terminate(const TaskKey& key, std::chrono::milliseconds grace) override;
   /// Sends `signal` to the task's process group. False when the key is not running.
-  bool Signal(const TaskKey& key, int signal);
+  bool Signal(const TaskKey& key, int signal) override;
   /// Terminate() for every task.
-  void TerminateAll(std::chrono::milliseconds grace);
+  void TerminateAll(std::chrono::milliseconds grace) override;
   /// Running tasks (exec'd and not yet reaped), in key order.
-  std::vector<RunningTaskInfo> Running() const;
+  std::vector<RunningTaskInfo> Running() const override;
   /// Number of running plus queued tasks.
-  size_t Size() const;
+  size_t Size() const override;
   /// Waits until no task is running or queued; false on timeout.
-  bool WaitIdle(std::chrono::milliseconds timeout);
+  bool WaitIdle(std::chrono::milliseconds timeout) override;
   /// SIGKILLs every task, reaps them (reporting exits) and joins the thread. Idempotent.
-  void Stop();
+  void Stop() override;
 
  private:
   using Clock = std::chrono::steady_clock;

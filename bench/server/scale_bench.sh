@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Scale benchmark (issue 30; a benchmark, not a test): one schedd (SQLite on its Unix socket) and
+# NODES hollow nodes (bench/server/hollow_agents: real agent protocol, tasks without processes),
+# then JOBS one-task jobs submitted as job arrays of at most 10,000 elements, each running
+# TASK_SECONDS (default 1). Prints one line:
+#   nodes=N registered=N register_s=S jobs=J placed=P wall_s=W place_rate=R/s p50_start_ms=A
+#   p99_start_ms=B rss_mb=M threads=T idle_cpu_pct=C down=D
+# registered/register_s: nodes registered and how long that took; placed: jobs that ever started
+# (RUNNING or ended COMPLETED), each counted once; wall_s: from the first submission until every
+# job has started; place_rate = placed / wall_s; start times are submit -> start of the first
+# attempt (schedd keeps seconds: the figures are whole seconds, in ms); rss_mb and threads of
+# schedd once every job has started; idle_cpu_pct: schedd's CPU over 10 s with every node
+# heartbeating and no job (before the submissions); down: nodes DOWN at the end (should be 0).
+#   bash bench/server/scale_bench.sh BUILD_DIR NODES JOBS [--cpus N] [--task-seconds S]
+#                                    [--heartbeat-interval S] [--check]
+# --check: exit 1 unless every node registered, every job started exactly once and completed,
+# and no node went DOWN (the scale smoke test in CI uses it).
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+BIN=$(cd "$1" && pwd) NODES=$2 JOBS=$3
+shift 3
+CPUS=32 TASK_S=1 HB=5 CHECK=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpus) CPUS=$2; shift 2 ;;
+    --task-seconds) TASK_S=$2; shift 2 ;;
+    --heartbeat-interval) HB=$2; shift 2 ;;
+    --check) CHECK=1; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[[ $NODES =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $NODES -ge 1 && $JOBS -ge 1 ]] || { echo "NODES and JOBS are positive integers" >&2; exit 2; }
+STATE=$(mktemp -d /tmp/mlsched-scale.XXXXXX)
+SOCK="$STATE/schedd.sock"
+export MLSCHED_SERVER="unix:$SOCK"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$STATE"
+}
+trap cleanup EXIT
+
+"$BIN/schedd/server/schedd" --listen "unix:$SOCK" --state-dir "$STATE/db" --heartbeat-interval "$HB" \
+  --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn >"$STATE/schedd.log" 2>&1 &
+SCHEDD=$!
+pids+=("$SCHEDD")
+for _ in $(seq 1 100); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.1; done
+
+t0=$(date +%s.%N)
+"$BIN/bench/server/hollow_agents" --server "unix:$SOCK" --nodes "$NODES" --work-dir "$STATE/nodes" --cpus "$CPUS" \
+  --task-seconds "$TASK_S" >"$STATE/hollow.log" 2>&1 &
+pids+=("$!")
+registered=0
+for _ in $(seq 1 1200); do
+  registered=$("$BIN/cli/mladmin" nodes --json 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n.get("state") != "DOWN"))' 2>/dev/null || echo 0)
+  [ "$registered" -ge "$NODES" ] && break
+  sleep 0.25
+done
+register_s=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
+
+# schedd's CPU over 10 s while every node heartbeats and nothing else happens.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$SCHEDD/stat"; }
+c0=$(cpu_ticks); sleep 10; c1=$(cpu_ticks)
+idle_cpu=$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")
+
+OUT="$STATE/out"
+mkdir -p "$OUT"
+submit_t0=$(date +%s.%N)
+left=$JOBS
+while [ "$left" -gt 0 ]; do
+  n=$(( left > 10000 ? 10000 : left ))
+  "$BIN/cli/mlsub" --parsable --array "0-$((n - 1))" -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep "$TASK_S" >/dev/null
+  left=$((left - n))
+done
+# Until every job has started (or 30 min pass).
+started=0
+for _ in $(seq 1 7200); do
+  started=$("$BIN/cli/mlq" -a --max-jobs 1000000 -o '%T' -h 2>/dev/null | grep -cvE '^PENDING$' || true)
+  [ "$started" -ge "$JOBS" ] && break
+  sleep 0.25
+done
+wall_s=$(python3 -c "print(round($(date +%s.%N) - $submit_t0, 2))")
+rss_mb=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$SCHEDD/status")
+threads=$(awk '/Threads/ {print $2}' "/proc/$SCHEDD/status")
+# Until every job has ended, for the checks.
+for _ in $(seq 1 7200); do
+  live=$("$BIN/cli/mlq" -h -o '%T' 2>/dev/null | grep -cE '^(PENDING|RUNNING|COMPLETING)$' || true)
+  [ "$live" -eq 0 ] && break
+  sleep 0.5
+done
+"$BIN/cli/mlq" -a --max-jobs 1000000 --json >"$STATE/jobs.json"
+"$BIN/cli/mladmin" nodes --json >"$STATE/nodes.json"
+python3 - "$STATE/jobs.json" "$STATE/nodes.json" "$NODES" "$JOBS" "$registered" "$register_s" "$wall_s" \
+  "$rss_mb" "$threads" "$idle_cpu" "$CHECK" <<'PY'
+import json, sys
+jobs = json.load(open(sys.argv[1])); nodes = json.load(open(sys.argv[2]))
+n_nodes, n_jobs, registered, register_s, wall_s, rss, threads, idle, check = sys.argv[3:12]
+n_jobs = int(n_jobs)
+states = {}
+for j in jobs: states[j.get("state")] = states.get(j.get("state"), 0) + 1
+placed = sum(1 for j in jobs if j.get("start_time", 0) > 0 or j.get("state") == "COMPLETED")
+waits = sorted(max(0, j.get("start_time", 0) - j.get("submit_time", 0)) * 1000 for j in jobs if j.get("start_time", 0) > 0)
+pct = lambda p: waits[min(len(waits) - 1, int(p * len(waits)))] if waits else -1
+down = sum(1 for n in nodes if n.get("state") == "DOWN")
+wall = float(wall_s)
+print(f"nodes={n_nodes} registered={registered} register_s={register_s} jobs={n_jobs} placed={placed} "
+      f"wall_s={wall_s} place_rate={placed / wall if wall > 0 else 0:.0f}/s p50_start_ms={pct(0.5)} "
+      f"p99_start_ms={pct(0.99)} rss_mb={rss} threads={threads} idle_cpu_pct={idle} down={down}")
+if check == "1":
+    attempts = [j for j in jobs if j.get("attempt", 0) != 1]
+    problems = []
+    if int(registered) < int(n_nodes): problems.append(f"{registered} of {n_nodes} nodes registered")
+    if len(jobs) != n_jobs: problems.append(f"{len(jobs)} jobs listed, {n_jobs} submitted")
+    if states.get("COMPLETED", 0) != n_jobs: problems.append(f"states {states}")
+    if attempts: problems.append(f"{len(attempts)} jobs did not complete on their first attempt")
+    if down: problems.append(f"{down} nodes DOWN")
+    if problems:
+        print("CHECK FAILED: " + "; ".join(problems)); sys.exit(1)
+    print("check: every node registered, every job ran once and completed, no node went DOWN")
+PY
