@@ -47,15 +47,22 @@ struct AgentConfig {
   std::chrono::milliseconds eviction_interval{5000};
   std::chrono::milliseconds kill_grace{10000};    // abort, kill with grace_s 0, shutdown
   std::chrono::milliseconds fence_grace{3000};    // stale tasks found at registration
-  std::chrono::milliseconds backoff_initial{200};  // reconnect backoff, doubling ...
-  std::chrono::milliseconds backoff_max{5000};     // ... up to this
+  /// Reconnect backoff, doubling up to backoff_max; each wait is drawn uniformly from
+  /// [backoff/2, backoff] so that nodes cut off together do not come back in lockstep
+  /// ("equal jitter", AWS Architecture Blog, "Exponential Backoff And Jitter", 2015).
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{5000};
   CgroupMode cgroups = CgroupMode::kAuto;          // task isolation (agentd/cgroups.h)
   int64_t task_pids_max = 16384;                   // pids.max of every task cgroup; 0 = none
   /// Cut off from every controller this long while tasks run: checkpoint and stop them (SIGTERM,
   /// kill_grace, SIGKILL) as in a preemption. 0 = never (agentd --cutoff-timeout, in seconds).
   std::chrono::milliseconds cutoff_timeout{0};
-  std::chrono::milliseconds keepalive_time{2000};     // HTTP/2 ping interval on the stream's channel
-  std::chrono::milliseconds keepalive_timeout{2000};  // no ping answer this long: the connection is dead
+  /// HTTP/2 ping interval on the stream's channel (agentd --keepalive-time).
+  std::chrono::milliseconds keepalive_time{5000};
+  /// No ping answer this long: the connection is dead (agentd --keepalive-timeout). 10 s, not the
+  /// 2 s it was: a schedd busy with 1,000 nodes answered pings late and 600 healthy streams were
+  /// closed at once, each reconnect adding load (issue 30). gRPC's default is 20 s.
+  std::chrono::milliseconds keepalive_timeout{10000};
   std::chrono::seconds registration_timeout{30};      // no `registered` this long: try another member
   /// With several servers: how long a connection may take to come up (TCP/Unix connect, TLS,
   /// HTTP/2 settings) before the agent tries the next member (a stopped replica still accepts

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   TlsFiles cfg_tls{"/etc/mlsched/tls/ca.pem", "/etc/mlsched/tls/node.pem", "/etc/mlsched/tls/node.key"};
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
-  double kill_grace_s = 10, eviction_interval_s = 5, cutoff_timeout_s = 0;
+  double kill_grace_s = 10, eviction_interval_s = 5, cutoff_timeout_s = 0, keepalive_time_s = 5, keepalive_timeout_s = 10;
   std::string cgroups = "auto";
   int64_t task_pids_max = 16384;
   bool allow_root_jobs = false, single_user = false;
@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
   app.add_option("--cutoff-timeout", cutoff_timeout_s,
                  "Seconds without any controller after which running tasks are asked to checkpoint and stop as in "
                  "a preemption (SIGTERM, SIGKILL after --kill-grace); 0 = never")
+      ->capture_default_str();
+  app.add_option("--keepalive-time", keepalive_time_s, "Seconds between HTTP/2 pings on the stream to schedd")
+      ->capture_default_str();
+  app.add_option("--keepalive-timeout", keepalive_timeout_s,
+                 "Seconds without a ping answer after which schedd counts as gone (stopped or unreachable) and the "
+                 "agent reconnects, to the next replica in HA")
       ->capture_default_str();
   app.add_option("--metrics-port", metrics_port, "Serve Prometheus node metrics on this port (0 = any free port)");
   app.add_option("--metrics-host", metrics_host, "Address the metrics endpoint binds to");
@@ -120,6 +126,11 @@ int main(int argc, char** argv) {
   if (cutoff_timeout_s < 0 || cutoff_timeout_s > kMaxCutoffTimeoutS)
     return Fail("--cutoff-timeout must be from 0 (never) to " + std::to_string(kMaxCutoffTimeoutS) + " seconds");
   cfg.cutoff_timeout = std::chrono::milliseconds(static_cast<int64_t>(cutoff_timeout_s * 1000));
+  // gRPC refuses pings more often than schedd's minimum interval (1 s); an hour bounds both.
+  if (keepalive_time_s < 1 || keepalive_time_s > 3600 || keepalive_timeout_s < 1 || keepalive_timeout_s > 3600)
+    return Fail("--keepalive-time and --keepalive-timeout must be from 1 to 3600 seconds");
+  cfg.keepalive_time = std::chrono::milliseconds(static_cast<int64_t>(keepalive_time_s * 1000));
+  cfg.keepalive_timeout = std::chrono::milliseconds(static_cast<int64_t>(keepalive_timeout_s * 1000));
   auto cgroup_mode = agent::ParseCgroupMode(cgroups);
   if (!cgroup_mode) return Fail("--cgroups must be auto, required or off (got '" + cgroups + "')");
   if (task_pids_max < 0) return Fail("--task-pids-max must be >= 0");

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 
+#include <random>
+
 #include "agentd/agent.h"
 #include "common/client.h"
 #include "mlsched/v1/agent.grpc.pb.h"
@@ -26,7 +28,7 @@ namespace {
 
 // A channel that retries connecting on the agent's schedule rather than gRPC's default backoff
 // (which grows to 120 s), and notices a vanished or stopped (SIGSTOP) schedd within
-// keepalive_time + keepalive_timeout (~4 s) through HTTP/2 pings, sent with or without calls and
+// keepalive_time + keepalive_timeout (~15 s by default) through HTTP/2 pings, sent with or without calls and
 // however long no data flowed. schedd must accept that: GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS
 // at most keepalive_time (1000), GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS 1 and
 // GRPC_ARG_HTTP2_MAX_PING_STRIKES 0 on its server, else it closes the connection with
@@ -58,6 +60,13 @@ std::shared_ptr<grpc::Channel> MakeAgentChannel(const std::string& address, cons
     *error = std::string("TLS: ") + e.what() + " (no connection without TLS; retrying)";
     return nullptr;
   }
+}
+
+/// A wait drawn uniformly from [b/2, b] (equal jitter; see AgentConfig::backoff_initial).
+std::chrono::milliseconds Jittered(std::chrono::milliseconds b) {
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  const int64_t half = b.count() / 2;
+  return std::chrono::milliseconds(half + std::uniform_int_distribution<int64_t>(0, b.count() - half)(rng));
 }
 
 }  // namespace
@@ -100,7 +109,7 @@ void Agent::SessionLoop() {
     if (n > 1 && !end.registered && tried < n) continue;
     tried = 0;
     std::unique_lock lk(mu_);
-    cv_.wait_for(lk, backoff, [&] { return stopping_.load(); });
+    cv_.wait_for(lk, Jittered(backoff), [&] { return stopping_.load(); });
     backoff = std::min(backoff * 2, cfg_.backoff_max);
   }
   std::lock_guard lk(mu_);

@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -84,6 +86,13 @@ int main(int argc, char** argv) {
     base.node.gpus = *g.value;
   }
 
+  // One process holds what NODES machines would: each agent's connection, outbox and job files,
+  // and a socket per rendezvous port reserved for a prepared task. Raise the soft limit on open
+  // files as far as the hard one allows (scale_bench.sh raises the hard one first, as root).
+  if (struct rlimit rl {}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);

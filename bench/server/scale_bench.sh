@@ -12,24 +12,25 @@
 # schedd once every job has started; idle_cpu_pct: schedd's CPU over 10 s with every node
 # heartbeating and no job (before the submissions); down: nodes DOWN at the end (should be 0).
 #   bash bench/server/scale_bench.sh BUILD_DIR NODES JOBS [--cpus N] [--task-seconds S]
-#                                    [--heartbeat-interval S] [--check]
+#                                    [--heartbeat-interval S] [--nodes-per-process N] [--check]
 # --check: exit 1 unless every node registered, every job started exactly once and completed,
 # and no node went DOWN (the scale smoke test in CI uses it).
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 BIN=$(cd "$1" && pwd) NODES=$2 JOBS=$3
 shift 3
-CPUS=32 TASK_S=1 HB=5 CHECK=0
+CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpus) CPUS=$2; shift 2 ;;
     --task-seconds) TASK_S=$2; shift 2 ;;
     --heartbeat-interval) HB=$2; shift 2 ;;
     --check) CHECK=1; shift ;;
+    --nodes-per-process) PER_PROCESS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ $NODES =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $NODES -ge 1 && $JOBS -ge 1 ]] || { echo "NODES and JOBS are positive integers" >&2; exit 2; }
+[[ $NODES =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $PER_PROCESS =~ ^[0-9]+$ && $NODES -ge 1 && $JOBS -ge 1 && $PER_PROCESS -ge 1 ]] || { echo "NODES and JOBS are positive integers" >&2; exit 2; }
 STATE=$(mktemp -d /tmp/mlsched-scale.XXXXXX)
 SOCK="$STATE/schedd.sock"
 export MLSCHED_SERVER="unix:$SOCK"
@@ -37,7 +38,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$STATE"
+  [ -n "${KEEP_STATE:-}" ] && echo "state kept in $STATE" >&2 || rm -rf "$STATE"
 }
 trap cleanup EXIT
 
@@ -48,9 +49,19 @@ pids+=("$SCHEDD")
 for _ in $(seq 1 100); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.1; done
 
 t0=$(date +%s.%N)
-"$BIN/bench/server/hollow_agents" --server "unix:$SOCK" --nodes "$NODES" --work-dir "$STATE/nodes" --cpus "$CPUS" \
-  --task-seconds "$TASK_S" >"$STATE/hollow.log" 2>&1 &
-pids+=("$!")
+# The nodes are spread over processes of at most PER_PROCESS hollow nodes (kubemark runs many
+# hollow pods): one process holds its nodes' connections, outboxes, job files and reserved
+# rendezvous ports, and the open-file limit (often 20,000, not raisable here) is per process.
+ulimit -Hn 1048576 2>/dev/null || true
+left=$NODES k=0
+while [ "$left" -gt 0 ]; do
+  n=$(( left > PER_PROCESS ? PER_PROCESS : left ))
+  k=$((k + 1))
+  "$BIN/bench/server/hollow_agents" --server "unix:$SOCK" --nodes "$n" --prefix "hollow-$k-" --work-dir "$STATE/nodes" \
+    --cpus "$CPUS" --task-seconds "$TASK_S" --log-level "${HOLLOW_LOG_LEVEL:-error}" >"$STATE/hollow-$k.log" 2>&1 &
+  pids+=("$!")
+  left=$((left - n))
+done
 registered=0
 for _ in $(seq 1 1200); do
   registered=$("$BIN/cli/mladmin" nodes --json 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n.get("state") != "DOWN"))' 2>/dev/null || echo 0)

@@ -96,7 +96,7 @@ Authenticator::Authenticator(PeerCredListener* unix_listener, AuthConfig cfg,
                              std::function<bool(const std::string&)> is_operator)
     : listener_(unix_listener), cfg_(std::move(cfg)), is_operator_(std::move(is_operator)) {}
 
-grpc::Status Authenticator::Reject(grpc::StatusCode code, std::string why, grpc::ServerContext* ctx) const {
+grpc::Status Authenticator::Reject(grpc::StatusCode code, std::string why, grpc::ServerContextBase* ctx) const {
   if (metrics_) metrics_->CountRejected("authentication");
   spdlog::warn("refused a call from {}: {}", ctx->peer(), why);
   return {code, std::move(why)};
@@ -123,7 +123,7 @@ std::string Printable(const std::string& text, size_t max) {
 }
 }  // namespace
 
-grpc::Status Authenticator::Authenticate(grpc::ServerContext* ctx, const std::string& rpc, Caller* out) const {
+grpc::Status Authenticator::Authenticate(grpc::ServerContextBase* ctx, const std::string& rpc, Caller* out) const {
   struct ucred cred {};
   if (listener_ && listener_->Lookup(ctx->peer(), &cred)) {
     out->uid = cred.uid;
@@ -193,7 +193,7 @@ size_t RevocationList::Size() {
   return revoked_.size();
 }
 
-std::string Authenticator::PeerSerial(grpc::ServerContext* ctx) const {
+std::string Authenticator::PeerSerial(grpc::ServerContextBase* ctx) const {
   auto auth = ctx->auth_context();
   if (!auth) return "";
   auto pem = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
@@ -201,7 +201,7 @@ std::string Authenticator::PeerSerial(grpc::ServerContext* ctx) const {
   return mlsched::CertificateSerial(std::string(pem[0].data(), pem[0].size()));
 }
 
-bool Authenticator::AgentRevoked(grpc::ServerContext* ctx) const {
+bool Authenticator::AgentRevoked(grpc::ServerContextBase* ctx) const {
   if (!crl_) return false;
   auto auth = ctx->auth_context();
   if (!auth || auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME).empty()) return false;
@@ -258,7 +258,7 @@ size_t VerifiedCredentials::Size() {
   return by_credential_.size();
 }
 
-grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity,
+grpc::Status Authenticator::AuthenticateAgent(grpc::ServerContextBase* ctx, const std::string& node, std::string* identity,
                                               bool* declared_only) const {
   *declared_only = false;
   struct ucred cred {};

@@ -132,13 +132,13 @@ class Authenticator {
   Authenticator(PeerCredListener* unix_listener, AuthConfig cfg, std::function<bool(const std::string&)> is_operator);
   /// Fills `out` for a call of `rpc` ("mlsched.v1.JobService/SubmitJob"), or returns
   /// UNAUTHENTICATED with the reason (missing, expired, replayed or foreign credential, munged down).
-  grpc::Status Authenticate(grpc::ServerContext* ctx, const std::string& rpc, Caller* out) const;
+  grpc::Status Authenticate(grpc::ServerContextBase* ctx, const std::string& rpc, Caller* out) const;
   /// Checks that the peer may speak for `node` on the agent stream: on the Unix socket a
   /// privileged user (root, schedd's user, an operator); on TCP a verified client certificate whose
   /// common name or DNS subjectAltName is `node` and whose serial the CRL (SetCrl) does not list.
   /// `identity` gets a name for logs ("cert:CN=n1"); `declared_only` is set for an operator on
   /// the Unix socket, who may register only nodes the inventory names.
-  grpc::Status AuthenticateAgent(grpc::ServerContext* ctx, const std::string& node, std::string* identity,
+  grpc::Status AuthenticateAgent(grpc::ServerContextBase* ctx, const std::string& node, std::string* identity,
                                  bool* declared_only) const;
   /// Where refusals are counted (mlsched_rejected_requests_total{reason="authentication"}).
   void SetMetrics(SchedMetrics* m) { metrics_ = m; }
@@ -148,14 +148,14 @@ class Authenticator {
   /// Node certificates to refuse (set before the server starts; null = none).
   void SetRevocationList(std::shared_ptr<RevocationList> crl) { crl_ = std::move(crl); }
   /// True when the call's peer certificate is revoked (or unparsable); false without one.
-  bool AgentRevoked(grpc::ServerContext* ctx) const;
+  bool AgentRevoked(grpc::ServerContextBase* ctx) const;
   /// The serial of the call's peer certificate ("" without one), for SerialRevoked.
-  std::string PeerSerial(grpc::ServerContext* ctx) const;
+  std::string PeerSerial(grpc::ServerContextBase* ctx) const;
   /// True when `serial` is revoked now (an agent stream re-checks on every message).
   bool SerialRevoked(const std::string& serial) const { return crl_ && !serial.empty() && crl_->Revoked(serial); }
 
  private:
-  grpc::Status Reject(grpc::StatusCode code, std::string why, grpc::ServerContext* ctx) const;
+  grpc::Status Reject(grpc::StatusCode code, std::string why, grpc::ServerContextBase* ctx) const;
   PeerCredListener* listener_;
   AuthConfig cfg_;
   std::function<bool(const std::string&)> is_operator_;

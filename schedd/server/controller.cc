@@ -135,6 +135,10 @@ JobRow Controller::ToRow(const JobRec& j, bool /*with_spec*/) const {
 }
 
 void Controller::Persist(const JobRec& j, const std::string& event, const std::string& detail) {
+  if (batch_) {
+    batch_->writes.push_back({store_.UpdateJob(ToRow(j), event, detail), j.id, std::nullopt});
+    return;
+  }
   try {
     store_.UpdateJob(ToRow(j), event, detail).get();
   } catch (...) {
@@ -142,6 +146,61 @@ void Controller::Persist(const JobRec& j, const std::string& event, const std::s
     throw;
   }
   unpersisted_jobs_.erase(j.id);
+}
+
+void Controller::Await(std::future<void> write, int64_t job, std::optional<AttemptRow> attempt) {
+  if (batch_) {
+    batch_->writes.push_back({std::move(write), job, std::move(attempt)});
+    return;
+  }
+  write.get();
+}
+
+bool Controller::SendLocked(const std::string& node, v1::SchedulerMessage msg) {
+  if (!batch_) return sink_.Send(node, std::move(msg));
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || !it->second.connected) return false;
+  batch_->sends.emplace_back(node, std::move(msg));
+  return true;
+}
+
+void Controller::FinishBatch(WriteBatch& b) {
+  std::exception_ptr error;
+  std::vector<int64_t> written, failed_jobs;
+  std::vector<AttemptRow> failed_attempts;
+  for (auto& w : b.writes) {
+    try {
+      w.done.get();
+      if (w.job) written.push_back(w.job);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      if (w.job) failed_jobs.push_back(w.job);
+      if (w.attempt) failed_attempts.push_back(*w.attempt);
+    }
+  }
+  std::lock_guard lk(mu_);
+  for (int64_t id : written) unpersisted_jobs_.erase(id);
+  for (int64_t id : failed_jobs) unpersisted_jobs_.insert(id);
+  for (auto& a : failed_attempts) unpersisted_attempts_.push_back(std::move(a));
+  // Sent under the lock, in order: whatever another operation sent meanwhile (an abort of this
+  // attempt, say) is judged against by the attempt check below.
+  for (auto& [node, m] : b.sends) {
+    int64_t job = 0;
+    int32_t attempt = 0;
+    if (m.has_prepare()) job = m.prepare().job_id(), attempt = m.prepare().attempt();
+    if (m.has_commit()) job = m.commit().job_id(), attempt = m.commit().attempt();
+    if (job != 0) {
+      if (error) continue;  // its state is not durable: the launch times out and is retried
+      JobRec* j = Find(job);
+      if (!j || j->state != core::JobState::kRunning || j->attempt != attempt) continue;
+    }
+    sink_.Send(node, std::move(m));
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void Controller::IndexRunningLocked(const JobRec& j) {
+  for (const auto& t : j.placement.tasks()) running_on_[t.node()].insert(j.id);
 }
 
 void Controller::FlushUnpersisted() {
@@ -552,7 +611,7 @@ void Controller::Recover(int64_t now) {
   for (const auto& row : store_.LoadJobs(now - cfg_.min_job_age_s)) {
     JobRec j = RecFromRow(row);
     QuarantineIfForgedLocked(j, row, now);
-    if (j.state == core::JobState::kRunning) running_ids_.insert(j.id);
+    if (j.state == core::JobState::kRunning) IndexRunningLocked(j);
     jobs_.emplace(j.id, std::move(j));
   }
   RecoverDependenciesLocked();
@@ -607,7 +666,7 @@ void Controller::AdoptStored(int64_t first, int64_t now) {
     std::lock_guard lk(mu_);
     if (jobs_.count(id) || finished_.count(id)) continue;
     JobRec j = RecFromRow(*row);
-    if (j.state == core::JobState::kRunning) running_ids_.insert(id);
+    if (j.state == core::JobState::kRunning) IndexRunningLocked(j);
     jobs_.emplace(id, std::move(j));
     spdlog::warn("job {}: stored by a submission whose answer was lost; its retry adopts it", id);
   }
@@ -628,7 +687,6 @@ void Controller::QuarantineLocked(JobRec& j, const std::string& why, int64_t now
                 "schedd? the job is FAILED with reason StoredRowRejected)",
                 j.id, why);
   if (metrics_) metrics_->CountQuarantined();
-  running_ids_.erase(j.id);
   j.state = core::JobState::kFailed;
   j.reason = "StoredRowRejected";
   j.end_time = now;

@@ -35,7 +35,7 @@ AttemptRow Controller::AttemptOf(const JobRec& j) const {
 void Controller::SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg) {
   std::set<std::string> sent;
   for (const auto& t : j.placement.tasks())
-    if (sent.insert(t.node()).second) sink_.Send(t.node(), msg);
+    if (sent.insert(t.node()).second) SendLocked(t.node(), msg);
 }
 
 void Controller::NoteResizeLocked(JobRec& j, int prev_size, int size, const std::string& requeue_reason) {
@@ -45,7 +45,7 @@ void Controller::NoteResizeLocked(JobRec& j, int prev_size, int size, const std:
   const char* verb = size < prev_size ? "shrunk" : "grew";
   const std::string what = std::string(verb) + " " + std::to_string(prev_size) + "->" + std::to_string(size) + " after " + cause;
   j.resize = what + " (attempt " + std::to_string(j.attempt) + ")";
-  store_.AppendEvent(j.id, "", size < prev_size ? "shrink" : "grow", what).get();
+  Await(store_.AppendEvent(j.id, "", size < prev_size ? "shrink" : "grow", what));
   spdlog::info("job {} attempt {}: {}", j.id, j.attempt, what);
 }
 
@@ -63,7 +63,6 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   const std::string requeue_reason = j.reason;  // why it was pending: "Evicted", "Preempted", ...
   j.attempt += 1;
   j.state = core::JobState::kRunning;
-  running_ids_.insert(j.id);
   j.reason = "None";
   j.start_time = now;
   j.end_time = 0;
@@ -91,6 +90,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.placement.set_master_addr(nodes_[rank0].info.address().empty() ? "127.0.0.1" : nodes_[rank0].info.address());
   j.placement.set_master_port(0);  // reserved by rank 0's agent at prepare (OnPrepareResult)
   j.tasks.assign(tasks.size(), TaskRt{});
+  IndexRunningLocked(j);
   // The accelerator this attempt got: rank 0's GPU type, or "cpu" (also a CPU fallback tier).
   const auto& cap = nodes_[rank0].node.capacity.gpus;
   const std::string accel = !tasks.front().gpu_indices.empty() && !cap.empty() ? cap.begin()->first : "cpu";
@@ -101,10 +101,10 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   if (j.spec.per_task.GpuCount() > 0 &&
       (accel == "cpu" || (!j.spec.gpu_types.empty() && accel != j.spec.gpu_types.front()))) {
     std::string wanted = j.spec.gpu_types.empty() ? "any GPU" : j.spec.gpu_types.front();
-    store_.AppendEvent(j.id, rank0, "fallback", "started on " + accel + " instead of " + wanted + " after waiting " +
-                       std::to_string(now - j.submit_time) + " s").get();
+    Await(store_.AppendEvent(j.id, rank0, "fallback", "started on " + accel + " instead of " + wanted +
+                                                            " after waiting " + std::to_string(now - j.submit_time) + " s"));
   }
-  store_.SaveAttempt(AttemptOf(j)).get();
+  Await(store_.SaveAttempt(AttemptOf(j)), j.id, AttemptOf(j));
 
   const std::string rendezvous_token = NewRendezvousToken();  // this attempt's, on every node; never logged
   for (const auto& [node, count] : local) {
@@ -131,7 +131,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
     (*p->mutable_env())["MLSCHED_PARTITION"] = j.spec.partition;
     (*p->mutable_env())["MLSCHED_ACCOUNT"] = j.spec.account;
     (*p->mutable_env())["MLSCHED_ACCELERATOR"] = accel;
-    if (!sink_.Send(node, m)) {
+    if (!SendLocked(node, std::move(m))) {  // in a batch: sent once the RUNNING state above is durable
       spdlog::warn("job {}: agent of node {} is not connected; requeueing", j.id, node);
       EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");
       j.eligible_after = now + cfg_.requeue_backoff_s;
@@ -203,7 +203,9 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     j.exit_code = exit_code;
     j.end_time = now;
   }
-  if (j.attempt > 0) {
+  if (j.attempt > 0 && batch_) {
+    Await(store_.SaveAttempt(acct), j.id, acct);
+  } else if (j.attempt > 0) {
     try {
       store_.SaveAttempt(acct).get();
     } catch (...) {
@@ -221,8 +223,20 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   Trigger();
 }
 
-void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage& msg, int64_t now) {
-  std::lock_guard lk(mu_);
+Controller::AppliedMessage Controller::ApplyAgentMessage(const std::string& node, const v1::AgentMessage& msg,
+                                                         int64_t now) {
+  AppliedMessage out;
+  out.batch = std::make_unique<WriteBatch>();
+  out.keep = Collect(*out.batch, [&] { return OnAgentMessageLocked(node, msg, now); });
+  return out;
+}
+
+bool Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage& msg, int64_t now) {
+  return Batched([&] { return OnAgentMessageLocked(node, msg, now); });  // durable on return; the lock not held while waiting
+}
+
+bool Controller::OnAgentMessageLocked(const std::string& node, const v1::AgentMessage& msg, int64_t now) {
+  if (auto it = nodes_.find(node); it != nodes_.end() && it->second.down) return false;
   switch (msg.msg_case()) {
     case v1::AgentMessage::kHeartbeat: OnHeartbeat(node, msg.heartbeat(), now); break;
     case v1::AgentMessage::kPrepareResult: OnPrepareResult(node, msg.prepare_result(), now); break;
@@ -234,6 +248,7 @@ void Controller::OnAgentMessage(const std::string& node, const v1::AgentMessage&
       break;
     default: break;
   }
+  return true;
 }
 
 bool Controller::PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const {
@@ -343,7 +358,7 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   if (j->resizing && !j->evicting && !j->preempting && (t.exit_code() == kPreemptedExit || t.signaled())) {
     // Stopped to restart at another size: requeued at once, not a preemption (no count, no PREEMPTED).
     j->clean_stop = t.exit_code() == kPreemptedExit;
-    store_.AppendEvent(j->id, node, "RESIZE", "rank " + std::to_string(t.rank()) + " stopped for a resize").get();
+    Await(store_.AppendEvent(j->id, node, "RESIZE", "rank " + std::to_string(t.rank()) + " stopped for a resize"));
     EndAttempt(*j, core::JobState::kPending, "Resize", 0, now, "requeue");
     return;
   }
@@ -353,8 +368,8 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     j->clean_stop = t.exit_code() == kPreemptedExit;
     if (j->preempting) j->preempt_count += 1;
     if (j->evicting) j->evictions += 1;
-    store_.AppendEvent(j->id, node, "PREEMPTED",
-                       j->evicting ? "spot eviction" : j->preempting ? "QoS preemption" : "rank exited 75").get();
+    Await(store_.AppendEvent(j->id, node, "PREEMPTED",
+                             j->evicting ? "spot eviction" : j->preempting ? "QoS preemption" : "rank exited 75"));
     if (j->preempt_cancel && !j->evicting) {
       EndAttempt(*j, core::JobState::kCancelled, "Preempted", t.exit_code(), now, "preempt-cancel");
       return;
@@ -392,10 +407,14 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
   // are still queued behind the heartbeat on the agent (its exit may be among them).
   if (hb.unsent_reports() > 0) return;
   std::vector<int64_t> lost;
-  for (auto rit = running_ids_.begin(); rit != running_ids_.end();) {
+  auto& mine = running_on_[node];
+  for (auto rit = mine.begin(); rit != mine.end();) {
     auto jit = jobs_.find(*rit);
-    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) {
-      rit = running_ids_.erase(rit);
+    bool here = false;
+    if (jit != jobs_.end() && jit->second.state == core::JobState::kRunning)
+      for (const auto& t : jit->second.placement.tasks()) here |= t.node() == node;
+    if (!here) {
+      rit = mine.erase(rit);
       continue;
     }
     ++rit;
@@ -423,7 +442,10 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
 }
 
 void Controller::Tick(int64_t now) {
-  std::lock_guard lk(mu_);
+  Batched([&] { TickLocked(now); });
+}
+
+void Controller::TickLocked(int64_t now) {
   if (!unpersisted_jobs_.empty() || !unpersisted_attempts_.empty()) {
     try {
       FlushUnpersistedLocked();
@@ -437,7 +459,9 @@ void Controller::Tick(int64_t now) {
     const int64_t silence = n.info.cutoff_timeout_s() > 0
                                 ? std::max<int64_t>(cfg_.heartbeat_timeout_s, n.info.cutoff_timeout_s() + kCutoffMargin)
                                 : cfg_.heartbeat_timeout_s;
-    if (!n.down && now - n.last_heartbeat > silence)
+    if (n.down || now - n.last_heartbeat <= silence) continue;
+    const int64_t heard = std::max(n.last_heartbeat, sink_.LastHeard(name, now));
+    if (now - heard > silence)
       MarkNodeDown(n, "no heartbeat for " + std::to_string(now - n.last_heartbeat) + " s", now);
   }
   std::vector<int64_t> expired;

@@ -162,7 +162,7 @@ void Controller::PreemptLocked(const core::PreemptDecision& d, int64_t now) {
   std::string detail = "by job " + std::to_string(d.preemptor) + ", mode " + core::PreemptModeName(d.mode) +
                        ", grace " + std::to_string(d.grace) + " s, " + std::to_string(d.lost_work) +
                        " s since its last checkpoint";
-  store_.AppendEvent(v->id, "", "preempt", detail).get();
+  Await(store_.AppendEvent(v->id, "", "preempt", detail));
   if (metrics_) metrics_->CountPreemption();
   spdlog::info("job {} attempt {}: preempted {}", v->id, v->attempt, detail);
 }
@@ -189,7 +189,7 @@ void Controller::ResizeLocked(const core::ResizeDecision& d, int64_t now) {
                                      std::to_string(d.from) + "->" + std::to_string(d.to) + " tasks)";
   const std::string detail = what + ": expected gain " + std::to_string(d.gain) + " s > restart cost " +
                              std::to_string(d.cost) + " s";
-  store_.AppendEvent(j->id, "", "resize", detail).get();
+  Await(store_.AppendEvent(j->id, "", "resize", detail));
   spdlog::info("job {} attempt {}: resize {}", j->id, j->attempt, detail);
 }
 
@@ -274,7 +274,13 @@ void Controller::RunCycle(int64_t now) {
   core::CyclePlan plan = core::SchedulingCycle::Run(snap, policy, now);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   if (metrics_) metrics_->ObserveCycle(static_cast<double>(us) / 1e6);
-  std::lock_guard lk(mu_);
+  // The starts' writes share one group commit, waited for with the lock released; their prepares
+  // go out once RUNNING is durable (Batched).
+  Batched([&] { ApplyPlanLocked(plan, snap, policy, now, us); });
+}
+
+void Controller::ApplyPlanLocked(const core::CyclePlan& plan, const core::ClusterState& snap,
+                                 const core::PolicySet& policy, int64_t now, int64_t us) {
   for (const auto& s : plan.starts) {
     JobRec* j = Find(s.job);
     if (!j || j->state != core::JobState::kPending || j->spec.hold || j->eligible_after > now) continue;

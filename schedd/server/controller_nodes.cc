@@ -28,7 +28,10 @@ InventoryVerdict Controller::AdmitNode(const v1::RegisterNode& reg, bool declare
 }
 
 v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) {
-  std::lock_guard lk(mu_);
+  return Batched([&] { return OnRegisterLocked(reg, now); });
+}
+
+v1::Registered Controller::OnRegisterLocked(const v1::RegisterNode& reg, int64_t now) {
   NodeRec& n = nodes_[reg.name()];
   bool was_down = n.down;
   // A node's resources do not change between registrations unless someone changed the node (or
@@ -38,7 +41,7 @@ v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) 
     n.drained = true;
     n.info.set_reason("capacity changed between registrations: " + changed);
     spdlog::warn("node {}: {}; drained until `mladmin node resume`", reg.name(), n.info.reason());
-    store_.AppendEvent(0, reg.name(), "drain", n.info.reason()).get();
+    Await(store_.AppendEvent(0, reg.name(), "drain", n.info.reason()));
   }
   n.node = ToCoreNode(reg);
   if (const core::NodeDeclaration* d = FindDeclaration(policy_.inventory, reg.name()))
@@ -56,15 +59,20 @@ v1::Registered Controller::OnRegister(const v1::RegisterNode& reg, int64_t now) 
   n.connected = true;
   n.down = false;
   n.last_heartbeat = now;
-  store_.SaveNode(NodeRow{reg.name(), n.info.SerializeAsString(), n.drained, n.info.reason()}).get();
-  if (was_down) store_.AppendEvent(0, reg.name(), "node-up", "agent registered").get();
+  Await(store_.SaveNode(NodeRow{reg.name(), n.info.SerializeAsString(), n.drained, n.info.reason()}));
+  if (was_down) Await(store_.AppendEvent(0, reg.name(), "node-up", "agent registered"));
 
   std::set<std::tuple<int64_t, int32_t, int32_t>> reported;
   for (const auto& r : reg.running()) reported.insert({r.job_id(), r.attempt(), r.rank()});
   v1::Registered out;
   out.set_heartbeat_interval_s(cfg_.heartbeat_interval_s);
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
+  // Only this node's jobs (running_on_), not every job in the cluster: a registration storm after
+  // a network blip is 1,000 of these (issue 30).
+  const std::set<int64_t> mine = running_on_[reg.name()];
+  for (int64_t id : mine) {
+    auto jit = jobs_.find(id);
+    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) continue;
+    JobRec& j = jit->second;
     bool launch_lost = false;
     for (int i = 0; i < j.placement.tasks_size(); ++i) {
       const auto& t = j.placement.tasks(i);
@@ -113,7 +121,7 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
   if (n.drained && n.info.reason().rfind("evicted", 0) == 0) return;  // one notice is enough
   n.drained = true;
   n.info.set_reason("evicted (" + source + ")");
-  store_.SaveNode(NodeRow{name, n.info.SerializeAsString(), true, n.info.reason()}).get();
+  Await(store_.SaveNode(NodeRow{name, n.info.SerializeAsString(), true, n.info.reason()}));
   int grace = static_cast<int>(std::max<int64_t>(1, deadline - now - 2));
   if (metrics_) metrics_->CountEviction();
   eviction_rates_.RecordEviction(core::PoolName(n.node.pool));
@@ -136,9 +144,9 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
     s->set_reason("eviction");
     SendToNodes(j, m);
     jobs += (jobs.empty() ? "" : ",") + std::to_string(id);
-    store_.AppendEvent(id, name, "eviction", source + ", grace " + std::to_string(grace) + " s").get();
+    Await(store_.AppendEvent(id, name, "eviction", source + ", grace " + std::to_string(grace) + " s"));
   }
-  store_.AppendEvent(0, name, "eviction", source + ": jobs [" + jobs + "], deadline " + std::to_string(deadline)).get();
+  Await(store_.AppendEvent(0, name, "eviction", source + ": jobs [" + jobs + "], deadline " + std::to_string(deadline)));
   spdlog::warn("node {} is being evicted ({}), deadline in {} s; signalled jobs [{}]", name, source, deadline - now, jobs);
   Trigger();
 }
@@ -159,14 +167,14 @@ void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
   n.info.set_reason(why);
   const std::string name = n.info.name();
   spdlog::error("node {} DOWN: {}", name, why);
-  store_.AppendEvent(0, name, "node-down", why).get();
+  Await(store_.AppendEvent(0, name, "node-down", why));
   for (auto& [id, j] : jobs_) {
     if (j.state != core::JobState::kRunning) continue;
     bool on_node = false;
     for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
     if (!on_node) continue;
     // NODE_FAIL, then back to PENDING: recorded as two events in order.
-    store_.AppendEvent(id, name, "NODE_FAIL", why).get();
+    Await(store_.AppendEvent(id, name, "NODE_FAIL", why));
     if (j.stop_cause.empty()) j.stop_cause = "failure of node " + name;
     EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "requeue");
   }

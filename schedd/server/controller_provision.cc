@@ -174,7 +174,7 @@ void Controller::ProvisionLocked(const core::ClusterState& snap, const core::Cyc
   // knows the node (and releases it); a released node stays stored until its suspend program
   // has finished (run again after a restart).
   if (!(pp.ledger == provisioned_) || !pp.suspend.empty() || releasing_dirty_) {
-    store_.SaveProvisionLedger(SerializeProvisionLedger(pp.ledger, releasing_)).get();
+    Await(store_.SaveProvisionLedger(SerializeProvisionLedger(pp.ledger, releasing_)));
     releasing_dirty_ = false;
   }
   for (const auto& n : pp.ledger.nodes) {
@@ -183,7 +183,7 @@ void Controller::ProvisionLocked(const core::ClusterState& snap, const core::Cyc
                                  [&](const core::ProvisionedNode& o) { return o.name == n.name && o.registered; });
     if (was) continue;
     const std::string detail = "registered " + std::to_string(now - n.requested_at) + " s after the request";
-    store_.AppendEvent(0, n.name, "provision-registered", detail).get();
+    Await(store_.AppendEvent(0, n.name, "provision-registered", detail));
     if (metrics_) metrics_->CountProvision(core::PoolName(n.pool), "registered", 1);
     spdlog::info("provisioning: {} {}", n.name, detail);
   }
@@ -191,7 +191,7 @@ void Controller::ProvisionLocked(const core::ClusterState& snap, const core::Cyc
   std::map<core::Pool, std::vector<std::string>> to_suspend;
   for (const auto& r : pp.suspend) {
     const char* event = r.failed ? "failed" : "released";
-    store_.AppendEvent(0, r.node, r.failed ? "provision-failed" : "provision-release", r.reason).get();
+    Await(store_.AppendEvent(0, r.node, r.failed ? "provision-failed" : "provision-release", r.reason));
     if (metrics_) metrics_->CountProvision(core::PoolName(r.pool), event, 1);
     spdlog::info("provisioning: {} {}: {}", r.node, event, r.reason);
     to_suspend[r.pool].push_back(r.node);
@@ -213,7 +213,7 @@ void Controller::ProvisionLocked(const core::ClusterState& snap, const core::Cyc
                              " (" + hostlist + ")";
     const std::string detail = note + ": " + r.detail;
     for (size_t i = 0; i < r.jobs.size() && i < kMaxProvisionEventJobs; ++i) {
-      store_.AppendEvent(r.jobs[i], "", "provision", detail).get();
+      Await(store_.AppendEvent(r.jobs[i], "", "provision", detail));
       if (JobRec* j = Find(r.jobs[i])) j->provision_note = note;
     }
     if (metrics_) metrics_->CountProvision(core::PoolName(r.pool), "requested", static_cast<double>(r.nodes.size()));

@@ -26,6 +26,7 @@
 #include "schedd/server/etcd_flags.h"
 #include "schedd/server/etcd_store.h"
 #include "schedd/server/leader.h"
+#include "schedd/server/agent_gateway.h"
 #include "schedd/server/services.h"
 #include "schedd/server/store.h"
 
@@ -422,6 +423,7 @@ int main(int argc, char** argv) {
     }
     listener.Stop();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    gateway.Stop();  // its workers may still be handing messages to the controller
     return 0;
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());

@@ -1,37 +1,13 @@
 #include "schedd/server/services.h"
 #include "schedd/server/admission.h"
 
-#include <signal.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <string>
-#include <thread>
 
 namespace mlsched::server {
-
-namespace {
-
-/// Fault injection for the exactly-once tests (tests/e2e/crash_e2e.sh), in the spirit of etcd's
-/// gofail: with MLSCHED_FAILPOINT=crash-before-report:N in its environment, schedd SIGKILLs itself
-/// on reading the N-th reliable agent report, before handling it: the window where a report has
-/// reached schedd but its effect is not durable. Unset (production), it costs one atomic load.
-bool CrashBeforeReport() {
-  static std::atomic<int64_t> left = [] {
-    const char* v = std::getenv("MLSCHED_FAILPOINT");
-    const std::string prefix = "crash-before-report:";
-    if (!v || std::string(v).rfind(prefix, 0) != 0) return int64_t{-1};
-    spdlog::warn("failpoint armed: {}", v);
-    return static_cast<int64_t>(std::atoll(v + prefix.size()));
-  }();
-  if (left.load(std::memory_order_relaxed) < 0) return false;
-  return left.fetch_sub(1) == 1;
-}
-
-}  // namespace
 
 int64_t WallNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -77,7 +53,7 @@ grpc::Status Guard(Controller& ctl, const LeaderGate* gate, grpc::ServerContext*
 
 }  // namespace
 
-std::optional<grpc::Status> LeaderGate::Refuse(grpc::ServerContext* ctx) const {
+std::optional<grpc::Status> LeaderGate::Refuse(grpc::ServerContextBase* ctx) const {
   if (open_) return std::nullopt;
   auto [leader, epoch] = leader_();
   if (leader == self_) leader.clear();  // elected, state still loading: no better place to go
@@ -232,159 +208,6 @@ grpc::Status AdminServiceImpl::HaStatus(grpc::ServerContext* ctx, const v1::HaSt
     }
     return grpc::Status::OK;
   });
-}
-
-bool AgentGateway::Send(const std::string& node, const v1::SchedulerMessage& msg) {
-  std::shared_ptr<Session> s;
-  {
-    std::lock_guard lk(mu_);
-    auto it = sessions_.find(node);
-    if (it == sessions_.end()) return false;
-    s = it->second;
-  }
-  {
-    std::lock_guard lk(s->mu);
-    if (s->closed) return false;
-    s->outbox.push_back(msg);
-  }
-  s->cv.notify_one();
-  return true;
-}
-
-grpc::Status AgentGateway::Connect(grpc::ServerContext* ctx,
-                                   grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) {
-  if (gate_)
-    if (auto refused = gate_->Refuse(ctx)) return *refused;
-  v1::AgentMessage first;
-  if (!stream->Read(&first)) return grpc::Status::OK;
-  if (!first.has_register_() || first.register_().name().empty())
-    return {grpc::StatusCode::INVALID_ARGUMENT, "the first message on the agent stream must be register with a node name"};
-  if (std::string err = CheckRegistration(first.register_()); !err.empty()) {
-    if (ctl_) ctl_->CountRejected("registration");
-    return {grpc::StatusCode::INVALID_ARGUMENT, "register: " + err};
-  }
-  const std::string node = first.register_().name();
-  std::string identity;
-  bool declared_only = false;
-  if (auto st = auth_.AuthenticateAgent(ctx, node, &identity, &declared_only); !st.ok()) return st;
-  const InventoryVerdict verdict = ctl_->AdmitNode(first.register_(), declared_only);
-  if (!verdict.error.empty()) {
-    ctl_->CountRejected("registration");
-    spdlog::warn("node {}: registration by {} refused: {}", node, identity, verdict.error);
-    return {grpc::StatusCode::PERMISSION_DENIED, "register: " + verdict.error};
-  }
-  if (!verdict.clamped.empty())
-    spdlog::warn("node {}: registration clamped to the node inventory: {}", node, verdict.clamped);
-  auto session = std::make_shared<Session>();
-  session->ctx = ctx;
-  // Before this handler returns (gRPC then destroys `ctx`), a replacer must be unable to reach it.
-  // Without this the replacer below called TryCancel on the old call's context after the old
-  // handler may have returned: a use after free when a reconnect raced the old stream's end.
-  struct ForgetContext {
-    Session& s;
-    ~ForgetContext() {
-      std::lock_guard lk(s.mu);
-      s.ctx = nullptr;
-    }
-  } forget{*session};
-  std::shared_ptr<Session> old;
-  {
-    std::lock_guard lk(mu_);
-    old = sessions_[node];
-    sessions_[node] = session;
-  }
-  if (old) {
-    // The node's previous stream is closed, so no agent is left orphaned on it.
-    spdlog::warn("node {}: a new agent session ({}) replaces the previous one", node, identity);
-    std::lock_guard lk(old->mu);
-    old->closed = true;
-    old->cv.notify_all();
-    if (old->ctx) old->ctx->TryCancel();  // still in its handler: the context is alive
-  }
-  grpc::Status status = grpc::Status::OK;
-  try {
-    Serve(node, verdict.admitted, *session, stream);
-  } catch (const std::exception& e) {
-    // A failing store (disk full, I/O error) ends this stream, never schedd: the agent reconnects.
-    spdlog::error("node {}: agent stream failed: {}; closing it", node, e.what());
-    if (ctl_) ctl_->CountInternalError();
-    status = {grpc::StatusCode::UNAVAILABLE, std::string("schedd could not handle the agent stream: ") + e.what()};
-  }
-  bool current = false;
-  {
-    std::lock_guard lk(mu_);
-    auto it = sessions_.find(node);
-    if (it != sessions_.end() && it->second == session) {
-      sessions_.erase(it);
-      current = true;
-    }
-  }
-  if (current) ctl_->OnDisconnect(node, WallNow());
-  return status;
-}
-
-void AgentGateway::Serve(const std::string& node, const v1::RegisterNode& reg, Session& session,
-                         grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) {
-  // Registered must be the first message the agent sees: queue it in front of anything the
-  // controller queued meanwhile, then start the writer.
-  v1::SchedulerMessage registered;
-  *registered.mutable_registered() = ctl_->OnRegister(reg, WallNow());
-  registered.mutable_registered()->set_epoch(epoch_);
-  {
-    std::lock_guard lk(session.mu);
-    session.outbox.push_front(registered);
-  }
-  std::thread writer([&] {
-    std::unique_lock lk(session.mu);
-    while (true) {
-      session.cv.wait(lk, [&] { return session.closed || !session.outbox.empty(); });
-      if (session.closed && session.outbox.empty()) return;
-      v1::SchedulerMessage m = std::move(session.outbox.front());
-      session.outbox.pop_front();
-      m.set_epoch(epoch_);
-      lk.unlock();
-      bool ok = stream->Write(m);
-      lk.lock();
-      if (!ok) {
-        session.closed = true;
-        return;
-      }
-    }
-  });
-  // Joins the writer on every way out, exceptions included (a joinable std::thread would terminate).
-  struct StopWriter {
-    Session& s;
-    std::thread& t;
-    ~StopWriter() {
-      {
-        std::lock_guard lk(s.mu);
-        s.closed = true;
-      }
-      s.cv.notify_all();
-      t.join();
-    }
-  } stop{session, writer};
-  v1::AgentMessage msg;
-  const std::string serial = auth_.PeerSerial(session.ctx);  // "" on the Unix socket
-  while (stream->Read(&msg)) {
-    if (auth_.SerialRevoked(serial)) {
-      spdlog::warn("node {}: its agent's certificate (serial {}) was revoked; closing the stream", node, serial);
-      break;
-    }
-    if (msg.seq() != 0 && CrashBeforeReport()) ::kill(::getpid(), SIGKILL);
-    ctl_->OnAgentMessage(node, msg, WallNow());  // throws when the store fails: no ack then
-    if (msg.seq() == 0) continue;
-    // The report's effect is durable (the controller waits for the store), and so is any earlier
-    // state whose write had failed (a repeat of a report finds it already applied in memory).
-    ctl_->FlushUnpersisted();
-    v1::SchedulerMessage ack;
-    ack.mutable_ack()->set_seq(msg.seq());
-    {
-      std::lock_guard lk(session.mu);
-      session.outbox.push_back(std::move(ack));
-    }
-    session.cv.notify_one();
-  }
 }
 
 }  // namespace mlsched::server

@@ -46,7 +46,7 @@ class LeaderGate {
   void Close() { open_ = false; }
   bool IsOpen() const { return open_; }
   /// nullopt while open; else the answer (the leader hint set on `ctx`).
-  std::optional<grpc::Status> Refuse(grpc::ServerContext* ctx) const;
+  std::optional<grpc::Status> Refuse(grpc::ServerContextBase* ctx) const;
 
  private:
   std::string self_;
@@ -100,42 +100,6 @@ class AdminServiceImpl final : public mlsched::v1::AdminService::Service {
   const LeaderGate* gate_;
   PolicyReloader reloader_;
   HaStatusProvider ha_status_;
-};
-
-/// The agents' side: one bidirectional stream per agent, each with an outbox drained by a writer
-/// thread so the Controller never blocks on a slow agent. Implements AgentSink.
-class AgentGateway final : public mlsched::v1::AgentService::Service, public AgentSink {
- public:
-  explicit AgentGateway(const Authenticator& a, const LeaderGate* gate = nullptr) : auth_(a), gate_(gate) {}
-  void SetController(Controller* c) { ctl_ = c; }
-  /// The epoch every message to agents carries from now on (HA: the leader's; 0 in single mode).
-  void SetEpoch(int64_t epoch) { epoch_ = epoch; }
-  grpc::Status Connect(grpc::ServerContext* ctx,
-                       grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) override;
-  bool Send(const std::string& node, const v1::SchedulerMessage& msg) override;
-
- private:
-  struct Session {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<v1::SchedulerMessage> outbox;
-    bool closed = false;
-    /// The call's context, cancelled when a newer session for the node replaces this one. Guarded
-    /// by `mu`; its own handler clears it (under `mu`) before it returns, after which gRPC may
-    /// destroy the context: a replacer cancels only while it is set.
-    grpc::ServerContext* ctx = nullptr;
-  };
-  /// Registers `node`, then relays its messages to the controller until the stream ends; a writer
-  /// thread drains the session's outbox meanwhile. Exceptions (a failing store) propagate after
-  /// the writer is joined.
-  void Serve(const std::string& node, const v1::RegisterNode& reg, Session& session,
-             grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream);
-  Controller* ctl_ = nullptr;
-  const Authenticator& auth_;
-  const LeaderGate* gate_;
-  std::atomic<int64_t> epoch_{0};
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Session>> sessions_;
 };
 
 }  // namespace mlsched::server

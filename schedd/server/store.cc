@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace mlsched::server {
 namespace {
@@ -27,10 +30,68 @@ void Exec(sqlite3* db, const char* sql) {
 }
 
 // A prepared statement with RAII finalization and typed binding helpers.
+// Prepared statements kept per connection and SQL literal (its address), so a hot statement is
+// compiled once, not on every write: preparing took ~18% of schedd's CPU with 20,000 starts on
+// 1,000 nodes (issue 30). A connection is used by one thread at a time; the map's own lock only
+// guards lookups. A statement already in use (nested) gets a fresh one, finalized after use.
+struct CachedStmt {
+  sqlite3_stmt* st = nullptr;
+  bool in_use = false;
+};
+std::mutex g_stmt_mu;
+std::map<std::pair<sqlite3*, const char*>, CachedStmt> g_stmts;
+
+// Finalizes the cached statements of `db`; before sqlite3_close.
+void FinalizeCached(sqlite3* db) {
+  std::lock_guard lk(g_stmt_mu);
+  for (auto it = g_stmts.begin(); it != g_stmts.end();) {
+    if (it->first.first == db) {
+      sqlite3_finalize(it->second.st);
+      it = g_stmts.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+/// Stmt's second argument: keep the compiled statement for the next use. Only for SQL given as
+/// a string literal: the cache is keyed by the text's address.
+constexpr bool kCache = true;
+
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { Check(db, sqlite3_prepare_v2(db, sql, -1, &st_, nullptr), sql); }
-  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(sqlite3* db, const char* sql, bool cache = false) : db_(db) {
+    if (cache) {
+      std::lock_guard lk(g_stmt_mu);
+      auto& c = g_stmts[{db, sql}];
+      if (c.st && !c.in_use) {
+        c.in_use = true;
+        cached_ = &c;
+        st_ = c.st;
+        return;
+      }
+      if (!c.st) {
+        Check(db, sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &c.st, nullptr), sql);
+        c.in_use = true;
+        cached_ = &c;
+        st_ = c.st;
+        return;
+      }
+    }
+    Check(db, sqlite3_prepare_v2(db, sql, -1, &st_, nullptr), sql);  // nested use of the same SQL
+  }
+  ~Stmt() {
+    if (!cached_) {
+      sqlite3_finalize(st_);
+      return;
+    }
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+    std::lock_guard lk(g_stmt_mu);
+    cached_->in_use = false;
+  }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
   Stmt& Bind(int i, int64_t v) { Check(db_, sqlite3_bind_int64(st_, i, v), "bind"); return *this; }
   Stmt& Bind(int i, const std::string& v) {
     Check(db_, sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), "bind");
@@ -58,6 +119,7 @@ class Stmt {
  private:
   sqlite3* db_;
   sqlite3_stmt* st_ = nullptr;
+  CachedStmt* cached_ = nullptr;  // from g_stmts (std::map: its address is stable)
 };
 
 constexpr const char* kJobColumns =
@@ -203,8 +265,12 @@ SqliteStore::~SqliteStore() {
   }
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  FinalizeCached(rdb_);
   sqlite3_close(rdb_);
-  if (wdb_) sqlite3_close(wdb_);
+  if (wdb_) {
+    FinalizeCached(wdb_);
+    sqlite3_close(wdb_);
+  }
 }
 
 void SqliteStore::Migrate() {
@@ -354,14 +420,15 @@ std::future<void> SqliteStore::UpdateJob(const JobRow& row, std::string event_ki
         Stmt s(db,
                "UPDATE jobs SET state=?, reason=?, start_time=?, end_time=?, exit_code=?, attempt=?, "
                "requeue_count=?, placement=?, spec=CASE WHEN length(?)>0 THEN ? ELSE spec END, "
-               "preempt_count=?, evictions=? WHERE id=?");
+               "preempt_count=?, evictions=? WHERE id=?",
+               kCache);
         s.BindText(1, row.state).BindText(2, row.reason).Bind(3, row.start_time).Bind(4, row.end_time)
             .Bind(5, row.exit_code).Bind(6, row.attempt).Bind(7, row.requeue_count).Bind(8, row.placement)
             .Bind(9, row.spec).Bind(10, row.spec).Bind(11, row.preempt_count).Bind(12, row.evictions)
             .Bind(13, row.id);
         s.Step();
         if (!event_kind.empty()) {
-          Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,'',?,?)");
+          Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,'',?,?)", kCache);
           e.Bind(1, row.id).BindText(2, event_kind).BindText(3, detail).Step();
         }
       },
@@ -373,7 +440,7 @@ std::future<void> SqliteStore::AppendEvent(int64_t job_id, std::string node, std
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [=](sqlite3* db) {
-        Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,?,?,?)");
+        Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,?,?,?)", kCache);
         e.Bind(1, job_id).BindText(2, node).BindText(3, kind).BindText(4, detail).Step();
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
@@ -428,7 +495,8 @@ std::future<void> SqliteStore::SaveNode(NodeRow row) {
       [row = std::move(row)](sqlite3* db) {
         Stmt s(db,
                "INSERT INTO nodes(name, info, drained, reason) VALUES (?,?,?,?) ON CONFLICT(name) DO UPDATE "
-               "SET info=excluded.info, drained=excluded.drained, reason=excluded.reason");
+               "SET info=excluded.info, drained=excluded.drained, reason=excluded.reason",
+               kCache);
         s.BindText(1, row.name).Bind(2, row.info).Bind(3, row.drained ? 1 : 0).BindText(4, row.reason).Step();
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
@@ -441,7 +509,8 @@ std::future<void> SqliteStore::SaveAttempt(AttemptRow a) {
       [a = std::move(a)](sqlite3* db) {
         Stmt s(db,
                "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
-               " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+               " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+               kCache);
         s.Bind(1, a.job_id).Bind(2, a.attempt).Bind(3, a.start_time).Bind(4, a.end_time).BindText(5, a.outcome)
             .Bind(6, a.ntasks).Bind(7, a.cpu_millis).Bind(8, a.gpus).BindText(9, a.gpu_type).BindText(10, a.pool)
             .BindText(11, a.nodes).Bind(12, a.lost_work_s);
@@ -604,7 +673,7 @@ std::vector<NodeRow> SqliteStore::LoadNodes() {
 
 std::optional<std::string> SqliteStore::LoadSpec(int64_t id) {
   std::lock_guard lk(rmu_);
-  Stmt s(rdb_, "SELECT spec FROM jobs WHERE id=?");
+  Stmt s(rdb_, "SELECT spec FROM jobs WHERE id=?", kCache);
   s.Bind(1, id);
   if (!s.Step()) return std::nullopt;
   return s.Blob(0);

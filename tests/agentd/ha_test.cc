@@ -192,6 +192,8 @@ TEST_CASE("a replica that stops answering is noticed by keepalive and the agent 
   FreezingProxy stopped(dir.Str("proxy.sock"), dir.Str("first.sock"));  // "first" as the agent reaches it
   auto cfg = Config(dir);
   cfg.servers = {"unix:" + dir.Str("proxy.sock"), "unix:" + dir.Str("second.sock")};
+  cfg.keepalive_time = 2s;  // agentd --keepalive-time 2 --keepalive-timeout 2
+  cfg.keepalive_timeout = 2s;
   Agent agent(cfg);
   agent.Start();
   REQUIRE(first.WaitFor(Registers()));

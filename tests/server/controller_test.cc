@@ -160,6 +160,52 @@ TEST_CASE("a silent node goes DOWN and its jobs are requeued on the others", "[c
     if (n.name() == dead) CHECK(n.state() == "DOWN");
 }
 
+TEST_CASE("a node whose stream still delivers is not DOWN while the controller is behind on its heartbeats",
+          "[controller][scale]") {
+  // Issue 30: heartbeats queued behind a node's reports reached the controller > 30 s late and
+  // live nodes went DOWN. The gateway tells when the node's stream last delivered (or that its
+  // messages wait); the timeout counts from the later of that and the last heartbeat handled.
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  const std::string node = w.Job(id).tasks(0).node();
+  const std::string other = node == "n1" ? "n2" : "n1";
+  const int64_t later = w.now + w.cfg.heartbeat_timeout_s + 1;
+  w.sink.heard[node] = later;  // its messages are still waiting to be handled
+  w.ctl->Tick(later);
+  for (const auto& n : w.ctl->Nodes()) {
+    if (n.name() == node) CHECK(n.state() != "DOWN");
+    if (n.name() == other) CHECK(n.state() == "DOWN");  // silent and nothing heard: DOWN as before
+  }
+  CHECK(w.Job(id).state() == v1::RUNNING);
+  // Heard long ago: DOWN.
+  w.sink.heard[node] = w.now;
+  w.ctl->Tick(later + 1);
+  for (const auto& n : w.ctl->Nodes())
+    if (n.name() == node) CHECK(n.state() == "DOWN");
+}
+
+TEST_CASE("a message from a DOWN node is not acted upon and asks for its stream to be closed", "[controller][scale]") {
+  // A DOWN node's tasks were requeued; its late reports must not touch the new attempts, and
+  // its agent must register again (which reconciles what still runs there) instead of staying
+  // DOWN behind a live stream, as 872 of 1,000 nodes did in issue 30.
+  World w(1, 1);
+  int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  const int64_t later = w.now + w.cfg.heartbeat_timeout_s + 1;
+  w.ctl->Tick(later);
+  REQUIRE(w.ctl->Nodes()[0].state() == "DOWN");
+  REQUIRE(w.Job(id).state() == v1::PENDING);
+  CHECK_FALSE(w.ctl->OnAgentMessage("n1", Heartbeat({{id, 1, 0}}), later + 1));
+  CHECK(w.Job(id).state() == v1::PENDING);
+  // Registering again brings it back.
+  w.ctl->OnRegister(NodeReg("n1", 1), later + 2);
+  CHECK(w.ctl->Nodes()[0].state() != "DOWN");
+  CHECK(w.ctl->OnAgentMessage("n1", Heartbeat({}), later + 3));
+}
+
 TEST_CASE("restart: running jobs are recovered and reconciled with the agents", "[controller]") {
   World w(2, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);

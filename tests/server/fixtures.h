@@ -34,9 +34,14 @@ struct TempDir {
 struct RecordingSink : AgentSink {
   std::map<std::string, std::vector<v1::SchedulerMessage>> sent;
   std::set<std::string> disconnected;
-  bool Send(const std::string& node, const v1::SchedulerMessage& msg) override {
+  std::map<std::string, int64_t> heard;  // LastHeard's answer per node (0 when absent)
+  int64_t LastHeard(const std::string& node, int64_t /*now*/) override {
+    auto it = heard.find(node);
+    return it == heard.end() ? 0 : it->second;
+  }
+  bool Send(const std::string& node, v1::SchedulerMessage msg) override {
     if (disconnected.count(node)) return false;
-    sent[node].push_back(msg);
+    sent[node].push_back(std::move(msg));
     return true;
   }
   /// Messages of one kind sent to a node, e.g. Of("n1", v1::SchedulerMessage::kPrepare).

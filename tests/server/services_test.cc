@@ -16,6 +16,7 @@
 #include "mlsched/v1/jobs.grpc.pb.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/metrics.h"
+#include "schedd/server/agent_gateway.h"
 #include "schedd/server/services.h"
 
 using namespace mlsched;
@@ -51,6 +52,7 @@ struct InProcessSchedd {
   ~InProcessSchedd() {
     listener.Stop();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    gateway.Stop();
   }
   grpc::Status Submit(int64_t* id) {
     auto stub = v1::JobService::NewStub(channel);
