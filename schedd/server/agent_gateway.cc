@@ -124,6 +124,24 @@ class AgentGateway::Stream final : public grpc::ServerBidiReactor<v1::AgentMessa
     Pump(lk);
   }
 
+  /// Closes the stream on an error after the Controller learnt that the node is disconnected, so
+  /// that nothing is placed on it once the agent sees the error (the order the synchronous
+  /// handler had).
+  void Fail(grpc::Status st) {
+    ForgetOnce();
+    Close(std::move(st));
+  }
+
+  /// Gateway::Forget, once per stream.
+  void ForgetOnce() {
+    {
+      std::lock_guard lk(mu_);
+      if (forgotten_) return;
+      forgotten_ = true;
+    }
+    gw_.Forget(*this);
+  }
+
   /// Cancels the call (a newer stream of the same node replaces it); its reactions then close it.
   void Cancel() {
     std::lock_guard lk(mu_);
@@ -168,9 +186,8 @@ class AgentGateway::Stream final : public grpc::ServerBidiReactor<v1::AgentMessa
           continue;
         }
         if (done_ && !forgotten_) {
-          forgotten_ = true;
           lk.unlock();
-          gw_.Forget(*this);
+          ForgetOnce();
           lk.lock();
           continue;
         }
@@ -188,13 +205,13 @@ class AgentGateway::Stream final : public grpc::ServerBidiReactor<v1::AgentMessa
         if (first) {
           gw_.Register(shared_from_this(), msg);
         } else if (!gw_.Handle(shared_from_this(), msg)) {
-          Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "schedd closed the agent stream; register again"));
+          Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, "schedd closed the agent stream; register again"));
         }
       } catch (const std::exception& e) {
         // A failing store (disk full, I/O error) ends this stream, never schedd: the agent reconnects.
         spdlog::error("node {}: agent stream failed: {}; closing it", node.empty() ? "?" : node, e.what());
         if (gw_.ctl_) gw_.ctl_->CountInternalError();
-        Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("schedd could not handle the agent stream: ") + e.what()));
+        Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("schedd could not handle the agent stream: ") + e.what()));
       }
       lk.lock();
     }
@@ -318,7 +335,7 @@ void AgentGateway::CompleterLoop() {
       // reconnects and sends the report again.
       spdlog::error("node {}: agent stream failed: {}; closing it", c.stream->node, e.what());
       ctl_->CountInternalError();
-      c.stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("schedd could not handle the agent stream: ") + e.what()));
+      c.stream->Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("schedd could not handle the agent stream: ") + e.what()));
     }
     c.stream->Completed();
     c = Completion{};  // drops the stream and the batch without the lock

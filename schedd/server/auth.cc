@@ -1,5 +1,7 @@
 #include "schedd/server/auth.h"
 
+#include <fcntl.h>
+
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/server_posix.h>
 #include <poll.h>
@@ -43,7 +45,9 @@ PeerCredListener::PeerCredListener(std::string path) : path_(std::move(path)) {
   ::unlink(path_.c_str());
   if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fail("bind");
   ::chmod(path_.c_str(), 0666);
-  if (::listen(fd_, 512) != 0) fail("listen");
+  // SOMAXCONN (the kernel caps it at net.core.somaxconn): when 5,000 agents connect at once, a
+  // short queue refused the rest (issue 30).
+  if (::listen(fd_, SOMAXCONN) != 0) fail("listen");
 }
 
 PeerCredListener::~PeerCredListener() {
@@ -62,22 +66,26 @@ void PeerCredListener::Stop() {
 }
 
 void PeerCredListener::AcceptLoop(grpc::Server* server) {
+  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
   while (!stop_) {
     struct pollfd p {fd_, POLLIN, 0};
     if (::poll(&p, 1, 200) <= 0) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) continue;
-    struct ucred cred {};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      ::close(c);
-      continue;
+    // Everything queued, not one connection per wake-up: a reconnect storm fills the queue faster.
+    while (!stop_) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) break;  // EAGAIN: the queue is empty (or a transient error: poll again)
+      struct ucred cred {};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        ::close(c);
+        continue;
+      }
+      {
+        std::lock_guard lk(mu_);
+        creds_[c] = cred;  // an fd number reused later is overwritten before gRPC sees the new socket
+      }
+      grpc::AddInsecureChannelFromFd(server, c);
     }
-    {
-      std::lock_guard lk(mu_);
-      creds_[c] = cred;  // an fd number reused later is overwritten before gRPC sees the new socket
-    }
-    grpc::AddInsecureChannelFromFd(server, c);
   }
 }
 
