@@ -95,7 +95,7 @@ class AgentGateway final : public v1::AgentService::CallbackService, public Agen
 
   struct Completion {
     std::shared_ptr<Stream> stream;
-    int64_t seq = 0;  // the report to acknowledge (0: a heartbeat, none)
+    uint64_t seq = 0;  // the report to acknowledge (0: a heartbeat, none)
     std::unique_ptr<WriteBatch> batch;
   };
   std::mutex done_mu_;
