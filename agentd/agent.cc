@@ -154,7 +154,7 @@ void Agent::Start() {
   started_ = true;
   disconnected_since_ = std::chrono::steady_clock::now();
   driver_->Start();
-  progress_.Start();
+  if (cfg_.read_task_progress) progress_.Start();
   session_ = std::thread([this] { SessionLoop(); });
   if (cfg_.cutoff_timeout.count() > 0) cutoff_ = std::thread([this] { CutoffLoop(); });
   if (!cfg_.eviction_url.empty()) {
@@ -183,6 +183,7 @@ void Agent::Shutdown() {
   for (const auto& dir : attempts_.Directories()) RemoveAttemptFiles(dir);
   // Let the writer send the exit reports, half-close, and wait for schedd to end the call.
   draining_ = true;
+  outbox_.Wake();
   {
     std::unique_lock lk(mu_);
     cv_.notify_all();

@@ -74,6 +74,10 @@ struct AgentConfig {
   /// An agent that is not root runs every job as its own user (agentd --single-user: a one-user
   /// cluster); without it such an agent refuses jobs of any other uid. Ignored when root.
   bool single_user = false;
+  /// Read each running task's status file (its last checkpoint and step, sent in heartbeats) on a
+  /// thread of its own, once a second. Off only for hollow agents (bench/server/hollow_agents),
+  /// whose tasks write none and where 10,000 such threads in one process would exhaust pid_max.
+  bool read_task_progress = true;
 };
 
 class Agent {
@@ -153,6 +157,9 @@ class Agent {
   ConnectionEnd RunConnection(const std::string& server, int failures);
   /// The member to try after one whose stream ended as `end` (index into cfg_.servers).
   size_t NextServer(size_t current, const ConnectionEnd& end) const;
+  /// The stream's second thread: first the registration watchdog (cancels the call when no answer
+  /// comes in cfg_.registration_timeout), then, once registered, the writer (outbox and heartbeats).
+  void WriterThread(Connection& conn, const std::atomic<bool>& closed);
   void WriterLoop(Connection& conn, const std::atomic<bool>& closed);
   void CancelCurrent();  // requires mu_
 

@@ -158,7 +158,8 @@ void Outbox::Push(v1::AgentMessage msg) {
 
 std::optional<v1::AgentMessage> Outbox::Pop(Clock::time_point until) {
   std::unique_lock lk(mu_);
-  cv_.wait_until(lk, until, [&] { return interrupted_ || !queue_.empty(); });
+  cv_.wait_until(lk, until, [&] { return interrupted_ || woken_ || !queue_.empty(); });
+  woken_ = false;
   if (interrupted_ || queue_.empty()) return std::nullopt;
   v1::AgentMessage m = std::move(queue_.front());
   queue_.pop_front();
@@ -169,6 +170,12 @@ std::optional<v1::AgentMessage> Outbox::Pop(Clock::time_point until) {
 void Outbox::Interrupt() {
   std::lock_guard lk(mu_);
   interrupted_ = true;
+  cv_.notify_all();
+}
+
+void Outbox::Wake() {
+  std::lock_guard lk(mu_);
+  woken_ = true;
   cv_.notify_all();
 }
 

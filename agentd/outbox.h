@@ -58,6 +58,8 @@ class Outbox {
   std::optional<v1::AgentMessage> Pop(Clock::time_point until);
   /// Makes Pop return nullopt at once until the next SetOnline(true).
   void Interrupt();
+  /// Makes the current (or next) Pop return at once, once (the writer then re-checks its state).
+  void Wake();
   /// schedd made every report with seq <= `seq` durable: forgets them (and removes their files).
   void Ack(uint64_t seq);
   /// Messages queued to send.
@@ -82,6 +84,7 @@ class Outbox {
   uint64_t next_seq_ = 1;
   bool online_ = false;
   bool interrupted_ = false;
+  bool woken_ = false;
 };
 
 }  // namespace mlsched::agent

@@ -18,8 +18,11 @@
 namespace mlsched::agent {
 
 struct Agent::Connection {
+  /// Where the registration stands; guarded by Agent::mu_, changes notify Agent::cv_.
+  enum class Registration { kPending, kAccepted, kFailed };
   std::string server;         // the replica
   bool stale_logged = false;  // a message with a stale epoch was logged on this stream
+  Registration registration = Registration::kPending;
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>> stream;
 };
@@ -182,32 +185,29 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
     spdlog::log(level, "stream to schedd {} {}: {} (code {}, {} failed attempt(s) before)", server, when,
                 st.error_message(), static_cast<int>(st.error_code()), failures);
   };
-  // A schedd that accepts the stream but never answers the registration must not hold us forever.
-  bool answered = false;
-  std::thread watchdog([&] {
-    std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, cfg_.registration_timeout, [&] { return answered || stopping_; })) {
-      spdlog::warn("no answer to the registration from {} in {} s; trying again", server, cfg_.registration_timeout.count());
-      conn->ctx.TryCancel();
-    }
-  });
-  auto stop_watchdog = [&] {
+  // Two threads per stream, however it goes: this one reads; the second one is first the
+  // registration watchdog, then the writer (hollow_agents holds 10,000 agents in one process, within
+  // the machine's pid_max of 32,768).
+  conn->stream = stub->Connect(&conn->ctx);
+  std::atomic<bool> closed{false};
+  std::thread writer([&] { WriterThread(*conn, closed); });
+  auto settle = [&](Connection::Registration r) {
     {
       std::lock_guard lk(mu_);
-      answered = true;
+      conn->registration = r;
     }
     cv_.notify_all();
-    watchdog.join();
   };
-  conn->stream = stub->Connect(&conn->ctx);
   v1::SchedulerMessage msg;
-  bool ok = conn->stream->Write(MakeRegister()) && conn->stream->Read(&msg);
-  stop_watchdog();
-  if (!ok) {
+  if (!(conn->stream->Write(MakeRegister()) && conn->stream->Read(&msg))) {
+    settle(Connection::Registration::kFailed);
+    writer.join();
     finish("failed before registration");
     return end;
   }
   if (!AcceptRegistration(msg, *conn)) {
+    settle(Connection::Registration::kFailed);
+    writer.join();
     conn->ctx.TryCancel();
     while (conn->stream->Read(&msg)) {
     }
@@ -222,8 +222,7 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
     cutoff_done_ = false;
     connected_ = true;
   }
-  std::atomic<bool> closed{false};
-  std::thread writer([&] { WriterLoop(*conn, closed); });
+  settle(Connection::Registration::kAccepted);
   while (conn->stream->Read(&msg)) HandleMessage(msg, *conn);
   {
     std::lock_guard lk(mu_);
@@ -238,11 +237,29 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
   return end;
 }
 
+void Agent::WriterThread(Connection& conn, const std::atomic<bool>& closed) {
+  {
+    // A schedd that accepts the stream but never answers the registration must not hold us forever.
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, cfg_.registration_timeout,
+                      [&] { return conn.registration != Connection::Registration::kPending; })) {
+      spdlog::warn("no answer to the registration from {} in {} s; trying again", conn.server,
+                   cfg_.registration_timeout.count());
+      conn.ctx.TryCancel();
+      return;
+    }
+    if (conn.registration != Connection::Registration::kAccepted) return;
+  }
+  WriterLoop(conn, closed);
+}
+
 void Agent::WriterLoop(Connection& conn, const std::atomic<bool>& closed) {
   using Clock = Outbox::Clock;
   auto next_heartbeat = Clock::now() + std::chrono::seconds(heartbeat_interval_s_.load());
   while (!closed) {
-    auto until = std::min(next_heartbeat, Clock::now() + std::chrono::milliseconds(200));
+    // Asleep until a message is queued or the next heartbeat is due (Shutdown wakes it); while
+    // draining, it also looks every 200 ms whether schedd has acknowledged everything.
+    auto until = draining_ ? std::min(next_heartbeat, Clock::now() + std::chrono::milliseconds(200)) : next_heartbeat;
     auto m = outbox_.Pop(until);
     if (m) {
       // A report that fails to go out stays unacknowledged: the next connection sends it again.
