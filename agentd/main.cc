@@ -42,6 +42,7 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mlsched::DisableMutexDeadlockDetection();  // common/client.h
   CLI::App app{"agentd: the mlsched node agent"};
   std::string server, name = agent::Hostname(), pool = "on-demand", cpus, mem, work_dir = "/var/spool/mlsched/agentd";
   std::string region, zone, domain, address, eviction_url, log_level = "info";

@@ -1,5 +1,7 @@
 #include "common/client.h"
 
+#include <absl/synchronization/mutex.h>
+
 #include <chrono>
 #include <cstdlib>
 
@@ -78,5 +80,7 @@ void PrepareContext(grpc::ClientContext& ctx, const std::string& address, int ti
   (void)address;
   if (timeout_s > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
 }
+
+void DisableMutexDeadlockDetection() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 }  // namespace mlsched

@@ -37,6 +37,7 @@ std::string NodeName(const std::string& prefix, int i, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mlsched::DisableMutexDeadlockDetection();  // common/client.h
   CLI::App app{"hollow_agents: N hollow mlsched nodes (real agent protocol, no task processes)"};
   std::string server, work_dir, prefix = "hollow-", cpus = "32", mem = "256G", pool = "on-demand", tls_dir;
   std::vector<std::string> gpus;

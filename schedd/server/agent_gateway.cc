@@ -428,12 +428,17 @@ bool AgentGateway::Handle(const std::shared_ptr<Stream>& s, const v1::AgentMessa
   // tasks were requeued); closing the stream makes the agent register again, which reconciles
   // what still runs there.
   Controller::AppliedMessage applied = ctl_->ApplyAgentMessage(s->node, msg, WallNow());
-  s->Applied();
-  {
-    std::lock_guard lk(done_mu_);
-    completions_.push_back(Completion{s, msg.seq(), std::move(applied.batch)});
+  // Most heartbeats write and send nothing: nothing to complete, no hand-off to the completer
+  // (one thread wake-up and a Controller lock fewer per heartbeat; 2,000 a second at 10,000 nodes).
+  const bool nothing = msg.seq() == 0 && (!applied.batch || (applied.batch->writes.empty() && applied.batch->sends.empty()));
+  if (!nothing) {
+    s->Applied();
+    {
+      std::lock_guard lk(done_mu_);
+      completions_.push_back(Completion{s, msg.seq(), std::move(applied.batch)});
+    }
+    done_cv_.notify_one();
   }
-  done_cv_.notify_one();
   if (!applied.keep)
     spdlog::warn("node {}: a message from a node marked DOWN; closing its stream so that it registers again", s->node);
   return applied.keep;

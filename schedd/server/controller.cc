@@ -165,6 +165,7 @@ bool Controller::SendLocked(const std::string& node, v1::SchedulerMessage msg) {
 }
 
 void Controller::FinishBatch(WriteBatch& b) {
+  if (b.writes.empty() && b.sends.empty()) return;
   std::exception_ptr error;
   std::vector<int64_t> written, failed_jobs;
   std::vector<AttemptRow> failed_attempts;

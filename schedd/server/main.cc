@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
   // per-thread arenas, and the fragmentation roughly doubled schedd's memory per pending job
   // (bench_schedd: 3.9 KB -> 2.0 KB per job at 10,000 jobs) with no measurable throughput cost.
   mallopt(M_ARENA_MAX, 1);
+  mlsched::DisableMutexDeadlockDetection();  // common/client.h
   CLI::App app{"schedd: the mlsched scheduler daemon"};
   std::string listen = std::string("unix:") + mlsched::kDefaultSocket, listen_tcp, token_file, munge_socket;
   mlsched::TlsFiles tls;
