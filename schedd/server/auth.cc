@@ -80,6 +80,13 @@ void PeerCredListener::AcceptLoop(grpc::Server* server) {
         ::close(c);
         continue;
       }
+      // The client gave up while the connection waited in the queue (its connect timed out):
+      // close it at once rather than set up a transport nobody will use.
+      if (struct pollfd q {c, POLLRDHUP, 0}; ::poll(&q, 1, 0) > 0 && (q.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        ::close(c);
+        ++abandoned_;
+        continue;
+      }
       {
         std::lock_guard lk(mu_);
         creds_[c] = cred;  // an fd number reused later is overwritten before gRPC sees the new socket

@@ -39,12 +39,18 @@ class PeerCredListener {
   void Stop();
   /// Credentials of the gRPC peer string ("fd:N"), if it came through this listener.
   bool Lookup(const std::string& peer, struct ucred* out);
+  /// Connections whose client had already hung up when they were accepted, closed without a gRPC
+  /// transport. In a reconnect storm of thousands of agents most queued connections are such
+  /// stale attempts; setting up a transport for each (milliseconds apiece) kept the queue full of
+  /// them until no agent got through (issue 30, 10,000 nodes).
+  uint64_t Abandoned() const { return abandoned_; }
 
  private:
   void AcceptLoop(grpc::Server* server);
   std::string path_;
   int fd_ = -1;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> abandoned_{0};
   std::thread thread_;
   std::mutex mu_;
   std::map<int, struct ucred> creds_;

@@ -3,6 +3,9 @@
 // (mlsched_internal_errors_total), an agent stream that needed a write is closed (the agent
 // reconnects), and reads keep being served. The real services over a real Unix socket.
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -280,4 +283,37 @@ TEST_CASE("agent sessions of one node replacing each other in a tight loop leave
   int64_t id = 0;
   CHECK(s.Submit(&id).ok());
   last.ctx.TryCancel();
+}
+
+TEST_CASE("the Unix listener closes queued connections whose client already hung up, and still serves the live ones",
+          "[services][scale]") {
+  // A reconnect storm of thousands of agents: most queued connections are attempts their agent
+  // already gave up on. Setting up a gRPC transport for each kept the queue full of them until no
+  // agent got through (10,000 hollow nodes, issue 30).
+  TempDir dir;
+  const std::string path = (dir.path / "schedd.sock").string();
+  PeerCredListener listener{path};
+  constexpr int kStale = 50;
+  for (int i = 0; i < kStale; ++i) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    ::close(fd);  // queued, not yet accepted: the client is gone
+  }
+  grpc::ServerBuilder builder;
+  grpc::CallbackGenericService any;  // a server needs a service to start
+  builder.RegisterCallbackGenericService(&any);
+  auto server = builder.BuildAndStart();
+  REQUIRE(server);
+  listener.Start(server.get());
+  for (int i = 0; i < 500 && listener.Abandoned() < kStale; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(listener.Abandoned() == kStale);
+  auto channel = grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials());
+  CHECK(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5)));
+  CHECK(listener.Abandoned() == kStale);
+  listener.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
