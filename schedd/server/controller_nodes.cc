@@ -126,8 +126,13 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
   if (metrics_) metrics_->CountEviction();
   eviction_rates_.RecordEviction(core::PoolName(n.node.pool));
   std::string jobs;
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
+  // Only this node's jobs (running_on_; a copy, as EndAttempt updates it), not every job: when a
+  // thousand nodes go DOWN together, scanning all jobs for each held the lock for minutes (issue 30).
+  const std::set<int64_t> mine = running_on_[name];
+  for (int64_t id : mine) {
+    auto jit = jobs_.find(id);
+    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) continue;
+    JobRec& j = jit->second;
     bool on_node = false;
     for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
     if (!on_node) continue;
@@ -168,8 +173,13 @@ void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
   const std::string name = n.info.name();
   spdlog::error("node {} DOWN: {}", name, why);
   Await(store_.AppendEvent(0, name, "node-down", why));
-  for (auto& [id, j] : jobs_) {
-    if (j.state != core::JobState::kRunning) continue;
+  // Only this node's jobs (running_on_; a copy, as EndAttempt updates it), not every job: when a
+  // thousand nodes go DOWN together, scanning all jobs for each held the lock for minutes (issue 30).
+  const std::set<int64_t> mine = running_on_[name];
+  for (int64_t id : mine) {
+    auto jit = jobs_.find(id);
+    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) continue;
+    JobRec& j = jit->second;
     bool on_node = false;
     for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
     if (!on_node) continue;
