@@ -13,13 +13,23 @@
 # heartbeating and no job (before the submissions); down: nodes DOWN at the end (should be 0).
 #   bash bench/server/scale_bench.sh BUILD_DIR NODES JOBS [--cpus N] [--task-seconds S]
 #                                    [--heartbeat-interval S] [--nodes-per-process N] [--check]
+#                                    [--pending P]
 # --check: exit 1 unless every node registered, every job started exactly once and completed,
 # and no node went DOWN (the scale smoke test in CI uses it).
+# --pending P: then a backlog of P held one-task jobs (mlsub --hold, as arrays) and a second line:
+#   pending=P submit_s=S backlog_rss_mb=M backlog_cpu_pct=C mlq_job_ms=A mlq_page_ms=B mlq_all_ms=C
+#   nodes_ms=D gang64_p50_ms=E gang64_max_ms=F restart_to_start_s=R
+# backlog_cpu_pct: schedd's CPU over 10 s with the backlog and every node heartbeating; mlq_job_ms:
+# `mlq -j ID`, mlq_page_ms: `mlq --max-jobs 100`, mlq_all_ms: the whole listing (P jobs), nodes_ms:
+# `mladmin nodes` (each the best of 3, wall time of the CLI); gang64: 10 gangs of 64 one-CPU tasks
+# submitted one after another, submit -> RUNNING as seen by polling mlq every 20 ms; restart: schedd
+# is stopped (SIGTERM) and started on the same state, and the time runs from the stop until a job
+# submitted as soon as schedd answers is RUNNING.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,29p' "$0" >&2; exit 2; }
 BIN=$(cd "$1" && pwd) NODES=$2 JOBS=$3
 shift 3
-CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250
+CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpus) CPUS=$2; shift 2 ;;
@@ -27,9 +37,11 @@ while [ $# -gt 0 ]; do
     --heartbeat-interval) HB=$2; shift 2 ;;
     --check) CHECK=1; shift ;;
     --nodes-per-process) PER_PROCESS=$2; shift 2 ;;
+    --pending) PENDING=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+[[ $PENDING =~ ^[0-9]+$ ]] || { echo "--pending takes a count" >&2; exit 2; }
 [[ $NODES =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $PER_PROCESS =~ ^[0-9]+$ && $NODES -ge 1 && $JOBS -ge 1 && $PER_PROCESS -ge 1 ]] || { echo "NODES and JOBS are positive integers" >&2; exit 2; }
 STATE=$(mktemp -d /tmp/mlsched-scale.XXXXXX)
 SOCK="$STATE/schedd.sock"
@@ -42,10 +54,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BIN/schedd/server/schedd" --listen "unix:$SOCK" --state-dir "$STATE/db" --heartbeat-interval "$HB" \
-  --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn >"$STATE/schedd.log" 2>&1 &
-SCHEDD=$!
-pids+=("$SCHEDD")
+start_schedd() {
+  "$BIN/schedd/server/schedd" --listen "unix:$SOCK" --state-dir "$STATE/db" --heartbeat-interval "$HB" \
+    --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn >>"$STATE/schedd.log" 2>&1 &
+  SCHEDD=$!
+  pids+=("$SCHEDD")
+}
+start_schedd
 for _ in $(seq 1 100); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.1; done
 
 t0=$(date +%s.%N)
@@ -130,3 +145,48 @@ if check == "1":
         print("CHECK FAILED: " + "; ".join(problems)); sys.exit(1)
     print("check: every node registered, every job ran once and completed, no node went DOWN")
 PY
+[ "$PENDING" -gt 0 ] || exit 0
+
+# The backlog: P held jobs, then the figures with it in place.
+now() { date +%s.%N; }
+ms_since() { python3 -c "print(int(($(now) - $1) * 1000))"; }
+best_ms() {  # the best of 3 runs of a command, in ms
+  local best=999999999 t m
+  for _ in 1 2 3; do t=$(now); "$@" >/dev/null 2>&1; m=$(ms_since "$t"); [ "$m" -lt "$best" ] && best=$m; done
+  echo "$best"
+}
+t=$(now) left=$PENDING
+while [ "$left" -gt 0 ]; do
+  n=$(( left > 10000 ? 10000 : left ))
+  "$BIN/cli/mlsub" --parsable --hold --array "0-$((n - 1))" -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep 1 >/dev/null
+  left=$((left - n))
+done
+submit_s=$(python3 -c "print(round($(now) - $t, 2))")
+sleep 5
+c0=$(cpu_ticks); sleep 10; c1=$(cpu_ticks)
+backlog_cpu=$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")
+backlog_rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$SCHEDD/status")
+one=$("$BIN/cli/mlq" -h -o '%i' --max-jobs 1)
+mlq_job=$(best_ms "$BIN/cli/mlq" -j "$one")
+mlq_page=$(best_ms "$BIN/cli/mlq" --max-jobs 100)
+mlq_all=$(best_ms "$BIN/cli/mlq" --max-jobs 1000000)
+nodes_ms=$(best_ms "$BIN/cli/mladmin" nodes)
+gangs=()
+for _ in $(seq 1 10); do
+  t=$(now)
+  id=$("$BIN/cli/mlsub" --parsable -n 64 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep 1)
+  until [ "$("$BIN/cli/mlq" -h -o '%T' -j "$id")" = RUNNING ]; do sleep 0.02; done
+  gangs+=("$(ms_since "$t")")
+done
+gang_p50=$(printf '%s\n' "${gangs[@]}" | sort -n | sed -n 5p)
+gang_max=$(printf '%s\n' "${gangs[@]}" | sort -n | tail -1)
+# Restart: stop schedd, start it on the same state, submit a job as soon as it answers.
+t=$(now)
+kill -TERM "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
+start_schedd
+until id=$("$BIN/cli/mlsub" --parsable -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep 1 2>/dev/null); do sleep 0.05; done
+until [ "$("$BIN/cli/mlq" -h -o '%T' -j "$id" 2>/dev/null)" = RUNNING ]; do sleep 0.05; done
+restart_s=$(python3 -c "print(round($(now) - $t, 2))")
+echo "pending=$PENDING submit_s=$submit_s backlog_rss_mb=$backlog_rss backlog_cpu_pct=$backlog_cpu mlq_job_ms=$mlq_job" \
+  "mlq_page_ms=$mlq_page mlq_all_ms=$mlq_all nodes_ms=$nodes_ms gang64_p50_ms=$gang_p50 gang64_max_ms=$gang_max" \
+  "restart_to_start_s=$restart_s"
