@@ -13,9 +13,12 @@
 # heartbeating and no job (before the submissions); down: nodes DOWN at the end (should be 0).
 #   bash bench/server/scale_bench.sh BUILD_DIR NODES JOBS [--cpus N] [--task-seconds S]
 #                                    [--heartbeat-interval S] [--nodes-per-process N] [--check]
-#                                    [--pending P]
+#                                    [--pending P] [--ramp]
 # --check: exit 1 unless every node registered, every job started exactly once and completed,
 # and no node went DOWN (the scale smoke test in CI uses it).
+# --ramp: the hollow processes start one at a time, each once the previous one's nodes registered,
+# with a line per step: nodes so far, how long the step took, schedd's CPU over 10 s, nodes DOWN
+# (register_s then includes those 10 s pauses).
 # --pending P: then a backlog of P held one-task jobs (mlsub --hold, as arrays) and a second line:
 #   pending=P submit_s=S backlog_rss_mb=M backlog_cpu_pct=C mlq_job_ms=A mlq_page_ms=B mlq_all_ms=C
 #   nodes_ms=D gang64_p50_ms=E gang64_max_ms=F restart_to_start_s=R
@@ -26,10 +29,10 @@
 # is stopped (SIGTERM) and started on the same state, and the time runs from the stop until a job
 # submitted as soon as schedd answers is RUNNING.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,29p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,32p' "$0" >&2; exit 2; }
 BIN=$(cd "$1" && pwd) NODES=$2 JOBS=$3
 shift 3
-CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0
+CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0 RAMP=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpus) CPUS=$2; shift 2 ;;
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
     --check) CHECK=1; shift ;;
     --nodes-per-process) PER_PROCESS=$2; shift 2 ;;
     --pending) PENDING=$2; shift 2 ;;
+    --ramp) RAMP=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +67,7 @@ start_schedd() {
 start_schedd
 for _ in $(seq 1 100); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.1; done
 
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$SCHEDD/stat"; }
 t0=$(date +%s.%N)
 # The nodes are spread over processes of at most PER_PROCESS hollow nodes (kubemark runs many
 # hollow pods): one process holds its nodes' connections, outboxes, job files and reserved
@@ -76,6 +81,12 @@ while [ "$left" -gt 0 ]; do
     --cpus "$CPUS" --task-seconds "$TASK_S" --log-level "${HOLLOW_LOG_LEVEL:-error}" >"$STATE/hollow-$k.log" 2>&1 &
   pids+=("$!")
   left=$((left - n))
+  if [ "$RAMP" = 1 ]; then  # nodes join one process at a time: wait for these, then schedd's CPU
+    for _ in $(seq 1 1200); do grep -q "registered in" "$STATE/hollow-$k.log" && break; sleep 0.25; done
+    c0=$(cpu_ticks); sleep 10; c1=$(cpu_ticks)
+    echo "ramp: $((NODES - left)) nodes, $(grep -o 'registered in.*' "$STATE/hollow-$k.log" || echo 'not all registered'), schedd cpu" \
+      "$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")%, down $(grep -c 'DOWN:' "$STATE/schedd.log" || true)"
+  fi
 done
 registered=0
 for _ in $(seq 1 1200); do
@@ -86,7 +97,6 @@ done
 register_s=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
 
 # schedd's CPU over 10 s while every node heartbeats and nothing else happens.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$SCHEDD/stat"; }
 c0=$(cpu_ticks); sleep 10; c1=$(cpu_ticks)
 idle_cpu=$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")
 
