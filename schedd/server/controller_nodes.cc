@@ -126,8 +126,8 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
   if (metrics_) metrics_->CountEviction();
   eviction_rates_.RecordEviction(core::PoolName(n.node.pool));
   std::string jobs;
-  // Only this node's jobs (running_on_; a copy, as EndAttempt updates it), not every job: when a
-  // thousand nodes go DOWN together, scanning all jobs for each held the lock for minutes (issue 30).
+  // Only this node's jobs (running_on_; a copy, as EndAttempt may update it), not every job in the
+  // cluster (as MarkNodeDown; a spot reclaim of hundreds of nodes is as many of these).
   const std::set<int64_t> mine = running_on_[name];
   for (int64_t id : mine) {
     auto jit = jobs_.find(id);
