@@ -13,7 +13,7 @@
 # heartbeating and no job (before the submissions); down: nodes DOWN at the end (should be 0).
 #   bash bench/server/scale_bench.sh BUILD_DIR NODES JOBS [--cpus N] [--task-seconds S]
 #                                    [--heartbeat-interval S] [--nodes-per-process N] [--check]
-#                                    [--pending P] [--ramp]
+#                                    [--pending P] [--ramp] [--tls] [--ha]
 # --check: exit 1 unless every node registered, every job started exactly once and completed,
 # and no node went DOWN (the scale smoke test in CI uses it).
 # --ramp: the hollow processes start one at a time, each once the previous one's nodes registered,
@@ -21,18 +21,26 @@
 # (register_s then includes those 10 s pauses).
 # --pending P: then a backlog of P held one-task jobs (mlsub --hold, as arrays) and a second line:
 #   pending=P submit_s=S backlog_rss_mb=M backlog_cpu_pct=C mlq_job_ms=A mlq_page_ms=B mlq_all_ms=C
-#   nodes_ms=D gang64_p50_ms=E gang64_max_ms=F restart_to_start_s=R
+#   nodes_ms=D gang64_p50_ms=E gang64_max_ms=F restart_to_start_s=R (--ha: takeover_to_start_s=R)
 # backlog_cpu_pct: schedd's CPU over 10 s with the backlog and every node heartbeating; mlq_job_ms:
 # `mlq -j ID`, mlq_page_ms: `mlq --max-jobs 100`, mlq_all_ms: the whole listing (P jobs), nodes_ms:
 # `mladmin nodes` (each the best of 3, wall time of the CLI); gang64: 10 gangs of 64 one-CPU tasks
 # submitted one after another, submit -> RUNNING as seen by polling mlq every 20 ms; restart: schedd
 # is stopped (SIGTERM) and started on the same state, and the time runs from the stop until a job
 # submitted as soon as schedd answers is RUNNING.
+# --tls: as production runs: the nodes on TCP with mutual TLS (a node certificate each, made before
+# the clock starts; scripts/mlsched-certs.sh), the CLI on TCP with TLS and MUNGE (a private munged).
+# --ha (implies --tls): the state on a 3-member etcd (TLS, its own CA) and two schedd replicas
+# (--ha): the leader takes the load, the standby waits; the line with --pending then measures a
+# takeover instead of a restart (takeover_to_start_s: the leader is killed with SIGKILL, the time
+# runs until a job submitted to the replica list is RUNNING under the new leader; includes the
+# lease's expiry, --ha-lease-ttl 5 s). Every process shares this machine's cores.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,32p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,39p' "$0" >&2; exit 2; }
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$(cd "$1" && pwd) NODES=$2 JOBS=$3
 shift 3
-CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0 RAMP=0
+CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0 RAMP=0 TLS=0 HA=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpus) CPUS=$2; shift 2 ;;
@@ -42,6 +50,8 @@ while [ $# -gt 0 ]; do
     --nodes-per-process) PER_PROCESS=$2; shift 2 ;;
     --pending) PENDING=$2; shift 2 ;;
     --ramp) RAMP=1; shift ;;
+    --tls) TLS=1; shift ;;
+    --ha) HA=1; TLS=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -54,18 +64,99 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [ -z "${MUNGED:-}" ] || kill "$MUNGED" 2>/dev/null || true
   [ -n "${KEEP_STATE:-}" ] && echo "state kept in $STATE" >&2 || rm -rf "$STATE"
 }
 trap cleanup EXIT
 
+# The node names hollow_agents gives: hollow-K-NUM, NUM zero-padded to the width of process K's count.
+node_names() {
+  local left=$NODES k=0 n i
+  while [ "$left" -gt 0 ]; do
+    n=$(( left > PER_PROCESS ? PER_PROCESS : left )); k=$((k + 1)); left=$((left - n))
+    for i in $(seq 1 "$n"); do printf "hollow-$k-%0${#n}d\n" "$i"; done
+  done
+}
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# --tls: the cluster CA, schedd's certificate and one certificate per node. The nodes share one key
+# and get serials of their own (one openssl run per node instead of mlsched-certs.sh's three: the
+# setup of 1,000 nodes takes seconds, not minutes; none of it is timed).
+TLS_FLAGS=() AGENT_SERVER="unix:$SOCK" AGENT_TLS=() SCHEDD_ARGS=()
+if [ "$TLS" = 1 ]; then
+  T="$STATE/tls"
+  bash "$REPO/scripts/mlsched-certs.sh" "$T" ca >/dev/null
+  bash "$REPO/scripts/mlsched-certs.sh" "$T" schedd localhost >/dev/null
+  mkdir -p "$T/nodes"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$T/node.key" \
+    -subj "/O=mlsched/CN=node" -out "$T/node.csr" 2>/dev/null
+  node_names | awk '{print NR, $1}' | xargs -P "$(nproc)" -n 2 sh -c '
+    ext=$(mktemp); printf "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\nsubjectAltName=DNS:%s\n" "$2" >"$ext"
+    openssl x509 -req -in "$0/node.csr" -subj "/O=mlsched/CN=$2" -CA "$0/ca.pem" -CAkey "$0/ca.key" -set_serial "$((100000 + $1))" \
+      -days 30 -sha256 -extfile "$ext" -out "$0/nodes/$2.pem" 2>/dev/null && cp "$0/node.key" "$0/nodes/$2.key"; rm -f "$ext"' "$T"
+  mkdir -p "$STATE/munge"
+  mungekey --create --keyfile="$STATE/munge/munge.key"
+  munged --force --socket="$STATE/munge/munge.sock" --key-file="$STATE/munge/munge.key" \
+    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/munged.log" --seed-file="$STATE/munge/munged.seed"
+  for _ in $(seq 1 50); do [ -s "$STATE/munge/munged.pid" ] && break; sleep 0.1; done
+  MUNGED=$(cat "$STATE/munge/munged.pid")
+  export MLSCHED_TLS_CA="$T/ca.pem" MLSCHED_MUNGE_SOCKET="$STATE/munge/munge.sock"
+  TLS_FLAGS=(--tls-cert "$T/schedd.pem" --tls-key "$T/schedd.key" --tls-ca "$T/ca.pem" --munge-socket "$MLSCHED_MUNGE_SOCKET")
+  AGENT_TLS=(--tls-dir "$T")
+fi
+# --ha: three etcd members on loopback (client and peer mutual TLS, etcd's own CA) and two replicas.
+# Jobs go in as arrays of CHUNK elements; in HA mode one array is one etcd transaction of 2 x CHUNK
+# + 3 operations (etcd's --max-txn-ops and schedd's --ha-max-txn-ops are raised to fit) and at
+# most 1.5 MiB.
+CHUNK=10000 TXN_OPS=1100
+if [ "$HA" = 1 ]; then
+  CHUNK=500  # ~1.1 KB per job: 500 fit etcd's 1.5 MiB request
+  E="$T/etcd" cluster="" endpoints=""
+  bash "$REPO/scripts/mlsched-certs.sh" "$T" etcd-ca >/dev/null
+  for i in 1 2 3; do bash "$REPO/scripts/mlsched-certs.sh" "$T" etcd-member "etcd-$i" 127.0.0.1 >/dev/null; done
+  bash "$REPO/scripts/mlsched-certs.sh" "$T" etcd-client mlsched-schedd >/dev/null
+  declare -a cport pport
+  for i in 1 2 3; do cport[i]=$(free_port); pport[i]=$(free_port); done
+  for i in 1 2 3; do cluster="${cluster:+$cluster,}etcd-$i=https://127.0.0.1:${pport[i]}"; endpoints="${endpoints:+$endpoints,}127.0.0.1:${cport[i]}"; done
+  for i in 1 2 3; do
+    etcd --name "etcd-$i" --data-dir "$STATE/etcd-$i" --listen-client-urls "https://127.0.0.1:${cport[i]}" \
+      --advertise-client-urls "https://127.0.0.1:${cport[i]}" --listen-peer-urls "https://127.0.0.1:${pport[i]}" \
+      --initial-advertise-peer-urls "https://127.0.0.1:${pport[i]}" --initial-cluster "$cluster" --initial-cluster-state new \
+      --client-cert-auth --trusted-ca-file "$E/ca.pem" --cert-file "$E/etcd-$i.pem" --key-file "$E/etcd-$i.key" \
+      --peer-client-cert-auth --peer-trusted-ca-file "$E/ca.pem" --peer-cert-file "$E/etcd-$i.pem" \
+      --peer-key-file "$E/etcd-$i.key" --peer-cert-allowed-hostname member.etcd.mlsched \
+      --auto-compaction-mode periodic --auto-compaction-retention 10m --max-txn-ops "$TXN_OPS" \
+      >"$STATE/etcd-$i.log" 2>&1 &
+    pids+=("$!")
+  done
+  SCHEDD_ARGS=(--ha "etcd://$endpoints" --etcd-tls-ca "$E/ca.pem" --etcd-tls-cert "$E/clients/mlsched-schedd.pem"
+               --etcd-tls-key "$E/clients/mlsched-schedd.key" --ha-lease-ttl 5 --ha-max-txn-ops "$TXN_OPS")
+fi
+declare -a tcp_port
+tcp_port[1]=$(free_port) tcp_port[2]=$(free_port)
+# start_schedd [REPLICA]: schedd (replica REPLICA of the HA pair, default 1) in the background: SCHEDD.
 start_schedd() {
-  "$BIN/schedd/server/schedd" --listen "unix:$SOCK" --state-dir "$STATE/db" --heartbeat-interval "$HB" \
-    --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn >>"$STATE/schedd.log" 2>&1 &
+  local r=${1:-1} listen=(--listen "unix:$SOCK") db="$STATE/db"
+  [ "$HA" = 1 ] && listen=(--listen "unix:$STATE/schedd-$r.sock") db="$STATE/db-$r"
+  [ "$TLS" = 1 ] && listen+=(--listen-tcp "127.0.0.1:${tcp_port[r]}" "${TLS_FLAGS[@]}")
+  "$BIN/schedd/server/schedd" "${listen[@]}" --state-dir "$db" --heartbeat-interval "$HB" "${SCHEDD_ARGS[@]}" \
+    --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn >>"$STATE/schedd-$r.log" 2>&1 &
   SCHEDD=$!
   pids+=("$SCHEDD")
 }
-start_schedd
-for _ in $(seq 1 100); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.1; done
+if [ "$TLS" = 1 ]; then
+  export MLSCHED_SERVER="127.0.0.1:${tcp_port[1]}"
+  [ "$HA" = 1 ] && export MLSCHED_SERVER="127.0.0.1:${tcp_port[1]},127.0.0.1:${tcp_port[2]}"
+  AGENT_SERVER=$MLSCHED_SERVER
+fi
+start_schedd 1
+for _ in $(seq 1 300); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.1; done
+"$BIN/cli/mlq" >/dev/null || { echo "schedd does not answer; see $STATE/schedd-1.log" >&2; KEEP_STATE=1; exit 1; }
+if [ "$HA" = 1 ]; then  # the standby, once replica 1 leads
+  LEADER=$SCHEDD
+  start_schedd 2
+  STANDBY=$SCHEDD SCHEDD=$LEADER
+fi
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$SCHEDD/stat"; }
 t0=$(date +%s.%N)
@@ -77,7 +168,7 @@ left=$NODES k=0
 while [ "$left" -gt 0 ]; do
   n=$(( left > PER_PROCESS ? PER_PROCESS : left ))
   k=$((k + 1))
-  "$BIN/bench/server/hollow_agents" --server "unix:$SOCK" --nodes "$n" --prefix "hollow-$k-" --work-dir "$STATE/nodes" \
+  "$BIN/bench/server/hollow_agents" --server "$AGENT_SERVER" "${AGENT_TLS[@]}" --nodes "$n" --prefix "hollow-$k-" --work-dir "$STATE/nodes" \
     --cpus "$CPUS" --task-seconds "$TASK_S" --log-level "${HOLLOW_LOG_LEVEL:-error}" >"$STATE/hollow-$k.log" 2>&1 &
   pids+=("$!")
   left=$((left - n))
@@ -85,7 +176,7 @@ while [ "$left" -gt 0 ]; do
     for _ in $(seq 1 1200); do grep -q "registered in" "$STATE/hollow-$k.log" && break; sleep 0.25; done
     c0=$(cpu_ticks); sleep 10; c1=$(cpu_ticks)
     echo "ramp: $((NODES - left)) nodes, $(grep -o 'registered in.*' "$STATE/hollow-$k.log" || echo 'not all registered'), schedd cpu" \
-      "$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")%, down $(grep -c 'DOWN:' "$STATE/schedd.log" || true)"
+      "$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")%, down $(cat "$STATE"/schedd-*.log | grep -c 'DOWN:' || true)"
   fi
 done
 registered=0
@@ -105,7 +196,7 @@ mkdir -p "$OUT"
 submit_t0=$(date +%s.%N)
 left=$JOBS
 while [ "$left" -gt 0 ]; do
-  n=$(( left > 10000 ? 10000 : left ))
+  n=$(( left > CHUNK ? CHUNK : left ))
   "$BIN/cli/mlsub" --parsable --array "0-$((n - 1))" -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep "$TASK_S" >/dev/null
   left=$((left - n))
 done
@@ -167,7 +258,7 @@ best_ms() {  # the best of 3 runs of a command, in ms
 }
 t=$(now) left=$PENDING
 while [ "$left" -gt 0 ]; do
-  n=$(( left > 10000 ? 10000 : left ))
+  n=$(( left > CHUNK ? CHUNK : left ))
   "$BIN/cli/mlsub" --parsable --hold --array "0-$((n - 1))" -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep 1 >/dev/null
   left=$((left - n))
 done
@@ -176,7 +267,7 @@ sleep 5
 c0=$(cpu_ticks); sleep 10; c1=$(cpu_ticks)
 backlog_cpu=$(python3 -c "print(round(($c1 - $c0) / $(getconf CLK_TCK) / 10 * 100, 1))")
 backlog_rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$SCHEDD/status")
-one=$("$BIN/cli/mlq" -h -o '%i' --max-jobs 1)
+one=$("$BIN/cli/mlq" -h -o '%i' --max-jobs 1 2>/dev/null)
 mlq_job=$(best_ms "$BIN/cli/mlq" -j "$one")
 mlq_page=$(best_ms "$BIN/cli/mlq" --max-jobs 100)
 mlq_all=$(best_ms "$BIN/cli/mlq" --max-jobs 1000000)
@@ -190,13 +281,20 @@ for _ in $(seq 1 10); do
 done
 gang_p50=$(printf '%s\n' "${gangs[@]}" | sort -n | sed -n 5p)
 gang_max=$(printf '%s\n' "${gangs[@]}" | sort -n | tail -1)
-# Restart: stop schedd, start it on the same state, submit a job as soon as it answers.
-t=$(now)
-kill -TERM "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
-start_schedd
+# Restart: stop schedd, start it on the same state, submit a job as soon as it answers. HA: kill
+# the leader (SIGKILL, a crash) and submit to the replica list until the standby leads.
+t=$(now) what=restart
+if [ "$HA" = 1 ]; then
+  what=takeover
+  kill -KILL "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
+  SCHEDD=$STANDBY
+else
+  kill -TERM "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
+  start_schedd
+fi
 until id=$("$BIN/cli/mlsub" --parsable -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep 1 2>/dev/null); do sleep 0.05; done
 until [ "$("$BIN/cli/mlq" -h -o '%T' -j "$id" 2>/dev/null)" = RUNNING ]; do sleep 0.05; done
 restart_s=$(python3 -c "print(round($(now) - $t, 2))")
 echo "pending=$PENDING submit_s=$submit_s backlog_rss_mb=$backlog_rss backlog_cpu_pct=$backlog_cpu mlq_job_ms=$mlq_job" \
   "mlq_page_ms=$mlq_page mlq_all_ms=$mlq_all nodes_ms=$nodes_ms gang64_p50_ms=$gang_p50 gang64_max_ms=$gang_max" \
-  "restart_to_start_s=$restart_s"
+  "${what}_to_start_s=$restart_s"
