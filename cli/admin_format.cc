@@ -69,13 +69,15 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
   for (const auto& n : nodes) sorted.push_back(&n);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name() < b->name(); });
   std::vector<std::vector<std::string>> rows{
-      {"NODE", "POOL", "STATE", "CPUS(A/T)", "MEM", "GPUS(A/T)", "DOMAIN", "ZONE", "REGION", "ISOLATION", "REJECTED", "REASON"}};
+      {"NODE", "POOL", "STATE", "CPUS(A/T)", "MEM", "GPUS(A/T)", "DOMAIN", "ZONE", "REGION", "ISOLATION", "RUNTIME", "REJECTED", "REASON"}};
   for (const auto* n : sorted) {
     rows.push_back({n->name(), PoolName(n->pool()), n->state(),
                     FormatCores(n->allocated().cpu_millis()) + "/" + FormatCores(n->capacity().cpu_millis()),
                     FormatBytes(n->allocated().memory_bytes()) + "/" + FormatBytes(n->capacity().memory_bytes()),
                     GpuUsage(n->allocated(), n->capacity()), n->domain(), n->zone(), n->region(),
-                    n->isolation().empty() ? "-" : n->isolation(), std::to_string(n->rejected_reports()), n->reason()});
+                    n->isolation().empty() ? "-" : n->isolation(),
+                    n->container_runtime().empty() ? "-" : n->container_runtime(), std::to_string(n->rejected_reports()),
+                    n->reason()});
   }
   return RenderTable(std::move(rows));
 }
@@ -96,6 +98,7 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"domain", n.domain()},
       {"address", n.address()},
       {"isolation", n.isolation()},
+      {"container_runtime", n.container_runtime()},
       {"rejected_reports", n.rejected_reports()},
       {"cutoff_timeout_s", n.cutoff_timeout_s()},
       {"cpu_millis", n.capacity().cpu_millis()},
@@ -107,6 +110,25 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"running_jobs", std::vector<int64_t>(n.running_jobs().begin(), n.running_jobs().end())},
   };
 }
+
+namespace {
+
+// Container=IMAGE Mounts=SRC:DST:ro,... Workdir=DIR Env=NAME,... Writable=no MountHome=yes
+std::vector<std::pair<std::string, std::string>> ContainerLine(const v1::JobSpec& s) {
+  if (!s.has_container()) return {{"Container", "-"}};
+  const v1::ContainerSpec& c = s.container();
+  std::string mounts;
+  for (const auto& m : c.mounts())
+    mounts += (mounts.empty() ? "" : ",") + m.source() + ":" + m.target() + (m.read_only() ? ":ro" : ":rw");
+  return {{"Container", c.image()},
+          {"Mounts", mounts.empty() ? "-" : mounts},
+          {"Workdir", c.workdir().empty() ? "(image's)" : c.workdir()},
+          {"Env", c.env().empty() ? "-" : Join(c.env(), ",")},
+          {"Writable", c.writable() ? "yes" : "no"},
+          {"MountHome", !c.has_mount_home() || c.mount_home() ? "yes" : "no"}};
+}
+
+}  // namespace
 
 std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
   const v1::JobSpec& s = job.spec();
@@ -133,6 +155,7 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
        {"GPUsPerTask", std::to_string(s.gpus_per_task())}, {"GPUTypes", Join(s.gpu_types(), ",")},
        {"Topology", s.topology().empty() ? "none" : s.topology()}},
       {{"WorkDir", s.workdir()}},
+      ContainerLine(s),
       {{"StdOut", s.stdout_pattern()}, {"StdErr", s.stderr_pattern()}},
       {{"Command", hidden ? "(hidden: not your job)" : f('o')}},
       {{"Environment", env}},
@@ -170,6 +193,20 @@ nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now) {
   j["env"] = std::map<std::string, std::string>(s.env().begin(), s.env().end());
   j["stdout"] = s.stdout_pattern();
   j["stderr"] = s.stderr_pattern();
+  if (s.has_container()) {
+    const v1::ContainerSpec& c = s.container();
+    nlohmann::json mounts = nlohmann::json::array();
+    for (const auto& m : c.mounts())
+      mounts.push_back({{"source", m.source()}, {"target", m.target()}, {"read_only", m.read_only()}});
+    j["container"] = {{"image", c.image()},
+                      {"mounts", mounts},
+                      {"workdir", c.workdir()},
+                      {"env", std::vector<std::string>(c.env().begin(), c.env().end())},
+                      {"writable", c.writable()},
+                      {"mount_home", !c.has_mount_home() || c.mount_home()}};
+  } else {
+    j["container"] = nullptr;
+  }
   nlohmann::json placement = nlohmann::json::array();
   for (const auto& t : job.tasks())
     placement.push_back({{"rank", t.rank()}, {"node", t.node()}, {"local_rank", t.local_rank()},

@@ -282,6 +282,7 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"spot", s.spot()},
       {"checkpoint_interval_s", s.checkpoint_interval_s()},
       {"data_region", s.data_region()},
+      {"container_image", s.has_container() ? nlohmann::json(s.container().image()) : nlohmann::json()},
       {"pools", job.pools()},
       {"accelerator", job.accelerator()},
       {"preempt_count", job.preempt_count()},

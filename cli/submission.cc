@@ -127,6 +127,32 @@ std::string CheckPlacement(const SubmitOptions& o, v1::JobSpec& spec) {
   return "";
 }
 
+// The container options (each already checked by its parser): all of them need --container-image.
+std::string SetContainer(const SubmitOptions& o, v1::JobSpec& spec) {
+  if (!o.container_image) {
+    const std::pair<const char*, bool> given[] = {
+        {"container-mounts", o.container_mounts.has_value()},   {"container-workdir", o.container_workdir.has_value()},
+        {"container-env", o.container_env.has_value()},         {"container-writable", o.container_writable.has_value()},
+        {"container-mount-home", o.container_mount_home.has_value()}};
+    for (const auto& [name, set] : given)
+      if (set) return Where(o, name) + "--" + name + " needs --container-image";
+    return "";
+  }
+  v1::ContainerSpec* c = spec.mutable_container();
+  c->set_image(*o.container_image);
+  for (const auto& m : o.container_mounts.value_or(std::vector<ContainerMountSpec>{})) {
+    auto* out = c->add_mounts();
+    out->set_source(m.source);
+    out->set_target(m.target);
+    out->set_read_only(m.read_only);
+  }
+  c->set_workdir(o.container_workdir.value_or(""));
+  for (const auto& name : o.container_env.value_or(std::vector<std::string>{})) c->add_env(name);
+  c->set_writable(o.container_writable.value_or(false));
+  if (o.container_mount_home) c->set_mount_home(*o.container_mount_home);
+  return "";
+}
+
 // Fills the command (script or argv) and the default job name.
 std::string SetPayload(const SubmitPayload& p, v1::JobSpec& spec) {
   std::string name;
@@ -207,6 +233,7 @@ Parsed<v1::JobSpec> BuildJobSpec(const SubmitOptions& opts, const SubmitPayload&
   v1::JobSpec spec;
   std::string err = CheckSizes(opts, spec);
   if (err.empty()) err = CheckPlacement(opts, spec);
+  if (err.empty()) err = SetContainer(opts, spec);
   if (err.empty()) err = SetPayload(payload, spec);
   if (!err.empty()) {
     out.error = err;

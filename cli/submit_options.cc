@@ -165,6 +165,43 @@ std::vector<SubmitOptionDef> MakeTable() {
       {0, {"data-size"}, "SIZE", true, "size of that data (500G): egress is charged when run elsewhere",
        Units(&O::data_bytes, ParseMemory)},
       {0, {"region-strict"}, "", true, "run only in --data-region", flag(&O::region_strict)},
+      {0, {"container-image"}, "IMAGE", true,
+       "run the tasks in this OCI image: [docker://][REGISTRY/]NAME[:TAG][@sha256:DIGEST] (enroot's "
+       "REGISTRY#NAME too), oci-archive:PATH, docker-archive:PATH or oci:DIR[:TAG] (paths on the nodes)",
+       [](O& o, const std::string& v) {
+         ImageRef ref;
+         if (std::string err = ParseImageRef(v, &ref); !err.empty()) return err;
+         o.container_image = ref.Canonical();
+         return std::string();
+       }},
+      {0, {"container-mounts"}, "MOUNTS", true, "bind mounts into the container: SRC[:DST[:ro|rw]],...",
+       [](O& o, const std::string& v) {
+         std::vector<ContainerMountSpec> m;
+         if (std::string err = ParseContainerMounts(v, &m); !err.empty()) return err;
+         o.container_mounts = std::move(m);
+         return std::string();
+       }},
+      {0, {"container-workdir"}, "DIR", true, "working directory in the container (default: the image's)",
+       [](O& o, const std::string& v) {
+         if (std::string err = CheckContainerPath("container workdir", v); !err.empty()) return err;
+         o.container_workdir = v;
+         return std::string();
+       }},
+      {0, {"container-env"}, "NAMES", true, "variables of the job's environment that override the image's: NAME,...",
+       [](O& o, const std::string& v) {
+         std::vector<std::string> names;
+         if (std::string err = ParseContainerEnvNames(v, &names); !err.empty()) return err;
+         o.container_env = std::move(names);
+         return std::string();
+       }},
+      {0, {"container-writable"}, "", true, "a private writable overlay per task, discarded at its end (default: "
+       "read-only image, tmpfs /tmp)", flag(&O::container_writable)},
+      {0, {"container-mount-home"}, "", true, "bind-mount your home directory (the default)", flag(&O::container_mount_home)},
+      {0, {"no-container-mount-home"}, "", true, "do not mount your home directory",
+       [](O& o, const std::string&) {
+         o.container_mount_home = false;
+         return std::string();
+       }},
       {0, {"wrap"}, "CMD", false, "run CMD in /bin/sh instead of a script", Text(&O::wrap)},
       {0, {"parsable"}, "", false, "print only the job id",
        [](O& o, const std::string&) {
@@ -376,6 +413,12 @@ void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.data_region, t.data_region, "data-region", b, t);
   Take(b.data_bytes, t.data_bytes, "data-size", b, t);
   Take(b.region_strict, t.region_strict, "region-strict", b, t);
+  Take(b.container_image, t.container_image, "container-image", b, t);
+  Take(b.container_mounts, t.container_mounts, "container-mounts", b, t);
+  Take(b.container_workdir, t.container_workdir, "container-workdir", b, t);
+  Take(b.container_env, t.container_env, "container-env", b, t);
+  Take(b.container_writable, t.container_writable, "container-writable", b, t);
+  Take(b.container_mount_home, t.container_mount_home, "container-mount-home", b, t);
   Take(b.wrap, t.wrap, "wrap", b, t);
   Take(b.server, t.server, "server", b, t);
   b.parsable = b.parsable || t.parsable;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/container_ref.h"
 #include "common/units.h"
 
 namespace mlsched::cli {
@@ -48,6 +49,13 @@ struct SubmitOptions {
   std::optional<std::string> data_region;        // --data-region
   std::optional<int64_t> data_bytes;             // --data-size
   std::optional<bool> region_strict;             // --region-strict
+  // pyxis's container options (common/container_ref.h checks them):
+  std::optional<std::string> container_image;    // --container-image, canonical (ImageRef::Canonical)
+  std::optional<std::vector<ContainerMountSpec>> container_mounts;  // --container-mounts SRC[:DST[:ro|rw]],...
+  std::optional<std::string> container_workdir;  // --container-workdir
+  std::optional<std::vector<std::string>> container_env;  // --container-env NAME,...
+  std::optional<bool> container_writable;        // --container-writable
+  std::optional<bool> container_mount_home;      // --container-mount-home (true), --no-container-mount-home (false)
   std::optional<std::string> wrap;               // --wrap (command line only)
   std::optional<std::string> server;             // --server (command line only)
   bool parsable = false;                         // --parsable (command line only)

@@ -299,9 +299,11 @@ else
   kill -TERM "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
   start_schedd
 fi
+stopped_s=$(python3 -c "print(round($(now) - $t, 2))")
 until id=$("$BIN/cli/mlsub" --parsable -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep 1 2>/dev/null); do sleep 0.05; done
+answer_s=$(python3 -c "print(round($(now) - $t, 2))")
 until [ "$("$BIN/cli/mlq" -h -o '%T' -j "$id" 2>/dev/null)" = RUNNING ]; do sleep 0.05; done
 restart_s=$(python3 -c "print(round($(now) - $t, 2))")
 echo "pending=$PENDING submit_s=$submit_s backlog_rss_mb=$backlog_rss backlog_cpu_pct=$backlog_cpu mlq_job_ms=$mlq_job" \
   "mlq_page_ms=$mlq_page mlq_all_ms=$mlq_all nodes_ms=$nodes_ms gang64_p50_ms=$gang_p50 gang64_max_ms=$gang_max" \
-  "${what}_to_start_s=$restart_s"
+  "${what}_to_start_s=$restart_s (stopped ${stopped_s} s, answering ${answer_s} s)"

@@ -514,6 +514,9 @@ struct ProvisioningPolicy {
 /// provisioned pool's `root_jobs`); every job of uid 0 requires it (Slurm's DisableRootJobs as the
 /// default).
 inline constexpr const char* kRootJobsFeature = "mlsched:root-jobs";
+/// Feature of nodes whose agent runs container jobs (it found its OCI runtime, skopeo and umoci);
+/// a job with a container image requires it.
+inline constexpr const char* kContainersFeature = "mlsched:containers";
 
 /// One [[nodes]] entry of the policy (slurm.conf's NodeName= lines): nodes the cluster may have,
 /// where they are, and the most each may register. The controller, not the node, decides what a

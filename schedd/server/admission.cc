@@ -6,6 +6,8 @@
 #include <set>
 #include <utility>
 
+#include "common/container_ref.h"
+
 namespace mlsched::server {
 
 namespace {
@@ -129,6 +131,32 @@ std::string CheckSpecValues(const v1::JobSpec& spec) {
     return "workdir must be an absolute path (got '" + spec.workdir() + "')";
   if (spec.checkpoint_interval_s() < 0) return "checkpoint interval must be >= 0 seconds";
   if (spec.data_bytes() < 0) return "data size must be >= 0 bytes";
+  if (spec.has_container()) return CheckContainerSpec(spec.container());
+  return "";
+}
+
+std::string CheckContainerSpec(const v1::ContainerSpec& c) {
+  ImageRef ref;
+  if (std::string err = ParseImageRef(c.image(), &ref); !err.empty()) return "container image: " + err;
+  if (ref.Canonical() != c.image())
+    return "container image '" + c.image() + "' is not in canonical form; send '" + ref.Canonical() + "'";
+  if (c.mounts_size() > static_cast<int>(kMaxContainerMounts))
+    return "container: " + std::to_string(c.mounts_size()) + " mounts; the limit is " + std::to_string(kMaxContainerMounts);
+  for (int i = 0; i < c.mounts_size(); ++i) {
+    const auto& m = c.mounts(i);
+    for (const std::string& err : {CheckContainerPath("container mount source", m.source()),
+                                   CheckContainerPath("container mount target", m.target()), CheckMountTarget(m.target())})
+      if (!err.empty()) return err;
+    for (int k = 0; k < i; ++k)
+      if (c.mounts(k).target() == m.target()) return "container mount target '" + m.target() + "' is given twice";
+  }
+  if (!c.workdir().empty())
+    if (std::string err = CheckContainerPath("container workdir", c.workdir()); !err.empty()) return err;
+  if (c.env_size() > static_cast<int>(kMaxContainerEnvNames))
+    return "container: " + std::to_string(c.env_size()) + " environment names; the limit is " +
+           std::to_string(kMaxContainerEnvNames);
+  for (const auto& name : c.env())
+    if (std::string err = CheckEnvName(name); !err.empty()) return "container env: " + err;
   return "";
 }
 
@@ -204,7 +232,8 @@ std::string CheckRegistration(const v1::RegisterNode& reg) {
                                      {"domain", &reg.domain()},
                                      {"address", &reg.address()},
                                      {"version", &reg.version()},
-                                     {"isolation", &reg.isolation()}}) {
+                                     {"isolation", &reg.isolation()},
+                                     {"container runtime", &reg.container_runtime()}}) {
     if (value->size() > L::kMaxLabel)
       return std::string("node ") + name + ": " + field + " has " + std::to_string(value->size()) +
              " bytes; the limit is " + std::to_string(L::kMaxLabel);

@@ -29,6 +29,13 @@ inline constexpr size_t kMaxGpuTypeBytes = 64;
 /// >= 0, an absolute workdir).
 std::string CheckSpecValues(const v1::JobSpec& spec);
 
+/// "" when a job's container request is what mlsub would send: a canonical image reference
+/// (common/container_ref.h ParseImageRef(...).Canonical()), at most kMaxContainerMounts mounts of
+/// clean absolute paths, each target once and none on /, /proc, /sys or /dev, a clean absolute
+/// workdir or none, at most kMaxContainerEnvNames valid environment names; else the error.
+/// Part of CheckSpecValues.
+std::string CheckContainerSpec(const v1::ContainerSpec& container);
+
 /// "" when every text field other users or admins may see or that names a path or a policy object
 /// (name, workdir, output patterns, partition, account, QoS, topology, dependency, array, spot,
 /// data region, GPU types, fallback accelerators, environment variable names) is valid UTF-8
@@ -58,7 +65,7 @@ std::string CheckStoredSpec(const v1::JobSpec& spec, const core::InputLimits& li
 /// in every `mladmin nodes` answer and in the store).
 struct RegistrationLimits {
   static constexpr size_t kMaxNodeName = 253;     // bytes; a DNS name: letters, digits, '.', '-', '_'
-  static constexpr size_t kMaxLabel = 256;        // bytes: region, zone, domain, address, version, isolation
+  static constexpr size_t kMaxLabel = 256;        // bytes: region, zone, domain, address, version, isolation, container runtime
   static constexpr int kMaxGpuTypes = 64;         // entries in capacity.gpus
   static constexpr int32_t kMaxGpusPerType = 4096;
   static constexpr int kMaxRunningTasks = 100000; // entries in running

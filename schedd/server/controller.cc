@@ -272,12 +272,17 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const R
   std::vector<core::Node> typed = nodes;  // GPU types: also those of declared nodes not registered yet
   for (const auto& d : policy_.inventory.nodes) typed.push_back(d.shape);
   if (std::string err = CheckGpuTypesKnown(spec, typed); !err.empty()) return bad(err);
-  if (caller.uid == 0 && !nodes.empty() &&
-      std::none_of(nodes.begin(), nodes.end(), [](const core::Node& n) {
-        return std::find(n.features.begin(), n.features.end(), core::kRootJobsFeature) != n.features.end();
-      }))
+  auto none_has = [&nodes](const char* feature) {
+    return !nodes.empty() && std::none_of(nodes.begin(), nodes.end(), [feature](const core::Node& n) {
+      return std::find(n.features.begin(), n.features.end(), feature) != n.features.end();
+    });
+  };
+  if (caller.uid == 0 && none_has(core::kRootJobsFeature))
     return bad("no node runs jobs of root (uid 0): agentd refuses them unless started with --allow-root-jobs "
                "(Slurm's DisableRootJobs); submit as an ordinary user");
+  if (spec.has_container() && none_has(core::kContainersFeature))
+    return bad("no node runs container jobs: every agent lacks its OCI runtime (runc), skopeo or umoci "
+               "(`mladmin nodes` shows each node's runtime); submit without --container-image or ask an admin");
   if (!nodes.empty()) {
     // Feasible when the job, or the last of its fallback tiers (all tiers open), could ever run.
     core::JobSpec c = ToCoreSpecOf(spec, caller.user, caller.uid);
@@ -603,15 +608,17 @@ void Controller::Recover(int64_t now) {
     reg.set_zone(n.info.zone());
     reg.set_domain(n.info.domain());
     reg.set_root_jobs(n.info.root_jobs());
+    reg.set_container_runtime(n.info.container_runtime());
     *reg.mutable_capacity() = n.info.capacity();
     n.node = ToCoreNode(reg);
     n.drained = row.drained;
     n.last_heartbeat = now;  // silent from now on: DOWN after the heartbeat timeout
     nodes_[row.name] = std::move(n);
   }
+  std::unordered_map<uint32_t, std::string> users;  // for this load only: accounts may change later
   for (const auto& row : store_.LoadJobs(now - cfg_.min_job_age_s)) {
     JobRec j = RecFromRow(row);
-    QuarantineIfForgedLocked(j, row, now);
+    QuarantineIfForgedLocked(j, row, now, &users);
     if (j.state == core::JobState::kRunning) IndexRunningLocked(j);
     jobs_.emplace(j.id, std::move(j));
   }
@@ -674,9 +681,18 @@ void Controller::AdoptStored(int64_t first, int64_t now) {
   Trigger();
 }
 
-bool Controller::QuarantineIfForgedLocked(JobRec& j, const JobRow& row, int64_t now) {
+bool Controller::QuarantineIfForgedLocked(JobRec& j, const JobRow& row, int64_t now,
+                                          std::unordered_map<uint32_t, std::string>* user_cache) {
   if (core::IsFinal(j.state)) return false;  // never runs again: nothing to guard
-  const std::string user = cfg_.user_of_uid ? cfg_.user_of_uid(row.uid) : UserName(row.uid);
+  auto lookup = [&] { return cfg_.user_of_uid ? cfg_.user_of_uid(row.uid) : UserName(row.uid); };
+  std::string user;
+  if (!user_cache) {
+    user = lookup();
+  } else {
+    auto it = user_cache->find(row.uid);
+    if (it == user_cache->end()) it = user_cache->emplace(row.uid, lookup()).first;
+    user = it->second;
+  }
   const std::string why = CheckStoredJob(row, user, policy_.limits);
   if (why.empty()) return false;
   QuarantineLocked(j, why, now);

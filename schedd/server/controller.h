@@ -343,8 +343,10 @@ class Controller {
   static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);
   static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);
   /// Checks a stored row of a job that could still run (CheckStoredJob) and quarantines it when it
-  /// fails. True when quarantined.
-  bool QuarantineIfForgedLocked(JobRec& j, const JobRow& row, int64_t now);
+  /// fails. True when quarantined. `user_cache` (uid -> name), when given, saves a passwd lookup
+  /// per row (each one opens /etc/passwd: 100,000 rows took seconds of a restart).
+  bool QuarantineIfForgedLocked(JobRec& j, const JobRow& row, int64_t now,
+                                std::unordered_map<uint32_t, std::string>* user_cache = nullptr);
   /// A job whose stored state was refused (`why`): logged, counted
   /// (mlsched_store_rows_quarantined_total), FAILED with reason StoredRowRejected and stored so;
   /// never launched.

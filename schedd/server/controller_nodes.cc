@@ -56,6 +56,7 @@ v1::Registered Controller::OnRegisterLocked(const v1::RegisterNode& reg, int64_t
   n.info.set_isolation(reg.isolation());
   n.info.set_cutoff_timeout_s(reg.cutoff_timeout_s());
   n.info.set_root_jobs(reg.root_jobs());
+  n.info.set_container_runtime(reg.container_runtime());
   n.connected = true;
   n.down = false;
   n.last_heartbeat = now;

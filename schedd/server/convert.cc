@@ -88,12 +88,14 @@ core::Node ToCoreNode(const v1::RegisterNode& reg) {
   n.domain = reg.domain();
   n.capacity = ToCoreResources(reg.capacity());
   if (reg.root_jobs()) n.features.push_back(core::kRootJobsFeature);
+  if (!reg.container_runtime().empty()) n.features.push_back(core::kContainersFeature);
   return n;
 }
 
 core::JobSpec ToCoreSpecOf(const v1::JobSpec& spec, const std::string& user, uint32_t uid) {
   core::JobSpec c = ToCoreSpec(spec, user);
   if (uid == 0) c.features.push_back(core::kRootJobsFeature);
+  if (spec.has_container()) c.features.push_back(core::kContainersFeature);
   return c;
 }
 

@@ -41,13 +41,14 @@ TEST_CASE("the node table shows allocated/total resources per node", "[cli][admi
   g->set_count(2);
   a.set_isolation("v1:memory,cpu,pids,devices,freezer");
   a.set_rejected_reports(3);
+  a.set_container_runtime("runc 1.1.5");
   auto b = Node("gpu-01", v1::POOL_ON_DEMAND, "DRAIN");
   b.set_reason("bad fan");
   std::string table = FormatNodeTable({a, b});
   CHECK(table ==
-        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           REJECTED  REASON\n"
-        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   0         bad fan\n"
-        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer  3\n");
+        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           RUNTIME     REJECTED  REASON\n"
+        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   -           0         bad fan\n"
+        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer  runc 1.1.5  3\n");
 }
 
 TEST_CASE("node JSON", "[cli][admin]") {

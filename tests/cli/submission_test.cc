@@ -255,3 +255,50 @@ TEST_CASE("a bad -n range is refused with an error naming --ntasks", "[cli][subm
   CHECK(Error({"-n", "1-100001", "x.sh"}) == "--ntasks must be <= 100000 (got 100001)");
   CHECK(Error({"x.sh"}, "#!/bin/sh\n#MLSUB -n 4-2\ntrue\n") == "x.sh:2: --ntasks 4-2: MIN must be <= MAX");
 }
+
+TEST_CASE("mlsub --container-*: pyxis's options reach the spec, the image in canonical form", "[cli][submit][container]") {
+  auto s = Spec({"--container-image", "nvcr.io#nvidia/pytorch:24.05-py3", "--container-mounts",
+                 "/data:/data:ro,/scratch/alice:/scratch", "--container-workdir", "/workspace", "--container-env",
+                 "HF_TOKEN,WANDB_API_KEY", "--container-writable", "--no-container-mount-home", "job.sh"});
+  REQUIRE(s.has_container());
+  const auto& c = s.container();
+  CHECK(c.image() == "docker://nvcr.io/nvidia/pytorch:24.05-py3");
+  REQUIRE(c.mounts_size() == 2);
+  CHECK(c.mounts(0).source() == "/data");
+  CHECK(c.mounts(0).read_only());
+  CHECK(c.mounts(1).target() == "/scratch");
+  CHECK_FALSE(c.mounts(1).read_only());
+  CHECK(c.workdir() == "/workspace");
+  CHECK(std::vector<std::string>(c.env().begin(), c.env().end()) == std::vector<std::string>{"HF_TOKEN", "WANDB_API_KEY"});
+  CHECK(c.writable());
+  CHECK(c.has_mount_home());
+  CHECK_FALSE(c.mount_home());
+  // Defaults: read-only image, the home directory mounted (unset: the node's default).
+  auto d = Spec({"--container-image=busybox", "job.sh"});
+  CHECK(d.container().image() == "docker://docker.io/library/busybox:latest");
+  CHECK_FALSE(d.container().writable());
+  CHECK_FALSE(d.container().has_mount_home());
+  CHECK_FALSE(Spec({"job.sh"}).has_container());
+}
+
+TEST_CASE("mlsub --container-*: bad values and orphan options are refused, naming the option", "[cli][submit][container]") {
+  auto parse_error = [](const std::vector<std::string>& args) { return ParseSubmitArgs(args).error; };
+  CHECK_THAT(parse_error({"--container-image", "dir:/tmp/x", "job.sh"}),
+             Catch::StartsWith("--container-image: unknown image transport 'dir:'"));
+  CHECK_THAT(parse_error({"--container-image", "Ubuntu", "job.sh"}), Catch::Contains("must be lowercase"));
+  CHECK(parse_error({"--container-image", "busybox", "--container-mounts", "/a:rel", "job.sh"}) ==
+        "--container-mounts: mount target 'rel' must be an absolute path");
+  CHECK(parse_error({"--container-image", "busybox", "--container-workdir", "work", "job.sh"}) ==
+        "--container-workdir: container workdir 'work' must be an absolute path");
+  CHECK_THAT(parse_error({"--container-image", "busybox", "--container-env", "A-B", "job.sh"}),
+             Catch::StartsWith("--container-env: "));
+  CHECK(Error({"--container-mounts", "/data", "job.sh"}) == "--container-mounts needs --container-image");
+  CHECK(Error({"--container-writable", "job.sh"}) == "--container-writable needs --container-image");
+  // In a directive, the error names the script's line.
+  CHECK(Error({"job.sh"}, "#!/bin/sh\n#MLSUB --container-image busybox\n#MLSUB --container-mounts /etc:/proc\ntrue\n")
+            .find("job.sh:3: --container-mounts in #MLSUB directive: mount target '/proc' is under /proc") !=
+        std::string::npos);
+  auto s = Spec({"job.sh"}, "#!/bin/sh\n#MLSUB --container-image busybox:1.36 --container-mounts /data\ntrue\n");
+  CHECK(s.container().image() == "docker://docker.io/library/busybox:1.36");
+  CHECK(s.container().mounts(0).target() == "/data");
+}
