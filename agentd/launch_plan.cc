@@ -186,6 +186,11 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
   };
   const v1::JobSpec& spec = p.spec();
   if (p.tasks_size() == 0) return fail("prepare for job " + std::to_string(p.job_id()) + " lists no tasks");
+  // A job in an image never runs its command on the host instead (schedd sends such jobs only to
+  // nodes that registered a runtime; this is the agent's own guard).
+  if (spec.has_container())
+    return fail("job runs in container image '" + spec.container().image().substr(0, 1024) + "', but agentd on node " +
+                ctx.node + " runs no containers (it needs runc, skopeo and umoci)");
   PlannedAttempt plan;
   plan.key = {p.job_id(), p.attempt()};
   plan.dir = (fs::path(ctx.work_dir) / "jobs" / plan.key.ToString()).string();

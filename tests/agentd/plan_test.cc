@@ -165,6 +165,9 @@ TEST_CASE("prepare validation names what is wrong", "[plan]") {
   p = MakePrepare(dir, 1, {});
   expect_error(p, "lists no tasks");
   p = MakePrepare(dir, 1, {{}});
+  p.mutable_spec()->mutable_container()->set_image("docker://docker.io/library/busybox:latest");
+  expect_error(p, "job runs in container image 'docker://docker.io/library/busybox:latest', but agentd on node");
+  p = MakePrepare(dir, 1, {{}});
   p.set_user("no-such-user-xyz");
   p.set_uid(54321);
   auto root_ctx = Ctx(dir);
