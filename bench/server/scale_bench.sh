@@ -3,10 +3,11 @@
 # NODES hollow nodes (bench/server/hollow_agents: real agent protocol, tasks without processes),
 # then JOBS one-task jobs submitted as job arrays of at most 10,000 elements, each running
 # TASK_SECONDS (default 1). Prints one line:
-#   nodes=N registered=N register_s=S jobs=J placed=P wall_s=W place_rate=R/s p50_start_ms=A
+#   nodes=N registered=N register_s=S jobs=J placed=P submit_s=U wall_s=W place_rate=R/s p50_start_ms=A
 #   p99_start_ms=B rss_mb=M threads=T idle_cpu_pct=C down=D
 # registered/register_s: nodes registered and how long that took; placed: jobs that ever started
-# (RUNNING or ended COMPLETED), each counted once; wall_s: from the first submission until every
+# (RUNNING or ended COMPLETED), each counted once; submit_s: how long the submissions took (mlsub
+# of every array, one after another); wall_s: from the first submission until every
 # job has started; place_rate = placed / wall_s; start times are submit -> start of the first
 # attempt (schedd keeps seconds: the figures are whole seconds, in ms); rss_mb and threads of
 # schedd once every job has started; idle_cpu_pct: schedd's CPU over 10 s with every node
@@ -208,6 +209,7 @@ while [ "$left" -gt 0 ]; do
   "$BIN/cli/mlsub" --parsable --array "0-$((n - 1))" -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep "$TASK_S" >/dev/null
   left=$((left - n))
 done
+jobs_submit_s=$(python3 -c "print(round($(date +%s.%N) - $submit_t0, 2))")
 # Until every job has started (or 30 min pass).
 for _ in $(seq 1 7200); do
   pending=$(jobs_in PENDING)
@@ -226,10 +228,10 @@ done
 "$BIN/cli/mlq" -a --max-jobs 1000000 --json >"$STATE/jobs.json"
 "$BIN/cli/mladmin" nodes --json >"$STATE/nodes.json"
 python3 - "$STATE/jobs.json" "$STATE/nodes.json" "$NODES" "$JOBS" "$registered" "$register_s" "$wall_s" \
-  "$rss_mb" "$threads" "$idle_cpu" "$CHECK" <<'PY'
+  "$rss_mb" "$threads" "$idle_cpu" "$CHECK" "$jobs_submit_s" <<'PY'
 import json, sys
 jobs = json.load(open(sys.argv[1])); nodes = json.load(open(sys.argv[2]))
-n_nodes, n_jobs, registered, register_s, wall_s, rss, threads, idle, check = sys.argv[3:12]
+n_nodes, n_jobs, registered, register_s, wall_s, rss, threads, idle, check, submit_s = sys.argv[3:13]
 n_jobs = int(n_jobs)
 states = {}
 for j in jobs: states[j.get("state")] = states.get(j.get("state"), 0) + 1
@@ -239,7 +241,7 @@ pct = lambda p: waits[min(len(waits) - 1, int(p * len(waits)))] if waits else -1
 down = sum(1 for n in nodes if n.get("state") == "DOWN")
 wall = float(wall_s)
 print(f"nodes={n_nodes} registered={registered} register_s={register_s} jobs={n_jobs} placed={placed} "
-      f"wall_s={wall_s} place_rate={placed / wall if wall > 0 else 0:.0f}/s p50_start_ms={pct(0.5)} "
+      f"submit_s={submit_s} wall_s={wall_s} place_rate={placed / wall if wall > 0 else 0:.0f}/s p50_start_ms={pct(0.5)} "
       f"p99_start_ms={pct(0.99)} rss_mb={rss} threads={threads} idle_cpu_pct={idle} down={down}")
 if check == "1":
     attempts = [j for j in jobs if j.get("attempt", 0) != 1]
