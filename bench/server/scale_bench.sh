@@ -35,7 +35,9 @@
 # (--ha): the leader takes the load, the standby waits; the line with --pending then measures a
 # takeover instead of a restart (takeover_to_start_s: the leader is killed with SIGKILL, the time
 # runs until a job submitted to the replica list is RUNNING under the new leader; includes the
-# lease's expiry, --ha-lease-ttl 5 s). Every process shares this machine's cores.
+# lease's expiry, --ha-lease-ttl 5 s). Each replica runs under a restart loop (systemd's
+# Restart=always): one that loses the leadership exits 3 and comes back. Every process shares
+# this machine's cores.
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,39p' "$0" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -63,6 +65,8 @@ SOCK="$STATE/schedd.sock"
 export MLSCHED_SERVER="unix:$SOCK"
 pids=()
 cleanup() {
+  touch "$STATE/stopping"
+  for f in "$STATE"/schedd-*.pid; do [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   [ -z "${MUNGED:-}" ] || kill "$MUNGED" 2>/dev/null || true
@@ -148,10 +152,23 @@ start_schedd() {
   local r=${1:-1} listen=(--listen "unix:$SOCK") db="$STATE/db"
   [ "$HA" = 1 ] && listen=(--listen "unix:$STATE/schedd-$r.sock") db="$STATE/db-$r"
   [ "$TLS" = 1 ] && listen+=(--listen-tcp "127.0.0.1:${tcp_port[r]}" "${TLS_FLAGS[@]}")
-  "$BIN/schedd/server/schedd" "${listen[@]}" --state-dir "$db" --heartbeat-interval "$HB" "${SCHEDD_ARGS[@]}" --metrics-port "${mport[r]}" \
-    --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn >>"$STATE/schedd-$r.log" 2>&1 &
-  SCHEDD=$!
-  pids+=("$SCHEDD")
+  local cmd=("$BIN/schedd/server/schedd" "${listen[@]}" --state-dir "$db" --heartbeat-interval "$HB" "${SCHEDD_ARGS[@]}"
+             --metrics-port "${mport[r]}" --heartbeat-timeout $((HB * 6)) --max-array-size 10000 --log-level warn)
+  if [ "$HA" = 0 ]; then
+    "${cmd[@]}" >>"$STATE/schedd-$r.log" 2>&1 &
+    SCHEDD=$!
+    pids+=("$SCHEDD")
+    return
+  fi
+  # HA: each replica under a restart loop, as systemd's Restart=always runs it (a replica that
+  # loses or cannot take the leadership exits 3 and comes back as a follower); SCHEDD is the
+  # replica's current process (schedd-R.pid).
+  rm -f "$STATE/schedd-$r.pid"
+  bash -c 'while :; do "$@" & c=$!; echo $c > "'"$STATE/schedd-$r.pid"'"; wait $c; [ -e "'"$STATE/stopping"'" ] && exit 0; sleep 1; done' \
+    loop "${cmd[@]}" >>"$STATE/schedd-$r.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 100); do [ -s "$STATE/schedd-$r.pid" ] && break; sleep 0.05; done
+  SCHEDD=$(cat "$STATE/schedd-$r.pid")
 }
 if [ "$TLS" = 1 ]; then
   export MLSCHED_SERVER="127.0.0.1:${tcp_port[1]}"
@@ -206,7 +223,9 @@ submit_t0=$(date +%s.%N)
 left=$JOBS
 while [ "$left" -gt 0 ]; do
   n=$(( left > CHUNK ? CHUNK : left ))
+  t_one=$(date +%s.%N)
   "$BIN/cli/mlsub" --parsable --array "0-$((n - 1))" -n 1 -c 1 -t 10:00 -D "$OUT" -o /dev/null -- sleep "$TASK_S" >/dev/null
+  python3 -c "t = $(date +%s.%N) - $t_one; t > 2 and print(f'slow submission: {$n} jobs took {t:.1f} s with {$((JOBS - left))} submitted before')" >&2
   left=$((left - n))
 done
 jobs_submit_s=$(python3 -c "print(round($(date +%s.%N) - $submit_t0, 2))")
@@ -295,8 +314,8 @@ gang_max=$(printf '%s\n' "${gangs[@]}" | sort -n | tail -1)
 t=$(now) what=restart
 if [ "$HA" = 1 ]; then
   what=takeover
-  kill -KILL "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
-  SCHEDD=$STANDBY
+  kill -KILL "$SCHEDD"
+  SCHEDD=$(cat "$STATE/schedd-2.pid")
 else
   kill -TERM "$SCHEDD"; wait "$SCHEDD" 2>/dev/null || true
   start_schedd
