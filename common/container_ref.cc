@@ -76,6 +76,10 @@ std::string ParseDocker(const std::string& text, ImageRef* out) {
   if (const size_t hash = rest.find('#'); hash != std::string::npos) {
     r.registry = rest.substr(0, hash);
     if (!IsRegistry(r.registry)) return "registry " + Quoted(r.registry) + " is not HOST[:PORT]";
+    // As docker tells a registry from a name: a '.', a port, or localhost (else it would read
+    // back as a docker.io name).
+    if (r.registry.find_first_of(".:") == std::string::npos && r.registry != "localhost")
+      return "registry " + Quoted(r.registry) + " needs a '.', a :PORT or to be localhost";
     rest = rest.substr(hash + 1);
   }
   if (const size_t colon = rest.rfind(':'); colon != std::string::npos && rest.find('/', colon) == std::string::npos) {

@@ -77,6 +77,8 @@ TEST_CASE("container image: bad references are refused with the reason", "[conta
   CHECK(Error("a..b/c").find("registry 'a..b' is not HOST[:PORT]") != std::string::npos);
   CHECK(Error("-a/b").find("component") != std::string::npos);
   CHECK(Error("bad_host:99999/x").find("HOST[:PORT]") != std::string::npos);
+  CHECK(Error("nv#ti").find("needs a '.', a :PORT or to be localhost") != std::string::npos);  // found by the fuzzer
+  CHECK(Parse("localhost#ti").Canonical() == "docker://localhost/ti:latest");
   CHECK(Error("busy box").find("space") != std::string::npos);
   CHECK(Error("busybox\n").find("control") != std::string::npos);
   CHECK(Error("x/" + std::string(300, 'a')).find("longer than 255") != std::string::npos);
