@@ -104,6 +104,14 @@ std::string CheckSpecText(const v1::JobSpec& spec) {
     if (std::string e = bad(what, *value); !e.empty()) return e;
   for (const auto& g : spec.gpu_types())
     if (std::string e = bad("a gpu type", g); !e.empty()) return e;
+  if (spec.has_container()) {  // shown by mladmin show job and mlq --json (JSON needs valid UTF-8)
+    const auto& c = spec.container();
+    if (std::string e = bad("the container image", c.image()); !e.empty()) return e;
+    if (std::string e = bad("the container workdir", c.workdir()); !e.empty()) return e;
+    for (const auto& m : c.mounts())
+      for (const std::string* path : {&m.source(), &m.target()})
+        if (std::string e = bad("a container mount", *path); !e.empty()) return e;
+  }
   for (const auto& f : spec.fallback())
     if (std::string e = bad("a fallback accelerator", f.accelerator()); !e.empty()) return e;
   for (const auto& [k, v] : spec.env()) {

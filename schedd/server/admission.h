@@ -38,7 +38,8 @@ std::string CheckContainerSpec(const v1::ContainerSpec& container);
 
 /// "" when every text field other users or admins may see or that names a path or a policy object
 /// (name, workdir, output patterns, partition, account, QoS, topology, dependency, array, spot,
-/// data region, GPU types, fallback accelerators, environment variable names) is valid UTF-8
+/// data region, GPU types, fallback accelerators, environment variable names, the container's
+/// image, workdir and mount paths) is valid UTF-8
 /// without control characters (C0, DEL, C1); else the error naming the field and the byte offset.
 /// Environment names may not be empty or hold '='. Script, argv and environment values are not
 /// checked: they are the job's own and never shown to others.

@@ -60,6 +60,11 @@ TEST_CASE("a container request an API client sends is checked as mlsub checks it
            m->set_target("/d" + std::to_string(i));
          }
        }, "65 mounts; the limit is 64"},
+      {"a mount path of invalid UTF-8", [](v1::ContainerSpec& c) {
+         auto* m = c.add_mounts();
+         m->set_source("/data/\xff\xfe");
+         m->set_target("/data");
+       }, "a container mount holds a control character or invalid UTF-8"},
       {"a relative workdir", [](v1::ContainerSpec& c) { c.set_workdir("work"); }, "container workdir 'work' must be an absolute path"},
       {"a bad environment name", [](v1::ContainerSpec& c) { c.add_env("A=B"); }, "container env: "},
       {"300 environment names", [](v1::ContainerSpec& c) { for (int i = 0; i < 300; ++i) c.add_env("V" + std::to_string(i)); },
