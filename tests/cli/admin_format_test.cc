@@ -108,6 +108,34 @@ TEST_CASE("show job prints every field", "[cli][admin]") {
   CHECK(j["job_id"] == 42);
 }
 
+TEST_CASE("show job shows a job's container: image, mounts, workdir, env, writable, home", "[cli][admin][container]") {
+  v1::JobInfo job;
+  job.set_job_id(9);
+  job.mutable_spec()->add_argv("python");
+  auto* c = job.mutable_spec()->mutable_container();
+  c->set_image("docker://nvcr.io/nvidia/pytorch:24.05-py3");
+  auto* m = c->add_mounts();
+  m->set_source("/data");
+  m->set_target("/data");
+  m->set_read_only(true);
+  c->add_env("HF_TOKEN");
+  c->set_mount_home(false);
+  const std::string text = FormatJobDetail(job, 0);
+  CHECK_THAT(text, Catch::Contains("Container=docker://nvcr.io/nvidia/pytorch:24.05-py3 Mounts=/data:/data:ro "
+                                   "Workdir=(image's) Env=HF_TOKEN Writable=no MountHome=no"));
+  auto j = JobDetailJson(job, 0);
+  CHECK(j["container"]["image"] == "docker://nvcr.io/nvidia/pytorch:24.05-py3");
+  CHECK(j["container"]["mounts"][0]["read_only"] == true);
+  CHECK(j["container"]["mount_home"] == false);
+  CHECK(j["container_image"] == "docker://nvcr.io/nvidia/pytorch:24.05-py3");
+  // A bare job: Container=- and null.
+  v1::JobInfo bare;
+  bare.mutable_spec()->add_argv("true");
+  CHECK_THAT(FormatJobDetail(bare, 0), Catch::Contains("Container=-"));
+  CHECK(JobDetailJson(bare, 0)["container"].is_null());
+  CHECK(JobDetailJson(bare, 0)["container_image"].is_null());
+}
+
 TEST_CASE("show job of another user's job says its command and environment are hidden", "[cli][admin]") {
   v1::JobInfo job;  // as schedd returns it to others: no argv, script or environment
   job.set_job_id(7);
