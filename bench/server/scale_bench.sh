@@ -14,7 +14,7 @@
 # heartbeating and no job (before the submissions); down: nodes DOWN at the end (should be 0).
 #   bash bench/server/scale_bench.sh BUILD_DIR NODES JOBS [--cpus N] [--task-seconds S]
 #                                    [--heartbeat-interval S] [--nodes-per-process N] [--check]
-#                                    [--pending P] [--ramp] [--tls] [--ha]
+#                                    [--pending P] [--ramp] [--tls] [--ha] [--hollow-nice N]
 # --check: exit 1 unless every node registered, every job started exactly once and completed,
 # and no node went DOWN (the scale smoke test in CI uses it).
 # --ramp: the hollow processes start one at a time, each once the previous one's nodes registered,
@@ -29,6 +29,8 @@
 # submitted one after another, submit -> RUNNING as seen by polling mlq every 20 ms; restart: schedd
 # is stopped (SIGTERM) and started on the same state, and the time runs from the stop until a job
 # submitted as soon as schedd answers is RUNNING.
+# --hollow-nice N: the hollow processes run at nice N (default 0), so that on a shared machine they
+# take the cores only when schedd does not (kubemark puts hollow nodes on machines of their own).
 # --tls: as production runs: the nodes on TCP with mutual TLS (a node certificate each, made before
 # the clock starts; scripts/mlsched-certs.sh), the CLI on TCP with TLS and MUNGE (a private munged).
 # --ha (implies --tls): the state on a 3-member etcd (TLS, its own CA) and two schedd replicas
@@ -39,11 +41,11 @@
 # Restart=always): one that loses the leadership exits 3 and comes back. Every process shares
 # this machine's cores.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,39p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,42p' "$0" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$(cd "$1" && pwd) NODES=$2 JOBS=$3
 shift 3
-CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0 RAMP=0 TLS=0 HA=0
+CPUS=32 TASK_S=1 HB=5 CHECK=0 PER_PROCESS=250 PENDING=0 RAMP=0 TLS=0 HA=0 HOLLOW_NICE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpus) CPUS=$2; shift 2 ;;
@@ -55,10 +57,12 @@ while [ $# -gt 0 ]; do
     --ramp) RAMP=1; shift ;;
     --tls) TLS=1; shift ;;
     --ha) HA=1; TLS=1; shift ;;
+    --hollow-nice) HOLLOW_NICE=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 [[ $PENDING =~ ^[0-9]+$ ]] || { echo "--pending takes a count" >&2; exit 2; }
+[[ $HOLLOW_NICE =~ ^[0-9]+$ && $HOLLOW_NICE -le 19 ]] || { echo "--hollow-nice takes 0 to 19" >&2; exit 2; }
 [[ $NODES =~ ^[0-9]+$ && $JOBS =~ ^[0-9]+$ && $PER_PROCESS =~ ^[0-9]+$ && $NODES -ge 1 && $JOBS -ge 1 && $PER_PROCESS -ge 1 ]] || { echo "NODES and JOBS are positive integers" >&2; exit 2; }
 STATE=$(mktemp -d /tmp/mlsched-scale.XXXXXX)
 SOCK="$STATE/schedd.sock"
@@ -194,7 +198,7 @@ left=$NODES k=0
 while [ "$left" -gt 0 ]; do
   n=$(( left > PER_PROCESS ? PER_PROCESS : left ))
   k=$((k + 1))
-  "$BIN/bench/server/hollow_agents" --server "$AGENT_SERVER" "${AGENT_TLS[@]}" --nodes "$n" --prefix "hollow-$k-" --work-dir "$STATE/nodes" \
+  nice -n "$HOLLOW_NICE" "$BIN/bench/server/hollow_agents" --server "$AGENT_SERVER" "${AGENT_TLS[@]}" --nodes "$n" --prefix "hollow-$k-" --work-dir "$STATE/nodes" \
     --cpus "$CPUS" --task-seconds "$TASK_S" --log-level "${HOLLOW_LOG_LEVEL:-error}" >"$STATE/hollow-$k.log" 2>&1 &
   pids+=("$!")
   left=$((left - n))
