@@ -10,6 +10,7 @@ namespace {
 
 bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool IsTagChar(char c) { return IsWordChar(c) || c == '.' || c == '-'; }
 
 std::string Quoted(const std::string& s) { return "'" + s.substr(0, 200) + (s.size() > 200 ? "...'" : "'"); }
 
@@ -86,7 +87,7 @@ std::string ParseDocker(const std::string& text, ImageRef* out) {
     r.tag = rest.substr(colon + 1);
     rest = rest.substr(0, colon);
     if (r.tag.empty() || r.tag.size() > kMaxImageTagBytes || !IsWordChar(r.tag.front()) ||
-        !std::all_of(r.tag.begin(), r.tag.end(), [](char c) { return IsWordChar(c) || c == '.' || c == '-'; }))
+        !std::all_of(r.tag.begin(), r.tag.end(), IsTagChar))
       return "tag " + Quoted(r.tag) + " must be 1 to 128 of [A-Za-z0-9_.-], starting with a letter, digit or '_'";
   }
   std::vector<std::string> parts;
@@ -127,8 +128,7 @@ std::string ParseLocal(ImageTransport t, const std::string& what, const std::str
     if (t == ImageTransport::kDockerArchive)
       return what + " path " + Quoted(text) + " holds ':': name the archive alone (docker-archive:PATH)";
     r.tag = text.substr(colon + 1);
-    if (r.tag.empty() || r.tag.size() > kMaxImageTagBytes ||
-        !std::all_of(r.tag.begin(), r.tag.end(), [](char c) { return IsWordChar(c) || c == '.' || c == '-'; }))
+    if (r.tag.empty() || r.tag.size() > kMaxImageTagBytes || !std::all_of(r.tag.begin(), r.tag.end(), IsTagChar))
       return what + " reference " + Quoted(r.tag) + " must be 1 to 128 of [A-Za-z0-9_.-] (and the path may not hold ':')";
   }
   if (std::string err = CheckContainerPath(what + " path", r.path); !err.empty()) return err;
@@ -196,6 +196,15 @@ std::string CheckContainerPath(const std::string& what, const std::string& path)
   return "";
 }
 
+std::string CheckContainerMount(const ContainerMountSpec& m, const std::vector<ContainerMountSpec>& before) {
+  if (std::string err = CheckContainerPath("mount source", m.source); !err.empty()) return err;
+  if (std::string err = CheckContainerPath("mount target", m.target); !err.empty()) return err;
+  if (std::string err = CheckMountTarget(m.target); !err.empty()) return err;
+  if (std::any_of(before.begin(), before.end(), [&](const ContainerMountSpec& o) { return o.target == m.target; }))
+    return "mount target " + Quoted(m.target) + " is given twice";
+  return "";
+}
+
 std::string CheckMountTarget(const std::string& target) {
   if (target == "/") return "mount target '/' would hide the image";
   for (const char* d : {"/proc", "/sys", "/dev"}) {
@@ -225,11 +234,7 @@ std::string ParseContainerMounts(const std::string& text, std::vector<ContainerM
       if (f[2] != "ro" && f[2] != "rw") return "mount " + Quoted(entry) + ": mode must be ro or rw (got " + Quoted(f[2]) + ")";
       m.read_only = f[2] == "ro";
     }
-    if (std::string err = CheckContainerPath("mount source", m.source); !err.empty()) return err;
-    if (std::string err = CheckContainerPath("mount target", m.target); !err.empty()) return err;
-    if (std::string err = CheckMountTarget(m.target); !err.empty()) return err;
-    if (std::any_of(mounts.begin(), mounts.end(), [&](const ContainerMountSpec& o) { return o.target == m.target; }))
-      return "mount target " + Quoted(m.target) + " is given twice";
+    if (std::string err = CheckContainerMount(m, mounts); !err.empty()) return err;
     mounts.push_back(std::move(m));
   }
   if (text.back() == ',') return "mount list " + Quoted(text) + " ends with ','";

@@ -71,6 +71,11 @@ std::string ParseContainerMounts(const std::string& text, std::vector<ContainerM
 /// in the error ("mount source", "container workdir").
 std::string CheckContainerPath(const std::string& what, const std::string& path);
 
+/// One mount as ParseContainerMounts accepts it, after the mounts `before` it: clean absolute
+/// source and target (CheckContainerPath), a target CheckMountTarget allows and none of `before`
+/// has. Returns "" or the error. schedd checks an API client's mounts with it.
+std::string CheckContainerMount(const ContainerMountSpec& mount, const std::vector<ContainerMountSpec>& before);
+
 /// A mount target the runtime may bind onto: not "/" and not /proc, /sys or /dev or below them
 /// (the runtime mounts its own there).
 std::string CheckMountTarget(const std::string& target);

@@ -150,13 +150,11 @@ std::string CheckContainerSpec(const v1::ContainerSpec& c) {
     return "container image '" + c.image() + "' is not in canonical form; send '" + ref.Canonical() + "'";
   if (c.mounts_size() > static_cast<int>(kMaxContainerMounts))
     return "container: " + std::to_string(c.mounts_size()) + " mounts; the limit is " + std::to_string(kMaxContainerMounts);
-  for (int i = 0; i < c.mounts_size(); ++i) {
-    const auto& m = c.mounts(i);
-    for (const std::string& err : {CheckContainerPath("container mount source", m.source()),
-                                   CheckContainerPath("container mount target", m.target()), CheckMountTarget(m.target())})
-      if (!err.empty()) return err;
-    for (int k = 0; k < i; ++k)
-      if (c.mounts(k).target() == m.target()) return "container mount target '" + m.target() + "' is given twice";
+  std::vector<ContainerMountSpec> mounts;
+  for (const auto& m : c.mounts()) {
+    ContainerMountSpec mount{m.source(), m.target(), m.read_only()};
+    if (std::string err = CheckContainerMount(mount, mounts); !err.empty()) return "container " + err;
+    mounts.push_back(std::move(mount));
   }
   if (!c.workdir().empty())
     if (std::string err = CheckContainerPath("container workdir", c.workdir()); !err.empty()) return err;
