@@ -1,4 +1,6 @@
 #include "agentd/agent.h"
+#include "agentd/container_driver.h"
+#include "common/container_ref.h"
 #include "agentd/rendezvous_port.h"
 #include "agentd/safe_files.h"
 #include "agentd/task_env.h"
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -62,13 +65,11 @@ v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report)
 Agent::Agent(AgentConfig config)
     : Agent(std::move(config), [](TaskDriver::StartedFn started, TaskDriver::ExitedFn exited) {
         return std::make_unique<ProcessSupervisor>(std::move(started), std::move(exited), /*adopt_orphans=*/true);
-      }) {}
+      }, true) {}
 
-Agent::Agent(AgentConfig config, const DriverFactory& make_driver)
+Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containers)
     : cfg_(std::move(config)),
       outbox_(cfg_.work_dir.empty() ? "" : cfg_.work_dir + "/outbox"),
-      driver_(make_driver([this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); },
-                          [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); })),
       progress_([this] { return RunningKeys(); },
                 [this](const TaskKey& k) { return ReadTaskProgress(StatusFilePath(cfg_.work_dir, k)); },
                 std::chrono::seconds(1)) {
@@ -82,6 +83,23 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver)
   plan_ctx_.task_pids_max = cfg_.task_pids_max;
   // GPU index i is /dev/nvidia<i> (nvidia-smi's order); denied to the ranks not given it.
   for (int32_t i = 0; i < plan_ctx_.gpu_count; ++i) plan_ctx_.gpu_devices.push_back("/dev/nvidia" + std::to_string(i));
+  TaskDriver::StartedFn started = [this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); };
+  TaskDriver::ExitedFn exited = [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); };
+  if (containers && cfg_.containers) {
+    tools_ = DetectContainerTools();
+    if (!plan_ctx_.agent_is_root) plan_ctx_.container_refusal = "agentd is not root";
+    else if (!tools_.Usable()) plan_ctx_.container_refusal = "missing: " + tools_.missing;
+    else plan_ctx_.containers = true;
+  } else {
+    plan_ctx_.container_refusal = containers ? "agentd --containers off" : "this driver runs no containers";
+  }
+  if (plan_ctx_.containers) {
+    if (cfg_.image_cache.dir.empty()) cfg_.image_cache.dir = cfg_.work_dir + "/images";
+    images_ = std::make_unique<ImageCache>(cfg_.image_cache, tools_);
+    driver_ = std::make_unique<ContainerDriver>(tools_, cfg_.work_dir + "/containers", make_driver, started, exited);
+  } else {
+    driver_ = make_driver(started, exited);
+  }
 }
 
 Agent::~Agent() {
@@ -106,6 +124,10 @@ void Agent::PrepareWorkDir() {
     throw std::runtime_error("work directory " + cfg_.work_dir + " is in use by another agentd (" + lock + " is locked)");
   // No task survives its agent (PR_SET_PDEATHSIG), so attempt directories left here are stale.
   for (const auto& entry : fs::directory_iterator(fs::path(cfg_.work_dir) / "jobs", ec)) {
+    if (entry.path().extension() == ".shm") {  // a container job's /dev/shm (a tmpfs)
+      RemoveJobShm(entry.path().string());
+      continue;
+    }
     spdlog::info("removing stale attempt directory {}", entry.path().string());
     RemoveAttemptFiles(entry.path().string());
   }
@@ -151,6 +173,19 @@ void Agent::Start() {
                                cfg_.work_dir, kEpochFileName);
   if (metrics_) metrics_->SetEpoch(epoch_);
   SetUpCgroups();
+  if (images_) {
+    if (std::string err = images_->Init(); !err.empty()) {
+      spdlog::error("image cache: {}: container jobs are refused on this node", err);
+      plan_ctx_.containers = false;
+      plan_ctx_.container_refusal = "its image cache is unusable: " + err;
+    } else {
+      spdlog::info("containers: {} with {} and {}; image cache {}", tools_.runtime, tools_.skopeo, tools_.umoci,
+                   cfg_.image_cache.dir);
+    }
+  } else if (cfg_.containers && plan_ctx_.agent_is_root) {
+    spdlog::warn("containers: off ({})", plan_ctx_.container_refusal);
+  }
+  CancelTools(false);
   started_ = true;
   disconnected_since_ = std::chrono::steady_clock::now();
   driver_->Start();
@@ -178,6 +213,14 @@ void Agent::Shutdown() {
   if (cutoff_.joinable()) cutoff_.join();
   size_t n = driver_->Size();
   if (n) spdlog::info("shutting down: terminating {} task(s)", n);
+  CancelTools(true);  // image pulls in progress end now
+  {
+    std::unique_lock lk(pull_mu_);
+    auto threads = std::move(pull_threads_);
+    pull_cv_.notify_all();
+    lk.unlock();
+    for (auto& t : threads) t.first.join();
+  }
   driver_->TerminateAll(cfg_.kill_grace);
   if (!driver_->WaitIdle(cfg_.kill_grace + std::chrono::seconds(5))) spdlog::error("tasks did not exit in time");
   for (const auto& dir : attempts_.Directories()) RemoveAttemptFiles(dir);
@@ -225,6 +268,7 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_version(cfg_.version);
   r->set_isolation(isolation_);
   r->set_root_jobs(RunsRootJobs());
+  r->set_container_runtime(ContainerRuntime());
   // The seconds after which a cut-off agent has stopped every task: the bound plus the kill grace
   // (RegisterNode.cutoff_timeout_s); schedd waits longer than that before requeueing them.
   if (cfg_.cutoff_timeout.count() > 0)
@@ -271,6 +315,11 @@ void Agent::HandleRegistered(const v1::Registered& reg) {
 
 void Agent::HandlePrepare(const v1::Prepare& p) {
   AttemptKey key{p.job_id(), p.attempt()};
+  {
+    std::lock_guard lk(pull_mu_);
+    if (pulling_.count(key)) return;  // a repeated prepare: the pull answers when it is done
+  }
+  const bool fresh = !attempts_.Known(key);
   v1::AgentMessage reply;
   auto* r = reply.mutable_prepare_result();
   r->set_job_id(key.job_id);
@@ -296,12 +345,79 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
       }
     }
   }
+  if (error.empty() && fresh && p.spec().has_container()) {  // the image first: the pull answers the prepare
+    std::lock_guard lk(pull_mu_);
+    pulling_.insert(key);
+    std::erase_if(pull_threads_, [](auto& t) {
+      if (!t.second->load()) return false;
+      t.first.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    pull_threads_.emplace_back(std::thread([this, key, image = p.spec().container().image(), done] {
+                                 PullForAttempt(key, image);
+                                 *done = true;
+                               }),
+                               done);
+    return;
+  }
   r->set_ok(error.empty());
   r->set_error(error);
   if (error.empty()) r->set_master_port(attempts_.RendezvousPort(key));  // a repeated prepare: the same port
   if (error.empty()) spdlog::info("job {}: prepared {} task(s){}", key.ToString(), p.tasks_size(),
                                   r->master_port() ? ", rendezvous port " + std::to_string(r->master_port()) : "");
   else spdlog::warn("job {}: prepare failed: {}", key.ToString(), error);
+  outbox_.Push(std::move(reply));
+}
+
+void Agent::PullForAttempt(const AttemptKey& key, const std::string& image) {
+  {
+    std::unique_lock lk(pull_mu_);
+    pull_cv_.wait(lk, [&] { return pulls_running_ < std::max(1, cfg_.max_concurrent_pulls) || stopping_; });
+    ++pulls_running_;
+  }
+  std::vector<std::string> events;
+  auto progress = [&](const std::string& line) {
+    spdlog::info("job {}: {}", key.ToString(), line);
+    if (events.size() + 1 < static_cast<size_t>(kMaxPrepareEvents)) events.push_back(line.substr(0, kMaxPrepareEventBytes));
+  };
+  PullReport report;
+  bool transient = false;
+  auto pulled = stopping_ ? Parsed<std::shared_ptr<const CachedImage>>{} : images_->Acquire(image, progress, &report, &transient);
+  if (stopping_ && pulled.error.empty() && !pulled) pulled.error = "agentd is shutting down";
+  const bool live = attempts_.PhaseOf(key) == AttemptTable::Phase::kPrepared;
+  {
+    std::lock_guard lk(pull_mu_);
+    --pulls_running_;
+    pull_cv_.notify_all();
+    pulling_.erase(key);
+    if (pulled && live) pulled_[key] = *pulled.value;
+  }
+  if (metrics_ && pulled && !report.cached) metrics_->ObserveImagePull(report.seconds);
+  v1::AgentMessage reply;
+  auto* r = reply.mutable_prepare_result();
+  r->set_job_id(key.job_id);
+  r->set_attempt(key.attempt);
+  if (!pulled) {
+    spdlog::warn("job {}: prepare failed: {}", key.ToString(), pulled.error);
+    DropPrepared(key, "image not available");
+    r->set_ok(false);
+    r->set_error(pulled.error.substr(0, kMaxPrepareEventBytes));
+    r->set_fatal(!transient);
+    events.push_back(("image: " + pulled.error).substr(0, kMaxPrepareEventBytes));
+  } else {
+    const std::string& digest = (*pulled.value)->digest;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", report.seconds);
+    events.push_back(report.cached ? "image: " + digest + " already on node " + cfg_.node.name
+                                   : "image: " + digest + " ready on node " + cfg_.node.name + " in " + secs + " s");
+    r->set_ok(live);
+    if (!live) r->set_error("the attempt was aborted during the image pull");
+    r->set_image_digest(digest);
+    if (live) r->set_master_port(attempts_.RendezvousPort(key));
+    spdlog::info("job {}: prepared (image {}{})", key.ToString(), digest, report.cached ? ", cached" : "");
+  }
+  for (const auto& e : events) r->add_events(e);
   outbox_.Push(std::move(reply));
 }
 
@@ -329,8 +445,14 @@ void Agent::HandleCommit(const v1::Commit& c) {
   else if (result.rendezvous)
     spdlog::warn("job {}: schedd's MASTER_PORT {} is not the port {} reserved here; rank 0 gets no rendezvous socket",
                  key.ToString(), port, result.rendezvous_port);
+  std::shared_ptr<const CachedImage> image;
+  {
+    std::lock_guard lk(pull_mu_);
+    if (auto it = pulled_.find(key); it != pulled_.end()) image = it->second;
+  }
   for (auto& r : result.launch) {
     TaskKey task{key.job_id, key.attempt, r.rank};
+    if (r.request.container) r.request.container->image = image;
     const bool holder = r.rank == 0 && rendezvous_fd >= 0;
     AddCommitEnvironment(&r.request.env, port, holder ? rendezvous_fd : -1);
     if (holder) r.request.inherit_fd = result.rendezvous;
@@ -340,6 +462,10 @@ void Agent::HandleCommit(const v1::Commit& c) {
 }
 
 void Agent::DropPrepared(const AttemptKey& key, const std::string& why) {
+  {
+    std::lock_guard lk(pull_mu_);
+    pulled_.erase(key);
+  }
   if (auto dir = attempts_.DropPrepared(key)) {
     RemoveAttemptFiles(*dir);
     spdlog::info("job {}: reservation released ({})", key.ToString(), why);
@@ -424,7 +550,11 @@ void Agent::OnTaskExited(const TaskKey& key, const ExitReport& report) {
     metrics_->CountTaskExit(report.signaled ? "signaled" : report.exit_code == 0 ? "completed"
                             : report.exit_code == 75                       ? "preempted"
                                                                            : "failed");
-  if (auto dir = attempts_.RankExited(key)) RemoveAttemptFiles(*dir);
+  if (auto dir = attempts_.RankExited(key)) {
+    RemoveAttemptFiles(*dir);
+    std::lock_guard lk(pull_mu_);
+    pulled_.erase(key.Attempt());
+  }
   outbox_.Push(TaskExitedMessage(key, report));
 }
 

@@ -11,7 +11,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +23,7 @@
 #include "agentd/cgroups.h"
 #include "agentd/epoch_file.h"
 #include "agentd/eviction.h"
+#include "agentd/image_cache.h"
 #include "agentd/node_info.h"
 #include "agentd/metrics.h"
 #include "agentd/outbox.h"
@@ -78,6 +81,14 @@ struct AgentConfig {
   /// thread of its own, once a second. Off only for hollow agents (bench/server/hollow_agents),
   /// whose tasks write none and where 10,000 such threads in one process would exhaust pid_max.
   bool read_task_progress = true;
+  /// Jobs in OCI images (agentd --containers): when agentd is root and finds runc, skopeo and umoci,
+  /// container jobs run here (ContainerDriver) and the node registers its runtime; off: refused.
+  bool containers = true;
+  /// The node's image cache (agentd --image-cache, --image-cache-size, --image-cert-dir); dir ""
+  /// = <work_dir>/images.
+  ImageCacheConfig image_cache;
+  /// Image pulls running at once (more wait).
+  int max_concurrent_pulls = 4;
 };
 
 class Agent {
@@ -87,7 +98,7 @@ class Agent {
   /// Runs tasks as processes (ProcessSupervisor, adopting orphans: agentd).
   explicit Agent(AgentConfig config);
   /// Runs tasks with the driver `make_driver` returns (hollow agents: bench/server/hollow_agents).
-  Agent(AgentConfig config, const DriverFactory& make_driver);
+  Agent(AgentConfig config, const DriverFactory& make_driver) : Agent(std::move(config), make_driver, false) {}
   /// Shutdown() if still running.
   ~Agent();
   Agent(const Agent&) = delete;
@@ -119,8 +130,17 @@ class Agent {
   /// Whether this agent runs jobs of uid 0 (RegisterNode.root_jobs): --allow-root-jobs, and it is
   /// root or --single-user.
   bool RunsRootJobs() const { return cfg_.allow_root_jobs && (plan_ctx_.agent_is_root || cfg_.single_user); }
+  /// The container runtime registered ("runc 1.1.5+ds1"), "" when this node runs no containers.
+  std::string ContainerRuntime() const { return plan_ctx_.containers ? tools_.runtime : ""; }
+  /// The image cache (nullptr without containers).
+  const ImageCache* Images() const { return images_.get(); }
 
  private:
+  /// With `containers`, container support is detected (AgentConfig::containers) and the driver
+  /// made by `make_driver` is wrapped in a ContainerDriver.
+  Agent(AgentConfig config, const DriverFactory& make_driver, bool containers);
+  /// The image pull of a container job's prepare (own thread); sends the PrepareResult.
+  void PullForAttempt(const AttemptKey& key, const std::string& image);
   struct Connection;
   /// How one stream ended (session.cc).
   struct ConnectionEnd {
@@ -170,6 +190,14 @@ class Agent {
   std::unique_ptr<Cgroups> cgroups_;  // before driver_: it outlives the driver's use
   std::string isolation_ = "none";
   std::unique_ptr<TaskDriver> driver_;
+  ContainerTools tools_;                 // found at construction (containers)
+  std::unique_ptr<ImageCache> images_;   // set when containers run here
+  std::mutex pull_mu_;                   // guards pulling_, pulled_, pull_threads_, pulls_running_
+  std::condition_variable pull_cv_;
+  std::set<AttemptKey> pulling_;         // container prepares waiting for their image
+  std::map<AttemptKey, std::shared_ptr<const CachedImage>> pulled_;  // prepared attempts' images
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> pull_threads_;  // with their done flags
+  int pulls_running_ = 0;
   TaskProgressCache progress_;  // status files, read off the heartbeat thread
   std::unique_ptr<EvictionPoller> eviction_;
   AgentMetrics* metrics_ = nullptr;

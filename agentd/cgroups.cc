@@ -112,10 +112,28 @@ void TaskCgroup::CloseJoinFds() {
   join_fds_.clear();
 }
 
+namespace {
+// The cgroups below `dir` (a container runtime makes one for its container), deepest first.
+void SubCgroups(const std::string& dir, std::vector<std::string>* out, int depth = 0) {
+  if (depth > 8) return;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    SubCgroups(e.path().string(), out, depth + 1);
+    out->push_back(e.path().string());
+  }
+}
+}  // namespace
+
 std::vector<pid_t> TaskCgroup::Pids() const {
   std::vector<pid_t> out;
-  std::istringstream in(ReadFile(track_dir_ + "/cgroup.procs").value_or(""));
-  for (long pid; in >> pid;) out.push_back(static_cast<pid_t>(pid));
+  std::vector<std::string> dirs;
+  SubCgroups(track_dir_, &dirs);
+  dirs.push_back(track_dir_);
+  for (const auto& d : dirs) {
+    std::istringstream in(ReadFile(d + "/cgroup.procs").value_or(""));
+    for (long pid; in >> pid;) out.push_back(static_cast<pid_t>(pid));
+  }
   return out;
 }
 
@@ -123,6 +141,20 @@ int64_t TaskCgroup::OomKills() const {
   if (memory_dir_.empty()) return 0;
   const char* file = version_ == 2 ? "/memory.events" : "/memory.oom_control";
   return KeyedValue(ReadFile(memory_dir_ + file).value_or(""), "oom_kill");
+}
+
+bool TaskCgroup::HitMemoryLimit() const {
+  if (memory_dir_.empty() || memory_limit_ <= 0) return false;
+  if (version_ == 2) return KeyedValue(ReadFile(memory_dir_ + "/memory.events").value_or(""), "max") > 0;
+  for (const char* f : {"/memory.memsw.max_usage_in_bytes", "/memory.max_usage_in_bytes"}) {
+    auto text = ReadFile(memory_dir_ + f);
+    if (!text) continue;
+    try {
+      if (std::stoll(*text) >= memory_limit_ - 4096 * 16) return true;  // within 16 pages: v1 charges in batches
+    } catch (const std::exception&) {
+    }
+  }
+  return false;
 }
 
 bool TaskCgroup::Freeze(bool frozen) const {
@@ -170,8 +202,12 @@ void TaskCgroup::KillAll() const {
 }
 
 bool TaskCgroup::Remove() {
-  for (const auto& d : dirs_)
+  for (const auto& d : dirs_) {
+    std::vector<std::string> below;  // what a container runtime left
+    SubCgroups(d, &below);
+    for (const auto& b : below) rmdir(b.c_str());
     if (rmdir(d.c_str()) != 0 && errno != ENOENT) return false;
+  }
   for (const auto& d : attempt_dirs_) rmdir(d.c_str());  // busy while other ranks are there
   return true;
 }

@@ -42,6 +42,11 @@ class TaskCgroup {
   /// The kernel's OOM kills in the cgroup since it was made (memory.events / memory.oom_control
   /// oom_kill); 0 without the memory controller.
   int64_t OomKills() const;
+  /// Whether the cgroup's memory use ever reached its limit: v1 memory(.memsw).max_usage_in_bytes
+  /// at the limit, v2 memory.events "max" > 0. With a SIGKILL exit this tells an OOM kill that
+  /// OomKills() cannot see: on v1 the kill is counted in the victim's own cgroup, which for a
+  /// container is the runtime's, removed by the time the task is reaped.
+  bool HitMemoryLimit() const;
   /// The memory limit written (bytes; 0 = none).
   int64_t MemoryLimit() const { return memory_limit_; }
   /// Kills every process in the cgroup: v2 cgroup.kill; else freeze, SIGKILL each member, thaw

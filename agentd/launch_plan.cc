@@ -15,7 +15,9 @@
 #include <string_view>
 #include <system_error>
 
+#include "agentd/container_bundle.h"
 #include "agentd/patterns.h"
+#include "common/container_ref.h"
 #include "agentd/task_env.h"
 
 namespace mlsched::agent {
@@ -165,6 +167,29 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   return "";
 }
 
+// A rank's container: the attempt directory (script, status files) at its own path, the user's
+// home unless --no-container-mount-home, the user's mounts (opened as the user at launch), the
+// job's /dev/shm on this node and the rank's GPUs. Mount sources and targets were checked by
+// schedd (CheckContainerMount); they are checked again here, the agent trusting no message.
+std::shared_ptr<ContainerLaunch> PlanContainer(const v1::ContainerSpec& spec, const std::string& dir,
+                                               const std::string& home, const std::vector<int32_t>& gpus,
+                                               const PlanContext& ctx) {
+  auto c = std::make_shared<ContainerLaunch>();
+  c->image_ref = spec.image();
+  c->workdir = spec.workdir();
+  c->keep_env.assign(spec.env().begin(), spec.env().end());
+  c->writable = spec.writable();
+  c->binds.push_back({dir, dir, false, false});
+  if ((!spec.has_mount_home() || spec.mount_home()) && !home.empty() && home != "/" &&
+      CheckContainerPath("home", home).empty() && CheckMountTarget(home).empty())
+    c->binds.push_back({home, home, false, true, true});
+  for (const auto& m : spec.mounts()) c->binds.push_back({m.source(), m.target(), m.read_only(), true});
+  c->shm_dir = dir + ".shm";
+  for (int32_t g : gpus)
+    if (g >= 0 && static_cast<size_t>(g) < ctx.gpu_devices.size()) c->gpu_devices.push_back(ctx.gpu_devices[g]);
+  return c;
+}
+
 }  // namespace
 
 
@@ -185,12 +210,24 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
     return out;
   };
   const v1::JobSpec& spec = p.spec();
+  if (spec.has_container()) {  // schedd checked these; the agent trusts no message
+    ImageRef ref;
+    if (auto err = ParseImageRef(spec.container().image(), &ref); !err.empty()) return fail("container image: " + err);
+    std::vector<ContainerMountSpec> before;
+    for (const auto& m : spec.container().mounts()) {
+      ContainerMountSpec mount{m.source(), m.target(), m.read_only()};
+      if (auto err = CheckContainerMount(mount, before); !err.empty()) return fail("container mount: " + err);
+      before.push_back(mount);
+    }
+    if (!spec.container().workdir().empty())
+      if (auto err = CheckContainerPath("container workdir", spec.container().workdir()); !err.empty()) return fail(err);
+  }
   if (p.tasks_size() == 0) return fail("prepare for job " + std::to_string(p.job_id()) + " lists no tasks");
   // A job in an image never runs its command on the host instead (schedd sends such jobs only to
   // nodes that registered a runtime; this is the agent's own guard).
-  if (spec.has_container())
+  if (spec.has_container() && !ctx.containers)
     return fail("job runs in container image '" + spec.container().image().substr(0, 1024) + "', but agentd on node " +
-                ctx.node + " runs no containers (it needs runc, skopeo and umoci)");
+                ctx.node + " runs no containers (" + ctx.container_refusal + ")");
   PlannedAttempt plan;
   plan.key = {p.job_id(), p.attempt()};
   plan.dir = (fs::path(ctx.work_dir) / "jobs" / plan.key.ToString()).string();
@@ -220,6 +257,7 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
   for (const auto& t : p.tasks()) {
     PlannedRank r;
     if (auto err = PlanRank(p, t, ctx, plan.dir, user.home, tmpl, &r); !err.empty()) return fail(err);
+    if (spec.has_container()) r.request.container = PlanContainer(spec.container(), plan.dir, user.home, r.gpus, ctx);
     plan.ranks.push_back(std::move(r));
   }
   if (spec.argv_size() == 0) plan.script = spec.script();
@@ -258,6 +296,8 @@ std::string WriteStopReason(const std::string& attempt_dir, const std::string& r
 void RemoveAttemptFiles(const std::string& dir) {
   const bool reason_file = dir.size() > kStopReasonSuffix.size() && dir.ends_with(kStopReasonSuffix);
   if (!reason_file) {
+    struct stat st{};
+    if (::lstat((dir + ".shm").c_str(), &st) == 0) RemoveJobShm(dir + ".shm");  // a container job's /dev/shm
     if (std::string err = RemoveTree(dir); !err.empty()) spdlog::warn("cannot remove {}: {}", dir, err);
   }
   const std::string path = reason_file ? dir : StopReasonPath(dir);

@@ -30,6 +30,10 @@ struct PlanContext {
   uid_t agent_uid = 0;           // the agent's effective uid: the only one a non-root agent runs jobs of ...
   bool single_user = false;      // ... unless --single-user: every job runs as agent_uid
   bool allow_root_jobs = false;  // --allow-root-jobs: jobs of uid 0 may run (as root when the agent is root)
+  /// Jobs in images run here (agentd is root and has runc, skopeo and umoci); else
+  /// `container_refusal` says why not.
+  bool containers = false;
+  std::string container_refusal = "it needs runc, skopeo and umoci";
 };
 
 /// One rank, ready for ProcessSupervisor::Spawn. Its request's limits are the job's per-task

@@ -101,6 +101,36 @@ void MarkDescriptorsCloseOnExec() {
   struct sigaction dfl{};
   dfl.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);  // fails harmlessly for SIGKILL/SIGSTOP
+  if (req.exec_as_root) {  // runc: only the output files as the user, the rest stays root's
+    if (req.switch_user) {
+      if (setgroups(req.groups.size(), req.groups.data()) < 0) ChildFail(err_fd, Step::kGroups);
+      if (setresgid(req.gid, req.gid, 0) < 0) ChildFail(err_fd, Step::kGid);
+      if (setresuid(req.uid, req.uid, 0) < 0) ChildFail(err_fd, Step::kUid);
+    }
+    if (!RedirectTo(req.stdout_path.c_str(), 1)) ChildFail(err_fd, Step::kStdout);
+    if (req.stderr_path == req.stdout_path) {
+      if (dup2(1, 2) < 0) ChildFail(err_fd, Step::kStderr);
+    } else if (!RedirectTo(req.stderr_path.c_str(), 2)) {
+      ChildFail(err_fd, Step::kStderr);
+    }
+    if (req.switch_user) {
+      if (setresuid(0, 0, 0) < 0) ChildFail(err_fd, Step::kUid);
+      if (setresgid(0, 0, 0) < 0 || setgroups(0, nullptr) < 0) ChildFail(err_fd, Step::kGid);
+    }
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) ChildFail(err_fd, Step::kPdeathsig);
+    if (getppid() != parent) _exit(127);
+    int in = open("/dev/null", O_RDONLY);
+    if (in < 0 || (in != 0 && (dup2(in, 0) < 0 || close(in) < 0))) ChildFail(err_fd, Step::kStdin);
+    if (chdir("/") < 0) ChildFail(err_fd, Step::kChdir);
+    MarkDescriptorsCloseOnExec();
+    if (req.inherit_fd) {  // at 3 for runc --preserve-fds 1
+      if (err_fd == 3 && (err_fd = fcntl(3, F_DUPFD_CLOEXEC, 4)) < 0) ChildFail(3, Step::kInheritFd);
+      if (req.inherit_fd->get() != 3 && dup2(req.inherit_fd->get(), 3) < 0) ChildFail(err_fd, Step::kInheritFd);
+      if (fcntl(3, F_SETFD, 0) < 0) ChildFail(err_fd, Step::kInheritFd);
+    }
+    execve(req.executable.c_str(), argv, envp);
+    ChildFail(err_fd, Step::kExec);
+  }
   if (req.switch_user) {
     if (setgroups(req.groups.size(), req.groups.data()) < 0) ChildFail(err_fd, Step::kGroups);
     if (setgid(req.gid) < 0) ChildFail(err_fd, Step::kGid);

@@ -33,6 +33,28 @@ class OwnedFd {
   int fd_;
 };
 
+struct CachedImage;
+struct UserFds;
+
+/// A task that runs in an OCI image (container_driver.h turns it into a runc invocation). Planned
+/// from the job's ContainerSpec; `image` is set once the node's cache holds it (at prepare).
+struct ContainerLaunch {
+  std::string image_ref;                   // canonical (ImageRef::Canonical)
+  std::shared_ptr<const CachedImage> image;  // pins the image in the cache while the task needs it
+  std::string workdir;                     // in the container; "" = the image's WorkingDir
+  std::vector<std::string> keep_env;       // --container-env: these job variables beat the image's
+  bool writable = false;                   // a writable overlay instead of a read-only root
+  struct Bind {
+    std::string source, target;
+    bool read_only = false;
+    bool user_path = true;  // opened as the user (their mounts, home); false: agentd's own directory
+    bool optional = false;  // skipped when the user cannot open it (a home that does not exist)
+  };
+  std::vector<Bind> binds;                 // the attempt directory, home, the user's mounts
+  std::string shm_dir;                     // the job's /dev/shm on this node (<work>/jobs/<job>.<attempt>.shm)
+  std::vector<std::string> gpu_devices;    // the rank's /dev/nvidiaN
+};
+
 /// Everything needed to exec one task; built by the launch planner, consumed by SpawnTask. The
 /// planner never looks at the user's files: the working directory, the command and the output
 /// files are resolved by the child after it has become the task's user.
@@ -54,6 +76,12 @@ struct LaunchRequest {
   std::vector<gid_t> groups;       // supplementary groups (getgrouplist of the user)
   mode_t umask = 022;              // the submitter's umask, set in the child before anything is created
   TaskLimits limits;               // applied by the supervisor when it has cgroups; ignored otherwise
+  /// Runs in an image (the planner sets it; the container driver rewrites the request).
+  std::shared_ptr<ContainerLaunch> container;
+  /// The executable runs as root (runc, which becomes the task's user itself): only the output
+  /// files are opened as the user (effective ids switched for that, then back). Set by the
+  /// container driver, never by the planner.
+  bool exec_as_root = false;
 };
 
 /// How a task ended, in the protocol's terms.

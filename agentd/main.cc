@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   std::string cgroups = "auto";
   int64_t task_pids_max = 16384;
   bool allow_root_jobs = false, single_user = false;
+  std::string containers = "auto", image_cache, image_cache_size = "0", image_cert_dir;
   app.add_option("--server", server,
                  "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas: the agent follows the leader; "
                  "default $MLSCHED_SERVER, else unix:" + std::string(kDefaultSocket) + ")");
@@ -93,6 +94,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--task-pids-max", task_pids_max, "Processes and threads per task (cgroup pids.max); 0 = no limit")
       ->capture_default_str();
+  app.add_option("--containers", containers,
+                 "Jobs in OCI images: auto (when agentd is root and finds runc, skopeo and umoci) or off")
+      ->capture_default_str();
+  app.add_option("--image-cache", image_cache, "Directory of the node's image cache (default WORK_DIR/images)");
+  app.add_option("--image-cache-size", image_cache_size,
+                 "Unpacked bytes of images the cache keeps, e.g. 200G (least recently used evicted; 0 = no limit)")
+      ->capture_default_str();
+  app.add_option("--image-cert-dir", image_cert_dir,
+                 "Directory of registry CA certificates (*.crt) for pulls (default: the system's and "
+                 "/etc/containers/certs.d)");
   app.add_flag("--allow-root-jobs", allow_root_jobs,
                "Run jobs of uid 0 (as root). Off by default (Slurm's DisableRootJobs): a job submitted as root is "
                "refused at prepare, and schedd places root's jobs only on nodes whose agent allows them");
@@ -136,6 +147,14 @@ int main(int argc, char** argv) {
   if (!cgroup_mode) return Fail("--cgroups must be auto, required or off (got '" + cgroups + "')");
   if (task_pids_max < 0) return Fail("--task-pids-max must be >= 0");
   cfg.cgroups = *cgroup_mode;
+  if (containers != "auto" && containers != "off") return Fail("--containers must be auto or off (got '" + containers + "')");
+  cfg.containers = containers == "auto";
+  auto cache_bytes = ParseMemory(image_cache_size);
+  if (!cache_bytes || *cache_bytes.value < 0) return Fail("--image-cache-size: " + (cache_bytes ? "must be >= 0" : cache_bytes.error));
+  cfg.image_cache.max_bytes = *cache_bytes.value;
+  if (!image_cache.empty() && image_cache[0] != '/') return Fail("--image-cache must be an absolute path");
+  cfg.image_cache.dir = image_cache;
+  cfg.image_cache.cert_dir = image_cert_dir;
   if (single_user && geteuid() == 0)
     return Fail("--single-user is for an agentd that is not root (as root, every job would run as root)");
   cfg.allow_root_jobs = allow_root_jobs;

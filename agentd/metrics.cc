@@ -20,6 +20,11 @@ AgentMetrics::AgentMetrics(const NodeIdentity& node)
   cutoffs_ = &prometheus::BuildCounter().Name("mlsched_agent_cutoffs_total")
                   .Help("Times the tasks were stopped after --cutoff-timeout without a controller")
                   .Labels(labels).Register(*registry_).Add({});
+  pulls_ = &prometheus::BuildCounter().Name("mlsched_agent_image_pulls_total")
+                .Help("Container images pulled and unpacked into this node's cache").Labels(labels).Register(*registry_).Add({});
+  pull_seconds_ = &prometheus::BuildCounter().Name("mlsched_agent_image_pull_seconds_total")
+                       .Help("Seconds spent pulling and unpacking images (with _pulls_total: the mean)")
+                       .Labels(labels).Register(*registry_).Add({});
   epoch_ = &prometheus::BuildGauge().Name("mlsched_agent_controller_epoch").Help("The highest controller epoch seen")
                 .Labels(labels).Register(*registry_).Add({});
   connected_ = &prometheus::BuildGauge().Name("mlsched_agent_connected").Help("1 while registered with schedd")
@@ -38,6 +43,10 @@ void AgentMetrics::CountTaskExit(const std::string& outcome) { exits_->Add({{"ou
 void AgentMetrics::CountEvictionNotice() { notices_->Increment(); }
 void AgentMetrics::CountStaleEpoch() { stale_epoch_->Increment(); }
 void AgentMetrics::CountCutoff() { cutoffs_->Increment(); }
+void AgentMetrics::ObserveImagePull(double seconds) {
+  pulls_->Increment();
+  pull_seconds_->Increment(seconds);
+}
 void AgentMetrics::SetEpoch(int64_t epoch) { epoch_->Set(static_cast<double>(epoch)); }
 
 std::string AgentMetrics::Render(bool connected, size_t running_tasks) {

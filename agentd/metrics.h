@@ -29,6 +29,8 @@ class AgentMetrics {
   void CountStaleEpoch();
   /// The tasks were stopped because no controller was reachable for --cutoff-timeout.
   void CountCutoff();
+  /// An image pulled and unpacked into the node's cache (seconds: fetch + unpack).
+  void ObserveImagePull(double seconds);
   /// The highest controller epoch seen.
   void SetEpoch(int64_t epoch);
   /// Sets the per-scrape gauges and returns the text exposition of every metric.
@@ -42,6 +44,8 @@ class AgentMetrics {
   prometheus::Counter* stale_epoch_;
   prometheus::Counter* cutoffs_;
   prometheus::Gauge* epoch_;
+  prometheus::Counter* pulls_;
+  prometheus::Counter* pull_seconds_;
   prometheus::Gauge* connected_;
   prometheus::Gauge* running_;
   std::string node_, pool_;

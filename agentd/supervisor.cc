@@ -1,4 +1,5 @@
 #include "agentd/supervisor.h"
+#include "agentd/container_tools.h"
 
 #include "agentd/orphans.h"
 
@@ -203,7 +204,11 @@ void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
 }
 
 void ProcessSupervisor::FinishCgroup(const TaskKey& key, std::unique_ptr<TaskCgroup> cg, ExitReport* report) {
-  if (int64_t kills = cg->OomKills(); kills > 0 && cg->MemoryLimit() > 0) {
+  int64_t kills = cg->OomKills();
+  // A SIGKILL at the memory limit with no kill counted here: a container's process, counted in the
+  // runtime's own cgroup below this one (cgroups.h HitMemoryLimit).
+  if (kills == 0 && report->exit_code == 128 + SIGKILL && cg->HitMemoryLimit()) kills = 1;
+  if (kills > 0 && cg->MemoryLimit() > 0) {
     if (report->exit_code != 0) report->error = OutOfMemoryError(cg->MemoryLimit(), kills);
     spdlog::warn("task {}: the kernel's OOM killer ended {} process(es) at the {} byte limit", key.ToString(), kills,
                  cg->MemoryLimit());
@@ -281,6 +286,7 @@ void ProcessSupervisor::ReapOrphans() {
   std::set<pid_t> unknown;
   for (pid_t pid : ListChildren()) {
     if (tasks.count(pid)) continue;  // a task leader: reaped through its pidfd
+    if (IsHelperProcess(pid)) continue;  // skopeo or umoci, reaped by RunTool
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) continue;  // an orphan that already ended
     // With cgroups, membership says whose it is; the environment could be forged.

@@ -114,13 +114,14 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
 namespace {
 
 // Container=IMAGE Mounts=SRC:DST:ro,... Workdir=DIR Env=NAME,... Writable=no MountHome=yes
-std::vector<std::pair<std::string, std::string>> ContainerLine(const v1::JobSpec& s) {
+std::vector<std::pair<std::string, std::string>> ContainerLine(const v1::JobSpec& s, const std::string& digest) {
   if (!s.has_container()) return {{"Container", "-"}};
   const v1::ContainerSpec& c = s.container();
   std::string mounts;
   for (const auto& m : c.mounts())
     mounts += (mounts.empty() ? "" : ",") + m.source() + ":" + m.target() + (m.read_only() ? ":ro" : ":rw");
   return {{"Container", c.image()},
+          {"Digest", digest.empty() ? "(not pulled yet)" : digest},
           {"Mounts", mounts.empty() ? "-" : mounts},
           {"Workdir", c.workdir().empty() ? "(image's)" : c.workdir()},
           {"Env", c.env().empty() ? "-" : Join(c.env(), ",")},
@@ -155,7 +156,7 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
        {"GPUsPerTask", std::to_string(s.gpus_per_task())}, {"GPUTypes", Join(s.gpu_types(), ",")},
        {"Topology", s.topology().empty() ? "none" : s.topology()}},
       {{"WorkDir", s.workdir()}},
-      ContainerLine(s),
+      ContainerLine(s, job.image_digest()),
       {{"StdOut", s.stdout_pattern()}, {"StdErr", s.stderr_pattern()}},
       {{"Command", hidden ? "(hidden: not your job)" : f('o')}},
       {{"Environment", env}},
@@ -199,6 +200,7 @@ nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now) {
     for (const auto& m : c.mounts())
       mounts.push_back({{"source", m.source()}, {"target", m.target()}, {"read_only", m.read_only()}});
     j["container"] = {{"image", c.image()},
+                      {"digest", job.image_digest()},
                       {"mounts", mounts},
                       {"workdir", c.workdir()},
                       {"env", std::vector<std::string>(c.env().begin(), c.env().end())},

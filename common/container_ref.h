@@ -17,6 +17,8 @@ inline constexpr size_t kMaxContainerPathBytes = 4096; // PATH_MAX: a mount's so
 inline constexpr size_t kMaxContainerMounts = 64;      // entries of --container-mounts
 inline constexpr size_t kMaxContainerEnvNames = 256;   // names in --container-env
 inline constexpr size_t kMaxEnvNameBytes = 256;        // one environment variable name
+inline constexpr int kMaxPrepareEvents = 16;           // PrepareResult.events kept per node and attempt
+inline constexpr size_t kMaxPrepareEventBytes = 1024;  // one of them, or a prepare error
 
 /// Where an image comes from (containers/image's transports, the subset a node may use).
 enum class ImageTransport {

@@ -26,7 +26,7 @@
 # MLSCHED_ETCD_CERT, MLSCHED_ETCD_KEY: etcdctl's --cacert, --cert, --key) and the root password's
 # file (MLSCHED_ETCD_ROOT_PASSWORD_FILE; never the password itself).
 # Environment: MLSCHED_STATE (default ./.state), MLSCHED_BUILD_DIR (default ./build),
-# AGENT_CPUS (CPUs per agent, default 2), MLSCHED_POLICY (default policies/default.toml),
+# AGENT_CPUS (CPUs per agent, default 2), MLSCHED_AGENT_ARGS (more agentd flags, word-split), MLSCHED_POLICY (default policies/default.toml),
 # MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available), MLSCHED_HA_SCHEDD_ARGS (more schedd
 # flags for the HA replicas, word-split), MLSCHED_ETCD_TLS (1, the default; 0: plaintext etcd and
 # schedd --ha-insecure, on a fresh state directory, for measuring what TLS costs only),
@@ -204,7 +204,7 @@ agents_up() {
     start "agent-$1" "$STATE/logs/agent-$1.log" "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$1" \
       --tls-cert "$STATE/tls/nodes/$1.pem" --tls-key "$STATE/tls/nodes/$1.key" --tls-ca "$STATE/tls/ca.pem" \
       --pool "$2" --domain "$3" --zone local-a --region local --cpus "$AGENT_CPUS" --mem 4G \
-      --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" "${AGENT_EXTRA[@]}"
+      --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" "${AGENT_EXTRA[@]}" ${MLSCHED_AGENT_ARGS:-}
     n=$((n + 1))
   done
   # Up to 30 s: on a loaded machine (CI runs tests two at a time) agents can take over 10 s to

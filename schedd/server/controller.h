@@ -92,6 +92,7 @@ struct ControllerConfig {
   int heartbeat_interval_s = 5;   // agents send a heartbeat this often
   int heartbeat_timeout_s = 30;   // no heartbeat for this long: node DOWN, its jobs requeued
   int launch_timeout_s = 30;      // prepare -> all prepared; commit -> started
+  int image_pull_timeout_s = 900; // added to a container job's prepare: its nodes pull the image then
   int kill_grace_s = 10;          // SIGTERM to SIGKILL on cancel and time limit
   int min_job_age_s = 300;        // finished jobs stay in memory (and in mlq) this long
   int requeue_backoff_s = 5;      // a failed launch waits this long before the next try
@@ -251,6 +252,7 @@ class Controller {
     int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)
     int32_t evictions = 0;       // spot evictions so far (stored with the job)
     std::string stop_cause;      // why the current attempt is being stopped: "eviction of NODE", "preemption by job N"
+    std::string image_digest;    // containers: the digest the last attempt's prepare reported (not stored)
     std::string resize;          // elastic: the latest size change, e.g. "shrunk 4->3 after eviction of n4 (attempt 2)"
     bool resizing = false;       // SIGTERM sent to restart at another size (core::ResizeDecision)
     int64_t stop_requested_at = 0;  // when a resize or eviction asked it to stop; 0 = none pending

@@ -5,11 +5,19 @@
 #include <algorithm>
 #include <csignal>
 
+#include "common/container_ref.h"
+#include "common/safe_text.h"
 #include "schedd/server/controller.h"
 #include "schedd/server/convert.h"
 #include "schedd/server/rendezvous_token.h"
 
 namespace mlsched::server {
+namespace {
+// A job that runs in a container image (convert.cc gives it the containers feature).
+bool InImage(const core::JobSpec& spec) {
+  return std::find(spec.features.begin(), spec.features.end(), core::kContainersFeature) != spec.features.end();
+}
+}  // namespace
 
 AttemptRow Controller::AttemptOf(const JobRec& j) const {
   AttemptRow a;
@@ -74,7 +82,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.preempt_cancel = false;
   j.expected_start = 0;
   j.launched_at = now;
-  j.launch_deadline = now + cfg_.launch_timeout_s;
+  j.launch_deadline = now + cfg_.launch_timeout_s + (InImage(j.spec) ? cfg_.image_pull_timeout_s : 0);
   j.placement.Clear();
   std::map<std::string, int32_t> local;  // next local rank per node
   std::vector<core::TaskPlacement> tasks = alloc.tasks;
@@ -270,9 +278,18 @@ void Controller::OnPrepareResult(const std::string& node, const v1::PrepareResul
     return RejectAgentMessage(node, "prepare result for job " + std::to_string(j->id) + " attempt " + std::to_string(j->attempt));
   // The rendezvous port is rank 0's agent's (it holds the socket); any other node's is ignored.
   const bool rank0_node = j->placement.tasks_size() > 0 && j->placement.tasks(0).node() == node;
-  std::string error = r.ok() ? "" : r.error();
+  std::string error = r.ok() ? "" : SafeText(r.error().substr(0, kMaxPrepareEventBytes));
   if (r.ok() && rank0_node && (r.master_port() < 0 || r.master_port() > 65535))
     error = "rendezvous port " + std::to_string(r.master_port()) + " out of range";
+  for (int i = 0; i < std::min(r.events_size(), kMaxPrepareEvents); ++i)
+    if (IsSafeText(r.events(i))) Await(store_.AppendEvent(j->id, node, "image", r.events(i).substr(0, kMaxPrepareEventBytes)));
+  if (r.ok() && !r.image_digest().empty() && InImage(j->spec) && IsSafeText(r.image_digest()))
+    j->image_digest = r.image_digest().substr(0, 80);
+  if (!error.empty() && r.fatal() && InImage(j->spec)) {
+    spdlog::warn("job {} attempt {}: prepare failed on {} for good: {}", j->id, j->attempt, node, error);
+    EndAttempt(*j, core::JobState::kFailed, "ImagePullFailed: " + error, 0, now, "image-failed");
+    return;
+  }
   if (!error.empty()) {
     spdlog::warn("job {} attempt {}: prepare failed on {}: {}", j->id, j->attempt, node, error);
     EndAttempt(*j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "prepare-failed");

@@ -204,6 +204,8 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-interval", cfg.heartbeat_interval_s, "Seconds between agent heartbeats");
   app.add_option("--heartbeat-timeout", cfg.heartbeat_timeout_s, "Seconds of silence before a node is DOWN");
   app.add_option("--launch-timeout", cfg.launch_timeout_s, "Seconds for a gang to be prepared and started");
+  app.add_option("--image-pull-timeout", cfg.image_pull_timeout_s,
+                 "Seconds added to the prepare of a job in a container image, for its nodes to pull it");
   app.add_option("--kill-grace", cfg.kill_grace_s, "Seconds between SIGTERM and SIGKILL");
   app.add_option("--min-job-age", cfg.min_job_age_s, "Seconds finished jobs stay listed by default");
   app.add_option("--max-array-size", cfg.max_array_size, "Most elements of one job array (--array)")

@@ -1,0 +1,255 @@
+#include "agentd/container_bundle.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/openat2.h>
+#include <spdlog/spdlog.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "agentd/container_tools.h"
+#include "agentd/safe_files.h"
+
+namespace mlsched::agent {
+namespace {
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+int OpenInRoot(int root_fd, const std::string& rel, uint64_t flags) {
+  open_how how{};
+  how.flags = flags | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  int fd;
+  do {
+    fd = static_cast<int>(syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
+  } while (fd < 0 && errno == EAGAIN);
+  return fd;
+}
+
+}  // namespace
+
+std::string MakeInRoot(int root_fd, const MountPoint& point) {
+  const std::string& p = point.path;
+  if (p.empty() || p[0] != '/' || p == "/") return "mount point '" + p + "' is not an absolute path below /";
+  size_t pos = 1;
+  int dir = OpenInRoot(root_fd, ".", O_PATH | O_DIRECTORY);
+  if (dir < 0) return Errno("open the container's root");
+  std::string err;
+  while (err.empty()) {
+    size_t end = p.find('/', pos);
+    const bool last = end == std::string::npos;
+    const std::string name = p.substr(pos, last ? std::string::npos : end - pos);
+    const std::string prefix = p.substr(0, last ? p.size() : end);
+    if (name.empty() || name == "." || name == "..") {
+      err = "mount point '" + p + "' is not a clean path";
+      break;
+    }
+    // Resolve the whole prefix inside the root (a symlink in the image is followed as the
+    // container would, never out of it), or make its last component in the parent found so.
+    if (last && !point.directory) {
+      int f = openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (f >= 0) close(f);
+      else if (errno != EEXIST) err = Errno("create mount point " + p);
+      else {
+        int g = OpenInRoot(root_fd, prefix, O_PATH);
+        struct stat st{};
+        if (g < 0 || fstat(g, &st) != 0 || S_ISDIR(st.st_mode)) err = "mount point " + p + " is not a file in the image";
+        if (g >= 0) close(g);
+      }
+      break;
+    }
+    if (mkdirat(dir, name.c_str(), 0755) != 0 && errno != EEXIST) {
+      err = Errno("create mount point " + prefix);
+      break;
+    }
+    int next = OpenInRoot(root_fd, prefix, O_PATH | O_DIRECTORY);
+    if (next < 0) {
+      err = Errno("mount point " + prefix + " in the image");
+      break;
+    }
+    close(dir);
+    dir = next;
+    if (last) break;
+    pos = end + 1;
+  }
+  close(dir);
+  return err;
+}
+
+Parsed<std::unique_ptr<ContainerBundle>> ContainerBundle::Create(const std::string& dir, const std::string& image_rootfs,
+                                                                 const std::vector<MountPoint>& mount_points,
+                                                                 bool writable, uid_t uid, gid_t gid) {
+  Parsed<std::unique_ptr<ContainerBundle>> out;
+  if (mkdir(dir.c_str(), 0700) != 0) {
+    out.error = Errno("create bundle " + dir);
+    return out;
+  }
+  std::unique_ptr<ContainerBundle> b(new ContainerBundle(dir));
+  auto fail = [&](std::string e) {
+    b->TearDown();
+    out.error = std::move(e);
+    return std::move(out);
+  };
+  for (const char* sub : {"/upper", "/work", "/rootfs", "/tmp"})
+    if (mkdir((dir + sub).c_str(), 0700) != 0) return fail(Errno("create " + dir + sub));
+  if (chown((dir + "/tmp").c_str(), uid, gid) != 0) return fail(Errno("chown " + dir + "/tmp"));
+  const std::string opts = "lowerdir=" + image_rootfs + ",upperdir=" + dir + "/upper,workdir=" + dir + "/work";
+  if (mount("overlay", b->Rootfs().c_str(), "overlay", MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
+    return fail(Errno("mount the image's overlay on " + b->Rootfs()));
+  b->mounted_ = true;
+  // The root itself must be searchable by the task's user: the upper layer's root is mode 0700.
+  if (chmod(b->Rootfs().c_str(), 0755) != 0) return fail(Errno("chmod " + b->Rootfs()));
+  int root = open(b->Rootfs().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return fail(Errno("open " + b->Rootfs()));
+  std::string err;
+  for (const char* std_point : {"/proc", "/dev", "/sys", "/tmp"})
+    if (err.empty()) err = MakeInRoot(root, {std_point, true});
+  for (const auto& p : mount_points)
+    if (err.empty()) err = MakeInRoot(root, p);
+  close(root);
+  if (!err.empty()) return fail(err);
+  if (!writable && mount(nullptr, b->Rootfs().c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                         nullptr) != 0)
+    return fail(Errno("remount " + b->Rootfs() + " read-only"));
+  out.value = std::move(b);
+  return out;
+}
+
+std::string ContainerBundle::WriteConfig(const std::string& config_json) const {
+  const std::string path = dir_ + "/config.json";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("create " + path);
+  const bool ok = write(fd, config_json.data(), config_json.size()) == static_cast<ssize_t>(config_json.size());
+  close(fd);
+  return ok ? "" : Errno("write " + path);
+}
+
+void ContainerBundle::TearDown() {
+  if (removed_) return;
+  if (mounted_) {
+    if (umount2(Rootfs().c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+      spdlog::warn("cannot unmount {}: {}; leaving {} in place", Rootfs(), std::strerror(errno), dir_);
+      return;  // never remove through a mounted image
+    }
+    mounted_ = false;
+  }
+  if (auto err = RemoveTree(dir_); !err.empty()) spdlog::warn("cannot remove bundle {}: {}", dir_, err);
+  removed_ = true;
+}
+
+ContainerBundle::~ContainerBundle() { TearDown(); }
+
+std::string MountJobShm(const std::string& dir, uid_t uid, gid_t gid) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Errno("create " + dir);
+  struct stat st{}, parent{};
+  const std::string up = dir.substr(0, dir.rfind('/'));
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || lstat(up.c_str(), &parent) != 0)
+    return dir + " is not a directory";
+  if (st.st_dev != parent.st_dev) return "";  // a tmpfs is already there (another rank of the job)
+  const std::string opts = "mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
+  if (mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) return Errno("mount tmpfs on " + dir);
+  return "";
+}
+
+void RemoveJobShm(const std::string& dir) {
+  if (umount2(dir.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+    spdlog::warn("cannot unmount {}: {}", dir, std::strerror(errno));
+    return;
+  }
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT) spdlog::warn("cannot remove {}: {}", dir, std::strerror(errno));
+}
+
+UserFds::~UserFds() {
+  for (int fd : fds) close(fd);
+}
+
+Parsed<std::shared_ptr<UserFds>> OpenAsUser(const std::vector<std::string>& paths, uid_t uid, gid_t gid,
+                                            const std::vector<gid_t>& groups) {
+  Parsed<std::shared_ptr<UserFds>> out;
+  auto result = std::make_shared<UserFds>();
+  if (paths.empty()) {
+    out.value = result;
+    return out;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    out.error = Errno("socketpair");
+    return out;
+  }
+  std::vector<const char*> cpaths;
+  for (const auto& p : paths) cpaths.push_back(p.c_str());
+  pid_t pid = ForkHelper();
+  if (pid == 0) {  // async-signal-safe only: one message per path, {errno} or {0} + the descriptor
+    close(sv[0]);
+    if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(1);
+    for (const char* p : cpaths) {
+      int fd = open(p, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+      struct stat st{};
+      int res[2] = {0, 0};
+      if (fd < 0) res[0] = errno;
+      else if (fstat(fd, &st) != 0) res[0] = errno;
+      else if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) res[0] = EINVAL;
+      else res[1] = S_ISDIR(st.st_mode) ? 1 : 0;
+      msghdr msg{};
+      iovec iov{res, sizeof res};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+      if (res[0] == 0) {
+        msg.msg_control = ctrl;
+        msg.msg_controllen = sizeof ctrl;
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+      }
+      if (sendmsg(sv[1], &msg, 0) < 0) _exit(1);
+      if (fd >= 0) close(fd);
+    }
+    _exit(0);
+  }
+  close(sv[1]);
+  if (pid < 0) {
+    close(sv[0]);
+    out.error = Errno("fork");
+    return out;
+  }
+  for (const auto& p : paths) {
+    int res[2] = {0, 0};
+    msghdr msg{};
+    iovec iov{res, sizeof res};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    ssize_t n = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
+    if (n != static_cast<ssize_t>(sizeof res)) {
+      out.error = "could not open " + p + " as uid " + std::to_string(uid);
+      break;
+    }
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    if (res[0] != 0 || c == nullptr || c->cmsg_type != SCM_RIGHTS) {
+      out.error = p + ": " + (res[0] == EINVAL ? std::string("not a directory or regular file") : std::strerror(res[0]));
+      break;
+    }
+    int fd;
+    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    result->fds.push_back(fd);
+    result->directory.push_back(res[1] == 1);
+  }
+  close(sv[0]);
+  WaitHelper(pid);
+  if (out.error.empty()) out.value = result;
+  return out;
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,73 @@
+// ContainerDriver: the TaskDriver of tasks that run in OCI images. It wraps the process driver:
+// for a request with a container (launcher.h ContainerLaunch) it builds the task's bundle
+// (container_bundle.h) and spec (oci_spec.h) and hands the process driver a `runc run` of it in
+// place of the command, so the task keeps its cgroup (runc's own cgroup for the container is made
+// below it), its process group (runc forwards signals to the container), its output files
+// (opened as the user) and its exit status; bare requests pass through unchanged. When the task
+// ends, the bundle is unmounted and removed before the exit is reported.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "agentd/container_bundle.h"
+#include "agentd/container_tools.h"
+#include "agentd/oci_spec.h"
+#include "agentd/task_driver.h"
+
+namespace mlsched::agent {
+
+class ContainerDriver final : public TaskDriver {
+ public:
+  /// Makes the process driver with `make_inner`; bundles live in `state_dir`/bundles, runc's
+  /// state in `state_dir`/runc and its logs in `state_dir`/logs (made mode 0700 by Start()).
+  ContainerDriver(ContainerTools tools, std::string state_dir,
+                  const std::function<std::unique_ptr<TaskDriver>(StartedFn, ExitedFn)>& make_inner,
+                  StartedFn on_started, ExitedFn on_exited);
+  ~ContainerDriver() override;
+
+  void UseCgroups(Cgroups* cgroups) override { inner_->UseCgroups(cgroups); }
+  /// Makes the state directories (removing a previous run's bundles), then starts the inner driver.
+  void Start() override;
+  /// A container request is turned into a runc invocation first; a bundle that cannot be made is
+  /// reported as a launch failure (exit 127 with the reason).
+  bool Spawn(const TaskKey& key, LaunchRequest request) override;
+  bool Terminate(const TaskKey& key, std::chrono::milliseconds grace) override { return inner_->Terminate(key, grace); }
+  bool Signal(const TaskKey& key, int signal) override { return inner_->Signal(key, signal); }
+  void TerminateAll(std::chrono::milliseconds grace) override { inner_->TerminateAll(grace); }
+  std::vector<RunningTaskInfo> Running() const override { return inner_->Running(); }
+  size_t Size() const override { return inner_->Size(); }
+  bool WaitIdle(std::chrono::milliseconds timeout) override { return inner_->WaitIdle(timeout); }
+  void Stop() override { inner_->Stop(); }
+
+  /// The OciTaskSpec of a container request, minus what only exists at launch (rootfs, bind
+  /// sources of user paths): the environment merged as pyxis does (the image's variables win
+  /// unless named in keep_env; the task's MLSCHED_*, RANK, ... are added), the command, the
+  /// working directory, credentials, the binds and the GPU devices. Exposed for tests.
+  static OciTaskSpec PlanSpec(const TaskKey& key, const LaunchRequest& request);
+
+ private:
+  struct Live {
+    std::unique_ptr<ContainerBundle> bundle;
+    std::shared_ptr<UserFds> fds;
+    std::shared_ptr<ContainerLaunch> container;
+  };
+  std::string Prepare(const TaskKey& key, const LaunchRequest& request, LaunchRequest* runc);
+  void Finished(const TaskKey& key);
+
+  ContainerTools tools_;
+  std::string state_dir_;
+  ExitedFn on_exited_;
+  std::unique_ptr<TaskDriver> inner_;
+  std::mutex mu_;
+  std::map<TaskKey, Live> live_;
+};
+
+/// Character devices for a rank's GPUs: each of `gpu_paths` and the NVIDIA control devices
+/// (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools) that exist on the node, with their
+/// numbers from stat(). Missing GPU nodes are skipped.
+std::vector<OciDevice> GpuDevices(const std::vector<std::string>& gpu_paths);
+
+}  // namespace mlsched::agent

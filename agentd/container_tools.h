@@ -1,0 +1,64 @@
+// The external tools containers need, all from Debian: runc (the OCI runtime), skopeo (fetching
+// images, verifying every blob against its digest) and umoci (unpacking an OCI image's layers with
+// its own path-escape guards). This module finds them and runs the image tools as helper
+// processes: a clean environment, stdin from /dev/null, a time limit (SIGKILL to the helper's
+// process group) and a bounded capture of what they print.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace mlsched::agent {
+
+/// Where agentd looks for the tools: the system directories only, never the caller's PATH.
+inline constexpr const char* kContainerToolPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The tools found on this node.
+struct ContainerTools {
+  std::string runc, skopeo, umoci;  // absolute paths; "" when missing
+  std::string init;                 // tini-static: PID 1 of every container (signals, zombies); "" when missing
+  std::string runtime;              // "runc 1.1.5+ds1" (RegisterNode.container_runtime); "" when unusable
+  std::string missing;              // "" when every tool is there, else e.g. "skopeo, umoci"
+  bool Usable() const { return missing.empty() && !runtime.empty(); }
+};
+
+/// Looks the tools up in `path_list` (and Debian's tini-static, the containers' init: a shell or
+/// python as PID 1 of a PID namespace would ignore SIGTERM) and asks runc for its version ("runc version 1.1.5+ds1").
+/// Why runc and not crun: Debian 12's crun 1.8.1 refuses hybrid cgroup v1/v2 hosts ("cgroups in
+/// hybrid mode not supported"), while runc 1.1.5 runs on v1, hybrid and v2.
+ContainerTools DetectContainerTools(const std::string& path_list = kContainerToolPath);
+
+/// How a helper ended.
+struct ToolResult {
+  int exit_code = -1;      // exit status, or 128 + signal
+  bool timed_out = false;  // killed after the time limit
+  std::string output;      // stdout and stderr interleaved, at most max_output bytes (the rest is read and dropped)
+  std::string error;       // the helper could not be started ("fork: ...", "exec /usr/bin/skopeo: ...")
+  bool Ok() const { return error.empty() && !timed_out && exit_code == 0; }
+  /// The last line of the output that says something (tools print the reason last), at most 512 bytes.
+  std::string Reason() const;
+};
+
+/// Runs `argv` (argv[0] absolute) with exactly `env`, in its own process group, as root, and waits
+/// for it at most `timeout`. The helper's pid is registered (IsHelperProcess) while it runs, so the
+/// supervisor's orphan reaper leaves it alone.
+ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                   std::chrono::milliseconds timeout, size_t max_output = 64 * 1024);
+
+/// True while `pid` is a helper RunTool started and has not reaped (orphans.h's reaper skips it).
+bool IsHelperProcess(pid_t pid);
+
+/// Kills every running helper and makes new ones fail at once (agentd's shutdown); false undoes it.
+void CancelTools(bool cancel);
+
+/// fork() for a short-lived helper child of agentd: the child's pid is registered (IsHelperProcess)
+/// before the orphan reaper can see it. Reap it with WaitHelper. Returns fork()'s result.
+pid_t ForkHelper();
+/// waitpid() for a ForkHelper child, then unregisters it. Returns the wait status.
+int WaitHelper(pid_t pid);
+
+}  // namespace mlsched::agent

@@ -1,0 +1,336 @@
+#include "agentd/image_cache.h"
+
+#include <ftw.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "agentd/safe_files.h"
+
+namespace mlsched::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Mb(int64_t bytes) {
+  std::ostringstream s;
+  s.precision(bytes < 10'000'000 ? 2 : 0);
+  s << std::fixed << static_cast<double>(bytes) / 1e6 << " MB";
+  return s.str();
+}
+
+// Words in skopeo's errors that a later try may not meet (the registry down or slow); anything
+// else (manifest unknown, unauthorized, a certificate or digest mismatch) is the image's fault.
+bool TransientReason(const std::string& reason) {
+  for (const char* w : {"connection refused", "no such host", "i/o timeout", "timeout", "timed out",
+                        "connection reset", "502 ", "503 ", "504 ", "429 ", "too many requests", "EOF"})
+    if (reason.find(w) != std::string::npos) return true;
+  return false;
+}
+
+thread_local int64_t tree_bytes = 0;
+thread_local std::set<std::pair<dev_t, ino_t>>* tree_links = nullptr;
+int CountEntry(const char*, const struct stat* st, int, struct FTW*) {
+  if (st->st_nlink > 1 && !S_ISDIR(st->st_mode) && !tree_links->insert({st->st_dev, st->st_ino}).second) return 0;
+  tree_bytes += static_cast<int64_t>(st->st_blocks) * 512;
+  return 0;
+}
+
+thread_local int san_devices = 0, san_setid = 0;
+thread_local std::string* san_error = nullptr;
+int SanitizeEntry(const char* path, const struct stat* st, int type, struct FTW*) {
+  if (type == FTW_NS || type == FTW_DNR) {
+    *san_error = std::string("cannot read ") + path;
+    return 1;
+  }
+  if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) {
+    if (unlink(path) != 0) {
+      *san_error = std::string("cannot remove device node ") + path + ": " + std::strerror(errno);
+      return 1;
+    }
+    ++san_devices;
+  } else if (S_ISREG(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID))) {
+    if (chmod(path, st->st_mode & 0777 & ~static_cast<mode_t>(S_ISUID | S_ISGID)) != 0) {
+      *san_error = std::string("cannot clear setuid/setgid on ") + path + ": " + std::strerror(errno);
+      return 1;
+    }
+    ++san_setid;
+  }
+  return 0;
+}
+
+std::vector<std::string> JsonStrings(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (!j.is_array()) return out;
+  for (const auto& v : j)
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+}  // namespace
+
+int64_t TreeBytes(const std::string& dir) {
+  std::set<std::pair<dev_t, ino_t>> links;
+  tree_bytes = 0;
+  tree_links = &links;
+  nftw(dir.c_str(), CountEntry, 32, FTW_PHYS | FTW_MOUNT);
+  tree_links = nullptr;
+  return tree_bytes;
+}
+
+std::string SanitizeRootfs(const std::string& rootfs, int* removed_devices, int* cleared_setid) {
+  std::string err;
+  san_devices = san_setid = 0;
+  san_error = &err;
+  if (nftw(rootfs.c_str(), SanitizeEntry, 32, FTW_PHYS | FTW_MOUNT) != 0 && err.empty())
+    err = "cannot walk " + rootfs + ": " + std::strerror(errno);
+  san_error = nullptr;
+  *removed_devices = san_devices;
+  *cleared_setid = san_setid;
+  return err;
+}
+
+std::string ReadUmociImageConfig(const std::string& config_json, CachedImage* out) {
+  std::ifstream in(config_json);
+  if (!in) return "cannot read " + config_json;
+  try {
+    auto j = nlohmann::json::parse(in);
+    const auto& p = j.at("process");
+    out->entrypoint = JsonStrings(p.value("args", nlohmann::json::array()));
+    out->env = JsonStrings(p.value("env", nlohmann::json::array()));
+    out->workdir = p.value("cwd", std::string("/"));
+    if (out->workdir.empty() || out->workdir[0] != '/') out->workdir = "/";
+  } catch (const std::exception& e) {
+    return "bad image runtime config " + config_json + ": " + e.what();
+  }
+  return "";
+}
+
+ImageCache::ImageCache(ImageCacheConfig config, ContainerTools tools) : cfg_(std::move(config)), tools_(std::move(tools)) {}
+
+std::vector<std::string> ImageCache::ToolEnv() const {
+  // Nothing of agentd's environment: no HOME (no root credentials found by accident), the
+  // temporary files of a pull inside the cache (skopeo's default is /var/tmp).
+  return {"PATH=" + std::string(kContainerToolPath), "TMPDIR=" + cfg_.dir + "/tmp", "HOME=/nonexistent", "LC_ALL=C"};
+}
+
+std::string ImageCache::Init() {
+  for (const std::string& d : {cfg_.dir, cfg_.dir + "/images", cfg_.dir + "/tmp"}) {
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return "cannot create " + d + ": " + std::strerror(errno);
+    struct stat st{};
+    if (lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+      return d + " is not a directory of agentd's user";
+    if (chmod(d.c_str(), 0700) != 0) return "cannot chmod " + d + ": " + std::strerror(errno);
+  }
+  if (auto err = RemoveTree(cfg_.dir + "/tmp"); !err.empty()) return err;
+  if (mkdir((cfg_.dir + "/tmp").c_str(), 0700) != 0) return "cannot create " + cfg_.dir + "/tmp: " + std::strerror(errno);
+  std::lock_guard lk(mu_);
+  std::error_code ec;
+  for (const auto& de : std::filesystem::directory_iterator(cfg_.dir + "/images", ec)) {
+    const std::string name = de.path().filename().string();
+    auto image = std::make_shared<CachedImage>();
+    image->digest = "sha256:" + name;
+    image->dir = cfg_.dir + "/images/" + name;
+    image->rootfs = image->dir + "/rootfs";
+    if (name.size() != 64 || name.find_first_not_of("0123456789abcdef") != std::string::npos ||
+        !ReadUmociImageConfig(image->dir + "/config.json", image.get()).empty()) {
+      spdlog::warn("image cache: removing {} (not a complete image)", image->dir);
+      RemoveTree(image->dir);
+      continue;
+    }
+    image->bytes = TreeBytes(image->dir);
+    used_ += image->bytes;
+    entries_[image->digest] = {image, Clock::now()};
+  }
+  spdlog::info("image cache {}: {} image(s), {} of {}", cfg_.dir, entries_.size(), Mb(used_),
+               cfg_.max_bytes > 0 ? Mb(cfg_.max_bytes) : std::string("no limit"));
+  return "";
+}
+
+int64_t ImageCache::UsedBytes() const {
+  std::lock_guard lk(mu_);
+  return used_;
+}
+
+size_t ImageCache::Images() const {
+  std::lock_guard lk(mu_);
+  return entries_.size();
+}
+
+std::string ImageCache::Resolve(const ImageRef& ref, std::string* digest, int64_t* layer_bytes, bool* transient) {
+  auto inspect = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {tools_.skopeo, "inspect", "--no-creds", "--retry-times", "2"};
+    if (!cfg_.cert_dir.empty()) argv.insert(argv.end(), {"--cert-dir", cfg_.cert_dir});
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunTool(argv, ToolEnv(), std::chrono::seconds(120), 4 << 20);
+  };
+  ToolResult r = inspect({"--format", "{{.Digest}}", ref.Canonical()});
+  if (!r.Ok()) {
+    *transient = r.timed_out || TransientReason(r.Reason());
+    return r.Reason();
+  }
+  std::istringstream in(r.output);
+  in >> *digest;
+  if (digest->size() != 71 || digest->rfind("sha256:", 0) != 0 ||
+      digest->find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+    return "the registry named no sha256 digest (" + r.output.substr(0, 200) + ")";
+  if (ref.digest.size() && ref.digest != *digest) return "the registry answered digest " + *digest + " for " + ref.digest;
+  // The layers' sizes from the manifest itself (an index lists manifests, not layers: unknown).
+  *layer_bytes = 0;
+  r = inspect({"--raw", "docker://" + ref.registry + "/" + ref.repository + "@" + *digest});
+  if (r.Ok()) {
+    try {
+      auto manifest = nlohmann::json::parse(r.output);
+      if (manifest.contains("layers") && manifest["layers"].is_array())
+        for (const auto& l : manifest["layers"]) *layer_bytes += l.value("size", int64_t{0});
+    } catch (const std::exception&) {
+    }
+  }
+  return "";
+}
+
+void ImageCache::EvictFor(int64_t bytes) {
+  while (cfg_.max_bytes > 0 && used_ + bytes > cfg_.max_bytes) {
+    auto victim = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second.image.use_count() == 1 && (victim == entries_.end() || it->second.last_used < victim->second.last_used))
+        victim = it;
+    if (victim == entries_.end()) return;  // every image is in use: the cache runs over its size for now
+    spdlog::info("image cache: evicting {} ({}, least recently used)", victim->first, Mb(victim->second.image->bytes));
+    used_ -= victim->second.image->bytes;
+    const std::string doomed = cfg_.dir + "/tmp/evicted-" + std::to_string(++seq_);
+    if (rename(victim->second.image->dir.c_str(), doomed.c_str()) == 0) RemoveTree(doomed);
+    else RemoveTree(victim->second.image->dir);
+    entries_.erase(victim);
+  }
+}
+
+Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string& canonical_ref,
+                                                               const ProgressFn& progress, PullReport* report,
+                                                               bool* transient) {
+  Parsed<std::shared_ptr<const CachedImage>> out;
+  *transient = false;
+  const auto t0 = Clock::now();
+  ImageRef ref;
+  if (auto err = ParseImageRef(canonical_ref, &ref); !err.empty()) {
+    out.error = "image " + canonical_ref.substr(0, kMaxImageRefBytes) + ": " + err;
+    return out;
+  }
+  if (ref.transport != ImageTransport::kDocker) {
+    out.error = "image " + canonical_ref + ": this node pulls docker:// images only (archives and layouts on the node's "
+                "file system are not supported yet)";
+    return out;
+  }
+  std::string digest = ref.digest;
+  int64_t layer_bytes = 0;
+  bool cached = false;
+  if (!digest.empty()) {
+    std::lock_guard lk(mu_);
+    cached = entries_.count(digest) > 0;
+  }
+  if (!cached) {
+    if (auto err = Resolve(ref, &digest, &layer_bytes, transient); !err.empty()) {
+      out.error = "image " + canonical_ref + ": " + err;
+      return out;
+    }
+  }
+  std::unique_lock lk(mu_);
+  for (;;) {
+    if (auto it = entries_.find(digest); it != entries_.end()) {
+      it->second.last_used = Clock::now();
+      report->cached = true;
+      report->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      out.value = it->second.image;
+      return out;
+    }
+    if (!pulling_.count(digest)) break;
+    cv_.wait(lk);
+    if (!entries_.count(digest) && !pulling_.count(digest)) {  // the pull we waited for failed: not again now
+      out.error = "image " + canonical_ref + ": the pull of " + digest + " by another task on this node failed";
+      *transient = true;
+      return out;
+    }
+  }
+  pulling_[digest] = true;
+  lk.unlock();
+  out = Pull(ref, digest, layer_bytes, progress, report, transient);
+  lk.lock();
+  pulling_.erase(digest);
+  if (out) {
+    EvictFor((*out.value)->bytes);
+    used_ += (*out.value)->bytes;
+    entries_[digest] = {*out.value, Clock::now()};
+  }
+  cv_.notify_all();
+  report->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref, const std::string& digest,
+                                                            int64_t layer_bytes, const ProgressFn& progress,
+                                                            PullReport* report, bool* transient) {
+  Parsed<std::shared_ptr<const CachedImage>> out;
+  const std::string hex = digest.substr(7);
+  const std::string name = "docker://" + ref.registry + "/" + ref.repository + "@" + digest;
+  auto fail = [&](std::string why) {
+    out.error = "image " + ref.Canonical() + ": " + why;
+    return out;
+  };
+  if (cfg_.max_bytes > 0 && layer_bytes > cfg_.max_bytes)
+    return fail("its layers are " + Mb(layer_bytes) + " compressed, more than the node's image cache holds (" +
+                Mb(cfg_.max_bytes) + ", agentd --image-cache-size)");
+  std::string tmp;
+  {
+    std::lock_guard lk(mu_);
+    tmp = cfg_.dir + "/tmp/" + hex.substr(0, 16) + "." + std::to_string(++seq_);
+  }
+  if (mkdir(tmp.c_str(), 0700) != 0) return fail("cannot create " + tmp + ": " + std::strerror(errno));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { RemoveTree(dir); }
+  } cleanup{tmp};
+  progress("image: pulling " + ref.Canonical() + " (" + digest.substr(0, 19) + ", " + Mb(layer_bytes) + " of layers)");
+  std::vector<std::string> copy = {tools_.skopeo, "copy", "--quiet", "--src-no-creds", "--retry-times", "2"};
+  if (!cfg_.cert_dir.empty()) copy.insert(copy.end(), {"--src-cert-dir", cfg_.cert_dir});
+  copy.insert(copy.end(), {name, "oci:" + tmp + "/layout:image"});
+  ToolResult r = RunTool(copy, ToolEnv(), cfg_.pull_timeout);
+  if (!r.Ok()) {
+    *transient = r.timed_out || TransientReason(r.Reason());
+    return fail("pull failed: " + r.Reason());
+  }
+  report->fetched_bytes = TreeBytes(tmp + "/layout");
+  r = RunTool({tools_.umoci, "unpack", "--image", tmp + "/layout:image", tmp + "/bundle"}, ToolEnv(), cfg_.pull_timeout);
+  if (!r.Ok()) return fail("unpack failed: " + r.Reason());
+  RemoveTree(tmp + "/layout");
+  auto image = std::make_shared<CachedImage>();
+  image->digest = digest;
+  if (auto err = ReadUmociImageConfig(tmp + "/bundle/config.json", image.get()); !err.empty()) return fail(err);
+  if (auto err = SanitizeRootfs(tmp + "/bundle/rootfs", &report->removed_devices, &report->cleared_setid); !err.empty())
+    return fail(err);
+  image->bytes = TreeBytes(tmp + "/bundle");
+  if (cfg_.max_bytes > 0 && image->bytes > cfg_.max_bytes)
+    return fail("it unpacks to " + Mb(image->bytes) + ", more than the node's image cache holds (" + Mb(cfg_.max_bytes) +
+                ", agentd --image-cache-size)");
+  image->dir = cfg_.dir + "/images/" + hex;
+  image->rootfs = image->dir + "/rootfs";
+  if (rename((tmp + "/bundle").c_str(), image->dir.c_str()) != 0)
+    return fail("cannot move the image into " + image->dir + ": " + std::strerror(errno));
+  std::string changed;
+  if (report->removed_devices) changed += ", " + std::to_string(report->removed_devices) + " device node(s) removed";
+  if (report->cleared_setid) changed += ", setuid/setgid cleared on " + std::to_string(report->cleared_setid) + " file(s)";
+  progress("image: pulled " + digest.substr(0, 19) + " (" + Mb(report->fetched_bytes) + " fetched, " + Mb(image->bytes) +
+           " unpacked" + changed + ")");
+  out.value = std::move(image);
+  return out;
+}
+
+}  // namespace mlsched::agent

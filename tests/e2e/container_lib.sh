@@ -1,0 +1,64 @@
+# Container test fixtures (sourced): a local OCI registry on loopback with TLS from a test CA
+# (Debian's docker-registry), and test images built from Debian's busybox-static, packed to OCI
+# with umoci and pushed with skopeo. Needs DIR (a scratch directory).
+# free_port: a free TCP port on 127.0.0.1.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# registry_up: CA + certificate for 127.0.0.1, config, `docker-registry serve`; sets REGISTRY
+# (127.0.0.1:PORT) and CERTS (a skopeo cert dir holding the CA).
+registry_up() {
+  mkdir -p "$DIR/registry" "$DIR/certs"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$DIR/registry/ca.key" -out "$DIR/certs/ca.crt" -days 2 \
+    -subj /CN=mlsched-test-registry-ca 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$DIR/registry/reg.key" -out "$DIR/registry/reg.csr" -subj /CN=127.0.0.1 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' > "$DIR/registry/ext.cnf"
+  openssl x509 -req -in "$DIR/registry/reg.csr" -CA "$DIR/certs/ca.crt" -CAkey "$DIR/registry/ca.key" -CAcreateserial \
+    -out "$DIR/registry/reg.crt" -days 2 -extfile "$DIR/registry/ext.cnf" 2>/dev/null
+  local port; port=$(free_port)
+  REGISTRY="127.0.0.1:$port"
+  CERTS="$DIR/certs"
+  cat > "$DIR/registry/config.yml" <<EOC
+version: 0.1
+log: {level: warn}
+storage: {filesystem: {rootdirectory: $DIR/registry/data}, delete: {enabled: true}}
+http:
+  addr: $REGISTRY
+  tls: {certificate: $DIR/registry/reg.crt, key: $DIR/registry/reg.key}
+EOC
+  docker-registry serve "$DIR/registry/config.yml" > "$DIR/registry/log" 2>&1 &
+  REGISTRY_PID=$!
+  for _ in $(seq 1 50); do
+    curl -sf --cacert "$CERTS/ca.crt" "https://$REGISTRY/v2/" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "registry did not come up: $(tail -5 "$DIR/registry/log")" >&2
+  return 1
+}
+# unmount_under DIR: lazily unmounts whatever a killed agent left mounted below DIR (image
+# overlays, job /dev/shm tmpfs), deepest first, so DIR can be removed.
+unmount_under() {
+  local m
+  for m in $(awk -v d="$1/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r); do umount -l "$m" 2>/dev/null || true; done
+}
+registry_down() { [ -z "${REGISTRY_PID:-}" ] || kill "$REGISTRY_PID" 2>/dev/null || true; }
+# busybox_rootfs DIR: a minimal root file system: busybox-static and its applets, /etc/passwd.
+busybox_rootfs() {
+  local r=$1
+  mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/proc" "$r/sys" "$r/dev"
+  chmod 1777 "$r/tmp"
+  cp /bin/busybox "$r/bin/busybox"
+  local a
+  for a in sh cat id ls echo sleep grep ps touch head wc mkdir env kill true false test stat dd; do ln -sf busybox "$r/bin/$a"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$r/etc/passwd"
+}
+# push_image ROOTFS NAME:TAG: packs ROOTFS as a one-layer OCI image (PATH=/bin) and pushes it to
+# $REGISTRY; prints nothing.
+push_image() {
+  local rootfs=$1 ref=$2 layout="$DIR/layout-$$-$RANDOM"
+  umoci init --layout "$layout" >/dev/null
+  umoci new --image "$layout:base" >/dev/null
+  umoci insert --image "$layout:base" "$rootfs" / >/dev/null
+  umoci config --image "$layout:base" --tag img --config.env PATH=/bin:/usr/bin --config.env IMAGE_ONLY=from-image \
+    --config.cmd /bin/sh --config.workingdir / >/dev/null
+  skopeo copy --quiet --dest-cert-dir "$CERTS" "oci:$layout:img" "docker://$REGISTRY/$ref" >/dev/null
+  rm -rf "$layout"
+}
