@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "agentd/container_tools.h"
 #include "agentd/safe_files.h"
@@ -131,12 +134,63 @@ std::string ContainerBundle::WriteConfig(const std::string& config_json) const {
   return ok ? "" : Errno("write " + path);
 }
 
+std::string ContainerBundle::StageUserMount(int fd, bool directory, size_t index, std::string* err) {
+  const std::string mnt = dir_ + "/mnt", path = mnt + "/" + std::to_string(index);
+  if (mkdir(mnt.c_str(), 0700) != 0 && errno != EEXIST) {
+    *err = Errno("create " + mnt);
+    return "";
+  }
+  if (directory ? mkdir(path.c_str(), 0700) != 0 : [&] {
+        int f = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (f >= 0) close(f);
+        return f < 0;
+      }()) {
+    *err = Errno("create " + path);
+    return "";
+  }
+  mounted_ = true;  // from here TearDown must unmount before removing anything
+  const std::string source = "/proc/self/fd/" + std::to_string(fd);
+  if (mount(source.c_str(), path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+    *err = Errno("bind the mount source onto " + path);
+    return "";
+  }
+  return path;
+}
+
+bool UnmountBelow(const std::string& dir) {
+  auto below = [&] {
+    std::vector<std::string> points;
+    std::ifstream in("/proc/self/mountinfo");
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      std::string id, parent, devno, root, point;
+      fields >> id >> parent >> devno >> root >> point;
+      std::string decoded;  // mountinfo escapes space, tab, newline and backslash as \ooo
+      for (size_t i = 0; i < point.size(); ++i) {
+        if (point[i] == '\\' && i + 3 < point.size()) {
+          decoded += static_cast<char>(std::stoi(point.substr(i + 1, 3), nullptr, 8));
+          i += 3;
+        } else {
+          decoded += point[i];
+        }
+      }
+      if (decoded.rfind(dir + "/", 0) == 0) points.push_back(decoded);
+    }
+    std::sort(points.rbegin(), points.rend());  // deeper paths sort after their parents
+    return points;
+  };
+  for (const auto& p : below())
+    if (umount2(p.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+      spdlog::warn("cannot unmount {}: {}", p, std::strerror(errno));
+  return below().empty();
+}
+
 void ContainerBundle::TearDown() {
   if (removed_) return;
   if (mounted_) {
-    if (umount2(Rootfs().c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      spdlog::warn("cannot unmount {}: {}; leaving {} in place", Rootfs(), std::strerror(errno), dir_);
-      return;  // never remove through a mounted image
+    if (!UnmountBelow(dir_)) {
+      spdlog::warn("mounts remain below {}; leaving it in place", dir_);
+      return;  // never remove through a mount: a staged mount is a user's directory
     }
     mounted_ = false;
   }

@@ -38,12 +38,18 @@ class ContainerBundle {
   static Parsed<std::unique_ptr<ContainerBundle>> Create(const std::string& dir, const std::string& image_rootfs,
                                                          const std::vector<MountPoint>& mount_points, bool writable,
                                                          uid_t uid, gid_t gid);
+  /// Binds what descriptor `fd` (opened as the user: OpenAsUser) refers to onto
+  /// dir/mnt/<index>, made a directory or an empty file to match, in agentd's own mount namespace
+  /// (a bind from /proc/self/fd/N works only there; runc's would be refused with EINVAL). The
+  /// runtime then binds that agentd-owned path. Returns the path, or "" and the error in *err.
+  std::string StageUserMount(int fd, bool directory, size_t index, std::string* err);
   /// Writes config.json (mode 0600). Returns "" or the error.
   std::string WriteConfig(const std::string& config_json) const;
   const std::string& Dir() const { return dir_; }
   std::string Rootfs() const { return dir_ + "/rootfs"; }
   std::string Tmp() const { return dir_ + "/tmp"; }
-  /// Unmounts the rootfs (lazily) and removes the directory. Idempotent.
+  /// Unmounts everything below the directory (the rootfs, staged mounts; lazily) and removes it,
+  /// unless a mount is left (never removes through a mount). Idempotent.
   void TearDown();
 
  private:
@@ -59,6 +65,10 @@ class ContainerBundle {
 /// (mode 0755); the last component is a directory or, with !directory, an empty file (0644).
 /// Returns "" or the error.
 std::string MakeInRoot(int root_fd, const MountPoint& point);
+
+/// Lazily unmounts every mount point below `dir` (from /proc/self/mountinfo, deepest first).
+/// True when none is left below it.
+bool UnmountBelow(const std::string& dir);
 
 /// Mounts a tmpfs (nosuid, nodev, mode 0700, owned by uid:gid) on `dir` (made if missing), the
 /// job's /dev/shm on this node. Already mounted: nothing. Returns "" or the error.

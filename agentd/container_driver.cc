@@ -66,10 +66,9 @@ void ContainerDriver::Start() {
   // A previous agent's bundles: their tasks were killed with their cgroups; unmount and remove.
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bundles", ec)) {
-    const std::string rootfs = e.path().string() + "/rootfs";
-    if (umount2(rootfs.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      spdlog::warn("cannot unmount {}: {}", rootfs, std::strerror(errno));
-      continue;
+    if (!UnmountBelow(e.path().string())) {
+      spdlog::warn("mounts remain below {}; leaving it in place", e.path().string());
+      continue;  // never remove through a mount: a staged mount is a user's directory
     }
     RemoveTree(e.path().string());
   }
@@ -139,7 +138,7 @@ std::string ContainerDriver::Prepare(const TaskKey& key, const LaunchRequest& re
     fds->fds.push_back(got.fds[0]);
     fds->directory.push_back(got.directory[0]);
     got.fds.clear();
-    binds.push_back({"/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fds->fds.back()), b.target, b.read_only});
+    binds.push_back({bundle_dir + "/mnt/" + std::to_string(fds->fds.size() - 1), b.target, b.read_only});
     points.push_back({b.target, fds->directory.back()});
   }
   spec.binds = std::move(binds);
@@ -147,6 +146,10 @@ std::string ContainerDriver::Prepare(const TaskKey& key, const LaunchRequest& re
     if (auto err = MountJobShm(c->shm_dir, request.uid, request.gid); !err.empty()) return "the job's /dev/shm: " + err;
   auto bundle = ContainerBundle::Create(bundle_dir, c->image->rootfs, points, c->writable, request.uid, request.gid);
   if (!bundle) return bundle.error;
+  for (size_t i = 0; i < fds->fds.size(); ++i) {
+    std::string err;
+    if ((*bundle.value)->StageUserMount(fds->fds[i], fds->directory[i], i, &err).empty()) return err;
+  }
   spec.rootfs = (*bundle.value)->Rootfs();
   if (request.inherit_fd)  // the launcher moves rank 0's rendezvous socket to 3 (runc --preserve-fds 1)
     for (auto& kv : spec.env)

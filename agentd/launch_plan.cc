@@ -167,7 +167,8 @@ std::string PlanRank(const v1::Prepare& p, const v1::TaskLaunch& t, const PlanCo
   return "";
 }
 
-// A rank's container: the attempt directory (script, status files) at its own path, the user's
+// A rank's container: the jobs directory read-only and the attempt directory (script, status
+// files) at their own paths, the user's
 // home unless --no-container-mount-home, the user's mounts (opened as the user at launch), the
 // job's /dev/shm on this node and the rank's GPUs. Mount sources and targets were checked by
 // schedd (CheckContainerMount); they are checked again here, the agent trusting no message.
@@ -179,6 +180,10 @@ std::shared_ptr<ContainerLaunch> PlanContainer(const v1::ContainerSpec& spec, co
   c->workdir = spec.workdir();
   c->keep_env.assign(spec.env().begin(), spec.env().end());
   c->writable = spec.writable();
+  // The agent's jobs directory read-only (the stop-reason file a task reads on SIGTERM lives there,
+  // written after the start; mode 0711, so nothing is listed), then the attempt's own directory.
+  const std::string jobs = dir.substr(0, dir.rfind('/'));
+  c->binds.push_back({jobs, jobs, true, false});
   c->binds.push_back({dir, dir, false, false});
   if ((!spec.has_mount_home() || spec.mount_home()) && !home.empty() && home != "/" &&
       CheckContainerPath("home", home).empty() && CheckMountTarget(home).empty())

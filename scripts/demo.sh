@@ -12,7 +12,9 @@
 # not happen.
 #
 # Environment: DEMO_EPOCHS (default 8), DEMO_MIN_ACCURACY (default 0.88), DEMO_SKIP_SETUP=1 (no
-# apt-get, no build: use MLSCHED_BUILD_DIR as is), MLSCHED_STATE (default .state/demo-PID).
+# apt-get, no build: use MLSCHED_BUILD_DIR as is), MLSCHED_STATE (default .state/demo-PID),
+# DEMO_CONTAINER=1 (the same job in an OCI image: a local registry on loopback with TLS from a test
+# CA, an image of mltrain and the Debian libraries it links, pulled by every agent and run in runc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -62,10 +64,26 @@ region = "local"
 zone = "local-a"
 domain = "rack-b"
 root_jobs = $( [ "$(id -u)" = 0 ] && echo true || echo false )   # the demo's jobs are its user's: root's in CI
+containers = $( [ "${DEMO_CONTAINER:-0}" = 1 ] && echo true || echo false )  # DEMO_CONTAINER=1: the job runs in an image
 EOF
 export MLSCHED_POLICY="$POLICY_FILE"
 
-trap 'bash scripts/local-cluster.sh down >/dev/null' EXIT
+CONTAINER="${DEMO_CONTAINER:-0}"
+if [ "$CONTAINER" = 1 ]; then
+  DIR="$MLSCHED_STATE/images"
+  mkdir -p "$DIR"
+  # shellcheck source=tests/e2e/container_lib.sh
+  source "$ROOT/tests/e2e/container_lib.sh"
+  registry_up || fail "the local registry did not start"
+  mltrain_rootfs "$DIR/rootfs" "$BIN/trainer/mltrain"
+  push_image "$DIR/rootfs" mltrain:demo
+  IMAGE="docker://$REGISTRY/mltrain:demo"
+  say "image $IMAGE: mltrain and its libraries, $(du -sm "$DIR/rootfs" | cut -f1) MB, in a registry on loopback (TLS, test CA)"
+  export MLSCHED_AGENT_ARGS="--image-cert-dir $CERTS"
+  trap 'bash scripts/local-cluster.sh down >/dev/null; registry_down' EXIT
+else
+  trap 'bash scripts/local-cluster.sh down >/dev/null' EXIT
+fi
 bash scripts/local-cluster.sh up
 # shellcheck disable=SC1091
 source "$MLSCHED_STATE/env.sh"
@@ -74,8 +92,17 @@ source "$MLSCHED_STATE/env.sh"
 OUT="$MLSCHED_STATE/demo-out"
 mkdir -p "$OUT"
 export MLTRAIN="$BIN/trainer/mltrain" DEMO_EPOCHS="$EPOCHS"
-cat > "$OUT/train.sh" <<'JOB'
-#!/bin/sh
+CONTAINER_OPTS=""
+if [ "$CONTAINER" = 1 ]; then
+  MLTRAIN=/usr/local/bin/mltrain
+  mounts="$OUT:$OUT,/usr/share/datasets/fashion-mnist:/usr/share/datasets/fashion-mnist:ro"
+  [ -d /usr/local/cuda ] && mounts="$mounts,/usr/local/cuda:/usr/local/cuda:ro"
+  case "$MLSCHED_CHECKPOINT_URL" in file://*) mounts="$mounts,${MLSCHED_CHECKPOINT_URL#file://}:${MLSCHED_CHECKPOINT_URL#file://}" ;; esac
+  CONTAINER_OPTS="#MLSUB --container-image $IMAGE
+#MLSUB --container-mounts $mounts
+#MLSUB --container-workdir $OUT"
+fi
+{ echo '#!/bin/sh'; if [ -n "$CONTAINER_OPTS" ]; then echo "$CONTAINER_OPTS"; fi; cat; } > "$OUT/train.sh" <<'JOB'
 #MLSUB -J fmnist-ddp
 #MLSUB -n 2-4
 #MLSUB -c 2

@@ -78,7 +78,7 @@ resume() {
     --pool "${MLSCHED_PROVISION_POOL:-on-demand}" --cpus "${MLSCHED_PROVISION_CPUS:-2}" \
     --mem "${MLSCHED_PROVISION_MEMORY:-4096}" --gpus "$gpus" \
     --domain "${MLSCHED_PROVISION_DOMAIN:-}" --zone "${MLSCHED_PROVISION_ZONE:-}" --region "${MLSCHED_PROVISION_REGION:-}" \
-    --work-dir "$STATE/agents/$n" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" \
+    --work-dir "$STATE/agents/$n" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" ${MLSCHED_AGENT_ARGS:-} \
     >>"$STATE/logs/agent-$n.log" 2>&1 </dev/null &
   echo $! > "$STATE/pids/agent-$n"
   disown

@@ -40,7 +40,7 @@ core::ProvisioningPolicy PolicyReader::ReadProvisioningPool(const toml::table& t
   c.pool = pool;
   c.shape.pool = pool;
   CheckKeys(t, {"resume_program", "suspend_program", "max_nodes", "idle_time", "resume_timeout", "max_cost_per_hour",
-                "cpus", "memory", "gpus", "region", "zone", "domain", "features", "root_jobs"}, ctx);
+                "cpus", "memory", "gpus", "region", "zone", "domain", "features", "root_jobs", "containers"}, ctx);
   KeepLines(t, {"max_nodes", "max_cost_per_hour"}, c.source);
   for (const char* key : {"resume_program", "suspend_program"}) {
     std::string& out = key[0] == 'r' ? c.resume_program : c.suspend_program;
@@ -68,6 +68,10 @@ core::ProvisioningPolicy PolicyReader::ReadProvisioningPool(const toml::table& t
   bool root_jobs = false;
   Bool(t, "root_jobs", root_jobs, ctx);
   if (root_jobs) c.shape.features.push_back(core::kRootJobsFeature);
+  // Whether they run jobs in images (their agentd has runc, skopeo and umoci).
+  bool containers = false;
+  Bool(t, "containers", containers, ctx);
+  if (containers) c.shape.features.push_back(core::kContainersFeature);
   return c;
 }
 

@@ -298,8 +298,10 @@ TEST_CASE("a container job's plan: attempt directory, home, the user's mounts, /
   CHECK(cl.gpu_devices == std::vector<std::string>{"/dev/nvidia3"});
   CHECK(cl.shm_dir == plan.value->dir + ".shm");
   REQUIRE(cl.binds.size() >= 2);
-  CHECK(cl.binds.front().source == plan.value->dir);  // the attempt directory, agentd's own path
-  CHECK_FALSE(cl.binds.front().user_path);
+  CHECK(cl.binds[0].source == ctx.work_dir + "/jobs");  // the stop-reason files, read-only
+  CHECK(cl.binds[0].read_only);
+  CHECK(cl.binds[1].source == plan.value->dir);  // the attempt directory, agentd's own path
+  CHECK_FALSE(cl.binds[1].user_path);
   const auto& data = cl.binds.back();
   CHECK(data.source == "/datasets/mnist");
   CHECK(data.target == "/data");

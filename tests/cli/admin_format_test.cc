@@ -108,7 +108,7 @@ TEST_CASE("show job prints every field", "[cli][admin]") {
   CHECK(j["job_id"] == 42);
 }
 
-TEST_CASE("show job shows a job's container: image, mounts, workdir, env, writable, home", "[cli][admin][container]") {
+TEST_CASE("show job shows a job's container: image, digest, mounts, workdir, env, writable, home", "[cli][admin][container]") {
   v1::JobInfo job;
   job.set_job_id(9);
   job.mutable_spec()->add_argv("python");
@@ -121,9 +121,12 @@ TEST_CASE("show job shows a job's container: image, mounts, workdir, env, writab
   c->add_env("HF_TOKEN");
   c->set_mount_home(false);
   const std::string text = FormatJobDetail(job, 0);
-  CHECK_THAT(text, Catch::Contains("Container=docker://nvcr.io/nvidia/pytorch:24.05-py3 Mounts=/data:/data:ro "
-                                   "Workdir=(image's) Env=HF_TOKEN Writable=no MountHome=no"));
+  CHECK_THAT(text, Catch::Contains("Container=docker://nvcr.io/nvidia/pytorch:24.05-py3 Digest=(not pulled yet) "
+                                   "Mounts=/data:/data:ro Workdir=(image's) Env=HF_TOKEN Writable=no MountHome=no"));
+  job.set_image_digest("sha256:" + std::string(64, 'e'));
+  CHECK_THAT(FormatJobDetail(job, 0), Catch::Contains("Digest=sha256:" + std::string(64, 'e') + " Mounts="));
   auto j = JobDetailJson(job, 0);
+  CHECK(j["container"]["digest"] == "sha256:" + std::string(64, 'e'));
   CHECK(j["container"]["image"] == "docker://nvcr.io/nvidia/pytorch:24.05-py3");
   CHECK(j["container"]["mounts"][0]["read_only"] == true);
   CHECK(j["container"]["mount_home"] == false);

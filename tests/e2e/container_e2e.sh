@@ -57,7 +57,9 @@ IMG="docker://$REGISTRY/busybox:1"
 "$BIN/cli/mladmin" nodes | grep -q runc || fail "mladmin nodes shows no runtime: $("$BIN/cli/mladmin" nodes)"
 
 # 1. The gang in the image.
-job=$(mlsub -J ctr -n 2 -c 1 --container-image "$IMG" -o 'ctr-%j-%t.out' --wrap '
+mkdir -p "$OUT/in" && echo "from the host" > "$OUT/in/hello" && chmod -R a+rX "$OUT/in"
+job=$(mlsub -J ctr -n 2 -c 1 --container-image "$IMG" --container-mounts "$OUT/in:/data:ro" -o 'ctr-%j-%t.out' --wrap '
+cat /data/hello; touch /data/x 2>/dev/null || echo "mount-read-only"
 echo "uid=$(id -u) gid=$(id -g) rank=$RANK world=$WORLD_SIZE image_env=$IMAGE_ONLY"
 grep CapEff /proc/self/status
 echo "procs=$(ls /proc | grep -c "^[0-9]")"
@@ -72,6 +74,8 @@ for r in 0 1; do
   grep -q "image-read-only" "$out" || fail "rank $r could write the image"
   grep -q "tmp-writable" "$out" || fail "rank $r cannot write /tmp"
   grep -q "root-nosuid" "$out" || fail "rank $r: the image's root is not nosuid"
+  grep -q "from the host" "$out" || fail "rank $r: the user's mount is missing: $(cat "$out")"
+  grep -q "mount-read-only" "$out" || fail "rank $r could write a :ro mount"
   procs=$(sed -n 's/^procs=//p' "$out")
   [ "$procs" -le 6 ] || fail "rank $r sees $procs processes (its own PID namespace: init, sh, ls, grep)"
 done

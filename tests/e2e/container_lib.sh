@@ -50,6 +50,19 @@ busybox_rootfs() {
   for a in sh cat id ls echo sleep grep ps touch head wc mkdir env kill true false test stat dd; do ln -sf busybox "$r/bin/$a"; done
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$r/etc/passwd"
 }
+# mltrain_rootfs DIR MLTRAIN: busybox_rootfs plus mltrain at /usr/local/bin/mltrain and the shared
+# libraries ldd lists for it (with the loader), each at its path; the CUDA toolkit under
+# /usr/local/cuda is left out: jobs mount the host's, as the GPU driver's libraries are.
+mltrain_rootfs() {
+  local r=$1 bin=$2 lib
+  busybox_rootfs "$r"
+  mkdir -p "$r/usr/local/bin"
+  cp "$bin" "$r/usr/local/bin/mltrain"
+  for lib in $(ldd "$bin" | grep -o '/[^ ]*' | grep -v '^/usr/local/cuda' | sort -u); do
+    mkdir -p "$r$(dirname "$lib")"
+    cp -L "$lib" "$r$lib"
+  done
+}
 # push_image ROOTFS NAME:TAG: packs ROOTFS as a one-layer OCI image (PATH=/bin) and pushes it to
 # $REGISTRY; prints nothing.
 push_image() {
