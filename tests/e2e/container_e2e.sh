@@ -9,7 +9,8 @@
 # reason and no retries; a tampered blob fails the pull; an image with a setuid-root binary and a
 # device node runs with neither honoured; a mount of a path the user cannot read fails with the
 # user's own EACCES; a job cannot reach another job's /dev/shm; the memory limit kills the task
-# (OUT_OF_MEMORY); exit 75 requeues the job and it runs again from the cached image.
+# (OUT_OF_MEMORY); exit 75 requeues the job and it runs again from the cached image; a layer over
+# the node's image cache size is refused before the fetch; a registry that is down requeues.
 # Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,7 +36,7 @@ busybox_rootfs "$DIR/rootfs"
 push_image "$DIR/rootfs" busybox:1
 say "registry on $REGISTRY with busybox:1"
 
-export MLSCHED_AGENT_ARGS="--image-cert-dir $CERTS"
+export MLSCHED_AGENT_ARGS="--image-cert-dir $CERTS --image-cache-size 40M"
 cluster_up
 trap 'registry_down; bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
 OUT="$MLSCHED_STATE/out"
@@ -160,7 +161,17 @@ wait_end "$job10" FAILED 90
 "$BIN/cli/mladmin" show job "$job10" | grep -qi "digest" || fail "tampered blob: $("$BIN/cli/mladmin" show job "$job10")"
 say "tampered blob: the pull failed on its digest"
 
-# 10. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
+# 10. A layer larger than the node's whole image cache (--image-cache-size 40M) is refused before
+# anything is fetched, and the job fails with the reason.
+mkdir -p "$DIR/huge" && cp -a "$DIR/rootfs/." "$DIR/huge/" && head -c 50000000 /dev/urandom > "$DIR/huge/blob"
+push_image "$DIR/huge" huge:1
+job12=$(mlsub -J huge --container-image "docker://$REGISTRY/huge:1" --wrap true)
+wait_end "$job12" FAILED 60
+"$BIN/cli/mladmin" show job "$job12" | grep -q "more than the node's image cache holds" ||
+  fail "huge layer: $("$BIN/cli/mladmin" show job "$job12" | grep -i image)"
+say "a layer over the image cache's size: refused before the fetch"
+
+# 11. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
 job11=$(mlsub -J down --container-image "docker://127.0.0.1:$(free_port)/busybox:1" --wrap true)
 for _ in $(seq 1 150); do grep -q "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" && break; sleep 0.2; done
 grep "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" | grep -q "connection refused" ||
