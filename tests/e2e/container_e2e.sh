@@ -64,7 +64,7 @@ cat /data/hello; touch /data/x 2>/dev/null || echo "mount-read-only"
 echo "uid=$(id -u) gid=$(id -g) rank=$RANK world=$WORLD_SIZE image_env=$IMAGE_ONLY"
 grep CapEff /proc/self/status
 echo "procs=$(ls /proc | grep -c "^[0-9]")"
-touch /cannot-write 2>/dev/null && echo "image-writable" || echo "image-read-only"
+touch /scratch/x 2>/dev/null && echo "image-writable" || echo "image-read-only"
 echo data > /tmp/t && echo "tmp-writable"
 grep " / " /proc/self/mountinfo | grep -q nosuid && echo "root-nosuid"')
 wait_end "$job" COMPLETED 120
@@ -86,11 +86,12 @@ say "gang of 2 ran in $IMG ($digest) as nobody without capabilities, read-only, 
 
 # 2. A second job reuses the cached image: no second pull on any node.
 pulls_before=$(cat "$MLSCHED_STATE"/logs/agent-*.log | grep -c "image: pulling" || true)
-job2=$(mlsub -J ctr2 -n 2 -c 1 --container-image "$IMG" -o 'ctr2-%j.out' --wrap 'echo again')
+job2=$(mlsub -J ctr2 -n 2 -c 1 --container-image "$IMG" --container-writable -o 'ctr2-%j-%t.out' --wrap 'touch /scratch/made && echo writable')
 wait_end "$job2" COMPLETED 60
+grep -q writable "$OUT/ctr2-$job2-0.out" || fail "--container-writable: $(cat "$OUT/ctr2-$job2-0.out")"
 pulls_after=$(cat "$MLSCHED_STATE"/logs/agent-*.log | grep -c "image: pulling" || true)
 [ "$pulls_after" = "$pulls_before" ] || fail "the cached image was pulled again ($pulls_before -> $pulls_after)"
-say "second job ran from the cache ($pulls_after pulls in all)"
+say "second job ran from the cache ($pulls_after pulls in all), in a writable overlay"
 
 # 3. A missing image fails the job at once with the registry's reason; nothing retried.
 job3=$(mlsub -J missing --container-image "docker://$REGISTRY/nosuch:1" --wrap true)
@@ -143,9 +144,11 @@ wait_end "$job8" FAILED 60
 say "memory limit: OUT_OF_MEMORY"
 
 # 8. Exit 75 requeues; the next attempt starts from the cached image.
-job9=$(mlsub -J requeue --container-image "$IMG" -o 'rq-%j.out' --wrap '[ "$MLSCHED_ATTEMPT" = 1 ] && exit 75; echo attempt=$MLSCHED_ATTEMPT')
+job9=$(mlsub -J requeue --container-image "$IMG" -o 'rq-%j.out' --wrap 'test -e /scratch/made && echo LEAKED; [ "$MLSCHED_ATTEMPT" = 1 ] && exit 75; echo attempt=$MLSCHED_ATTEMPT')
 wait_end "$job9" COMPLETED 90
 grep -q "attempt=2" "$OUT/rq-$job9.out" || fail "requeued job: $(cat "$OUT/rq-$job9.out")"
+grep -q LEAKED "$OUT/rq-$job9.out" && fail "a writable overlay file outlived its task"
+
 say "exit 75 requeued the job and it ran again in the image"
 
 # 9. A tampered blob fails the pull (skopeo checks every blob against the manifest's digest).

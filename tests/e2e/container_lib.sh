@@ -43,7 +43,8 @@ registry_down() { [ -z "${REGISTRY_PID:-}" ] || kill "$REGISTRY_PID" 2>/dev/null
 # busybox_rootfs DIR: a minimal root file system: busybox-static and its applets, /etc/passwd.
 busybox_rootfs() {
   local r=$1
-  mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/proc" "$r/sys" "$r/dev"
+  mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/proc" "$r/sys" "$r/dev" "$r/scratch"
+  chmod 1777 "$r/scratch"  # writable by anyone: only a --container-writable overlay lets it be written
   chmod 1777 "$r/tmp"
   cp /bin/busybox "$r/bin/busybox"
   local a
