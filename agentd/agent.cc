@@ -325,9 +325,14 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   r->set_job_id(key.job_id);
   r->set_attempt(key.attempt);
   std::string error;
+  ToolUser user;  // the job's: a container image on the node's file system is read as this user
   if (!attempts_.Known(key)) {
     auto plan = PlanAttempt(p, plan_ctx_);
     if (!plan) error = plan.error;
+    if (plan && !plan.value->ranks.empty()) {
+      const LaunchRequest& first = plan.value->ranks.front().request;  // every rank has the same
+      user = {first.uid, first.gid, first.groups};
+    }
     if (plan && plan.value->HasRank0()) {  // rank 0 runs here: the attempt's rendezvous port
       auto port = ReserveRendezvousPort(cfg_.node.address);
       if (port) {
@@ -354,8 +359,8 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
       return true;
     });
     auto done = std::make_shared<std::atomic<bool>>(false);
-    pull_threads_.emplace_back(std::thread([this, key, image = p.spec().container().image(), done] {
-                                 PullForAttempt(key, image);
+    pull_threads_.emplace_back(std::thread([this, key, image = p.spec().container().image(), user, done] {
+                                 PullForAttempt(key, image, user);
                                  *done = true;
                                }),
                                done);
@@ -370,7 +375,7 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   outbox_.Push(std::move(reply));
 }
 
-void Agent::PullForAttempt(const AttemptKey& key, const std::string& image) {
+void Agent::PullForAttempt(const AttemptKey& key, const std::string& image, const ToolUser& user) {
   {
     std::unique_lock lk(pull_mu_);
     pull_cv_.wait(lk, [&] { return pulls_running_ < std::max(1, cfg_.max_concurrent_pulls) || stopping_; });
@@ -383,7 +388,7 @@ void Agent::PullForAttempt(const AttemptKey& key, const std::string& image) {
   };
   PullReport report;
   bool transient = false;
-  auto pulled = stopping_ ? Parsed<std::shared_ptr<const CachedImage>>{} : images_->Acquire(image, progress, &report, &transient);
+  auto pulled = stopping_ ? Parsed<std::shared_ptr<const CachedImage>>{} : images_->Acquire(image, progress, &report, &transient, &user);
   if (stopping_ && pulled.error.empty() && !pulled) pulled.error = "agentd is shutting down";
   const bool live = attempts_.PhaseOf(key) == AttemptTable::Phase::kPrepared;
   {

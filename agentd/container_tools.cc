@@ -1,6 +1,7 @@
 #include "agentd/container_tools.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -32,8 +33,15 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
   return out;
 }
 
-[[noreturn]] void HelperChild(int out_fd, char* const* argv, char* const* envp) {
+[[noreturn]] void HelperChild(int out_fd, char* const* argv, char* const* envp, const ToolUser* user) {
   setsid();
+  if (user && (setgroups(user->groups.size(), user->groups.data()) != 0 || setgid(user->gid) != 0 ||
+               setuid(user->uid) != 0)) {
+    const char msg[] = "cannot switch to the job's user\n";
+    ssize_t n = write(out_fd, msg, sizeof msg - 1);
+    (void)n;
+    _exit(126);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   sigset_t none;
   sigemptyset(&none);
@@ -90,7 +98,7 @@ std::string ToolResult::Reason() const {
 }
 
 ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                   std::chrono::milliseconds timeout, size_t max_output) {
+                   std::chrono::milliseconds timeout, size_t max_output, const ToolUser* as_user) {
   ToolResult r;
   if (argv.empty() || argv[0].empty() || argv[0][0] != '/') {
     r.error = "helper path must be absolute";
@@ -103,7 +111,7 @@ ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::
   }
   std::vector<char*> cargv = CStrings(argv), cenv = CStrings(env);
   pid_t pid = ForkHelper();
-  if (pid == 0) HelperChild(fds[1], cargv.data(), cenv.data());
+  if (pid == 0) HelperChild(fds[1], cargv.data(), cenv.data(), as_user);
   close(fds[1]);
   if (pid < 0) {
     close(fds[0]);

@@ -43,11 +43,19 @@ struct ToolResult {
   std::string Reason() const;
 };
 
-/// Runs `argv` (argv[0] absolute) with exactly `env`, in its own process group, as root, and waits
-/// for it at most `timeout`. The helper's pid is registered (IsHelperProcess) while it runs, so the
-/// supervisor's orphan reaper leaves it alone.
+/// Who a helper runs as when not root: a user's credentials (setgroups, setgid, setuid in the
+/// child before exec).
+struct ToolUser {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+};
+
+/// Runs `argv` (argv[0] absolute) with exactly `env`, in its own process group, as root (or as
+/// `as_user`), and waits for it at most `timeout`. The helper's pid is registered
+/// (IsHelperProcess) while it runs, so the supervisor's orphan reaper leaves it alone.
 ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                   std::chrono::milliseconds timeout, size_t max_output = 64 * 1024);
+                   std::chrono::milliseconds timeout, size_t max_output = 64 * 1024, const ToolUser* as_user = nullptr);
 
 /// True while `pid` is a helper RunTool started and has not reaped (orphans.h's reaper skips it).
 bool IsHelperProcess(pid_t pid);

@@ -1,5 +1,7 @@
 #include "agentd/image_cache.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -124,15 +126,21 @@ std::vector<std::string> ImageCache::ToolEnv() const {
 }
 
 std::string ImageCache::Init() {
-  for (const std::string& d : {cfg_.dir, cfg_.dir + "/images", cfg_.dir + "/tmp"}) {
-    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return "cannot create " + d + ": " + std::strerror(errno);
+  // The cache and stage/ are searchable (a job's skopeo writes its staging directory there), not
+  // listable; images/ and tmp/ are agentd's alone.
+  for (const auto& [d, mode] : {std::pair<std::string, mode_t>{cfg_.dir, 0711}, {cfg_.dir + "/images", 0700},
+                                {cfg_.dir + "/tmp", 0700}, {cfg_.dir + "/stage", 0711}}) {
+    if (mkdir(d.c_str(), mode) != 0 && errno != EEXIST) return "cannot create " + d + ": " + std::strerror(errno);
     struct stat st{};
     if (lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
       return d + " is not a directory of agentd's user";
-    if (chmod(d.c_str(), 0700) != 0) return "cannot chmod " + d + ": " + std::strerror(errno);
+    if (chmod(d.c_str(), mode) != 0) return "cannot chmod " + d + ": " + std::strerror(errno);
   }
-  if (auto err = RemoveTree(cfg_.dir + "/tmp"); !err.empty()) return err;
-  if (mkdir((cfg_.dir + "/tmp").c_str(), 0700) != 0) return "cannot create " + cfg_.dir + "/tmp: " + std::strerror(errno);
+  for (const auto& [sub, mode] : {std::pair<std::string, mode_t>{"/tmp", 0700}, {"/stage", 0711}}) {
+    if (auto err = RemoveTree(cfg_.dir + sub); !err.empty()) return err;
+    if (mkdir((cfg_.dir + sub).c_str(), mode) != 0 || chmod((cfg_.dir + sub).c_str(), mode) != 0)
+      return "cannot create " + cfg_.dir + sub + ": " + std::strerror(errno);
+  }
   std::lock_guard lk(mu_);
   std::error_code ec;
   for (const auto& de : std::filesystem::directory_iterator(cfg_.dir + "/images", ec)) {
@@ -216,7 +224,7 @@ void ImageCache::EvictFor(int64_t bytes) {
 
 Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string& canonical_ref,
                                                                const ProgressFn& progress, PullReport* report,
-                                                               bool* transient) {
+                                                               bool* transient, const ToolUser* user) {
   Parsed<std::shared_ptr<const CachedImage>> out;
   *transient = false;
   const auto t0 = Clock::now();
@@ -225,15 +233,29 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
     out.error = "image " + canonical_ref.substr(0, kMaxImageRefBytes) + ": " + err;
     return out;
   }
-  if (ref.transport != ImageTransport::kDocker) {
-    out.error = "image " + canonical_ref + ": this node pulls docker:// images only (archives and layouts on the node's "
-                "file system are not supported yet)";
-    return out;
-  }
-  std::string digest = ref.digest;
+  std::string digest = ref.digest, staged;
   int64_t layer_bytes = 0;
   bool cached = false;
-  if (!digest.empty()) {
+  struct StageCleanup {
+    std::string dir;
+    ~StageCleanup() {
+      if (!dir.empty()) RemoveTree(dir);
+    }
+  } stage_cleanup;
+  if (ref.transport != ImageTransport::kDocker) {
+    if (!user) {
+      out.error = "image " + canonical_ref + ": a path on the node is read as the job's user, and none was given";
+      return out;
+    }
+    progress("image: copying " + canonical_ref + " as uid " + std::to_string(user->uid));
+    if (auto err = Stage(ref, *user, &staged, &digest); !err.empty()) {
+      out.error = "image " + canonical_ref + ": " + err;
+      return out;
+    }
+    stage_cleanup.dir = staged;
+    cached = true;  // nothing to resolve: the staged copy names its digest
+  }
+  if (!digest.empty() && !cached) {
     std::lock_guard lk(mu_);
     cached = entries_.count(digest) > 0;
   }
@@ -262,7 +284,7 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
   }
   pulling_[digest] = true;
   lk.unlock();
-  out = Pull(ref, digest, layer_bytes, progress, report, transient);
+  out = Pull(ref, digest, layer_bytes, progress, report, transient, staged);
   lk.lock();
   pulling_.erase(digest);
   if (out) {
@@ -277,7 +299,8 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
 
 Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref, const std::string& digest,
                                                             int64_t layer_bytes, const ProgressFn& progress,
-                                                            PullReport* report, bool* transient) {
+                                                            PullReport* report, bool* transient,
+                                                            const std::string& staged) {
   Parsed<std::shared_ptr<const CachedImage>> out;
   const std::string hex = digest.substr(7);
   const std::string name = "docker://" + ref.registry + "/" + ref.repository + "@" + digest;
@@ -298,16 +321,24 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref,
     std::string dir;
     ~Cleanup() { RemoveTree(dir); }
   } cleanup{tmp};
-  progress("image: pulling " + ref.Canonical() + " (" + digest.substr(0, 19) + ", " + Mb(layer_bytes) + " of layers)");
-  std::vector<std::string> copy = {tools_.skopeo, "copy", "--quiet", "--src-no-creds", "--retry-times", "2"};
-  if (!cfg_.cert_dir.empty()) copy.insert(copy.end(), {"--src-cert-dir", cfg_.cert_dir});
-  copy.insert(copy.end(), {name, "oci:" + tmp + "/layout:image"});
-  ToolResult r = RunTool(copy, ToolEnv(), cfg_.pull_timeout);
-  if (!r.Ok()) {
-    *transient = r.timed_out || TransientReason(r.Reason());
-    return fail("pull failed: " + r.Reason());
+  ToolResult r;
+  if (staged.empty()) {
+    progress("image: pulling " + ref.Canonical() + " (" + digest.substr(0, 19) + ", " + Mb(layer_bytes) + " of layers)");
+    std::vector<std::string> copy = {tools_.skopeo, "copy", "--quiet", "--src-no-creds", "--retry-times", "2"};
+    if (!cfg_.cert_dir.empty()) copy.insert(copy.end(), {"--src-cert-dir", cfg_.cert_dir});
+    copy.insert(copy.end(), {name, "oci:" + tmp + "/layout:image"});
+    r = RunTool(copy, ToolEnv(), cfg_.pull_timeout);
+    if (!r.Ok()) {
+      *transient = r.timed_out || TransientReason(r.Reason());
+      return fail("pull failed: " + r.Reason());
+    }
+  } else if (rename((staged + "/layout").c_str(), (tmp + "/layout").c_str()) != 0) {
+    return fail("cannot move the staged copy: " + std::string(std::strerror(errno)));
   }
   report->fetched_bytes = TreeBytes(tmp + "/layout");
+  if (cfg_.max_bytes > 0 && report->fetched_bytes > cfg_.max_bytes)
+    return fail("its layers are " + Mb(report->fetched_bytes) + ", more than the node's image cache holds (" +
+                Mb(cfg_.max_bytes) + ", agentd --image-cache-size)");
   r = RunTool({tools_.umoci, "unpack", "--image", tmp + "/layout:image", tmp + "/bundle"}, ToolEnv(), cfg_.pull_timeout);
   if (!r.Ok()) return fail("unpack failed: " + r.Reason());
   RemoveTree(tmp + "/layout");
@@ -331,6 +362,68 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref,
            " unpacked" + changed + ")");
   out.value = std::move(image);
   return out;
+}
+
+std::string TakeOverTree(int dir_fd, const std::string& name) {
+  if (fchown(dir_fd, 0, 0) != 0 || fchmod(dir_fd, 0700) != 0) return "cannot take over " + name + ": " + std::strerror(errno);
+  DIR* d = fdopendir(dup(dir_fd));
+  if (!d) return "cannot read " + name + ": " + std::strerror(errno);
+  std::vector<std::string> entries;
+  while (dirent* e = readdir(d))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) entries.push_back(e->d_name);
+  closedir(d);
+  for (const auto& entry : entries) {
+    const std::string path = name + "/" + entry;
+    struct stat st{};
+    if (fstatat(dir_fd, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return "cannot stat " + path;
+    if (S_ISDIR(st.st_mode)) {
+      int sub = openat(dir_fd, entry.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) return "cannot open " + path + ": " + std::strerror(errno);
+      std::string err = TakeOverTree(sub, path);
+      close(sub);
+      if (!err.empty()) return err;
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) return path + " is not a regular file or directory";
+    if (fchownat(dir_fd, entry.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) return "cannot take over " + path;
+    // Checked again once root owns it: nothing can be swapped in since.
+    if (fstatat(dir_fd, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+        st.st_uid != 0)
+      return path + " changed while it was taken over, or is a hard link";
+  }
+  return "";
+}
+
+std::string ImageCache::Stage(const ImageRef& ref, const ToolUser& user, std::string* staged, std::string* digest) {
+  {
+    std::lock_guard lk(mu_);
+    *staged = cfg_.dir + "/stage/" + std::to_string(++seq_);
+  }
+  if (mkdir(staged->c_str(), 0700) != 0 || chown(staged->c_str(), user.uid, user.gid) != 0)
+    return "cannot create " + *staged + ": " + std::strerror(errno);
+  std::vector<std::string> env = {"PATH=" + std::string(kContainerToolPath), "TMPDIR=" + *staged, "HOME=/nonexistent",
+                                  "LC_ALL=C"};
+  ToolResult r = RunTool({tools_.skopeo, "copy", "--quiet", ref.Canonical(), "oci:" + *staged + "/layout:image"}, env,
+                         cfg_.pull_timeout, 64 * 1024, &user);
+  if (!r.Ok()) return "copy as uid " + std::to_string(user.uid) + " failed: " + r.Reason();
+  int fd = open(staged->c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return "cannot open " + *staged + ": " + std::strerror(errno);
+  std::string err = TakeOverTree(fd, *staged);
+  close(fd);
+  if (!err.empty()) return err;
+  std::ifstream in(*staged + "/layout/index.json");
+  try {
+    auto index = nlohmann::json::parse(in);
+    for (const auto& m : index.at("manifests"))
+      if (m.value("annotations", nlohmann::json::object()).value("org.opencontainers.image.ref.name", "") == "image")
+        *digest = m.value("digest", "");
+  } catch (const std::exception& e) {
+    return std::string("the copy's index.json: ") + e.what();
+  }
+  if (digest->size() != 71 || digest->rfind("sha256:", 0) != 0 ||
+      digest->find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+    return "the copy names no sha256 manifest digest";
+  return "";
 }
 
 }  // namespace mlsched::agent

@@ -64,12 +64,17 @@ class ImageCache {
   /// the complete images already there. Returns "" or the error naming the path.
   std::string Init();
 
-  /// The image `canonical_ref` names (ImageRef::Canonical; docker:// only), pulled and unpacked
-  /// unless cached. Blocks for the pull; a second caller of the same digest waits for the first.
-  /// Errors say what failed and why, with skopeo's reason ("image docker://...: manifest unknown").
-  /// `transient` is set when a retry may succeed (the registry could not be reached, a timeout).
+  /// The image `canonical_ref` names (ImageRef::Canonical), pulled and unpacked unless cached.
+  /// Blocks for the pull; a second caller of the same digest waits for the first. A path on the
+  /// node (oci-archive:, docker-archive:, oci:) is copied by skopeo running as `user` (the job's
+  /// credentials: root never reads a user's path) into a staging directory that agentd then takes
+  /// over (owned by root, no symlink or special file accepted) before unpacking; without `user`
+  /// such an image is refused. Errors say what failed and why, with skopeo's reason ("image
+  /// docker://...: manifest unknown"). `transient` is set when a retry may succeed (the registry
+  /// could not be reached, a timeout).
   Parsed<std::shared_ptr<const CachedImage>> Acquire(const std::string& canonical_ref, const ProgressFn& progress,
-                                                     PullReport* report, bool* transient);
+                                                     PullReport* report, bool* transient,
+                                                     const ToolUser* user = nullptr);
 
   /// Unpacked bytes in the cache now, and the number of images.
   int64_t UsedBytes() const;
@@ -82,7 +87,11 @@ class ImageCache {
   };
   std::string Resolve(const ImageRef& ref, std::string* digest, int64_t* layer_bytes, bool* transient);
   Parsed<std::shared_ptr<const CachedImage>> Pull(const ImageRef& ref, const std::string& digest, int64_t layer_bytes,
-                                                  const ProgressFn& progress, PullReport* report, bool* transient);
+                                                  const ProgressFn& progress, PullReport* report, bool* transient,
+                                                  const std::string& staged);
+  /// Copies a node-path image as `user` into <dir>/stage/N, takes the copy over and reads its
+  /// manifest digest. Returns "" with the staging directory and digest, or the error.
+  std::string Stage(const ImageRef& ref, const ToolUser& user, std::string* staged, std::string* digest);
   std::vector<std::string> ToolEnv() const;
   void EvictFor(int64_t bytes);  // requires mu_
 
@@ -103,6 +112,11 @@ std::string ReadUmociImageConfig(const std::string& config_json, CachedImage* ou
 /// Removes device nodes and clears setuid/setgid bits under `rootfs` (never following symlinks,
 /// never leaving the file system). Counts what it changed. Returns "" or the first error.
 std::string SanitizeRootfs(const std::string& rootfs, int* removed_devices, int* cleared_setid);
+
+/// Makes everything below the directory `dir_fd` (and it) owned by root, through descriptors only
+/// (openat O_NOFOLLOW, fchownat AT_SYMLINK_NOFOLLOW), then checks that it holds only directories
+/// and regular files with one link each. Returns "" or the error naming the entry.
+std::string TakeOverTree(int dir_fd, const std::string& name);
 
 /// Bytes of disk used by the tree at `dir` (st_blocks; hard links counted once).
 int64_t TreeBytes(const std::string& dir);

@@ -174,7 +174,24 @@ wait_end "$job12" FAILED 60
   fail "huge layer: $("$BIN/cli/mladmin" show job "$job12" | grep -i image)"
 say "a layer over the image cache's size: refused before the fetch"
 
-# 11. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
+# 11. Images on the node's file system are read as the user: an OCI archive and a layout directory
+# the user can read run; an archive behind a directory the user cannot search fails with EACCES.
+layout_image "$DIR/rootfs" "$OUT/layout" && chmod -R a+rX "$OUT/layout"
+skopeo copy --quiet "oci:$OUT/layout:img" "oci-archive:$OUT/busybox.tar:img" && chmod a+r "$OUT/busybox.tar"
+job13=$(mlsub -J archive --container-image "oci-archive:$OUT/busybox.tar:img" -o 'arch-%j.out' --wrap 'echo "from-archive $IMAGE_ONLY"')
+wait_end "$job13" COMPLETED 60
+grep -q "from-archive from-image" "$OUT/arch-$job13.out" || fail "oci-archive image: $(cat "$OUT/arch-$job13.out")"
+job14=$(mlsub -J layout --container-image "oci:$OUT/layout:img" -o 'lay-%j.out' --wrap 'echo from-layout')
+wait_end "$job14" COMPLETED 60
+grep -q "from-layout" "$OUT/lay-$job14.out" || fail "oci layout image: $(cat "$OUT/lay-$job14.out")"
+cp "$OUT/busybox.tar" "$MLSCHED_STATE/secret/busybox.tar"
+job15=$(mlsub -J hidden --container-image "oci-archive:$MLSCHED_STATE/secret/busybox.tar:img" --wrap true)
+wait_end "$job15" FAILED 60
+"$BIN/cli/mladmin" show job "$job15" | grep -q "permission denied\|Permission denied" ||
+  fail "unreadable archive: $("$BIN/cli/mladmin" show job "$job15" | grep -i image)"
+say "oci-archive: and oci: images read as the user; one the user cannot reach: FAILED (permission denied)"
+
+# 12. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
 job11=$(mlsub -J down --container-image "docker://127.0.0.1:$(free_port)/busybox:1" --wrap true)
 for _ in $(seq 1 150); do grep -q "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" && break; sleep 0.2; done
 grep "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" | grep -q "connection refused" ||

@@ -64,6 +64,15 @@ mltrain_rootfs() {
     cp -L "$lib" "$r$lib"
   done
 }
+# layout_image ROOTFS DIR: packs ROOTFS as an OCI image layout DIR with the tag img (PATH=/bin).
+layout_image() {
+  local rootfs=$1 layout=$2
+  umoci init --layout "$layout" >/dev/null
+  umoci new --image "$layout:base" >/dev/null
+  umoci insert --image "$layout:base" "$rootfs" / >/dev/null
+  umoci config --image "$layout:base" --tag img --config.env PATH=/bin:/usr/bin --config.env IMAGE_ONLY=from-image \
+    --config.cmd /bin/sh --config.workingdir / >/dev/null
+}
 # push_image ROOTFS NAME:TAG: packs ROOTFS as a one-layer OCI image (PATH=/bin) and pushes it to
 # $REGISTRY; prints nothing.
 push_image() {
