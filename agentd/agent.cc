@@ -359,8 +359,8 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
       return true;
     });
     auto done = std::make_shared<std::atomic<bool>>(false);
-    pull_threads_.emplace_back(std::thread([this, key, image = p.spec().container().image(), user, done] {
-                                 PullForAttempt(key, image, user);
+    pull_threads_.emplace_back(std::thread([this, key, c = p.spec().container(), user, done] {
+                                 PullForAttempt(key, c.image(), c.auth_file(), user);
                                  *done = true;
                                }),
                                done);
@@ -375,7 +375,8 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   outbox_.Push(std::move(reply));
 }
 
-void Agent::PullForAttempt(const AttemptKey& key, const std::string& image, const ToolUser& user) {
+void Agent::PullForAttempt(const AttemptKey& key, const std::string& image, const std::string& auth_file,
+                           const ToolUser& user) {
   {
     std::unique_lock lk(pull_mu_);
     pull_cv_.wait(lk, [&] { return pulls_running_ < std::max(1, cfg_.max_concurrent_pulls) || stopping_; });
@@ -388,7 +389,7 @@ void Agent::PullForAttempt(const AttemptKey& key, const std::string& image, cons
   };
   PullReport report;
   bool transient = false;
-  auto pulled = stopping_ ? Parsed<std::shared_ptr<const CachedImage>>{} : images_->Acquire(image, progress, &report, &transient, &user);
+  auto pulled = stopping_ ? Parsed<std::shared_ptr<const CachedImage>>{} : images_->Acquire(image, progress, &report, &transient, &user, auth_file);
   if (stopping_ && pulled.error.empty() && !pulled) pulled.error = "agentd is shutting down";
   const bool live = attempts_.PhaseOf(key) == AttemptTable::Phase::kPrepared;
   {

@@ -140,7 +140,8 @@ class Agent {
   /// made by `make_driver` is wrapped in a ContainerDriver.
   Agent(AgentConfig config, const DriverFactory& make_driver, bool containers);
   /// The image pull of a container job's prepare (own thread); sends the PrepareResult.
-  void PullForAttempt(const AttemptKey& key, const std::string& image, const ToolUser& user);
+  void PullForAttempt(const AttemptKey& key, const std::string& image, const std::string& auth_file,
+                      const ToolUser& user);
   struct Connection;
   /// How one stream ended (session.cc).
   struct ConnectionEnd {

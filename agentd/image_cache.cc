@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "agentd/container_bundle.h"
 #include "agentd/safe_files.h"
 
 namespace mlsched::agent {
@@ -174,9 +175,12 @@ size_t ImageCache::Images() const {
   return entries_.size();
 }
 
-std::string ImageCache::Resolve(const ImageRef& ref, std::string* digest, int64_t* layer_bytes, bool* transient) {
+std::string ImageCache::Resolve(const ImageRef& ref, const std::string& auth, std::string* digest,
+                                int64_t* layer_bytes, bool* transient) {
   auto inspect = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {tools_.skopeo, "inspect", "--no-creds", "--retry-times", "2"};
+    std::vector<std::string> argv = {tools_.skopeo, "inspect", "--retry-times", "2"};
+    if (auth.empty()) argv.push_back("--no-creds");
+    else argv.insert(argv.end(), {"--authfile", auth});
     if (!cfg_.cert_dir.empty()) argv.insert(argv.end(), {"--cert-dir", cfg_.cert_dir});
     argv.insert(argv.end(), args.begin(), args.end());
     return RunTool(argv, ToolEnv(), std::chrono::seconds(120), 4 << 20);
@@ -224,7 +228,8 @@ void ImageCache::EvictFor(int64_t bytes) {
 
 Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string& canonical_ref,
                                                                const ProgressFn& progress, PullReport* report,
-                                                               bool* transient, const ToolUser* user) {
+                                                               bool* transient, const ToolUser* user,
+                                                               const std::string& auth_file) {
   Parsed<std::shared_ptr<const CachedImage>> out;
   *transient = false;
   const auto t0 = Clock::now();
@@ -233,15 +238,27 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
     out.error = "image " + canonical_ref.substr(0, kMaxImageRefBytes) + ": " + err;
     return out;
   }
-  std::string digest = ref.digest, staged;
+  std::string digest = ref.digest, staged, auth;
   int64_t layer_bytes = 0;
   bool cached = false;
   struct StageCleanup {
-    std::string dir;
+    std::string dir, auth;
     ~StageCleanup() {
       if (!dir.empty()) RemoveTree(dir);
+      if (!auth.empty()) unlink(auth.c_str());
     }
   } stage_cleanup;
+  if (!auth_file.empty()) {
+    if (!user || ref.transport != ImageTransport::kDocker) {
+      out.error = "image " + canonical_ref + ": registry credentials are for docker:// images, read as the job's user";
+      return out;
+    }
+    if (auto err = CopyAuthFile(auth_file, *user, &auth); !err.empty()) {
+      out.error = "image " + canonical_ref + ": " + err;
+      return out;
+    }
+    stage_cleanup.auth = auth;
+  }
   if (ref.transport != ImageTransport::kDocker) {
     if (!user) {
       out.error = "image " + canonical_ref + ": a path on the node is read as the job's user, and none was given";
@@ -260,7 +277,7 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
     cached = entries_.count(digest) > 0;
   }
   if (!cached) {
-    if (auto err = Resolve(ref, &digest, &layer_bytes, transient); !err.empty()) {
+    if (auto err = Resolve(ref, auth, &digest, &layer_bytes, transient); !err.empty()) {
       out.error = "image " + canonical_ref + ": " + err;
       return out;
     }
@@ -284,7 +301,7 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
   }
   pulling_[digest] = true;
   lk.unlock();
-  out = Pull(ref, digest, layer_bytes, progress, report, transient, staged);
+  out = Pull(ref, digest, layer_bytes, progress, report, transient, staged, auth);
   lk.lock();
   pulling_.erase(digest);
   if (out) {
@@ -300,7 +317,7 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
 Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref, const std::string& digest,
                                                             int64_t layer_bytes, const ProgressFn& progress,
                                                             PullReport* report, bool* transient,
-                                                            const std::string& staged) {
+                                                            const std::string& staged, const std::string& auth) {
   Parsed<std::shared_ptr<const CachedImage>> out;
   const std::string hex = digest.substr(7);
   const std::string name = "docker://" + ref.registry + "/" + ref.repository + "@" + digest;
@@ -324,7 +341,9 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref,
   ToolResult r;
   if (staged.empty()) {
     progress("image: pulling " + ref.Canonical() + " (" + digest.substr(0, 19) + ", " + Mb(layer_bytes) + " of layers)");
-    std::vector<std::string> copy = {tools_.skopeo, "copy", "--quiet", "--src-no-creds", "--retry-times", "2"};
+    std::vector<std::string> copy = {tools_.skopeo, "copy", "--quiet", "--retry-times", "2"};
+    if (auth.empty()) copy.push_back("--src-no-creds");
+    else copy.insert(copy.end(), {"--src-authfile", auth});
     if (!cfg_.cert_dir.empty()) copy.insert(copy.end(), {"--src-cert-dir", cfg_.cert_dir});
     copy.insert(copy.end(), {name, "oci:" + tmp + "/layout:image"});
     r = RunTool(copy, ToolEnv(), cfg_.pull_timeout);
@@ -390,6 +409,32 @@ std::string TakeOverTree(int dir_fd, const std::string& name) {
     if (fstatat(dir_fd, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
         st.st_uid != 0)
       return path + " changed while it was taken over, or is a hard link";
+  }
+  return "";
+}
+
+std::string ImageCache::CopyAuthFile(const std::string& auth_file, const ToolUser& user, std::string* copy) {
+  auto fds = OpenAsUser({auth_file}, user.uid, user.gid, user.groups);
+  if (!fds) return "registry credentials " + fds.error;
+  if ((*fds.value)->directory[0]) return "registry credentials " + auth_file + " is a directory";
+  std::string text;
+  char buf[8192];
+  for (ssize_t n; (n = read((*fds.value)->fds[0], buf, sizeof buf)) > 0;) {
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxAuthFileBytes)
+      return "registry credentials " + auth_file + " is larger than " + std::to_string(kMaxAuthFileBytes) + " bytes";
+  }
+  {
+    std::lock_guard lk(mu_);
+    *copy = cfg_.dir + "/tmp/auth-" + std::to_string(++seq_) + ".json";
+  }
+  int fd = open(copy->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return "cannot create " + *copy + ": " + std::strerror(errno);
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok) {
+    unlink(copy->c_str());
+    return "cannot write " + *copy;
   }
   return "";
 }

@@ -25,6 +25,9 @@
 
 namespace mlsched::agent {
 
+/// Largest registry credentials file read for a pull (bytes).
+inline constexpr size_t kMaxAuthFileBytes = 1 << 20;
+
 /// Settings of the cache (agentd --image-cache, --image-cache-size, --image-cert-dir).
 struct ImageCacheConfig {
   std::string dir;               // absolute; made mode 0700; images/ and tmp/ inside
@@ -71,10 +74,12 @@ class ImageCache {
   /// over (owned by root, no symlink or special file accepted) before unpacking; without `user`
   /// such an image is refused. Errors say what failed and why, with skopeo's reason ("image
   /// docker://...: manifest unknown"). `transient` is set when a retry may succeed (the registry
-  /// could not be reached, a timeout).
+  /// could not be reached, a timeout). `auth_file` (docker:// only): the job's registry credentials,
+  /// opened as `user` (at most kMaxAuthFileBytes), copied to a root-only file for skopeo's
+  /// --authfile and removed after the pull; without it pulls are anonymous (--no-creds).
   Parsed<std::shared_ptr<const CachedImage>> Acquire(const std::string& canonical_ref, const ProgressFn& progress,
                                                      PullReport* report, bool* transient,
-                                                     const ToolUser* user = nullptr);
+                                                     const ToolUser* user = nullptr, const std::string& auth_file = "");
 
   /// Unpacked bytes in the cache now, and the number of images.
   int64_t UsedBytes() const;
@@ -85,10 +90,13 @@ class ImageCache {
     std::shared_ptr<const CachedImage> image;
     std::chrono::steady_clock::time_point last_used;
   };
-  std::string Resolve(const ImageRef& ref, std::string* digest, int64_t* layer_bytes, bool* transient);
+  std::string Resolve(const ImageRef& ref, const std::string& auth, std::string* digest, int64_t* layer_bytes,
+                      bool* transient);
+  /// The job's credentials file copied for skopeo: "" and the path in *copy, or the error.
+  std::string CopyAuthFile(const std::string& auth_file, const ToolUser& user, std::string* copy);
   Parsed<std::shared_ptr<const CachedImage>> Pull(const ImageRef& ref, const std::string& digest, int64_t layer_bytes,
                                                   const ProgressFn& progress, PullReport* report, bool* transient,
-                                                  const std::string& staged);
+                                                  const std::string& staged, const std::string& auth);
   /// Copies a node-path image as `user` into <dir>/stage/N, takes the copy over and reads its
   /// manifest digest. Returns "" with the staging directory and digest, or the error.
   std::string Stage(const ImageRef& ref, const ToolUser& user, std::string* staged, std::string* digest);

@@ -226,6 +226,8 @@ Parsed<PlannedAttempt> PlanAttempt(const v1::Prepare& p, const PlanContext& ctx)
     }
     if (!spec.container().workdir().empty())
       if (auto err = CheckContainerPath("container workdir", spec.container().workdir()); !err.empty()) return fail(err);
+    if (!spec.container().auth_file().empty())
+      if (auto err = CheckContainerPath("container auth file", spec.container().auth_file()); !err.empty()) return fail(err);
   }
   if (p.tasks_size() == 0) return fail("prepare for job " + std::to_string(p.job_id()) + " lists no tasks");
   // A job in an image never runs its command on the host instead (schedd sends such jobs only to

@@ -126,7 +126,8 @@ std::vector<std::pair<std::string, std::string>> ContainerLine(const v1::JobSpec
           {"Workdir", c.workdir().empty() ? "(image's)" : c.workdir()},
           {"Env", c.env().empty() ? "-" : Join(c.env(), ",")},
           {"Writable", c.writable() ? "yes" : "no"},
-          {"MountHome", !c.has_mount_home() || c.mount_home() ? "yes" : "no"}};
+          {"MountHome", !c.has_mount_home() || c.mount_home() ? "yes" : "no"},
+          {"AuthFile", c.auth_file().empty() ? "-" : c.auth_file()}};
 }
 
 }  // namespace
@@ -205,6 +206,7 @@ nlohmann::json JobDetailJson(const v1::JobInfo& job, int64_t now) {
                       {"workdir", c.workdir()},
                       {"env", std::vector<std::string>(c.env().begin(), c.env().end())},
                       {"writable", c.writable()},
+                      {"auth_file", c.auth_file()},
                       {"mount_home", !c.has_mount_home() || c.mount_home()}};
   } else {
     j["container"] = nullptr;

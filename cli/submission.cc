@@ -133,7 +133,8 @@ std::string SetContainer(const SubmitOptions& o, v1::JobSpec& spec) {
     const std::pair<const char*, bool> given[] = {
         {"container-mounts", o.container_mounts.has_value()},   {"container-workdir", o.container_workdir.has_value()},
         {"container-env", o.container_env.has_value()},         {"container-writable", o.container_writable.has_value()},
-        {"container-mount-home", o.container_mount_home.has_value()}};
+        {"container-mount-home", o.container_mount_home.has_value()},
+        {"container-auth-file", o.container_auth_file.has_value()}};
     for (const auto& [name, set] : given)
       if (set) return Where(o, name) + "--" + name + " needs --container-image";
     return "";
@@ -150,6 +151,7 @@ std::string SetContainer(const SubmitOptions& o, v1::JobSpec& spec) {
   for (const auto& name : o.container_env.value_or(std::vector<std::string>{})) c->add_env(name);
   c->set_writable(o.container_writable.value_or(false));
   if (o.container_mount_home) c->set_mount_home(*o.container_mount_home);
+  c->set_auth_file(o.container_auth_file.value_or(""));
   return "";
 }
 

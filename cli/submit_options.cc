@@ -194,6 +194,13 @@ std::vector<SubmitOptionDef> MakeTable() {
          o.container_env = std::move(names);
          return std::string();
        }},
+      {0, {"container-auth-file"}, "FILE", true,
+       "registry credentials on the nodes (containers-auth.json, e.g. from skopeo login --authfile), read as you",
+       [](O& o, const std::string& v) {
+         if (std::string err = CheckContainerPath("container auth file", v); !err.empty()) return err;
+         o.container_auth_file = v;
+         return std::string();
+       }},
       {0, {"container-writable"}, "", true, "a private writable overlay per task, discarded at its end (default: "
        "read-only image, tmpfs /tmp)", flag(&O::container_writable)},
       {0, {"container-mount-home"}, "", true, "bind-mount your home directory (the default)", flag(&O::container_mount_home)},
@@ -418,6 +425,7 @@ void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.container_workdir, t.container_workdir, "container-workdir", b, t);
   Take(b.container_env, t.container_env, "container-env", b, t);
   Take(b.container_writable, t.container_writable, "container-writable", b, t);
+  Take(b.container_auth_file, t.container_auth_file, "container-auth-file", b, t);
   Take(b.container_mount_home, t.container_mount_home, "container-mount-home", b, t);
   Take(b.wrap, t.wrap, "wrap", b, t);
   Take(b.server, t.server, "server", b, t);

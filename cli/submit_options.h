@@ -55,6 +55,7 @@ struct SubmitOptions {
   std::optional<std::string> container_workdir;  // --container-workdir
   std::optional<std::vector<std::string>> container_env;  // --container-env NAME,...
   std::optional<bool> container_writable;        // --container-writable
+  std::optional<std::string> container_auth_file;  // --container-auth-file
   std::optional<bool> container_mount_home;      // --container-mount-home (true), --no-container-mount-home (false)
   std::optional<std::string> wrap;               // --wrap (command line only)
   std::optional<std::string> server;             // --server (command line only)

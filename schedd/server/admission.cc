@@ -108,6 +108,7 @@ std::string CheckSpecText(const v1::JobSpec& spec) {
     const auto& c = spec.container();
     if (std::string e = bad("the container image", c.image()); !e.empty()) return e;
     if (std::string e = bad("the container workdir", c.workdir()); !e.empty()) return e;
+    if (std::string e = bad("the container auth file", c.auth_file()); !e.empty()) return e;
     for (const auto& m : c.mounts())
       for (const std::string* path : {&m.source(), &m.target()})
         if (std::string e = bad("a container mount", *path); !e.empty()) return e;
@@ -163,6 +164,8 @@ std::string CheckContainerSpec(const v1::ContainerSpec& c) {
            std::to_string(kMaxContainerEnvNames);
   for (const auto& name : c.env())
     if (std::string err = CheckEnvName(name); !err.empty()) return "container env: " + err;
+  if (!c.auth_file().empty())
+    if (std::string err = CheckContainerPath("container auth file", c.auth_file()); !err.empty()) return err;
   return "";
 }
 

@@ -10,7 +10,9 @@
 # device node runs with neither honoured; a mount of a path the user cannot read fails with the
 # user's own EACCES; a job cannot reach another job's /dev/shm; the memory limit kills the task
 # (OUT_OF_MEMORY); exit 75 requeues the job and it runs again from the cached image; a layer over
-# the node's image cache size is refused before the fetch; a registry that is down requeues.
+# the node's image cache size is refused before the fetch; oci-archive: and oci: images are read as
+# the user; a registry with basic auth refuses anonymous pulls and takes the job's credentials file;
+# a registry that is down requeues.
 # Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,7 +40,8 @@ say "registry on $REGISTRY with busybox:1"
 
 export MLSCHED_AGENT_ARGS="--image-cert-dir $CERTS --image-cache-size 40M"
 cluster_up
-trap 'registry_down; bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
+AUTH_PID=""
+trap 'registry_down; [ -z "$AUTH_PID" ] || kill "$AUTH_PID"; bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
 OUT="$MLSCHED_STATE/out"
 chmod 1777 "$OUT"
 # wait_end JOB STATE SECONDS: like wait_for, but a job that ends in another state fails at once.
@@ -191,7 +194,36 @@ wait_end "$job15" FAILED 60
   fail "unreadable archive: $("$BIN/cli/mladmin" show job "$job15" | grep -i image)"
 say "oci-archive: and oci: images read as the user; one the user cannot reach: FAILED (permission denied)"
 
-# 12. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
+# 12. A registry with basic auth (htpasswd): an anonymous pull is refused for good; the job's own
+# credentials file (mode 0600, the user's: agentd reads it as the user) lets it pull.
+auth_reg="127.0.0.1:$(free_port)"
+python3 -W ignore -c 'import crypt; print("mluser:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))' > "$DIR/registry/htpasswd"
+cat > "$DIR/registry/auth.yml" <<EOC
+version: 0.1
+log: {level: warn}
+storage: {filesystem: {rootdirectory: $DIR/registry/authdata}}
+auth: {htpasswd: {realm: mlsched-test, path: $DIR/registry/htpasswd}}
+http:
+  addr: $auth_reg
+  tls: {certificate: $DIR/registry/reg.crt, key: $DIR/registry/reg.key}
+EOC
+docker-registry serve "$DIR/registry/auth.yml" > "$DIR/registry/auth.log" 2>&1 &
+AUTH_PID=$!
+for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$CERTS/ca.crt" "https://$auth_reg/v2/")" = 401 ] && break; sleep 0.1; done
+skopeo copy --quiet --dest-cert-dir "$CERTS" --dest-creds mluser:s3cret "oci:$OUT/layout:img" "docker://$auth_reg/private:1"
+printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$auth_reg" "$(printf mluser:s3cret | base64)" > "$OUT/auth.json"
+chown 65534:65534 "$OUT/auth.json" && chmod 600 "$OUT/auth.json"
+job16=$(mlsub -J anon --container-image "docker://$auth_reg/private:1" --wrap true)
+wait_end "$job16" FAILED 60
+"$BIN/cli/mladmin" show job "$job16" | grep -qi "unauthorized\|authentication required" ||
+  fail "anonymous pull from an auth registry: $("$BIN/cli/mladmin" show job "$job16" | grep -i image)"
+job17=$(mlsub -J authed --container-image "docker://$auth_reg/private:1" --container-auth-file "$OUT/auth.json" \
+  -o 'auth-%j.out' --wrap 'echo private-ok')
+wait_end "$job17" COMPLETED 60
+grep -q private-ok "$OUT/auth-$job17.out" || fail "pull with credentials: $(cat "$OUT/auth-$job17.out")"
+say "registry with basic auth: anonymous refused, the job's credentials file (read as the user) pulls"
+
+# 13. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
 job11=$(mlsub -J down --container-image "docker://127.0.0.1:$(free_port)/busybox:1" --wrap true)
 for _ in $(seq 1 150); do grep -q "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" && break; sleep 0.2; done
 grep "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" | grep -q "connection refused" ||
