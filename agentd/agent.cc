@@ -281,6 +281,10 @@ v1::AgentMessage Agent::MakeHeartbeat() const {
   v1::AgentMessage m;
   m.mutable_heartbeat()->set_time(static_cast<int64_t>(std::time(nullptr)));
   m.mutable_heartbeat()->set_unsent_reports(static_cast<uint32_t>(outbox_.Unsent()));
+  if (images_) {
+    m.mutable_heartbeat()->set_image_cache_bytes(images_->UsedBytes());
+    m.mutable_heartbeat()->set_image_cache_images(static_cast<uint32_t>(images_->Images()));
+  }
   FillRunning(driver_->Running(), &progress_, m.mutable_heartbeat()->mutable_running());
   return m;
 }

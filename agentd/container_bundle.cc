@@ -57,10 +57,12 @@ std::string MakeInRoot(int root_fd, const MountPoint& point) {
     // Resolve the whole prefix inside the root (a symlink in the image is followed as the
     // container would, never out of it), or make its last component in the parent found so.
     if (last && !point.directory) {
-      int f = openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (f >= 0) close(f);
-      else if (errno != EEXIST) err = Errno("create mount point " + p);
-      else {
+      // mknodat, not open(O_CREAT): no descriptor open for writing on the mount, which a fork in
+      // another thread could keep alive and make the read-only remount fail with EBUSY.
+      const bool made = mknodat(dir, name.c_str(), S_IFREG | 0644, 0) == 0;
+      if (!made && errno != EEXIST) {
+        err = Errno("create mount point " + p);
+      } else if (!made) {  // already there: it must be a file
         int g = OpenInRoot(root_fd, prefix, O_PATH);
         struct stat st{};
         if (g < 0 || fstat(g, &st) != 0 || S_ISDIR(st.st_mode)) err = "mount point " + p + " is not a file in the image";
@@ -118,9 +120,14 @@ Parsed<std::unique_ptr<ContainerBundle>> ContainerBundle::Create(const std::stri
     if (err.empty()) err = MakeInRoot(root, p);
   close(root);
   if (!err.empty()) return fail(err);
-  if (!writable && mount(nullptr, b->Rootfs().c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-                         nullptr) != 0)
-    return fail(Errno("remount " + b->Rootfs() + " read-only"));
+  // Read-only now. EBUSY means a write on this mount is still in flight (seen under load, just after
+  // the mount points were made): it ends within milliseconds, so try again for up to a second.
+  for (int attempt = 0; !writable; ++attempt) {
+    if (mount(nullptr, b->Rootfs().c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) == 0)
+      break;
+    if (errno != EBUSY || attempt == 100) return fail(Errno("remount " + b->Rootfs() + " read-only"));
+    usleep(10000);
+  }
   out.value = std::move(b);
   return out;
 }

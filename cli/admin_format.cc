@@ -64,6 +64,14 @@ std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capaci
   return out;
 }
 
+// "runc 1.1.5+ds1", with the image cache once it holds something: "runc 1.1.5+ds1 (2 images, 1.2G)".
+std::string RuntimeCell(const v1::NodeInfo& n) {
+  if (n.container_runtime().empty()) return "-";
+  if (n.image_cache_images() == 0) return n.container_runtime();
+  return n.container_runtime() + " (" + std::to_string(n.image_cache_images()) +
+         (n.image_cache_images() == 1 ? " image, " : " images, ") + FormatBytes(n.image_cache_bytes()) + ")";
+}
+
 std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
   std::vector<const v1::NodeInfo*> sorted;
   for (const auto& n : nodes) sorted.push_back(&n);
@@ -76,7 +84,7 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
                     FormatBytes(n->allocated().memory_bytes()) + "/" + FormatBytes(n->capacity().memory_bytes()),
                     GpuUsage(n->allocated(), n->capacity()), n->domain(), n->zone(), n->region(),
                     n->isolation().empty() ? "-" : n->isolation(),
-                    n->container_runtime().empty() ? "-" : n->container_runtime(), std::to_string(n->rejected_reports()),
+                    RuntimeCell(*n), std::to_string(n->rejected_reports()),
                     n->reason()});
   }
   return RenderTable(std::move(rows));
@@ -99,6 +107,8 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"address", n.address()},
       {"isolation", n.isolation()},
       {"container_runtime", n.container_runtime()},
+      {"image_cache_bytes", n.image_cache_bytes()},
+      {"image_cache_images", n.image_cache_images()},
       {"rejected_reports", n.rejected_reports()},
       {"cutoff_timeout_s", n.cutoff_timeout_s()},
       {"cpu_millis", n.capacity().cpu_millis()},

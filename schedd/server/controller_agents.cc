@@ -413,6 +413,9 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
   auto nit = nodes_.find(node);
   if (nit == nodes_.end()) return;
   nit->second.last_heartbeat = now;
+  // The image cache's use, for mladmin nodes (bounded: at most an exabyte, a million images).
+  nit->second.info.set_image_cache_bytes(std::clamp<int64_t>(hb.image_cache_bytes(), 0, int64_t{1} << 60));
+  nit->second.info.set_image_cache_images(std::min<uint32_t>(hb.image_cache_images(), 1000000));
   std::set<std::tuple<int64_t, int32_t, int32_t>> running;
   for (const auto& r : hb.running()) {
     running.insert({r.job_id(), r.attempt(), r.rank()});

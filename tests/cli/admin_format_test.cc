@@ -44,11 +44,16 @@ TEST_CASE("the node table shows allocated/total resources per node", "[cli][admi
   a.set_container_runtime("runc 1.1.5");
   auto b = Node("gpu-01", v1::POOL_ON_DEMAND, "DRAIN");
   b.set_reason("bad fan");
-  std::string table = FormatNodeTable({a, b});
+  auto c = Node("gpu-03", v1::POOL_SPOT, "IDLE");
+  c.set_container_runtime("runc 1.1.5");
+  c.set_image_cache_images(2);
+  c.set_image_cache_bytes(int64_t{3} << 30);
+  std::string table = FormatNodeTable({a, b, c});
   CHECK(table ==
-        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           RUNTIME     REJECTED  REASON\n"
-        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   -           0         bad fan\n"
-        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer  runc 1.1.5  3\n");
+        "NODE    POOL       STATE  CPUS(A/T)  MEM      GPUS(A/T)  DOMAIN  ZONE   REGION  ISOLATION                           RUNTIME                    REJECTED  REASON\n"
+        "gpu-01  on-demand  DRAIN  1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   -                          0         bad fan\n"
+        "gpu-02  spot       MIXED  1.5/64     8G/512G  h100:2/8   nvl0    eu-1a  eu      v1:memory,cpu,pids,devices,freezer  runc 1.1.5                 3\n"
+        "gpu-03  spot       IDLE   1.5/64     8G/512G  0/0        nvl0    eu-1a  eu      -                                   runc 1.1.5 (2 images, 3G)  0\n");
 }
 
 TEST_CASE("node JSON", "[cli][admin]") {

@@ -95,6 +95,9 @@ grep -q writable "$OUT/ctr2-$job2-0.out" || fail "--container-writable: $(cat "$
 pulls_after=$(cat "$MLSCHED_STATE"/logs/agent-*.log | grep -c "image: pulling" || true)
 [ "$pulls_after" = "$pulls_before" ] || fail "the cached image was pulled again ($pulls_before -> $pulls_after)"
 say "second job ran from the cache ($pulls_after pulls in all), in a writable overlay"
+# mladmin nodes shows the runtime and, from the next heartbeats, the node's image cache.
+for _ in $(seq 1 75); do "$BIN/cli/mladmin" nodes | grep -q "runc [^ ]* (1 image, " && break; sleep 0.2; done
+"$BIN/cli/mladmin" nodes | grep -q "runc [^ ]* (1 image, " || fail "no image cache in mladmin nodes: $("$BIN/cli/mladmin" nodes)"
 
 # 3. A missing image fails the job at once with the registry's reason; nothing retried.
 job3=$(mlsub -J missing --container-image "docker://$REGISTRY/nosuch:1" --wrap true)
