@@ -185,7 +185,6 @@ void Agent::Start() {
   } else if (cfg_.containers && plan_ctx_.agent_is_root) {
     spdlog::warn("containers: off ({})", plan_ctx_.container_refusal);
   }
-  CancelTools(false);
   started_ = true;
   disconnected_since_ = std::chrono::steady_clock::now();
   driver_->Start();
@@ -213,7 +212,7 @@ void Agent::Shutdown() {
   if (cutoff_.joinable()) cutoff_.join();
   size_t n = driver_->Size();
   if (n) spdlog::info("shutting down: terminating {} task(s)", n);
-  CancelTools(true);  // image pulls in progress end now
+  if (images_) images_->Cancel();  // image pulls in progress end now
   {
     std::unique_lock lk(pull_mu_);
     auto threads = std::move(pull_threads_);

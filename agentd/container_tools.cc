@@ -23,15 +23,6 @@ namespace {
 
 std::mutex helpers_mu;
 std::set<pid_t> helpers;  // guarded by helpers_mu; fork and insert happen under it
-std::atomic<bool> cancelled{false};
-
-std::vector<char*> CStrings(const std::vector<std::string>& v) {
-  std::vector<char*> out;
-  out.reserve(v.size() + 1);
-  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
 
 [[noreturn]] void HelperChild(int out_fd, char* const* argv, char* const* envp, const ToolUser* user) {
   setsid();
@@ -57,8 +48,6 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
 }
 
 }  // namespace
-
-void CancelTools(bool cancel) { cancelled = cancel; }
 
 pid_t ForkHelper() {
   std::lock_guard lk(helpers_mu);
@@ -98,7 +87,8 @@ std::string ToolResult::Reason() const {
 }
 
 ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                   std::chrono::milliseconds timeout, size_t max_output, const ToolUser* as_user) {
+                   std::chrono::milliseconds timeout, size_t max_output, const ToolUser* as_user,
+                   const std::atomic<bool>* cancel) {
   ToolResult r;
   if (argv.empty() || argv[0].empty() || argv[0][0] != '/') {
     r.error = "helper path must be absolute";
@@ -122,7 +112,7 @@ ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::
   char buf[8192];
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || cancelled) {
+    if (left.count() <= 0 || (cancel && cancel->load())) {
       r.timed_out = true;
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);

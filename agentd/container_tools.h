@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -52,16 +53,15 @@ struct ToolUser {
 };
 
 /// Runs `argv` (argv[0] absolute) with exactly `env`, in its own process group, as root (or as
-/// `as_user`), and waits for it at most `timeout`. The helper's pid is registered
+/// `as_user`), and waits for it at most `timeout`, or until `*cancel` turns true (checked every
+/// second; agentd's shutdown): then it is killed and reported as timed out. The helper's pid is registered
 /// (IsHelperProcess) while it runs, so the supervisor's orphan reaper leaves it alone.
 ToolResult RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                   std::chrono::milliseconds timeout, size_t max_output = 64 * 1024, const ToolUser* as_user = nullptr);
+                   std::chrono::milliseconds timeout, size_t max_output = 64 * 1024, const ToolUser* as_user = nullptr,
+                   const std::atomic<bool>* cancel = nullptr);
 
 /// True while `pid` is a helper RunTool started and has not reaped (orphans.h's reaper skips it).
 bool IsHelperProcess(pid_t pid);
-
-/// Kills every running helper and makes new ones fail at once (agentd's shutdown); false undoes it.
-void CancelTools(bool cancel);
 
 /// fork() for a short-lived helper child of agentd: the child's pid is registered (IsHelperProcess)
 /// before the orphan reaper can see it. Reap it with WaitHelper. Returns fork()'s result.

@@ -183,7 +183,7 @@ std::string ImageCache::Resolve(const ImageRef& ref, const std::string& auth, st
     else argv.insert(argv.end(), {"--authfile", auth});
     if (!cfg_.cert_dir.empty()) argv.insert(argv.end(), {"--cert-dir", cfg_.cert_dir});
     argv.insert(argv.end(), args.begin(), args.end());
-    return RunTool(argv, ToolEnv(), std::chrono::seconds(120), 4 << 20);
+    return RunTool(argv, ToolEnv(), std::chrono::seconds(120), 4 << 20, nullptr, &cancelled_);
   };
   ToolResult r = inspect({"--format", "{{.Digest}}", ref.Canonical()});
   if (!r.Ok()) {
@@ -346,7 +346,7 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref,
     else copy.insert(copy.end(), {"--src-authfile", auth});
     if (!cfg_.cert_dir.empty()) copy.insert(copy.end(), {"--src-cert-dir", cfg_.cert_dir});
     copy.insert(copy.end(), {name, "oci:" + tmp + "/layout:image"});
-    r = RunTool(copy, ToolEnv(), cfg_.pull_timeout);
+    r = RunTool(copy, ToolEnv(), cfg_.pull_timeout, 64 * 1024, nullptr, &cancelled_);
     if (!r.Ok()) {
       *transient = r.timed_out || TransientReason(r.Reason());
       return fail("pull failed: " + r.Reason());
@@ -358,7 +358,8 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref,
   if (cfg_.max_bytes > 0 && report->fetched_bytes > cfg_.max_bytes)
     return fail("its layers are " + Mb(report->fetched_bytes) + ", more than the node's image cache holds (" +
                 Mb(cfg_.max_bytes) + ", agentd --image-cache-size)");
-  r = RunTool({tools_.umoci, "unpack", "--image", tmp + "/layout:image", tmp + "/bundle"}, ToolEnv(), cfg_.pull_timeout);
+  r = RunTool({tools_.umoci, "unpack", "--image", tmp + "/layout:image", tmp + "/bundle"}, ToolEnv(), cfg_.pull_timeout,
+              64 * 1024, nullptr, &cancelled_);
   if (!r.Ok()) return fail("unpack failed: " + r.Reason());
   RemoveTree(tmp + "/layout");
   auto image = std::make_shared<CachedImage>();
@@ -449,7 +450,7 @@ std::string ImageCache::Stage(const ImageRef& ref, const ToolUser& user, std::st
   std::vector<std::string> env = {"PATH=" + std::string(kContainerToolPath), "TMPDIR=" + *staged, "HOME=/nonexistent",
                                   "LC_ALL=C"};
   ToolResult r = RunTool({tools_.skopeo, "copy", "--quiet", ref.Canonical(), "oci:" + *staged + "/layout:image"}, env,
-                         cfg_.pull_timeout, 64 * 1024, &user);
+                         cfg_.pull_timeout, 64 * 1024, &user, &cancelled_);
   if (!r.Ok()) return "copy as uid " + std::to_string(user.uid) + " failed: " + r.Reason();
   int fd = open(staged->c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return "cannot open " + *staged + ": " + std::strerror(errno);

@@ -9,6 +9,7 @@
 // root's own credentials are never used for a user's image.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -81,6 +82,10 @@ class ImageCache {
                                                      PullReport* report, bool* transient,
                                                      const ToolUser* user = nullptr, const std::string& auth_file = "");
 
+  /// Ends the pulls in progress (their helpers are killed; they fail as timed out) and every later
+  /// one at once: agentd's shutdown.
+  void Cancel() { cancelled_ = true; }
+
   /// Unpacked bytes in the cache now, and the number of images.
   int64_t UsedBytes() const;
   size_t Images() const;
@@ -111,6 +116,7 @@ class ImageCache {
   std::map<std::string, bool> pulling_;   // digests being pulled now
   int64_t used_ = 0;
   uint64_t seq_ = 0;
+  std::atomic<bool> cancelled_{false};
 };
 
 /// Reads what a runtime spec umoci generated says of the image (process.args, env, cwd) into

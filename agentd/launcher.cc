@@ -177,14 +177,6 @@ bool IsExecutable(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
-std::vector<char*> CStrings(const std::vector<std::string>& v) {
-  std::vector<char*> out;
-  out.reserve(v.size() + 1);
-  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 std::string DescribeFailure(const LaunchRequest& req, const ChildError& e) {
   auto step = static_cast<Step>(e.step);
   if (step == Step::kSearch && e.err == ENOENT)
@@ -200,6 +192,14 @@ std::string DescribeFailure(const LaunchRequest& req, const ChildError& e) {
 }
 
 }  // namespace
+
+std::vector<char*> CStrings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
 
 OwnedFd::~OwnedFd() {
   if (fd_ >= 0) close(fd_);

@@ -110,6 +110,9 @@ struct SpawnResult {
 /// should. The child performs only async-signal-safe calls.
 SpawnResult SpawnTask(const LaunchRequest& req, std::span<const int> cgroup_fds = {});
 
+/// execve's view of `v`: pointers into its strings plus a terminating nullptr (valid while `v` is).
+std::vector<char*> CStrings(const std::vector<std::string>& v);
+
 /// Searches `path_list` (colon-separated) for an executable regular file named `name`; "" if none.
 std::string FindOnPath(const std::string& name, const std::string& path_list);
 

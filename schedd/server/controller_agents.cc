@@ -372,14 +372,17 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   j->tasks[idx].exit_code = t.exit_code();
   if (!t.error().empty()) spdlog::warn("job {} rank {}: {}", j->id, t.rank(), t.error());
   constexpr int kPreemptedExit = 75;  // the trainer's "checkpointed, requeue me"
-  if (j->resizing && !j->evicting && !j->preempting && (t.exit_code() == kPreemptedExit || t.signaled())) {
+  // Ended by the stop schedd asked for: killed by its SIGTERM or the SIGKILL after the grace, or a
+  // shell or a container's init reporting that death of its child as 128 + the signal.
+  const bool killed = t.signaled() || t.exit_code() == 128 + SIGTERM || t.exit_code() == 128 + SIGKILL;
+  if (j->resizing && !j->evicting && !j->preempting && (t.exit_code() == kPreemptedExit || killed)) {
     // Stopped to restart at another size: requeued at once, not a preemption (no count, no PREEMPTED).
     j->clean_stop = t.exit_code() == kPreemptedExit;
     Await(store_.AppendEvent(j->id, node, "RESIZE", "rank " + std::to_string(t.rank()) + " stopped for a resize"));
     EndAttempt(*j, core::JobState::kPending, "Resize", 0, now, "requeue");
     return;
   }
-  if (t.exit_code() == kPreemptedExit || ((j->evicting || j->preempting) && t.signaled())) {
+  if (t.exit_code() == kPreemptedExit || ((j->evicting || j->preempting) && killed)) {
     // PREEMPTED, then back to PENDING with its original submit time (or CANCELLED in QoS mode cancel).
     j->preempted = true;
     j->clean_stop = t.exit_code() == kPreemptedExit;

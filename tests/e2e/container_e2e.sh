@@ -162,7 +162,7 @@ mkdir -p "$DIR/tampered" && cp -a "$DIR/rootfs/." "$DIR/tampered/" && echo tampe
 push_image "$DIR/tampered" tampered:1
 layer_digest=$(skopeo inspect --cert-dir "$CERTS" --format '{{range .Layers}}{{.}}{{end}}' "docker://$REGISTRY/tampered:1")
 hex=${layer_digest#sha256:}
-layer="$DIR/registry/data/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data"
+layer="$DIR/registry/main/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data"
 [ -f "$layer" ] || fail "no blob $layer"
 printf 'x' | dd of="$layer" bs=1 seek=1000 conv=notrunc 2>/dev/null
 job10=$(mlsub -J tampered --container-image "docker://$REGISTRY/tampered:1" --wrap true)
@@ -199,20 +199,9 @@ say "oci-archive: and oci: images read as the user; one the user cannot reach: F
 
 # 12. A registry with basic auth (htpasswd): an anonymous pull is refused for good; the job's own
 # credentials file (mode 0600, the user's: agentd reads it as the user) lets it pull.
-auth_reg="127.0.0.1:$(free_port)"
 python3 -W ignore -c 'import crypt; print("mluser:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))' > "$DIR/registry/htpasswd"
-cat > "$DIR/registry/auth.yml" <<EOC
-version: 0.1
-log: {level: warn}
-storage: {filesystem: {rootdirectory: $DIR/registry/authdata}}
-auth: {htpasswd: {realm: mlsched-test, path: $DIR/registry/htpasswd}}
-http:
-  addr: $auth_reg
-  tls: {certificate: $DIR/registry/reg.crt, key: $DIR/registry/reg.key}
-EOC
-docker-registry serve "$DIR/registry/auth.yml" > "$DIR/registry/auth.log" 2>&1 &
-AUTH_PID=$!
-for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$CERTS/ca.crt" "https://$auth_reg/v2/")" = 401 ] && break; sleep 0.1; done
+registry_serve private "$DIR/registry/htpasswd"
+auth_reg=$SERVED AUTH_PID=$SERVED_PID
 skopeo copy --quiet --dest-cert-dir "$CERTS" --dest-creds mluser:s3cret "oci:$OUT/layout:img" "docker://$auth_reg/private:1"
 printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$auth_reg" "$(printf mluser:s3cret | base64)" > "$OUT/auth.json"
 chown 65534:65534 "$OUT/auth.json" && chmod 600 "$OUT/auth.json"

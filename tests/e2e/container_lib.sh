@@ -13,24 +13,34 @@ registry_up() {
   printf 'subjectAltName=IP:127.0.0.1\n' > "$DIR/registry/ext.cnf"
   openssl x509 -req -in "$DIR/registry/reg.csr" -CA "$DIR/certs/ca.crt" -CAkey "$DIR/registry/ca.key" -CAcreateserial \
     -out "$DIR/registry/reg.crt" -days 2 -extfile "$DIR/registry/ext.cnf" 2>/dev/null
-  local port; port=$(free_port)
-  REGISTRY="127.0.0.1:$port"
   CERTS="$DIR/certs"
-  cat > "$DIR/registry/config.yml" <<EOC
+  registry_serve main && REGISTRY=$SERVED && REGISTRY_PID=$SERVED_PID
+}
+# registry_serve NAME [HTPASSWD]: one more docker-registry on a free loopback port with the test
+# CA's certificate (registry_up first), storing in $DIR/registry/NAME, with basic auth from
+# HTPASSWD when given; sets SERVED (127.0.0.1:PORT) and SERVED_PID.
+registry_serve() {
+  local name=$1 htpasswd=${2:-} auth=""
+  SERVED="127.0.0.1:$(free_port)"
+  [ -z "$htpasswd" ] || auth="auth: {htpasswd: {realm: mlsched-test, path: $htpasswd}}"
+  cat > "$DIR/registry/$name.yml" <<EOC
 version: 0.1
 log: {level: warn}
-storage: {filesystem: {rootdirectory: $DIR/registry/data}, delete: {enabled: true}}
+storage: {filesystem: {rootdirectory: $DIR/registry/$name}, delete: {enabled: true}}
+$auth
 http:
-  addr: $REGISTRY
+  addr: $SERVED
   tls: {certificate: $DIR/registry/reg.crt, key: $DIR/registry/reg.key}
 EOC
-  docker-registry serve "$DIR/registry/config.yml" > "$DIR/registry/log" 2>&1 &
-  REGISTRY_PID=$!
-  for _ in $(seq 1 50); do
-    curl -sf --cacert "$CERTS/ca.crt" "https://$REGISTRY/v2/" >/dev/null && return 0
+  docker-registry serve "$DIR/registry/$name.yml" > "$DIR/registry/$name.log" 2>&1 &
+  SERVED_PID=$!
+  local code
+  for _ in $(seq 1 50); do  # 200 anonymous, 401 with auth: either way it answers
+    code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$CERTS/ca.crt" "https://$SERVED/v2/" || true)
+    [ "$code" = 200 ] || [ "$code" = 401 ] && return 0
     sleep 0.1
   done
-  echo "registry did not come up: $(tail -5 "$DIR/registry/log")" >&2
+  echo "registry $name did not come up: $(tail -5 "$DIR/registry/$name.log")" >&2
   return 1
 }
 # unmount_under DIR: lazily unmounts whatever a killed agent left mounted below DIR (image

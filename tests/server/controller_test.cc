@@ -341,6 +341,28 @@ TEST_CASE("spot eviction: the gang is told to checkpoint, exits 75, and is reque
     if (n.name() == spot) CHECK(n.state() == "DRAIN");
 }
 
+TEST_CASE("a rank that dies of the eviction's SIGTERM as 128+15 (a shell's or a container init's report) is requeued",
+          "[controller]") {
+  World w(3, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  auto info = w.Job(id);
+  v1::AgentMessage notice;
+  notice.mutable_eviction()->set_deadline(w.now + 30);
+  notice.mutable_eviction()->set_source("aws-instance-action");
+  w.ctl->OnAgentMessage(info.tasks(0).node(), notice, w.now);
+  // Not signaled: tini (or sh) exited with 143 after its child died of the SIGTERM.
+  w.ctl->OnAgentMessage(info.tasks(1).node(), Exited(id, 1, info.tasks(1).rank(), 143), w.now + 1);
+  CHECK(w.Job(id).state() == v1::PREEMPTED);  // requeued once its other rank is gone, never FAILED
+  w.ctl->OnAgentMessage(info.tasks(0).node(), Exited(id, 1, info.tasks(0).rank(), 75), w.now + 2);
+  auto after = w.Job(id);
+  CHECK(after.state() == v1::PENDING);
+  CHECK(after.reason() == "Evicted");
+  CHECK(after.evictions() == 1);
+  // Without a stop asked by schedd, 143 stays a failure (the test above).
+}
+
 TEST_CASE("lost work: none after exit 75, time since the reported checkpoint after a node failure", "[controller]") {
   World w(2, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);
