@@ -105,6 +105,9 @@ std::string SanitizeRootfs(const std::string& rootfs, int* removed_devices, int*
 std::string ReadUmociImageConfig(const std::string& config_json, CachedImage* out) {
   std::ifstream in(config_json);
   if (!in) return "cannot read " + config_json;
+  std::error_code ec;
+  if (auto size = std::filesystem::file_size(config_json, ec); ec || size > static_cast<uintmax_t>(kMaxImageConfigBytes))
+    return "the image's config " + config_json + " is larger than " + std::to_string(kMaxImageConfigBytes) + " bytes";
   try {
     auto j = nlohmann::json::parse(in);
     const auto& p = j.at("process");
@@ -384,7 +387,8 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Pull(const ImageRef& ref,
   return out;
 }
 
-std::string TakeOverTree(int dir_fd, const std::string& name) {
+std::string TakeOverTree(int dir_fd, const std::string& name, int depth) {
+  if (depth > kMaxStagedDepth) return name + " is nested more than " + std::to_string(kMaxStagedDepth) + " levels deep";
   if (fchown(dir_fd, 0, 0) != 0 || fchmod(dir_fd, 0700) != 0) return "cannot take over " + name + ": " + std::strerror(errno);
   DIR* d = fdopendir(dup(dir_fd));
   if (!d) return "cannot read " + name + ": " + std::strerror(errno);
@@ -399,7 +403,7 @@ std::string TakeOverTree(int dir_fd, const std::string& name) {
     if (S_ISDIR(st.st_mode)) {
       int sub = openat(dir_fd, entry.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) return "cannot open " + path + ": " + std::strerror(errno);
-      std::string err = TakeOverTree(sub, path);
+      std::string err = TakeOverTree(sub, path, depth + 1);
       close(sub);
       if (!err.empty()) return err;
       continue;

@@ -26,6 +26,12 @@
 
 namespace mlsched::agent {
 
+/// Largest image runtime config read (bytes; umoci's config.json from the image's config blob,
+/// which the image's author controls). Real images' are a few KiB.
+inline constexpr int64_t kMaxImageConfigBytes = 1 << 20;
+/// Deepest directory nesting accepted in a staged copy (TakeOverTree recurses per level).
+inline constexpr int kMaxStagedDepth = 16;
+
 /// Largest registry credentials file read for a pull (bytes).
 inline constexpr size_t kMaxAuthFileBytes = 1 << 20;
 
@@ -120,7 +126,7 @@ class ImageCache {
 };
 
 /// Reads what a runtime spec umoci generated says of the image (process.args, env, cwd) into
-/// `out`. Returns "" or the error.
+/// `out`; a file over kMaxImageConfigBytes is refused. Returns "" or the error.
 std::string ReadUmociImageConfig(const std::string& config_json, CachedImage* out);
 
 /// Removes device nodes and clears setuid/setgid bits under `rootfs` (never following symlinks,
@@ -129,8 +135,9 @@ std::string SanitizeRootfs(const std::string& rootfs, int* removed_devices, int*
 
 /// Makes everything below the directory `dir_fd` (and it) owned by root, through descriptors only
 /// (openat O_NOFOLLOW, fchownat AT_SYMLINK_NOFOLLOW), then checks that it holds only directories
-/// and regular files with one link each. Returns "" or the error naming the entry.
-std::string TakeOverTree(int dir_fd, const std::string& name);
+/// and regular files with one link each, at most kMaxStagedDepth levels deep. Returns "" or the
+/// error naming the entry.
+std::string TakeOverTree(int dir_fd, const std::string& name, int depth = 0);
 
 /// Bytes of disk used by the tree at `dir` (st_blocks; hard links counted once).
 int64_t TreeBytes(const std::string& dir);

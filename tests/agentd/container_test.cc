@@ -216,6 +216,37 @@ TEST_CASE("the image cache adopts complete images and removes what an interrupte
   CHECK_FALSE(transient);
 }
 
+TEST_CASE("what an image's author or a job's user controls has a limit: config size, staged nesting") {
+  TempDir dir;
+  const std::string config = dir.Str("config.json");
+  {
+    std::ofstream out(config);
+    out << R"({"process":{"args":["/bin/sh"],"env":[")" << std::string(kMaxImageConfigBytes, 'x') << R"("],"cwd":"/"}})";
+  }
+  CachedImage image;
+  CHECK(ReadUmociImageConfig(config, &image).find("larger than") != std::string::npos);
+  if (geteuid() != 0) {
+    WARN("SKIPPED: taking over a staged copy needs root");
+    return;
+  }
+  // A job's process could nest directories in its staging directory while skopeo copies: agentd
+  // walks it recursively as root, so the depth is bounded instead of the stack.
+  std::string deep = dir.Str("stage");
+  for (int i = 0; i <= kMaxStagedDepth + 2; ++i) deep += "/d";
+  fs::create_directories(deep);
+  int fd = open(dir.Str("stage").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(TakeOverTree(fd, dir.Str("stage")).find("nested more than") != std::string::npos);
+  close(fd);
+  fs::create_directories(dir.Str("ok/blobs/sha256"));
+  { std::ofstream(dir.Str("ok/blobs/sha256/x")) << "blob"; }
+  fs::create_symlink("/etc/shadow", dir.Str("ok/blobs/sha256/evil"));
+  fd = open(dir.Str("ok").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(TakeOverTree(fd, dir.Str("ok")).find("not a regular file or directory") != std::string::npos);
+  close(fd);
+}
+
 TEST_CASE("a helper's reason is the last line of its output, without containers/image's log dressing") {
   ToolResult r;
   r.exit_code = 1;
