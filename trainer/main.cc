@@ -68,6 +68,9 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, TextOptions& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First of all: a stop (SIGTERM) that comes while the process starts is remembered and honoured
+  // at the first step (checkpoint, exit 75), never the default action that kills the rank.
+  mltrain::InstallStopSignalHandlers();
   mltrain::TrainerConfig config;
   TextOptions text;
   config.optimizer.warmup_steps = 200;
@@ -94,7 +97,6 @@ int main(int argc, char** argv) {
     mltrain::RendezvousEnv env = mltrain::ReadRendezvousEnv();
     mltrain::SetLogRank(env.world_size > 1 ? env.rank : -1);
     config.Validate(env.world_size);
-    mltrain::InstallStopSignalHandlers();
     mltrain::CommunicatorOptions options;
     options.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.rendezvous_timeout_s * 1000));
     options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.collective_timeout_s * 1000));

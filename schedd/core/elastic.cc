@@ -27,7 +27,7 @@ std::vector<const Job*> GrowCandidates(const ClusterState& state, const PolicySe
   for (const Job& job : state.jobs) {
     if (job.state != JobState::kRunning || !IsElastic(job.spec) || !job.allocation || job.preempting) continue;
     if (victims.count(job.id) || RunningTasks(job) >= job.spec.ntasks) continue;
-    if (now - job.start_time < policy.elastic.min_resize_interval) continue;
+    if (job.launching || RunningFor(job, now) < policy.elastic.min_resize_interval) continue;
     out.push_back(&job);
   }
   std::sort(out.begin(), out.end(), [](const Job* a, const Job* b) {
@@ -80,7 +80,8 @@ std::vector<const Job*> TierCandidates(const ClusterState& state, const PolicySe
     if (job.state != JobState::kRunning || job.spec.fallback.empty() || !job.allocation || job.preempting) continue;
     // Only jobs that keep their progress across a restart: a checkpointing or an elastic one.
     if (job.spec.checkpoint_interval <= 0 && !IsElastic(job.spec)) continue;
-    if (victims.count(job.id) || resized.count(job.id) || now - job.start_time < policy.elastic.min_resize_interval)
+    if (victims.count(job.id) || resized.count(job.id) || job.launching ||
+        RunningFor(job, now) < policy.elastic.min_resize_interval)
       continue;
     const std::vector<std::string> own = OwnGpuTypes(job.spec);
     if (!own.empty() && std::find(own.begin(), own.end(), RunningAccelerator(job)) == own.end()) out.push_back(&job);

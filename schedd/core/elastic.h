@@ -19,9 +19,9 @@ inline constexpr size_t kMaxGrowCandidates = 64;
 /// - policy.elastic.grow is on, and the cycle preempts nothing and leaves no pending job waiting for
 ///   nodes (reason Resources, Priority, Preempting or WaitingForSpotBudget): a blocked job is
 ///   ahead of a grow, and with none there is no reservation a grow could delay;
-/// - the job is not being stopped, and its attempt has run at least
-///   policy.elastic.min_resize_interval seconds (every resize restarts the attempt, so no job is
-///   resized twice inside the interval);
+/// - the job is not being stopped or launched (Job::launching), and its attempt has run at least
+///   policy.elastic.min_resize_interval seconds since all its ranks started (RunningFor; every
+///   resize restarts the attempt, so no job is resized twice inside the interval);
 /// - the expected gain beats the restart cost: remaining x (1 - from / to) > cost, where remaining
 ///   is PlannedRuntime minus the time run so far (a job without a time limit has no known
 ///   remainder and never grows) and cost is job.restart_cost, or policy.elastic.restart_cost when

@@ -195,7 +195,21 @@ struct Job {
   /// Elastic jobs: seconds its last checkpoint-and-restart took (from the stop request to the
   /// next attempt running), measured by the caller; 0 = none yet (ElasticPolicy::restart_cost).
   Duration restart_cost = 0;
+  /// Running jobs: true while a rank of the current attempt has not started yet (its node is
+  /// preparing, pulling its image or launching it); such an attempt is never resized.
+  bool launching = false;
+  /// Running jobs: when every rank of the current attempt had started, in seconds; 0 = not known
+  /// (then start_time stands for it). ElasticPolicy::min_resize_interval counts from here, so the
+  /// time an attempt spends pulling its image or launching is not counted as running.
+  Timestamp running_since = 0;
 };
+
+/// Seconds `job`'s current attempt has run at `now`: from running_since (or start_time when that
+/// is unknown); 0 while it is launching.
+inline Duration RunningFor(const Job& job, Timestamp now) {
+  if (job.launching) return 0;
+  return now - (job.running_since > 0 ? job.running_since : job.start_time);
+}
 
 /// True when `spec` is an elastic gang (a range of sizes, not one size).
 inline bool IsElastic(const JobSpec& spec) { return spec.elastic.min_tasks > 0; }

@@ -258,6 +258,7 @@ class Controller {
     int64_t stop_requested_at = 0;  // when a resize or eviction asked it to stop; 0 = none pending
     int64_t stop_seconds = -1;      // that stop: request to requeue (checkpoint, exit); -1 = none
     int64_t launched_at = 0;        // when the current attempt was launched
+    int64_t running_since = 0;      // when every rank of the current attempt had started; 0 = not yet / unknown
     // Seconds a checkpoint-and-restart costs this job: its last stop plus launch to all ranks
     // running, without the time it waited in the queue; 0 = not measured yet.
     core::Duration restart_cost = 0;

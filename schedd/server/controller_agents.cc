@@ -82,6 +82,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.preempt_cancel = false;
   j.expected_start = 0;
   j.launched_at = now;
+  j.running_since = 0;
   j.launch_deadline = now + cfg_.launch_timeout_s + (InImage(j.spec) ? cfg_.image_pull_timeout_s : 0);
   j.placement.Clear();
   std::map<std::string, int32_t> local;  // next local rank per node
@@ -333,9 +334,11 @@ void Controller::OnTaskStarted(const std::string& node, const v1::TaskStarted& t
     if (j->placement.tasks(i).rank() == t.rank() && j->placement.tasks(i).node() == node &&
         j->tasks[i].phase == Phase::kCommitted)
       j->tasks[i].phase = Phase::kRunning;
+  if (!std::all_of(j->tasks.begin(), j->tasks.end(), [](const TaskRt& rt) { return rt.phase == Phase::kRunning; }))
+    return;
+  if (j->running_since == 0) j->running_since = now;
   // The restart after a resize or an eviction is done once every rank runs: that stop's cost.
-  if (j->stop_seconds >= 0 &&
-      std::all_of(j->tasks.begin(), j->tasks.end(), [](const TaskRt& rt) { return rt.phase == Phase::kRunning; })) {
+  if (j->stop_seconds >= 0) {
     j->restart_cost = std::max<int64_t>(1, j->stop_seconds + std::max<int64_t>(0, now - j->launched_at));
     j->stop_seconds = -1;
   }

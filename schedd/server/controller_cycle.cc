@@ -61,6 +61,10 @@ core::ClusterState Controller::Snapshot(int64_t now) const {
       cj.predicted_runtime = PlannedRuntimeLocked(j, now);
       cj.preempting = j.preempting || j.evicting || j.resizing;  // stopping: its resources free up soon
       cj.restart_cost = j.restart_cost;
+      cj.launching = std::any_of(j.tasks.begin(), j.tasks.end(), [](const TaskRt& rt) {
+        return rt.phase == Phase::kPreparing || rt.phase == Phase::kPrepared || rt.phase == Phase::kCommitted;
+      });
+      cj.running_since = j.running_since;
       core::Allocation a;
       for (const auto& t : j.placement.tasks())
         a.tasks.push_back(core::TaskPlacement{t.rank(), t.node(), {t.gpu_indices().begin(), t.gpu_indices().end()},

@@ -77,6 +77,34 @@ TEST_CASE("grows: the conditions one by one", "[core][elastic][grow]") {
   }
 }
 
+TEST_CASE("grows: the interval counts from all ranks started, never while the attempt launches", "[core][elastic][grow]") {
+  struct Row {
+    const char* name;
+    bool launching;
+    Timestamp running_since, now;
+    size_t resizes;
+  };
+  const Row rows[] = {
+      {"running since placement (unknown): from start_time", false, 0, 700, 1},
+      {"still launching (image pull): never", true, 0, 5000, 0},
+      {"all ranks started at 200: 500 s run at 700, inside the interval", false, 200, 700, 0},
+      {"all ranks started at 200: 600 s run at 800", false, 200, 800, 1},
+  };
+  for (const Row& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      ClusterState s = Nodes("gpu-[1-4]");
+      s.jobs = {JobBuilder(1).Elastic(2, 4, 1).GpusPerTask(8, "h100").TimeLimit(36000s)
+                    .Running(0, OnNodes({"gpu-1", "gpu-2", "gpu-3"})).Build()};
+      s.jobs[0].launching = row.launching;
+      s.jobs[0].running_since = row.running_since;
+      PolicySet p;
+      p.elastic.min_resize_interval = 600;
+      CHECK(RunChecked(s, p, row.now).resizes.size() == row.resizes);
+      CHECK(RunningFor(s.jobs[0], row.now) == (row.launching ? 0 : row.now - row.running_since));
+    }
+  }
+}
+
 TEST_CASE("a grow respects the step and takes no node a start of the same cycle took", "[core][elastic][grow]") {
   SECTION("step 2: one free node is not enough to go from 2 to 4") {
     ClusterState s = Nodes("gpu-[1-3]");

@@ -219,7 +219,7 @@ TEST_CASE("a shrunk elastic gang grows back at a checkpoint once its node return
   w.sink.Clear();
   w.ctl->RunCycle(w.now + 2);
   REQUIRE(w.Job(id).tasks_size() == 3);
-  w.PrepareAndStartAll();
+  w.PrepareAndStartAll(w.now + 2);
   REQUIRE(w.ctl->Drain(Root(), "n4", "", /*resume=*/true).ok());  // the spot node is back
   w.sink.Clear();
   w.ctl->RunCycle(w.now + 11);  // attempt 2 started at now + 2: inside the 10 s interval
@@ -257,6 +257,35 @@ TEST_CASE("a shrunk elastic gang grows back at a checkpoint once its node return
   CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
 }
 
+TEST_CASE("a resize never stops an attempt that is still launching: the interval counts from all ranks started", "[controller][elastic][grow]") {
+  // A container job's nodes may pull its image for minutes after the placement: a resize then
+  // would restart an attempt that never ran (and SIGTERM ranks before they can checkpoint).
+  World w(4, 1);
+  core::PolicySet policy;
+  policy.elastic.min_resize_interval = 10;
+  policy.elastic.restart_cost = 5;
+  w.ctl->SetPolicy(policy);
+  const int64_t id = RunningOnAllFour(w, 2);
+  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
+  for (int32_t rank = 0; rank < 4; ++rank)
+    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(id, 1, rank, 75), w.now + 2);
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 2);  // attempt 2 placed on 3 nodes
+  REQUIRE(w.Job(id).tasks_size() == 3);
+  REQUIRE(w.ctl->Drain(Root(), "n4", "", /*resume=*/true).ok());
+  w.ctl->RunCycle(w.now + 20);  // 18 s after the placement, still preparing (pulling its image)
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
+  w.PrepareAndStartAll(w.now + 25, w.now + 30);  // prepared at +25, every rank started at +30
+  w.ctl->RunCycle(w.now + 35);  // 33 s after the placement, 5 s after all ranks started
+  CHECK(w.sink.Of("n1", v1::SchedulerMessage::kSignal).empty());
+  CHECK(w.Job(id).reason() != "Resizing");
+  w.ctl->RunCycle(w.now + 40);  // 10 s after all ranks started
+  const auto sig = w.sink.Of("n1", v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().reason() == "resize");
+  CHECK(sig[0].signal().attempt() == 2);
+}
+
 TEST_CASE("a job on a fallback tier returns to its preferred accelerator at a checkpoint once it is free", "[controller][elastic][fallback]") {
   World w(0);
   core::PolicySet policy;
@@ -275,7 +304,7 @@ TEST_CASE("a job on a fallback tier returns to its preferred accelerator at a ch
   const int64_t id = w.Submit(spec, w.alice);
   w.ctl->RunCycle(w.now + 600);
   REQUIRE(w.Job(id).tasks(0).node() == "a1");
-  w.PrepareAndStartAll();
+  w.PrepareAndStartAll(w.now + 600);
   w.ctl->OnRegister(NodeReg("h1", 8, 8, "h100"), w.now + 605);  // h100 capacity arrives
   w.sink.Clear();
   w.ctl->RunCycle(w.now + 609);  // attempt 1 started at now + 600: inside the 10 s interval

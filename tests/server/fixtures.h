@@ -236,17 +236,22 @@ struct NodesWorld : ControllerWorld {
     return info;
   }
   // Acknowledges every prepare sent so far and starts every committed task.
-  void PrepareAndStartAll() {
+  /// Answers every Prepare sent so far with success, then reports each of its ranks started;
+  /// `prepared_at` / `started_at` are the agents' times (-1 = now).
+  void PrepareAndStartAll(int64_t prepared_at = -1, int64_t started_at = -1) {
+    if (prepared_at < 0) prepared_at = now;
+    if (started_at < 0) started_at = std::max(now, prepared_at);
     for (auto& [node, msgs] : std::map(sink.sent)) {
       for (const auto& m : msgs) {
-        if (m.has_prepare()) ctl->OnAgentMessage(node, PrepareOk(m.prepare().job_id(), m.prepare().attempt()), now);
+        if (m.has_prepare())
+          ctl->OnAgentMessage(node, PrepareOk(m.prepare().job_id(), m.prepare().attempt()), prepared_at);
       }
     }
     for (auto& [node, msgs] : std::map(sink.sent)) {
       for (const auto& m : msgs) {
         if (!m.has_prepare()) continue;
         for (const auto& t : m.prepare().tasks())
-          ctl->OnAgentMessage(node, Started(m.prepare().job_id(), m.prepare().attempt(), t.rank()), now);
+          ctl->OnAgentMessage(node, Started(m.prepare().job_id(), m.prepare().attempt(), t.rank()), started_at);
       }
     }
   }
