@@ -96,7 +96,14 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
   if (plan_ctx_.containers) {
     if (cfg_.image_cache.dir.empty()) cfg_.image_cache.dir = cfg_.work_dir + "/images";
     images_ = std::make_unique<ImageCache>(cfg_.image_cache, tools_);
-    driver_ = std::make_unique<ContainerDriver>(tools_, cfg_.work_dir + "/containers", make_driver, started, exited);
+    auto containers_driver =
+        std::make_unique<ContainerDriver>(tools_, cfg_.work_dir + "/containers", make_driver, started, exited);
+    if (plan_ctx_.gpu_count > 0) {
+      std::vector<DriverFile> files = DetectGpuDriverFiles();
+      spdlog::info("containers: {} file(s) of the GPU driver are bound into containers that hold GPUs", files.size());
+      containers_driver->UseGpuDriverFiles(std::move(files));
+    }
+    driver_ = std::move(containers_driver);
   } else {
     driver_ = make_driver(started, exited);
   }

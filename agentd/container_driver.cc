@@ -23,6 +23,19 @@ std::string KeyName(const TaskKey& key) {
 
 std::string EnvName(const std::string& kv) { return kv.substr(0, kv.find('=')); }
 
+// Appends `dir` to the colon-separated variable `name` in `env` (set to `fallback` + dir when
+// absent), unless it is there already.
+void AppendToPathVar(std::vector<std::string>& env, const std::string& name, const std::string& dir,
+                     const std::string& fallback) {
+  for (auto& kv : env) {
+    if (EnvName(kv) != name) continue;
+    const std::string value = ":" + kv.substr(name.size() + 1) + ":";
+    if (value.find(":" + dir + ":") == std::string::npos) kv += (kv.size() == name.size() + 1 ? "" : ":") + dir;
+    return;
+  }
+  env.push_back(name + "=" + fallback + dir);
+}
+
 // Where the init (tini-static) is bound in every container.
 constexpr const char* kContainerInit = "/.mlsched-init";
 
@@ -79,7 +92,7 @@ void ContainerDriver::Start() {
   inner_->Start();
 }
 
-OciTaskSpec ContainerDriver::PlanSpec(const TaskKey& key, const LaunchRequest& r) {
+OciTaskSpec ContainerDriver::PlanSpec(const TaskKey& key, const LaunchRequest& r, bool gpu_driver) {
   const ContainerLaunch& c = *r.container;
   OciTaskSpec s;
   s.args = r.argv;
@@ -106,6 +119,10 @@ OciTaskSpec ContainerDriver::PlanSpec(const TaskKey& key, const LaunchRequest& r
   s.umask = r.umask;
   for (const auto& b : c.binds) s.binds.push_back({b.source, b.target, b.read_only});
   s.devices = GpuDevices(c.gpu_devices);
+  if (gpu_driver && !c.gpu_devices.empty()) {
+    AppendToPathVar(s.env, "LD_LIBRARY_PATH", kContainerDriverLibDir, "");
+    AppendToPathVar(s.env, "PATH", kContainerDriverBinDir, std::string(kContainerToolPath) + ":");
+  }
   s.cgroups_path = "mlsched-" + KeyName(key);
   return s;
 }
@@ -116,7 +133,7 @@ std::string ContainerDriver::Prepare(const TaskKey& key, const LaunchRequest& re
   // The user's paths, opened as the user; an optional one (the home) that cannot be is left out.
   // /tmp and /dev/shm go first: a later bind below /tmp (an attempt directory there) stays visible.
   auto fds = std::make_shared<UserFds>();
-  OciTaskSpec spec = PlanSpec(key, request);
+  OciTaskSpec spec = PlanSpec(key, request, !driver_files_.empty());
   const std::string bundle_dir = state_dir_ + "/bundles/" + KeyName(key);
   std::vector<OciBind> binds = {{bundle_dir + "/tmp", "/tmp", false}, {tools_.init, kContainerInit, true}};
   std::vector<MountPoint> points = {{kContainerInit, false}};
@@ -141,6 +158,11 @@ std::string ContainerDriver::Prepare(const TaskKey& key, const LaunchRequest& re
     binds.push_back({bundle_dir + "/mnt/" + std::to_string(fds->fds.size() - 1), b.target, b.read_only});
     points.push_back({b.target, fds->directory.back()});
   }
+  if (!c->gpu_devices.empty())
+    for (const auto& f : driver_files_) {  // root-owned host files (CheckDriverFile), read-only
+      binds.push_back({f.host_path, f.container_path, true});
+      points.push_back({f.container_path, false});
+    }
   spec.binds = std::move(binds);
   if (!c->shm_dir.empty())
     if (auto err = MountJobShm(c->shm_dir, request.uid, request.gid); !err.empty()) return "the job's /dev/shm: " + err;

@@ -14,6 +14,7 @@
 
 #include "agentd/container_bundle.h"
 #include "agentd/container_tools.h"
+#include "agentd/gpu_driver_files.h"
 #include "agentd/oci_spec.h"
 #include "agentd/task_driver.h"
 
@@ -29,6 +30,9 @@ class ContainerDriver final : public TaskDriver {
   ~ContainerDriver() override;
 
   void UseCgroups(Cgroups* cgroups) override { inner_->UseCgroups(cgroups); }
+  /// The host GPU driver's files (gpu_driver_files.h) bound read-only into every container that
+  /// holds GPUs; call before Start().
+  void UseGpuDriverFiles(std::vector<DriverFile> files) { driver_files_ = std::move(files); }
   /// Makes the state directories (removing a previous run's bundles), then starts the inner driver.
   void Start() override;
   /// A container request is turned into a runc invocation first; a bundle that cannot be made is
@@ -45,8 +49,10 @@ class ContainerDriver final : public TaskDriver {
   /// The OciTaskSpec of a container request, minus what only exists at launch (rootfs, bind
   /// sources of user paths): the environment merged as pyxis does (the image's variables win
   /// unless named in keep_env; the task's MLSCHED_*, RANK, ... are added), the command, the
-  /// working directory, credentials, the binds and the GPU devices. Exposed for tests.
-  static OciTaskSpec PlanSpec(const TaskKey& key, const LaunchRequest& request);
+  /// working directory, credentials, the binds and the GPU devices. With `gpu_driver` (the node
+  /// binds its driver's files) a task holding GPUs finds them on its LD_LIBRARY_PATH and PATH
+  /// (kContainerDriverLibDir, kContainerDriverBinDir appended). Exposed for tests.
+  static OciTaskSpec PlanSpec(const TaskKey& key, const LaunchRequest& request, bool gpu_driver = false);
 
  private:
   struct Live {
@@ -59,6 +65,7 @@ class ContainerDriver final : public TaskDriver {
 
   ContainerTools tools_;
   std::string state_dir_;
+  std::vector<DriverFile> driver_files_;
   ExitedFn on_exited_;
   std::unique_ptr<TaskDriver> inner_;
   std::mutex mu_;
