@@ -9,4 +9,10 @@ bash scripts/build.sh
 if [ "${MLSCHED_FUZZ_SECONDS:-20}" != 0 ]; then bash scripts/fuzz.sh "${MLSCHED_FUZZ_SECONDS:-20}"; fi
 BUILD_DIR="${MLSCHED_BUILD_DIR:-build}"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j"${MLSCHED_TEST_JOBS:-2}" --timeout 900
+# On a failure, the failed tests' own failure lines are repeated last, where a CI log's tail shows them.
+ctest --output-on-failure -j"${MLSCHED_TEST_JOBS:-2}" --timeout 900 || {
+  rc=$?
+  echo "---- why the failed tests failed (their FAILED/error lines, from Testing/Temporary/LastTest.log) ----"
+  grep -E 'FAILED|^not ok|[Ee]rror:|: FAIL' Testing/Temporary/LastTest.log | grep -v '^[0-9]*/[0-9]* Test' | tail -40 || true
+  exit "$rc"
+}
