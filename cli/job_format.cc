@@ -18,7 +18,7 @@ struct FieldDef {
   const char* title;
 };
 
-constexpr std::array<FieldDef, 32> kFields{{
+constexpr std::array<FieldDef, 34> kFields{{
     {'i', "JOBID"},     {'j', "NAME"},        {'u', "USER"},        {'a', "ACCOUNT"},     {'P', "PARTITION"},
     {'q', "QOS"},       {'T', "STATE"},       {'t', "ST"},          {'M', "TIME"},        {'l', "TIME_LIMIT"},
     {'L', "TIME_LEFT"}, {'D', "NODES"},       {'A', "TASKS"},       {'C', "CPUS"},        {'m', "MIN_MEMORY"},
@@ -26,6 +26,7 @@ constexpr std::array<FieldDef, 32> kFields{{
     {'V', "SUBMIT_TIME"}, {'e', "END_TIME"},  {'Q', "PRIORITY"},    {'Z', "WORK_DIR"},    {'y', "NICE"},
     {'o', "COMMAND"},   {'F', "ARRAY_JOB_ID"}, {'K', "ARRAY_TASK_ID"}, {'E', "DEPENDENCY"},
     {'g', "POOL"},      {'G', "ACCEL"},       {'w', "PREEMPT/EVICT"},
+    {'I', "IMAGE"},     {'J', "DIGEST"},
 }};
 
 const FieldDef* FindField(char code) {
@@ -234,6 +235,8 @@ std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
     case 'Z': return s.workdir();
     case 'y': return std::to_string(s.nice());
     case 'o': return Command(s);
+    case 'I': return s.has_container() ? s.container().image() : "N/A";
+    case 'J': return job.image_digest().empty() ? "N/A" : job.image_digest().substr(0, 19);  // sha256: + 12 hex
     default: return "";
   }
 }
@@ -283,6 +286,7 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"checkpoint_interval_s", s.checkpoint_interval_s()},
       {"data_region", s.data_region()},
       {"container_image", s.has_container() ? nlohmann::json(s.container().image()) : nlohmann::json()},
+      {"image_digest", job.image_digest().empty() ? nlohmann::json() : nlohmann::json(job.image_digest())},
       {"pools", job.pools()},
       {"accelerator", job.accelerator()},
       {"preempt_count", job.preempt_count()},

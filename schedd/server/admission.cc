@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/container_ref.h"
+#include "common/safe_text.h"
 
 namespace mlsched::server {
 
@@ -178,6 +179,7 @@ std::string CheckStoredJob(const JobRow& row, const std::string& user_of_uid, co
   if (!core::ParseJobState(row.state)) return "unknown state '" + row.state + "'";
   if (row.attempt < 0 || row.requeue_count < 0 || row.preempt_count < 0 || row.evictions < 0)
     return "negative attempt or counters";
+  if (row.image_digest.size() > 80 || !IsSafeText(row.image_digest)) return "an image digest over 80 bytes or with control bytes";
   return CheckStoredSpec(spec, limits);
 }
 

@@ -131,6 +131,7 @@ JobRow Controller::ToRow(const JobRec& j, bool /*with_spec*/) const {
   r.placement = j.placement.SerializeAsString();
   r.preempt_count = j.preempt_count;
   r.evictions = j.evictions;
+  r.image_digest = j.image_digest;
   return r;
 }
 
@@ -649,6 +650,7 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   j.requeue_count = row.requeue_count;
   j.preempt_count = row.preempt_count;
   j.evictions = row.evictions;
+  j.image_digest = row.image_digest;
   j.placement.ParseFromString(row.placement);
   j.spec_bytes = static_cast<int32_t>(row.spec.size());
   if (j.state == core::JobState::kRunning) {

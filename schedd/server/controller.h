@@ -252,7 +252,7 @@ class Controller {
     int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)
     int32_t evictions = 0;       // spot evictions so far (stored with the job)
     std::string stop_cause;      // why the current attempt is being stopped: "eviction of NODE", "preemption by job N"
-    std::string image_digest;    // containers: the digest the last attempt's prepare reported (not stored)
+    std::string image_digest;    // containers: the digest the last attempt's prepare reported (stored with the job)
     std::string resize;          // elastic: the latest size change, e.g. "shrunk 4->3 after eviction of n4 (attempt 2)"
     bool resizing = false;       // SIGTERM sent to restart at another size (core::ResizeDecision)
     int64_t stop_requested_at = 0;  // when a resize or eviction asked it to stop; 0 = none pending

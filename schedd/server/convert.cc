@@ -132,6 +132,7 @@ v1::JobInfo JobInfoFromRow(const JobRow& row) {
   info.set_requeue_count(row.requeue_count);
   info.set_preempt_count(row.preempt_count);
   info.set_evictions(row.evictions);
+  info.set_image_digest(row.image_digest);
   v1::Placement p;
   if (p.ParseFromString(row.placement)) *info.mutable_tasks() = p.tasks();
   return info;

@@ -124,7 +124,7 @@ class Stmt {
 
 constexpr const char* kJobColumns =
     "id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time, exit_code, attempt, "
-    "requeue_count, placement, preempt_count, evictions";
+    "requeue_count, placement, preempt_count, evictions, image_digest";
 
 JobRow ReadJob(Stmt& s) {
   JobRow r;
@@ -144,6 +144,7 @@ JobRow ReadJob(Stmt& s) {
   r.placement = s.Blob(13);
   r.preempt_count = static_cast<int32_t>(s.Int(14));
   r.evictions = static_cast<int32_t>(s.Int(15));
+  r.image_digest = s.Blob(16);
   return r;
 }
 
@@ -188,6 +189,8 @@ const char* const kMigrations[] = {
     "CREATE TABLE provision_ledger (id INTEGER PRIMARY KEY CHECK (id = 1), ledger BLOB NOT NULL);",
     // 9: a learned run-time predictor's state ([prediction] predictor = "online-linear"), one row.
     "CREATE TABLE predictor_model (id INTEGER PRIMARY KEY CHECK (id = 1), state BLOB NOT NULL);",
+    // 10: containers: the image digest a job's last attempt ran (mlq %J, show job, accounting).
+    "ALTER TABLE jobs ADD COLUMN image_digest TEXT NOT NULL DEFAULT '';",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -420,12 +423,12 @@ std::future<void> SqliteStore::UpdateJob(const JobRow& row, std::string event_ki
         Stmt s(db,
                "UPDATE jobs SET state=?, reason=?, start_time=?, end_time=?, exit_code=?, attempt=?, "
                "requeue_count=?, placement=?, spec=CASE WHEN length(?)>0 THEN ? ELSE spec END, "
-               "preempt_count=?, evictions=? WHERE id=?",
+               "preempt_count=?, evictions=?, image_digest=? WHERE id=?",
                kCache);
         s.BindText(1, row.state).BindText(2, row.reason).Bind(3, row.start_time).Bind(4, row.end_time)
             .Bind(5, row.exit_code).Bind(6, row.attempt).Bind(7, row.requeue_count).Bind(8, row.placement)
             .Bind(9, row.spec).Bind(10, row.spec).Bind(11, row.preempt_count).Bind(12, row.evictions)
-            .Bind(13, row.id);
+            .BindText(13, row.image_digest).Bind(14, row.id);
         s.Step();
         if (!event_kind.empty()) {
           Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,'',?,?)", kCache);
@@ -687,8 +690,8 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
        cursor = std::move(cursor)](sqlite3* db) {
         Stmt j(db,
                "INSERT OR REPLACE INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time,"
-               " exit_code, attempt, requeue_count, placement, preempt_count, evictions)"
-               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+               " exit_code, attempt, requeue_count, placement, preempt_count, evictions, image_digest)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
         Stmt a(db,
                "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
                " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
@@ -697,7 +700,7 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
           j.Bind(1, r.id).Bind(2, r.spec).BindText(3, r.user).Bind(4, r.uid).Bind(5, r.gid).BindText(6, r.state)
               .BindText(7, r.reason).Bind(8, r.submit_time).Bind(9, r.start_time).Bind(10, r.end_time)
               .Bind(11, r.exit_code).Bind(12, r.attempt).Bind(13, r.requeue_count).Bind(14, r.placement)
-              .Bind(15, r.preempt_count).Bind(16, r.evictions);
+              .Bind(15, r.preempt_count).Bind(16, r.evictions).BindText(17, r.image_digest);
           j.Step();
           for (const auto& x : attempts) {
             a.Reset();

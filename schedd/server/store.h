@@ -38,6 +38,7 @@ struct JobRow {
   std::string placement;
   int32_t preempt_count = 0;  // QoS preemptions so far
   int32_t evictions = 0;      // spot evictions so far
+  std::string image_digest;   // containers: "sha256:<hex>" the last attempt ran ("" = none yet)
   std::string submission_key;  // insert only: the client's idempotency key ("" = none)
 };
 

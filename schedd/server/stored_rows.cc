@@ -19,6 +19,7 @@ v1::StoredJob ToStored(const JobRow& r) {
   s.set_placement(r.placement);
   s.set_preempt_count(r.preempt_count);
   s.set_evictions(r.evictions);
+  s.set_image_digest(r.image_digest);
   return s;
 }
 
@@ -39,6 +40,7 @@ JobRow FromStored(const v1::StoredJob& s) {
   r.placement = s.placement();
   r.preempt_count = s.preempt_count();
   r.evictions = s.evictions();
+  r.image_digest = s.image_digest();
   return r;
 }
 

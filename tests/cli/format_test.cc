@@ -211,6 +211,20 @@ TEST_CASE("pool, accelerator and preemption/eviction counts", "[cli][format]") {
   CHECK(j["evictions"] == 1);
 }
 
+TEST_CASE("a container job's image and, once pulled, its digest", "[cli][format][container]") {
+  v1::JobInfo r = RunningJob();
+  CHECK(JobField('I', r, kNow) == "N/A");
+  CHECK(JobField('J', r, kNow) == "N/A");
+  CHECK(JobJson(r, kNow)["image_digest"].is_null());
+  r.mutable_spec()->mutable_container()->set_image("docker://registry.local:5000/team/train:1");
+  CHECK(JobField('I', r, kNow) == "docker://registry.local:5000/team/train:1");
+  CHECK(JobField('J', r, kNow) == "N/A");  // not pulled yet
+  r.set_image_digest("sha256:ef47386b595ec1fa9c98a3ef16e85a4b0db4ebe1fccb16b67594feeb219ffe89");
+  CHECK(JobField('J', r, kNow) == "sha256:ef47386b595e");
+  CHECK(JobJson(r, kNow)["image_digest"] == r.image_digest());
+  CHECK(FormatJobLine(Format("%.20J|%I"), r, kNow) == " sha256:ef47386b595e|docker://registry.local:5000/team/train:1");
+}
+
 TEST_CASE("an elastic gang's TASKS shows the running size and the range", "[cli][format][elastic]") {
   auto f = Format("%A %C");
   v1::JobInfo pending = PendingJob();

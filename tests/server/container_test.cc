@@ -116,3 +116,30 @@ TEST_CASE("container jobs run only on nodes with a runtime; none at all refuses 
   REQUIRE(found);
   CHECK(c1.container_runtime() == "runc 1.1.5");
 }
+
+TEST_CASE("the digest a node pulled is shown with the job and kept across a restart of schedd and after its end",
+          "[server][container]") {
+  NodesWorld w(0);
+  w.ctl->OnRegister(WithRuntime(NodeReg("c1", 4)), w.now);
+  const int64_t id = w.Submit(ContainerSpec(), w.alice);
+  w.ctl->RunCycle(w.now);
+  REQUIRE(w.Job(id).state() == v1::RUNNING);
+  CHECK(w.Job(id).image_digest().empty());  // not pulled yet
+  const std::string digest = "sha256:ef47386b595ec1fa9c98a3ef16e85a4b0db4ebe1fccb16b67594feeb219ffe89";
+  v1::AgentMessage ok = PrepareOk(id, 1);
+  ok.mutable_prepare_result()->set_image_digest(digest);
+  w.ctl->OnAgentMessage("c1", ok, w.now);
+  CHECK(w.Job(id).image_digest() == digest);
+  w.ctl->OnAgentMessage("c1", Started(id, 1, 0), w.now);
+
+  w.ctl.reset();  // schedd restarts: the digest was stored with the job at the commit
+  w.Start(mlsched::core::PolicySet{});
+  w.ctl->Recover(w.now + 5);
+  CHECK(w.Job(id).image_digest() == digest);
+  w.ctl->OnAgentMessage("c1", Exited(id, 1, 0, 0), w.now + 10);
+  CHECK(w.Job(id).state() == v1::COMPLETED);
+  w.ctl.reset();  // and an ended job, read back from the store
+  w.Start(mlsched::core::PolicySet{});
+  w.ctl->Recover(w.now + 20);
+  CHECK(w.Job(id).image_digest() == digest);
+}
