@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -59,15 +60,53 @@ ContainerDriver::ContainerDriver(ContainerTools tools, std::string state_dir,
                                  StartedFn on_started, ExitedFn on_exited)
     : tools_(std::move(tools)), state_dir_(std::move(state_dir)), on_exited_(std::move(on_exited)) {
   inner_ = make_inner(std::move(on_started), [this](const TaskKey& key, pid_t pid, const ExitReport& report) {
-    Finished(key);
     on_exited_(key, pid, report);
+    Finished(key);
   });
 }
 
 ContainerDriver::~ContainerDriver() {
-  inner_->Stop();
+  Stop();
   std::lock_guard lk(mu_);
   live_.clear();
+}
+
+void ContainerDriver::Stop() {
+  inner_->Stop();
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  teardown_cv_.notify_all();
+  if (teardown_.joinable()) teardown_.join();
+  std::lock_guard lk(mu_);
+  ended_.clear();  // never started (Start not called): torn down here
+}
+
+bool ContainerDriver::WaitIdle(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!inner_->WaitIdle(timeout)) return false;
+  std::unique_lock lk(mu_);
+  return teardown_cv_.wait_until(lk, deadline, [&] { return ended_.empty() && tearing_down_ == 0; });
+}
+
+void ContainerDriver::TearDownLoop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    teardown_cv_.wait(lk, [&] { return stopping_ || !ended_.empty(); });
+    if (ended_.empty()) return;  // stopping, nothing left
+    auto [key, done] = std::move(ended_.front());
+    ended_.pop_front();
+    ++tearing_down_;
+    lk.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    done = Live{};  // the bundle is unmounted and removed, the user's descriptors closed
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (ms > 1000) spdlog::info("task {}: its container's bundle took {} ms to tear down", key.ToString(), ms);
+    lk.lock();
+    --tearing_down_;
+    teardown_cv_.notify_all();
+  }
 }
 
 void ContainerDriver::Start() {
@@ -89,6 +128,7 @@ void ContainerDriver::Start() {
     RemoveTree(state_dir_ + sub);
     mkdir((state_dir_ + sub).c_str(), 0700);
   }
+  if (!teardown_.joinable()) teardown_ = std::thread([this] { TearDownLoop(); });
   inner_->Start();
 }
 
@@ -209,17 +249,14 @@ bool ContainerDriver::Spawn(const TaskKey& key, LaunchRequest request) {
 }
 
 void ContainerDriver::Finished(const TaskKey& key) {
-  Live done;
-  {
-    std::lock_guard lk(mu_);
-    auto it = live_.find(key);
-    if (it == live_.end()) return;
-    done = std::move(it->second);
-    live_.erase(it);
-  }
   const std::string log = state_dir_ + "/logs/" + KeyName(key) + ".log";
   unlink(log.c_str());
-  // `done` goes out of scope: the bundle is unmounted and removed, the user's descriptors closed.
+  std::lock_guard lk(mu_);
+  auto it = live_.find(key);
+  if (it == live_.end()) return;
+  ended_.emplace_back(key, std::move(it->second));
+  live_.erase(it);
+  teardown_cv_.notify_all();
 }
 
 }  // namespace mlsched::agent

@@ -4,13 +4,18 @@
 // place of the command, so the task keeps its cgroup (runc's own cgroup for the container is made
 // below it), its process group (runc forwards signals to the container), its output files
 // (opened as the user) and its exit status; bare requests pass through unchanged. When the task
-// ends, the bundle is unmounted and removed before the exit is reported.
+// ends its exit is reported at once, and the bundle is unmounted and removed by a teardown thread
+// (an unmount can wait seconds while the kernel tears down the container's mount namespace: the
+// exits of a node's other ranks are not held behind it).
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "agentd/container_bundle.h"
 #include "agentd/container_tools.h"
@@ -33,7 +38,8 @@ class ContainerDriver final : public TaskDriver {
   /// The host GPU driver's files (gpu_driver_files.h) bound read-only into every container that
   /// holds GPUs; call before Start().
   void UseGpuDriverFiles(std::vector<DriverFile> files) { driver_files_ = std::move(files); }
-  /// Makes the state directories (removing a previous run's bundles), then starts the inner driver.
+  /// Makes the state directories (removing a previous run's bundles), starts the teardown thread,
+  /// then the inner driver.
   void Start() override;
   /// A container request is turned into a runc invocation first; a bundle that cannot be made is
   /// reported as a launch failure (exit 127 with the reason).
@@ -43,8 +49,10 @@ class ContainerDriver final : public TaskDriver {
   void TerminateAll(std::chrono::milliseconds grace) override { inner_->TerminateAll(grace); }
   std::vector<RunningTaskInfo> Running() const override { return inner_->Running(); }
   size_t Size() const override { return inner_->Size(); }
-  bool WaitIdle(std::chrono::milliseconds timeout) override { return inner_->WaitIdle(timeout); }
-  void Stop() override { inner_->Stop(); }
+  /// The inner driver idle and every ended task's bundle torn down.
+  bool WaitIdle(std::chrono::milliseconds timeout) override;
+  /// Stops the inner driver, then tears down what is left and ends the teardown thread.
+  void Stop() override;
 
   /// The OciTaskSpec of a container request, minus what only exists at launch (rootfs, bind
   /// sources of user paths): the environment merged as pyxis does (the image's variables win
@@ -61,7 +69,9 @@ class ContainerDriver final : public TaskDriver {
     std::shared_ptr<ContainerLaunch> container;
   };
   std::string Prepare(const TaskKey& key, const LaunchRequest& request, LaunchRequest* runc);
+  /// Hands the task's bundle to the teardown thread.
   void Finished(const TaskKey& key);
+  void TearDownLoop();
 
   ContainerTools tools_;
   std::string state_dir_;
@@ -70,6 +80,11 @@ class ContainerDriver final : public TaskDriver {
   std::unique_ptr<TaskDriver> inner_;
   std::mutex mu_;
   std::map<TaskKey, Live> live_;
+  std::deque<std::pair<TaskKey, Live>> ended_;  // bundles to tear down, oldest first
+  size_t tearing_down_ = 0;                     // taken by the thread, not done yet
+  bool stopping_ = false;
+  std::condition_variable teardown_cv_;
+  std::thread teardown_;
 };
 
 /// Character devices for a rank's GPUs: each of `gpu_paths` and the NVIDIA control devices

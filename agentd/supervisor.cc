@@ -97,17 +97,18 @@ std::vector<RunningTaskInfo> ProcessSupervisor::Running() const {
   std::lock_guard lk(mu_);
   std::vector<RunningTaskInfo> out;
   for (const auto& [k, c] : children_) out.push_back({k, c.pid});
+  for (const auto& [k, pid] : reporting_) out.push_back({k, pid});
   return out;
 }
 
 size_t ProcessSupervisor::Size() const {
   std::lock_guard lk(mu_);
-  return children_.size() + queue_.size() + launching_ + reporting_;
+  return children_.size() + queue_.size() + launching_ + reporting_.size();
 }
 
 bool ProcessSupervisor::WaitIdle(std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  return idle_cv_.wait_for(lk, timeout, [&] { return children_.empty() && queue_.empty() && launching_ == 0 && reporting_ == 0; });
+  return idle_cv_.wait_for(lk, timeout, [&] { return children_.empty() && queue_.empty() && launching_ == 0 && reporting_.empty(); });
 }
 
 void ProcessSupervisor::Stop() {
@@ -243,7 +244,7 @@ void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
       close(it->second.pidfd);
       cgroup = std::move(it->second.cgroup);
       children_.erase(it);
-      ++reporting_;
+      reporting_[key] = pid;
     }
     ExitReport report = DecodeWaitStatus(status);
     if (cgroup) FinishCgroup(key, std::move(cgroup), &report);
@@ -251,7 +252,7 @@ void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
                  report.signaled ? " (signal)" : "", report.error.empty() ? "" : ": " + report.error);
     on_exited_(key, pid, report);
     std::lock_guard lk(mu_);
-    --reporting_;
+    reporting_.erase(key);
   }
   idle_cv_.notify_all();
 }

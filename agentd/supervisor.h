@@ -102,7 +102,10 @@ class ProcessSupervisor final : public TaskDriver {
   std::set<pid_t> unknown_orphans_;
   std::deque<Queued> queue_;
   size_t launching_ = 0;  // taken off the queue, not yet in children_ or reported
-  size_t reporting_ = 0;  // reaped, exit callback still running
+  // Reaped, exit callback still running (its cgroup being removed, a container's bundle torn down,
+  // the exit report not queued yet): still listed by Running(), so no heartbeat in between omits a
+  // task whose exit schedd has not heard of (two such heartbeats make schedd requeue the job).
+  std::map<TaskKey, pid_t> reporting_;
   bool stopping_ = false;
   bool adopt_orphans_ = false;
   Cgroups* cgroups_ = nullptr;

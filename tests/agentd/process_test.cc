@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 
@@ -230,4 +231,52 @@ TEST_CASE("descendants that escape the process group die when their task ends", 
   CHECK(getsid(daemon) == daemon);     // it really left the task's session
   REQUIRE(WaitUntil([&] { std::lock_guard lk(mu); return exited.count({9, 1, 0}) > 0; }));
   CHECK(WaitUntil([&] { return kill(daemon, 0) != 0 && errno == ESRCH; }, 2s));  // killed and reaped
+}
+
+TEST_CASE("a task stays listed as running until its exit report is handed over", "[process]") {
+  // The exit callback (cgroup removal, a container's teardown, queueing the report) may take a
+  // while; a heartbeat built meanwhile must still list the task, or schedd counts it as vanished.
+  TempDir dir;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_callback = false, release = false;
+  ProcessSupervisor sup([](const TaskKey&, pid_t) {},
+                        [&](const TaskKey&, pid_t, const ExitReport&) {
+                          std::unique_lock lk(mu);
+                          in_callback = true;
+                          cv.notify_all();
+                          cv.wait(lk, [&] { return release; });
+                        });
+  sup.Start();
+  // Whatever a failed check does, the callback is let go before `sup` is destroyed.
+  struct Release {
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& release;
+    ~Release() {
+      {
+        std::lock_guard lk(mu);
+        release = true;
+      }
+      cv.notify_all();
+    }
+  } let_go{mu, cv, release};
+  const TaskKey k{7, 1, 0};
+  REQUIRE(sup.Spawn(k, Shell(dir, "exit 0")));
+  {
+    std::unique_lock lk(mu);
+    REQUIRE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return in_callback; }));
+  }
+  auto running = sup.Running();
+  REQUIRE(running.size() == 1);
+  CHECK(running[0].key == k);
+  CHECK(sup.Size() == 1);
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  REQUIRE(sup.WaitIdle(std::chrono::seconds(10)));
+  CHECK(sup.Running().empty());
+  sup.Stop();
 }

@@ -74,6 +74,41 @@ mltrain_rootfs() {
     cp -L "$lib" "$r$lib"
   done
 }
+# copy_chain PATH ROOT: copies PATH into ROOT at the same path, and each symlink on the way to its
+# target (a library's links stay links, as its loader and Python's ctypes expect them).
+copy_chain() {
+  local p=$1 r=$2 t
+  for _ in 1 2 3 4 5 6 7 8; do
+    if [ ! -e "$r$p" ] && [ ! -L "$r$p" ]; then mkdir -p "$r$(dirname "$p")"; cp -P "$p" "$r$p"; fi
+    [ -L "$p" ] || return 0
+    t=$(readlink "$p")
+    case $t in /*) p=$t ;; *) p=$(dirname "$p")/$t ;; esac
+  done
+}
+# torch_rootfs DIR: busybox_rootfs plus Debian's python3 and python3-torch as installed on this
+# host: the interpreter, its standard library (without tests, IDLE, tkinter), the torch and numpy
+# packages, their extension modules and every shared library ldd lists for them, each at its path
+# (~770 MB: Debian's libtorch links OpenCV, Qt and FFmpeg).
+torch_rootfs() {
+  local r=$1 lib pkg objs sp=/usr/lib/python3/dist-packages
+  busybox_rootfs "$r"
+  mkdir -p "$r/usr/bin" "$r$sp"
+  cp -L /usr/bin/python3.11 "$r/usr/bin/python3.11"
+  ln -sf python3.11 "$r/usr/bin/python3"
+  tar -C / --exclude='usr/lib/python3.11/test' --exclude='usr/lib/python3.11/idlelib' \
+    --exclude='usr/lib/python3.11/tkinter' --exclude='usr/lib/python3.11/ensurepip' \
+    --exclude='usr/lib/python3.11/lib2to3' --exclude='__pycache__' -cf - usr/lib/python3.11 | tar -C "$r" -xf -
+  for pkg in torch numpy typing_extensions.py six.py; do
+    tar -C / --exclude='__pycache__' -cf - "${sp#/}/$pkg" | tar -C "$r" -xf -
+  done
+  objs=$(find -L "$sp/torch" "$sp/numpy" /usr/lib/python3.11/lib-dynload -name '*.so*' -type f)
+  for lib in $objs; do copy_chain "$lib" "$r"; done
+  for lib in $( { echo /usr/bin/python3.11; echo "$objs"; } | xargs ldd 2>/dev/null | grep -o '=> /[^ ]*' | cut -c4- | sort -u) \
+    /lib64/ld-linux-x86-64.so.2; do
+    mkdir -p "$r$(dirname "$lib")"
+    [ -e "$r$lib" ] || cp -L "$lib" "$r$lib"
+  done
+}
 # layout_image ROOTFS DIR: packs ROOTFS as an OCI image layout DIR with the tag img (PATH=/bin).
 layout_image() {
   local rootfs=$1 layout=$2
