@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -123,6 +124,25 @@ std::string ReadUmociImageConfig(const std::string& config_json, CachedImage* ou
 
 ImageCache::ImageCache(ImageCacheConfig config, ContainerTools tools) : cfg_(std::move(config)), tools_(std::move(tools)) {}
 
+namespace {
+
+// Beside each cached image: "public SOURCE" or "private SOURCE" (one line), who may use it.
+constexpr const char* kImageSourceFile = "mlsched-source";
+
+std::string SourceOf(const ImageRef& ref) {
+  return ref.transport == ImageTransport::kDocker ? "docker://" + ref.registry + "/" + ref.repository : "node-path";
+}
+
+bool ReadImageSource(const std::string& dir, std::string* source, bool* public_image) {
+  std::ifstream in(dir + "/" + kImageSourceFile);
+  std::string kind;
+  if (!(in >> std::setw(16) >> kind >> std::setw(kMaxImageRefBytes + 16) >> *source)) return false;
+  *public_image = kind == "public";
+  return (kind == "public" || kind == "private") && !source->empty();
+}
+
+}  // namespace
+
 std::vector<std::string> ImageCache::ToolEnv() const {
   // Nothing of agentd's environment: no HOME (no root credentials found by accident), the
   // temporary files of a pull inside the cache (skopeo's default is /var/tmp).
@@ -153,15 +173,19 @@ std::string ImageCache::Init() {
     image->digest = "sha256:" + name;
     image->dir = cfg_.dir + "/images/" + name;
     image->rootfs = image->dir + "/rootfs";
+    Entry entry;
     if (name.size() != 64 || name.find_first_not_of("0123456789abcdef") != std::string::npos ||
-        !ReadUmociImageConfig(image->dir + "/config.json", image.get()).empty()) {
-      spdlog::warn("image cache: removing {} (not a complete image)", image->dir);
+        !ReadUmociImageConfig(image->dir + "/config.json", image.get()).empty() ||
+        !ReadImageSource(image->dir, &entry.source, &entry.public_image)) {
+      spdlog::warn("image cache: removing {} (not a complete image, or no record of its source)", image->dir);
       RemoveTree(image->dir);
       continue;
     }
     image->bytes = TreeBytes(image->dir);
     used_ += image->bytes;
-    entries_[image->digest] = {image, Clock::now()};
+    entry.image = image;
+    entry.last_used = Clock::now();
+    entries_[image->digest] = std::move(entry);
   }
   spdlog::info("image cache {}: {} image(s), {} of {}", cfg_.dir, entries_.size(), Mb(used_),
                cfg_.max_bytes > 0 ? Mb(cfg_.max_bytes) : std::string("no limit"));
@@ -211,6 +235,30 @@ std::string ImageCache::Resolve(const ImageRef& ref, const std::string& auth, st
     }
   }
   return "";
+}
+
+std::string ImageCache::CheckCachedAccess(const ImageRef& ref, const std::string& source, const std::string& digest,
+                                          const std::string& auth, bool resolved, bool* transient) {
+  if (ref.transport != ImageTransport::kDocker) return "";  // the job's user copied it: it has the content
+  {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(digest);
+    if (it == entries_.end() || it->second.public_image) return "";
+    if (it->second.source != source)
+      return digest.substr(0, 19) + " is on this node from another source, pulled with credentials; " + ref.Canonical() +
+             " does not prove access to it (name the image by its registry and repository)";
+    if (resolved) return "";  // the registry was asked with this job's credentials just now
+  }
+  // A private image named by its digest: the job's own credentials must fetch its manifest.
+  std::vector<std::string> argv = {tools_.skopeo, "inspect", "--raw", "--retry-times", "2"};
+  if (auth.empty()) argv.push_back("--no-creds");
+  else argv.insert(argv.end(), {"--authfile", auth});
+  if (!cfg_.cert_dir.empty()) argv.insert(argv.end(), {"--cert-dir", cfg_.cert_dir});
+  argv.push_back(source + "@" + digest);
+  const ToolResult r = RunTool(argv, ToolEnv(), std::chrono::seconds(120), 4 << 20, nullptr, &cancelled_);
+  if (r.Ok()) return "";
+  *transient = r.timed_out || TransientReason(r.Reason());
+  return "the registry refuses this job the cached " + digest.substr(0, 19) + ": " + r.Reason();
 }
 
 void ImageCache::EvictFor(int64_t bytes) {
@@ -279,15 +327,26 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
     std::lock_guard lk(mu_);
     cached = entries_.count(digest) > 0;
   }
+  const std::string source = SourceOf(ref);
+  const bool resolved = !cached;
   if (!cached) {
     if (auto err = Resolve(ref, auth, &digest, &layer_bytes, transient); !err.empty()) {
       out.error = "image " + canonical_ref + ": " + err;
       return out;
     }
   }
+  if (auto err = CheckCachedAccess(ref, source, digest, auth, resolved, transient); !err.empty()) {
+    out.error = "image " + canonical_ref + ": " + err;
+    return out;
+  }
   std::unique_lock lk(mu_);
   for (;;) {
     if (auto it = entries_.find(digest); it != entries_.end()) {
+      // Pulled by another task while this one resolved: the same rule, the registry asked already.
+      if (ref.transport == ImageTransport::kDocker && !it->second.public_image && it->second.source != source) {
+        out.error = "image " + canonical_ref + ": " + digest.substr(0, 19) + " is on this node from another source";
+        return out;
+      }
       it->second.last_used = Clock::now();
       report->cached = true;
       report->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -310,7 +369,10 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
   if (out) {
     EvictFor((*out.value)->bytes);
     used_ += (*out.value)->bytes;
-    entries_[digest] = {*out.value, Clock::now()};
+    Entry entry{*out.value, Clock::now(), source, ref.transport == ImageTransport::kDocker && auth.empty()};
+    // Who may use it, kept for the next agentd (an image without this record is removed at Init).
+    std::ofstream(entry.image->dir + "/" + kImageSourceFile) << (entry.public_image ? "public " : "private ") << source << "\n";
+    entries_[digest] = std::move(entry);
   }
   cv_.notify_all();
   report->seconds = std::chrono::duration<double>(Clock::now() - t0).count();

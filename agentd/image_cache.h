@@ -84,6 +84,12 @@ class ImageCache {
   /// could not be reached, a timeout). `auth_file` (docker:// only): the job's registry credentials,
   /// opened as `user` (at most kMaxAuthFileBytes), copied to a root-only file for skopeo's
   /// --authfile and removed after the pull; without it pulls are anonymous (--no-creds).
+  /// Who may use a cached image (Kubernetes' AlwaysPullImages problem): an image pulled anonymously
+  /// is public, anyone's; one pulled with credentials, or copied from a path on the node, is private
+  /// to its source: a docker:// job naming its digest is asked the registry again with its own
+  /// credentials (a manifest fetch), and a job whose reference leads to the same digest from another
+  /// registry or repository is refused (that registry need only hold the manifest to claim it).
+  /// The source is kept beside the image (kImageSourceFile); an image without one is removed at Init.
   Parsed<std::shared_ptr<const CachedImage>> Acquire(const std::string& canonical_ref, const ProgressFn& progress,
                                                      PullReport* report, bool* transient,
                                                      const ToolUser* user = nullptr, const std::string& auth_file = "");
@@ -100,7 +106,13 @@ class ImageCache {
   struct Entry {
     std::shared_ptr<const CachedImage> image;
     std::chrono::steady_clock::time_point last_used;
+    std::string source;         // "docker://REGISTRY/REPOSITORY", or "node-path"
+    bool public_image = false;  // pulled without credentials: any job may use it
   };
+  /// May a job naming `ref` (source `source`, its registry asked already when `resolved`) use the
+  /// cached digest `digest`? "" when it may (or nothing is cached), else why not.
+  std::string CheckCachedAccess(const ImageRef& ref, const std::string& source, const std::string& digest,
+                                const std::string& auth, bool resolved, bool* transient);
   std::string Resolve(const ImageRef& ref, const std::string& auth, std::string* digest, int64_t* layer_bytes,
                       bool* transient);
   /// The job's credentials file copied for skopeo: "" and the path in *copy, or the error.

@@ -195,7 +195,12 @@ TEST_CASE("the image cache adopts complete images and removes what an interrupte
   fs::create_directories(cache + "/images/" + good + "/rootfs/bin");
   { std::ofstream(cache + "/images/" + good + "/config.json") << R"({"process":{"args":["/bin/sh"],"env":["A=1"],"cwd":"/w"}})"; }
   { std::ofstream(cache + "/images/" + good + "/rootfs/bin/x") << std::string(10000, 'x'); }
+  { std::ofstream(cache + "/images/" + good + "/mlsched-source") << "private docker://registry.example/team/x\n"; }
   fs::create_directories(cache + "/images/" + bad + "/rootfs");  // no config.json: incomplete
+  // Complete, but with no record of who may use it (an older agentd's): removed, pulled again later.
+  const std::string unknown = std::string(64, 'c');
+  fs::create_directories(cache + "/images/" + unknown + "/rootfs");
+  { std::ofstream(cache + "/images/" + unknown + "/config.json") << R"({"process":{"args":["/bin/sh"],"cwd":"/"}})"; }
   fs::create_directories(cache + "/images/not-a-digest");
   fs::create_directories(cache + "/tmp/half-pulled");
   ImageCache c({cache, 0, "", std::chrono::seconds(10)}, ContainerTools{});
@@ -203,6 +208,7 @@ TEST_CASE("the image cache adopts complete images and removes what an interrupte
   CHECK(c.Images() == 1);
   CHECK(c.UsedBytes() >= 10000);
   CHECK_FALSE(fs::exists(cache + "/images/" + bad));
+  CHECK_FALSE(fs::exists(cache + "/images/" + unknown));
   CHECK_FALSE(fs::exists(cache + "/images/not-a-digest"));
   CHECK_FALSE(fs::exists(cache + "/tmp/half-pulled"));
   CHECK((fs::status(cache).permissions() & fs::perms::others_all) == fs::perms::others_exec);  // searchable only

@@ -11,7 +11,8 @@
 # user's own EACCES; a job cannot reach another job's /dev/shm; the memory limit kills the task
 # (OUT_OF_MEMORY); exit 75 requeues the job and it runs again from the cached image; a layer over
 # the node's image cache size is refused before the fetch; oci-archive: and oci: images are read as
-# the user; a registry with basic auth refuses anonymous pulls and takes the job's credentials file;
+# the user; a registry with basic auth refuses anonymous pulls and takes the job's credentials file,
+# and a private image in the cache is refused to a job without credentials that names its digest;
 # a registry that is down requeues.
 # Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
@@ -202,18 +203,35 @@ say "oci-archive: and oci: images read as the user; one the user cannot reach: F
 python3 -W ignore -c 'import crypt; print("mluser:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))' > "$DIR/registry/htpasswd"
 registry_serve private "$DIR/registry/htpasswd"
 auth_reg=$SERVED AUTH_PID=$SERVED_PID
-skopeo copy --quiet --dest-cert-dir "$CERTS" --dest-creds mluser:s3cret "oci:$OUT/layout:img" "docker://$auth_reg/private:1"
+# The private image: busybox plus a file of its own, so its digest is cached nowhere as public.
+cp -a "$DIR/rootfs" "$DIR/rootfs-private" && echo "team secret" > "$DIR/rootfs-private/secret.txt"
+layout_image "$DIR/rootfs-private" "$DIR/private-layout"
+skopeo copy --quiet --dest-cert-dir "$CERTS" --dest-creds mluser:s3cret "oci:$DIR/private-layout:img" "docker://$auth_reg/private:1"
+private_digest=$(skopeo inspect --cert-dir "$CERTS" --creds mluser:s3cret --format '{{.Digest}}' "docker://$auth_reg/private:1")
 printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$auth_reg" "$(printf mluser:s3cret | base64)" > "$OUT/auth.json"
 chown 65534:65534 "$OUT/auth.json" && chmod 600 "$OUT/auth.json"
 job16=$(mlsub -J anon --container-image "docker://$auth_reg/private:1" --wrap true)
 wait_end "$job16" FAILED 60
 "$BIN/cli/mladmin" show job "$job16" | grep -qi "unauthorized\|authentication required" ||
   fail "anonymous pull from an auth registry: $("$BIN/cli/mladmin" show job "$job16" | grep -i image)"
-job17=$(mlsub -J authed --container-image "docker://$auth_reg/private:1" --container-auth-file "$OUT/auth.json" \
-  -o 'auth-%j.out' --wrap 'echo private-ok')
+# Two ranks of two CPUs: one on each node of the default partition, so both caches hold it.
+job17=$(mlsub -J authed -n 2 -c 2 --container-image "docker://$auth_reg/private:1" --container-auth-file "$OUT/auth.json" \
+  -o 'auth-%j-%t.out' --wrap 'cat /secret.txt')
 wait_end "$job17" COMPLETED 60
-grep -q private-ok "$OUT/auth-$job17.out" || fail "pull with credentials: $(cat "$OUT/auth-$job17.out")"
-say "registry with basic auth: anonymous refused, the job's credentials file (read as the user) pulls"
+grep -q "team secret" "$OUT/auth-$job17-0.out" || fail "pull with credentials: $(cat "$OUT/auth-$job17-0.out")"
+# Attack: the private image is in every node's cache; a job without credentials names its digest.
+job18=$(mlsub -J by-digest --container-image "docker://$auth_reg/private@$private_digest" -o 'steal-%j.out' --wrap 'cat /secret.txt')
+wait_end "$job18" FAILED 60
+"$BIN/cli/mladmin" show job "$job18" | grep -q "the registry refuses this job the cached" ||
+  fail "a cached private image named by digest without credentials: $("$BIN/cli/mladmin" show job "$job18" | grep -i image)"
+! grep -q "team secret" "$OUT/steal-$job18.out" 2>/dev/null || fail "a job without credentials read the private image"
+# With the credentials, by digest: the registry is asked again and says yes.
+job19=$(mlsub -J by-digest-ok --container-image "docker://$auth_reg/private@$private_digest" --container-auth-file "$OUT/auth.json" \
+  -o 'auth-%j.out' --wrap 'cat /secret.txt')
+wait_end "$job19" COMPLETED 60
+grep -q "team secret" "$OUT/auth-$job19.out" || fail "by digest with credentials: $(cat "$OUT/auth-$job19.out")"
+say "registry with basic auth: anonymous refused, the job's credentials file (read as the user) pulls; the cached" \
+  "private image named by digest is refused without credentials, used with them"
 
 # 13. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
 job11=$(mlsub -J down --container-image "docker://127.0.0.1:$(free_port)/busybox:1" --wrap true)
