@@ -116,6 +116,21 @@ int64_t RunningOnAllFour(World& w, int32_t min_tasks, const std::string& qos = "
   return id;
 }
 
+// An elastic 2-4 gang on all four nodes (min_resize_interval 10 s, restart cost 5 s) whose ranks
+// all exited 75 at now + 2 after n4's eviction notice; the sink cleared. Returns the job.
+int64_t EvictedFromN4(World& w) {
+  core::PolicySet policy;
+  policy.elastic.min_resize_interval = 10;
+  policy.elastic.restart_cost = 5;
+  w.ctl->SetPolicy(policy);
+  const int64_t id = RunningOnAllFour(w, 2);
+  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
+  for (int32_t rank = 0; rank < 4; ++rank)
+    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(id, 1, rank, 75), w.now + 2);
+  w.sink.Clear();
+  return id;
+}
+
 }  // namespace
 
 TEST_CASE("a shrink after an eviction is an event and shows in the job", "[controller][elastic]") {
@@ -208,15 +223,7 @@ TEST_CASE("a rigid gang keeps its size and records no resize", "[controller][ela
 
 TEST_CASE("a shrunk elastic gang grows back at a checkpoint once its node returns and the interval has passed", "[controller][elastic][grow]") {
   World w(4, 1);
-  core::PolicySet policy;
-  policy.elastic.min_resize_interval = 10;
-  policy.elastic.restart_cost = 5;
-  w.ctl->SetPolicy(policy);
-  const int64_t id = RunningOnAllFour(w, 2);
-  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
-  for (int32_t rank = 0; rank < 4; ++rank)
-    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(id, 1, rank, 75), w.now + 2);
-  w.sink.Clear();
+  const int64_t id = EvictedFromN4(w);
   w.ctl->RunCycle(w.now + 2);
   REQUIRE(w.Job(id).tasks_size() == 3);
   w.PrepareAndStartAll(w.now + 2);
@@ -261,15 +268,7 @@ TEST_CASE("a resize never stops an attempt that is still launching: the interval
   // A container job's nodes may pull its image for minutes after the placement: a resize then
   // would restart an attempt that never ran (and SIGTERM ranks before they can checkpoint).
   World w(4, 1);
-  core::PolicySet policy;
-  policy.elastic.min_resize_interval = 10;
-  policy.elastic.restart_cost = 5;
-  w.ctl->SetPolicy(policy);
-  const int64_t id = RunningOnAllFour(w, 2);
-  REQUIRE(w.ctl->Evict(Root(), "n4", w.now + 30, "mladmin", w.now).ok());
-  for (int32_t rank = 0; rank < 4; ++rank)
-    w.ctl->OnAgentMessage("n" + std::to_string(rank + 1), Exited(id, 1, rank, 75), w.now + 2);
-  w.sink.Clear();
+  const int64_t id = EvictedFromN4(w);
   w.ctl->RunCycle(w.now + 2);  // attempt 2 placed on 3 nodes
   REQUIRE(w.Job(id).tasks_size() == 3);
   REQUIRE(w.ctl->Drain(Root(), "n4", "", /*resume=*/true).ok());
