@@ -238,16 +238,20 @@ std::string ImageCache::Resolve(const ImageRef& ref, const std::string& auth, st
 }
 
 std::string ImageCache::CheckCachedAccess(const ImageRef& ref, const std::string& source, const std::string& digest,
-                                          const std::string& auth, bool resolved, bool* transient) {
+                                          const std::string& auth, bool resolved, bool* transient, bool* proven) {
   if (ref.transport != ImageTransport::kDocker) return "";  // the job's user copied it: it has the content
+  bool other_source = false;
   {
     std::lock_guard lk(mu_);
     auto it = entries_.find(digest);
     if (it == entries_.end() || it->second.public_image) return "";
-    if (it->second.source != source)
-      return digest.substr(0, 19) + " is on this node from another source, pulled with credentials; " + ref.Canonical() +
-             " does not prove access to it (name the image by its registry and repository)";
-    if (resolved) return "";  // the registry was asked with this job's credentials just now
+    other_source = it->second.source != source;
+    if (!other_source && resolved) return "";  // the registry was asked with this job's credentials just now
+  }
+  if (other_source) {
+    std::string err = ProveByCopy(ref, source, digest, auth, transient);
+    *proven = err.empty();
+    return err;
   }
   // A private image named by its digest: the job's own credentials must fetch its manifest.
   std::vector<std::string> argv = {tools_.skopeo, "inspect", "--raw", "--retry-times", "2"};
@@ -259,6 +263,29 @@ std::string ImageCache::CheckCachedAccess(const ImageRef& ref, const std::string
   if (r.Ok()) return "";
   *transient = r.timed_out || TransientReason(r.Reason());
   return "the registry refuses this job the cached " + digest.substr(0, 19) + ": " + r.Reason();
+}
+
+std::string ImageCache::ProveByCopy(const ImageRef& ref, const std::string& source, const std::string& digest,
+                                    const std::string& auth, bool* transient) {
+  // Another registry claiming a private image's digest need only serve its manifest: the job's
+  // source must serve every blob too. skopeo checks each against the manifest's digests.
+  std::string tmp;
+  {
+    std::lock_guard lk(mu_);
+    tmp = cfg_.dir + "/tmp/proof-" + digest.substr(7, 16) + "." + std::to_string(++seq_);
+  }
+  if (mkdir(tmp.c_str(), 0700) != 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  std::vector<std::string> copy = {tools_.skopeo, "copy", "--quiet", "--retry-times", "2"};
+  if (auth.empty()) copy.push_back("--src-no-creds");
+  else copy.insert(copy.end(), {"--src-authfile", auth});
+  if (!cfg_.cert_dir.empty()) copy.insert(copy.end(), {"--src-cert-dir", cfg_.cert_dir});
+  copy.insert(copy.end(), {source + "@" + digest, "oci:" + tmp + "/layout:image"});
+  const ToolResult r = RunTool(copy, ToolEnv(), cfg_.pull_timeout, 64 * 1024, nullptr, &cancelled_);
+  RemoveTree(tmp);
+  if (r.Ok()) return "";
+  *transient = r.timed_out || TransientReason(r.Reason());
+  return digest.substr(0, 19) + " is on this node from another source, pulled with credentials, and " + ref.Canonical() +
+         " did not serve all of it: " + r.Reason();
 }
 
 void ImageCache::EvictFor(int64_t bytes) {
@@ -335,17 +362,25 @@ Parsed<std::shared_ptr<const CachedImage>> ImageCache::Acquire(const std::string
       return out;
     }
   }
-  if (auto err = CheckCachedAccess(ref, source, digest, auth, resolved, transient); !err.empty()) {
+  bool proven = false;
+  if (auto err = CheckCachedAccess(ref, source, digest, auth, resolved, transient, &proven); !err.empty()) {
     out.error = "image " + canonical_ref + ": " + err;
     return out;
   }
   std::unique_lock lk(mu_);
   for (;;) {
     if (auto it = entries_.find(digest); it != entries_.end()) {
-      // Pulled by another task while this one resolved: the same rule, the registry asked already.
-      if (ref.transport == ImageTransport::kDocker && !it->second.public_image && it->second.source != source) {
-        out.error = "image " + canonical_ref + ": " + digest.substr(0, 19) + " is on this node from another source";
-        return out;
+      // Pulled by another task while this one resolved: the same rule (its registry asked already).
+      if (ref.transport == ImageTransport::kDocker && !it->second.public_image && it->second.source != source &&
+          !proven) {
+        lk.unlock();
+        if (auto err = ProveByCopy(ref, source, digest, auth, transient); !err.empty()) {
+          out.error = "image " + canonical_ref + ": " + err;
+          return out;
+        }
+        proven = true;
+        lk.lock();
+        continue;  // look again: it may have been evicted meanwhile
       }
       it->second.last_used = Clock::now();
       report->cached = true;

@@ -88,7 +88,8 @@ class ImageCache {
   /// is public, anyone's; one pulled with credentials, or copied from a path on the node, is private
   /// to its source: a docker:// job naming its digest is asked the registry again with its own
   /// credentials (a manifest fetch), and a job whose reference leads to the same digest from another
-  /// registry or repository is refused (that registry need only hold the manifest to claim it).
+  /// registry or repository must have it copied from there in full first (ProveByCopy: a registry
+  /// need only hold the manifest to claim a digest), then uses the cached copy.
   /// The source is kept beside the image (kImageSourceFile); an image without one is removed at Init.
   Parsed<std::shared_ptr<const CachedImage>> Acquire(const std::string& canonical_ref, const ProgressFn& progress,
                                                      PullReport* report, bool* transient,
@@ -110,9 +111,14 @@ class ImageCache {
     bool public_image = false;  // pulled without credentials: any job may use it
   };
   /// May a job naming `ref` (source `source`, its registry asked already when `resolved`) use the
-  /// cached digest `digest`? "" when it may (or nothing is cached), else why not.
+  /// cached digest `digest`? "" when it may (or nothing is cached), else why not; `*proven` is set
+  /// when its source served the whole image (ProveByCopy).
   std::string CheckCachedAccess(const ImageRef& ref, const std::string& source, const std::string& digest,
-                                const std::string& auth, bool resolved, bool* transient);
+                                const std::string& auth, bool resolved, bool* transient, bool* proven);
+  /// Copies `digest` from `source` with the job's credentials into a scratch layout (every blob
+  /// checked by skopeo) and drops it: "" when the source serves all of it, else why not.
+  std::string ProveByCopy(const ImageRef& ref, const std::string& source, const std::string& digest,
+                          const std::string& auth, bool* transient);
   std::string Resolve(const ImageRef& ref, const std::string& auth, std::string* digest, int64_t* layer_bytes,
                       bool* transient);
   /// The job's credentials file copied for skopeo: "" and the path in *copy, or the error.

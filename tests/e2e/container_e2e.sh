@@ -230,8 +230,20 @@ job19=$(mlsub -J by-digest-ok --container-image "docker://$auth_reg/private@$pri
   -o 'auth-%j.out' --wrap 'cat /secret.txt')
 wait_end "$job19" COMPLETED 60
 grep -q "team secret" "$OUT/auth-$job19.out" || fail "by digest with credentials: $(cat "$OUT/auth-$job19.out")"
+# The same image public in another registry (a mirror): served there in full, so the cached copy is used.
+skopeo copy --quiet --dest-cert-dir "$CERTS" "oci:$DIR/private-layout:img" "docker://$REGISTRY/mirror:1"
+job20=$(mlsub -J mirror --container-image "docker://$REGISTRY/mirror:1" -o 'auth-%j.out' --wrap 'cat /secret.txt')
+wait_end "$job20" COMPLETED 60
+grep -q "team secret" "$OUT/auth-$job20.out" || fail "the image from a public mirror: $(cat "$OUT/auth-$job20.out")"
+# Attack: the digest named at a source that does not serve it (a registry that only claims it).
+job21=$(mlsub -J claim --container-image "docker://$REGISTRY/claimed@$private_digest" -o 'steal-%j.out' --wrap 'cat /secret.txt')
+wait_end "$job21" FAILED 60
+"$BIN/cli/mladmin" show job "$job21" | grep -q "did not serve all of it" ||
+  fail "a cached private digest claimed at another source: $("$BIN/cli/mladmin" show job "$job21" | grep -i image)"
+! grep -q "team secret" "$OUT/steal-$job21.out" 2>/dev/null || fail "a job read the private image through another source"
 say "registry with basic auth: anonymous refused, the job's credentials file (read as the user) pulls; the cached" \
-  "private image named by digest is refused without credentials, used with them"
+  "private image named by digest is refused without credentials, used with them, used from a public mirror" \
+  "that serves it in full, refused at a source that does not"
 
 # 13. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
 job11=$(mlsub -J down --container-image "docker://127.0.0.1:$(free_port)/busybox:1" --wrap true)
