@@ -98,15 +98,29 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
     images_ = std::make_unique<ImageCache>(cfg_.image_cache, tools_);
     auto containers_driver =
         std::make_unique<ContainerDriver>(tools_, cfg_.work_dir + "/containers", make_driver, started, exited);
-    if (plan_ctx_.gpu_count > 0) {
-      std::vector<DriverFile> files = DetectGpuDriverFiles();
-      spdlog::info("containers: {} file(s) of the GPU driver are bound into containers that hold GPUs", files.size());
-      containers_driver->UseGpuDriverFiles(std::move(files));
-    }
+    if (plan_ctx_.gpu_count > 0) PassGpus(containers_driver.get());
     driver_ = std::move(containers_driver);
   } else {
     driver_ = make_driver(started, exited);
   }
+}
+
+void Agent::PassGpus(ContainerDriver* driver) const {
+  const std::vector<LdCacheEntry> ld_cache = ReadHostLdCache();
+  std::vector<std::string> errors;
+  CdiCatalog cdi = MakeCdiCatalog(LoadCdiSpecs(cfg_.cdi_spec_dirs, &errors), ld_cache);
+  for (const auto& e : errors) spdlog::warn("containers: CDI spec refused: {}", e);
+  if (!cdi.specs.empty()) {
+    std::string files;
+    for (const auto& s : cdi.specs) files += (files.empty() ? "" : ", ") + s.file;
+    spdlog::info("containers: GPUs are passed into containers as the CDI specs of kind {} say ({})", kCdiGpuKind, files);
+    for (const auto& h : UnsupportedHooks(cdi)) spdlog::warn("containers: CDI hook not run (agentd runs no hooks): {}", h);
+    driver->UseCdi(std::move(cdi));
+    return;
+  }
+  std::vector<DriverFile> files = DetectGpuDriverFiles(ld_cache);
+  spdlog::info("containers: {} file(s) of the GPU driver are bound into containers that hold GPUs", files.size());
+  driver->UseGpuDriverFiles(std::move(files));
 }
 
 Agent::~Agent() {

@@ -37,6 +37,8 @@ class Channel;
 
 namespace mlsched::agent {
 
+class ContainerDriver;
+
 /// Settings of one agent; durations are wall-clock.
 struct AgentConfig {
   /// schedd replicas, tried in order: "unix:/path" or "host:port" (several: high availability; the
@@ -89,6 +91,10 @@ struct AgentConfig {
   ImageCacheConfig image_cache;
   /// Image pulls running at once (more wait).
   int max_concurrent_pulls = 4;
+  /// Directories of CDI specs (agentd --cdi-spec-dirs; CDI's defaults, the later one first for a
+  /// device both have): a spec of kind nvidia.com/gpu there decides what a container holding GPUs
+  /// gets (cdi_plan.h); none: the driver files found through ldconfig (gpu_driver_files.h).
+  std::vector<std::string> cdi_spec_dirs = {"/var/run/cdi", "/etc/cdi"};
 };
 
 class Agent {
@@ -170,6 +176,9 @@ class Agent {
   v1::AgentMessage MakeRegister() const;
   v1::AgentMessage MakeHeartbeat() const;
   void PrepareWorkDir();
+  /// How containers holding GPUs get them: the node's CDI specs when there are some of GPUs,
+  /// else the driver's files found through ldconfig.
+  void PassGpus(ContainerDriver* driver) const;
   void SetUpCgroups();
   /// Cut-off bound: stops the tasks once no controller was registered for cfg_.cutoff_timeout.
   void CutoffLoop();

@@ -38,6 +38,16 @@ int OpenInRoot(int root_fd, const std::string& rel, uint64_t flags) {
 
 }  // namespace
 
+// Makes `name` in the directory `dir` a symlink to `target`; a file or symlink there is replaced
+// (in the task's own overlay layer), a directory is an error. `path` names it in errors.
+static std::string MakeSymlinkAt(int dir, const std::string& name, const std::string& target, const std::string& path) {
+  if (symlinkat(target.c_str(), dir, name.c_str()) == 0) return "";
+  if (errno != EEXIST) return Errno("create symlink " + path);
+  if (unlinkat(dir, name.c_str(), 0) != 0) return Errno("replace " + path + " with a symlink");
+  if (symlinkat(target.c_str(), dir, name.c_str()) != 0) return Errno("create symlink " + path);
+  return "";
+}
+
 std::string MakeInRoot(int root_fd, const MountPoint& point) {
   const std::string& p = point.path;
   if (p.empty() || p[0] != '/' || p == "/") return "mount point '" + p + "' is not an absolute path below /";
@@ -56,6 +66,10 @@ std::string MakeInRoot(int root_fd, const MountPoint& point) {
     }
     // Resolve the whole prefix inside the root (a symlink in the image is followed as the
     // container would, never out of it), or make its last component in the parent found so.
+    if (last && !point.symlink_target.empty()) {
+      err = MakeSymlinkAt(dir, name, point.symlink_target, p);
+      break;
+    }
     if (last && !point.directory) {
       // mknodat, not open(O_CREAT): no descriptor open for writing on the mount, which a fork in
       // another thread could keep alive and make the read-only remount fail with EBUSY.

@@ -12,16 +12,20 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/units.h"
 
 namespace mlsched::agent {
 
-/// A mount point to create in the rootfs.
+/// A mount point to create in the rootfs, or a symlink (CDI's create-symlinks, cdi_plan.h).
 struct MountPoint {
+  MountPoint(std::string p, bool dir = true, std::string target = {})
+      : path(std::move(p)), directory(dir), symlink_target(std::move(target)) {}
   std::string path;  // absolute, clean
   bool directory = true;
+  std::string symlink_target;  // non-empty: `path` is made a symlink to this (a file there replaced)
 };
 
 /// One task's bundle on disk; TearDown() undoes it (also from the destructor).
@@ -62,8 +66,9 @@ class ContainerBundle {
 /// Creates `path` (absolute) under the directory `root_fd` as if `root_fd` were "/": every
 /// component is resolved with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), so
 /// a symlink in the image ("../../etc", "/etc") stays inside it. Missing directories are made
-/// (mode 0755); the last component is a directory or, with !directory, an empty file (0644).
-/// Returns "" or the error.
+/// (mode 0755); the last component is a directory or, with !directory, an empty file (0644), or
+/// with a symlink_target a symlink (replacing a file or symlink of the image there, never a
+/// directory). Returns "" or the error.
 std::string MakeInRoot(int root_fd, const MountPoint& point);
 
 /// Lazily unmounts every mount point below `dir` (from /proc/self/mountinfo, deepest first).

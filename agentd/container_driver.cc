@@ -173,7 +173,7 @@ std::string ContainerDriver::Prepare(const TaskKey& key, const LaunchRequest& re
   // The user's paths, opened as the user; an optional one (the home) that cannot be is left out.
   // /tmp and /dev/shm go first: a later bind below /tmp (an attempt directory there) stays visible.
   auto fds = std::make_shared<UserFds>();
-  OciTaskSpec spec = PlanSpec(key, request, !driver_files_.empty());
+  OciTaskSpec spec = PlanSpec(key, request, !driver_files_.empty() && !cdi_);
   const std::string bundle_dir = state_dir_ + "/bundles/" + KeyName(key);
   std::vector<OciBind> binds = {{bundle_dir + "/tmp", "/tmp", false}, {tools_.init, kContainerInit, true}};
   std::vector<MountPoint> points = {{kContainerInit, false}};
@@ -198,12 +198,17 @@ std::string ContainerDriver::Prepare(const TaskKey& key, const LaunchRequest& re
     binds.push_back({bundle_dir + "/mnt/" + std::to_string(fds->fds.size() - 1), b.target, b.read_only});
     points.push_back({b.target, fds->directory.back()});
   }
-  if (!c->gpu_devices.empty())
+  if (!c->gpu_devices.empty() && !cdi_)
     for (const auto& f : driver_files_) {  // root-owned host files (CheckDriverFile), read-only
       binds.push_back({f.host_path, f.container_path, true});
       points.push_back({f.container_path, false});
     }
   spec.binds = std::move(binds);
+  if (!c->gpu_devices.empty() && cdi_) {
+    auto cdi = PlanCdi(*cdi_, c->gpu_devices, request.limits.deny_devices);
+    if (!cdi) return "CDI: " + cdi.error;
+    ApplyCdiPlan(*cdi.value, &spec, &points);
+  }
   if (!c->shm_dir.empty())
     if (auto err = MountJobShm(c->shm_dir, request.uid, request.gid); !err.empty()) return "the job's /dev/shm: " + err;
   auto bundle = ContainerBundle::Create(bundle_dir, c->image->rootfs, points, c->writable, request.uid, request.gid);

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "agentd/cdi_plan.h"
 #include "agentd/container_bundle.h"
 #include "agentd/container_tools.h"
 #include "agentd/gpu_driver_files.h"
@@ -38,6 +39,10 @@ class ContainerDriver final : public TaskDriver {
   /// The host GPU driver's files (gpu_driver_files.h) bound read-only into every container that
   /// holds GPUs; call before Start().
   void UseGpuDriverFiles(std::vector<DriverFile> files) { driver_files_ = std::move(files); }
+  /// The node's CDI specs (cdi_plan.h): a container holding GPUs gets what they say (PlanCdi) in
+  /// place of GpuDevices and the driver files; a rank the catalog cannot serve fails to start
+  /// with the reason. Call before Start().
+  void UseCdi(CdiCatalog catalog) { cdi_ = std::make_unique<CdiCatalog>(std::move(catalog)); }
   /// Makes the state directories (removing a previous run's bundles), starts the teardown thread,
   /// then the inner driver.
   void Start() override;
@@ -76,6 +81,7 @@ class ContainerDriver final : public TaskDriver {
   ContainerTools tools_;
   std::string state_dir_;
   std::vector<DriverFile> driver_files_;
+  std::unique_ptr<CdiCatalog> cdi_;  // null: no CDI spec of GPUs on the node
   ExitedFn on_exited_;
   std::unique_ptr<TaskDriver> inner_;
   std::mutex mu_;

@@ -104,22 +104,25 @@ std::string CheckDriverFile(const std::string& path, std::string* resolved) {
   return "";
 }
 
-std::vector<DriverFile> DetectGpuDriverFiles() {
+std::vector<LdCacheEntry> ReadHostLdCache() {
   std::string ldconfig;
   for (const char* p : {"/sbin/ldconfig", "/usr/sbin/ldconfig"})
     if (access(p, X_OK) == 0) {
       ldconfig = p;
       break;
     }
-  std::vector<DriverFile> found;
   if (ldconfig.empty()) {
-    spdlog::warn("containers: no ldconfig: the GPU driver's libraries are not bound into containers");
-  } else {
-    const ToolResult r = RunTool({ldconfig, "-p"}, {"PATH=" + std::string(kContainerToolPath)},
-                                 std::chrono::seconds(10), 8u << 20);
-    if (!r.Ok()) spdlog::warn("containers: {} -p failed: {}", ldconfig, r.error.empty() ? r.Reason() : r.error);
-    found = SelectDriverLibraries(ParseLdCache(r.output));
+    spdlog::warn("containers: no ldconfig: the GPU driver's libraries are not found");
+    return {};
   }
+  const ToolResult r = RunTool({ldconfig, "-p"}, {"PATH=" + std::string(kContainerToolPath)},
+                               std::chrono::seconds(10), 8u << 20);
+  if (!r.Ok()) spdlog::warn("containers: {} -p failed: {}", ldconfig, r.error.empty() ? r.Reason() : r.error);
+  return ParseLdCache(r.output);
+}
+
+std::vector<DriverFile> DetectGpuDriverFiles(const std::vector<LdCacheEntry>& ld_cache) {
+  std::vector<DriverFile> found = SelectDriverLibraries(ld_cache);
   for (auto& f : FindDriverPrograms(kContainerToolPath)) found.push_back(std::move(f));
   std::vector<DriverFile> out;
   for (auto& f : found) {

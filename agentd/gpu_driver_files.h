@@ -59,11 +59,15 @@ std::vector<DriverFile> FindDriverPrograms(const std::string& path_list);
 /// write would reach every GPU job on the node). `*resolved` gets the target's path.
 std::string CheckDriverFile(const std::string& path, std::string* resolved);
 
-/// This node's driver files: `ldconfig -p` (run as a helper with a 10 s limit) filtered by
-/// SelectDriverLibraries, plus FindDriverPrograms on the system PATH, each checked with
-/// CheckDriverFile (a failing one is left out with a warning) and bound from its resolved target.
-/// Empty on a node without the NVIDIA driver. Read once at start: a driver upgrade needs an agentd
-/// restart, as it needs a reboot for the kernel module anyway.
-std::vector<DriverFile> DetectGpuDriverFiles();
+/// The host's dynamic linker cache: `ldconfig -p` run as a helper with a 10 s limit, parsed.
+/// Empty (with a warning) when ldconfig is missing or fails.
+std::vector<LdCacheEntry> ReadHostLdCache();
+
+/// This node's driver files: `ld_cache` (ReadHostLdCache) filtered by SelectDriverLibraries, plus
+/// FindDriverPrograms on the system PATH, each checked with CheckDriverFile (a failing one is
+/// left out with a warning) and bound from its resolved target. Empty on a node without the
+/// NVIDIA driver. Read once at start: a driver upgrade needs an agentd restart, as it needs a
+/// reboot for the kernel module anyway.
+std::vector<DriverFile> DetectGpuDriverFiles(const std::vector<LdCacheEntry>& ld_cache);
 
 }  // namespace mlsched::agent

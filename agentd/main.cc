@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   int64_t task_pids_max = 16384;
   bool allow_root_jobs = false, single_user = false;
   std::string containers = "auto", image_cache, image_cache_size = "0", image_cert_dir;
+  std::vector<std::string> cdi_spec_dirs = agent::AgentConfig{}.cdi_spec_dirs;
   app.add_option("--server", server,
                  "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas: the agent follows the leader; "
                  "default $MLSCHED_SERVER, else unix:" + std::string(kDefaultSocket) + ")");
@@ -104,6 +105,11 @@ int main(int argc, char** argv) {
   app.add_option("--image-cert-dir", image_cert_dir,
                  "Directory of registry CA certificates (*.crt) for pulls (default: the system's and "
                  "/etc/containers/certs.d)");
+  app.add_option("--cdi-spec-dirs", cdi_spec_dirs,
+                 "Directories of CDI specs (nvidia-ctk cdi generate) for containers holding GPUs, comma-separated, "
+                 "the first preferred; 'none' = the driver's files found through ldconfig")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_flag("--allow-root-jobs", allow_root_jobs,
                "Run jobs of uid 0 (as root). Off by default (Slurm's DisableRootJobs): a job submitted as root is "
                "refused at prepare, and schedd places root's jobs only on nodes whose agent allows them");
@@ -155,6 +161,10 @@ int main(int argc, char** argv) {
   if (!image_cache.empty() && image_cache[0] != '/') return Fail("--image-cache must be an absolute path");
   cfg.image_cache.dir = image_cache;
   cfg.image_cache.cert_dir = image_cert_dir;
+  if (cdi_spec_dirs == std::vector<std::string>{"none"}) cdi_spec_dirs.clear();
+  for (const auto& d : cdi_spec_dirs)
+    if (d.empty() || d[0] != '/') return Fail("--cdi-spec-dirs: '" + d + "' is not an absolute path");
+  cfg.cdi_spec_dirs = cdi_spec_dirs;
   if (single_user && geteuid() == 0)
     return Fail("--single-user is for an agentd that is not root (as root, every job would run as root)");
   cfg.allow_root_jobs = allow_root_jobs;

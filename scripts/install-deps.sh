@@ -7,7 +7,7 @@ set -euo pipefail
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 PKGS="build-essential cmake ninja-build pkg-config ccache libboost-dev libboost-filesystem-dev \
 libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libsqlite3-dev sqlite3 libspdlog-dev \
-libcli11-dev catch2 libtomlplusplus-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev zlib1g-dev \
+libcli11-dev catch2 libtomlplusplus-dev nlohmann-json3-dev libyaml-dev libcurl4-openssl-dev libssl-dev zlib1g-dev \
 libgloo-dev libopenblas-dev dataset-fashion-mnist prometheus-cpp-dev procps \
 munge libmunge-dev openssl util-linux clang-14 libclang-rt-14-dev \
 etcd-server etcd-client golang-etcd-server-dev golang-github-gogo-protobuf-dev golang-github-gogo-googleapis-dev \
