@@ -3,6 +3,7 @@
 #include "common/container_ref.h"
 #include "agentd/rendezvous_port.h"
 #include "agentd/safe_files.h"
+#include "agentd/session_host.h"
 #include "agentd/task_env.h"
 
 #include <fcntl.h>
@@ -103,6 +104,19 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
   } else {
     driver_ = make_driver(started, exited);
   }
+  StartSessionHost();
+}
+
+void Agent::StartSessionHost() {
+  sessions_ = std::make_unique<SessionHost>(
+      cfg_.node.name, [this](std::string* server) { return SessionChannel(server); },
+      [this](const TaskKey& k) -> std::optional<SessionHost::Task> {
+        auto req = attempts_.LiveRequest(k);
+        if (!req) return std::nullopt;
+        SessionHost::Task t{std::move(*req), {}};
+        if (cgroups_) t.cgroup_dirs = cgroups_->DirsOf(k);
+        return t;
+      });
 }
 
 void Agent::PassGpus(ContainerDriver* driver) const {
@@ -241,6 +255,7 @@ void Agent::Shutdown() {
     lk.unlock();
     for (auto& t : threads) t.first.join();
   }
+  sessions_->Stop();  // sessions hung up before their tasks end
   driver_->TerminateAll(cfg_.kill_grace);
   if (!driver_->WaitIdle(cfg_.kill_grace + std::chrono::seconds(5))) spdlog::error("tasks did not exit in time");
   for (const auto& dir : attempts_.Directories()) RemoveAttemptFiles(dir);
@@ -318,6 +333,7 @@ void Agent::HandleMessage(const v1::SchedulerMessage& msg, Connection& conn) {
     case v1::SchedulerMessage::kAbort: HandleAbort(msg.abort()); break;
     case v1::SchedulerMessage::kSignal: HandleSignal(msg.signal()); break;
     case v1::SchedulerMessage::kAck: outbox_.Ack(msg.ack().seq()); break;
+    case v1::SchedulerMessage::kOpenSession: sessions_->Open(msg.open_session()); break;
     default: spdlog::warn("ignoring an empty or unknown message from schedd"); break;
   }
 }

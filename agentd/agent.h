@@ -38,6 +38,7 @@ class Channel;
 namespace mlsched::agent {
 
 class ContainerDriver;
+class SessionHost;
 
 /// Settings of one agent; durations are wall-clock.
 struct AgentConfig {
@@ -179,6 +180,8 @@ class Agent {
   /// How containers holding GPUs get them: the node's CDI specs when there are some of GPUs,
   /// else the driver's files found through ldconfig.
   void PassGpus(ContainerDriver* driver) const;
+  /// Makes sessions_ (interactive sessions in this node's running tasks).
+  void StartSessionHost();
   void SetUpCgroups();
   /// Cut-off bound: stops the tasks once no controller was registered for cfg_.cutoff_timeout.
   void CutoffLoop();
@@ -192,6 +195,9 @@ class Agent {
   void WriterThread(Connection& conn, const std::atomic<bool>& closed);
   void WriterLoop(Connection& conn, const std::atomic<bool>& closed);
   void CancelCurrent();  // requires mu_
+  /// A new channel to the schedd of the current stream (interactive sessions), its address in
+  /// `*server`; nullptr when not connected.
+  std::shared_ptr<grpc::Channel> SessionChannel(std::string* server);
 
   AgentConfig cfg_;
   PlanContext plan_ctx_;
@@ -228,6 +234,7 @@ class Agent {
   int lock_fd_ = -1;
   std::thread session_;
   std::thread cutoff_;
+  std::unique_ptr<SessionHost> sessions_;  // last: its threads end before anything they use
 };
 
 }  // namespace mlsched::agent

@@ -78,6 +78,15 @@ std::vector<TaskKey> AttemptTable::LiveTasks(const AttemptKey& key) const {
   return out;
 }
 
+std::optional<LaunchRequest> AttemptTable::LiveRequest(const TaskKey& task) const {
+  std::lock_guard lk(mu_);
+  auto it = attempts_.find(task.Attempt());
+  if (it == attempts_.end() || it->second.phase != Phase::kCommitted || !it->second.live.count(task.rank)) return std::nullopt;
+  for (const auto& r : it->second.plan.ranks)
+    if (r.rank == task.rank) return r.request;
+  return std::nullopt;
+}
+
 std::optional<std::string> AttemptTable::RankExited(const TaskKey& task) {
   std::lock_guard lk(mu_);
   ReleaseGpus(task);

@@ -47,6 +47,9 @@ class AttemptTable {
   std::optional<std::string> DropPrepared(const AttemptKey& key);
   /// Ranks of a committed attempt that have not exited.
   std::vector<TaskKey> LiveTasks(const AttemptKey& key) const;
+  /// The launch request of a committed rank that has not exited (its user, environment, working
+  /// directory, container); nullopt otherwise. For interactive sessions (session_host.h).
+  std::optional<LaunchRequest> LiveRequest(const TaskKey& task) const;
   /// A rank ended: frees its devices. When it was the attempt's last live rank the attempt is
   /// finished and its directory is returned for clean-up.
   std::optional<std::string> RankExited(const TaskKey& task);

@@ -56,6 +56,13 @@ pid_t ForkHelper() {
   return pid;
 }
 
+pid_t SpawnRegistered(const std::function<pid_t()>& spawn) {
+  std::lock_guard lk(helpers_mu);
+  const pid_t pid = spawn();
+  if (pid > 0) helpers.insert(pid);
+  return pid;
+}
+
 int WaitHelper(pid_t pid) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

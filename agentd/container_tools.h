@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ bool IsHelperProcess(pid_t pid);
 /// fork() for a short-lived helper child of agentd: the child's pid is registered (IsHelperProcess)
 /// before the orphan reaper can see it. Reap it with WaitHelper. Returns fork()'s result.
 pid_t ForkHelper();
+/// Runs `spawn` (which forks one child and returns its pid, or <= 0 when it could not) with the
+/// helper registry locked, and registers the pid before the orphan reaper can see it (an
+/// interactive session's process). Reap it with WaitHelper.
+pid_t SpawnRegistered(const std::function<pid_t()>& spawn);
 /// waitpid() for a ForkHelper child, then unregisters it. Returns the wait status.
 int WaitHelper(pid_t pid);
 

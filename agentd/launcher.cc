@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -19,7 +20,8 @@ namespace {
 
 // Steps of the child's set-up, reported with errno through the error pipe.
 enum class Step : int {
-  kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kChdir, kStdout, kStderr, kInheritFd, kExec, kSearch
+  kCgroup = 1, kSetsid, kGroups, kGid, kUid, kPdeathsig, kStdin, kChdir, kStdout, kStderr, kInheritFd, kExec, kSearch,
+  kStdio, kTty
 };
 
 struct ChildError {
@@ -36,6 +38,8 @@ const char* StepName(Step s) {
     case Step::kUid: return "setuid";
     case Step::kPdeathsig: return "prctl(PR_SET_PDEATHSIG)";
     case Step::kStdin: return "open /dev/null";
+    case Step::kStdio: return "take the session's terminal or pipes";
+    case Step::kTty: return "make the terminal the session's controlling terminal";
     case Step::kStdout: return "open stdout file";
     case Step::kStderr: return "open stderr file";
     case Step::kChdir: return "chdir to working directory";
@@ -140,16 +144,24 @@ void MarkDescriptorsCloseOnExec() {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) ChildFail(err_fd, Step::kPdeathsig);
   if (getppid() != parent) _exit(127);  // the agent died between fork and prctl
   umask(req.umask & 0777);
-  int in = open("/dev/null", O_RDONLY);
-  if (in < 0 || (in != 0 && (dup2(in, 0) < 0 || close(in) < 0))) ChildFail(err_fd, Step::kStdin);
-  // The user's paths, as the user: the working directory first (its failure names it), then the
-  // output files in it.
-  if (chdir(req.workdir.c_str()) < 0) ChildFail(err_fd, Step::kChdir);
-  if (!RedirectTo(req.stdout_path.c_str(), 1)) ChildFail(err_fd, Step::kStdout);
-  if (req.stderr_path == req.stdout_path) {
-    if (dup2(1, 2) < 0) ChildFail(err_fd, Step::kStderr);
-  } else if (!RedirectTo(req.stderr_path.c_str(), 2)) {
-    ChildFail(err_fd, Step::kStderr);
+  if (req.stdio[0] >= 0) {  // a session: its terminal or pipes, taken as the user
+    for (int i = 0; i < 3; ++i)
+      if (dup2(req.stdio[i], i) < 0) ChildFail(err_fd, Step::kStdio);
+    // As the user, in the new session: no root process ever has this terminal as its own.
+    if (req.controlling_tty && ioctl(0, TIOCSCTTY, 0) < 0) ChildFail(err_fd, Step::kTty);
+    if (chdir(req.workdir.c_str()) < 0) ChildFail(err_fd, Step::kChdir);
+  } else {
+    int in = open("/dev/null", O_RDONLY);
+    if (in < 0 || (in != 0 && (dup2(in, 0) < 0 || close(in) < 0))) ChildFail(err_fd, Step::kStdin);
+    // The user's paths, as the user: the working directory first (its failure names it), then the
+    // output files in it.
+    if (chdir(req.workdir.c_str()) < 0) ChildFail(err_fd, Step::kChdir);
+    if (!RedirectTo(req.stdout_path.c_str(), 1)) ChildFail(err_fd, Step::kStdout);
+    if (req.stderr_path == req.stdout_path) {
+      if (dup2(1, 2) < 0) ChildFail(err_fd, Step::kStderr);
+    } else if (!RedirectTo(req.stderr_path.c_str(), 2)) {
+      ChildFail(err_fd, Step::kStderr);
+    }
   }
   MarkDescriptorsCloseOnExec();
   if (req.inherit_fd && fcntl(req.inherit_fd->get(), F_SETFD, 0) < 0) ChildFail(err_fd, Step::kInheritFd);

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -82,6 +83,12 @@ struct LaunchRequest {
   /// files are opened as the user (effective ids switched for that, then back). Set by the
   /// container driver, never by the planner.
   bool exec_as_root = false;
+  /// An interactive session's descriptors (session_host.h), made the child's 0, 1 and 2 in place
+  /// of /dev/null and the output files (-1: none). Not with exec_as_root.
+  std::array<int, 3> stdio = {-1, -1, -1};
+  /// stdio[0] is a pty's slave: the child, as the user and after setsid, makes it its controlling
+  /// terminal (TIOCSCTTY).
+  bool controlling_tty = false;
 };
 
 /// How a task ended, in the protocol's terms.

@@ -153,6 +153,18 @@ bool Agent::AcceptRegistration(const v1::SchedulerMessage& msg, Connection& conn
   return false;
 }
 
+std::shared_ptr<grpc::Channel> Agent::SessionChannel(std::string* server) {
+  {
+    std::lock_guard lk(mu_);
+    if (!current_) return nullptr;
+    *server = current_->server;
+  }
+  std::string error;
+  auto channel = MakeAgentChannel(*server, cfg_, &error);
+  if (!channel) spdlog::warn("sessions: no channel to schedd {}: {}", *server, error);
+  return channel;
+}
+
 Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failures) {
   auto conn = std::make_shared<Connection>();
   conn->server = server;

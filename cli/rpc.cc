@@ -245,6 +245,40 @@ RpcStatus SchedClient::CancelJobs(const v1::CancelJobsRequest& req, v1::CancelJo
       retry_s, on_retry, [this] { impl_->Reconnect(/*retry=*/true); });
 }
 
+namespace {
+
+class GrpcSessionStream final : public SessionStream {
+ public:
+  explicit GrpcSessionStream(v1::JobService::Stub& stub) : stream_(stub.Session(&ctx_)) {}
+  bool Write(const v1::SessionInput& in) override { return stream_->Write(in); }
+  bool Read(v1::SessionOutput* out) override { return stream_->Read(out); }
+  void WritesDone() override { stream_->WritesDone(); }
+  RpcStatus Finish() override {
+    grpc::Status st = stream_->Finish();
+    return RpcStatus{static_cast<int>(st.error_code()), st.error_message(), {}};
+  }
+  void Cancel() override { ctx_.TryCancel(); }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionInput, v1::SessionOutput>> stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<SessionStream> SchedClient::OpenSession(std::string* error) {
+  if (!impl_->config_error.empty()) {
+    *error = impl_->config_error;
+    return nullptr;
+  }
+  try {
+    return std::make_unique<GrpcSessionStream>(*impl_->At(impl_->current).jobs);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}
+
 RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);

@@ -24,6 +24,20 @@ struct RpcStatus {
   bool ok() const { return code == 0; }
 };
 
+/// One interactive session's stream (JobService.Session; proto/mlsched/v1/session.proto), without a
+/// deadline. Read and Write may run on two threads at once; Write must not run on two.
+class SessionStream {
+ public:
+  virtual ~SessionStream() = default;
+  virtual bool Write(const v1::SessionInput& in) = 0;
+  virtual bool Read(v1::SessionOutput* out) = 0;
+  virtual void WritesDone() = 0;
+  /// The call's status, once Read returned false.
+  virtual RpcStatus Finish() = 0;
+  /// Ends the call now (Read and Write then fail).
+  virtual void Cancel() = 0;
+};
+
 /// A connection to schedd for one tool invocation. With several replicas (high availability),
 /// every call follows the leader (cli/failover.h): a follower's UNAVAILABLE answer naming a
 /// member of the list as leader sends the call there at once, any other UNAVAILABLE to the next
@@ -64,6 +78,9 @@ class SchedClient {
   /// Holds or releases, retrying transient failures like SubmitJob (holding a held job is a no-op).
   RpcStatus HoldJob(int64_t job_id, bool release, double retry_s = 0, const OnRetry& on_retry = {});
   RpcStatus ExplainJob(int64_t job_id, v1::ExplainJobResponse* resp);
+  /// Opens a session stream on the replica of the last call (make one first, e.g. GetJob, so
+  /// that it is the leader); nullptr when the channel cannot be made (`*error` says why).
+  std::unique_ptr<SessionStream> OpenSession(std::string* error);
   RpcStatus ListNodes(v1::ListNodesResponse* resp);
   RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
   RpcStatus EvictNode(const std::string& node, int64_t deadline_s);

@@ -337,7 +337,11 @@ int main(int argc, char** argv) {
           std::make_shared<MungeAuthProcessor>(mlsched::ResolveMungeSocket(munge_socket), verified, &metrics));
       builder.AddListeningPort(listen_tcp, creds, &tcp_port);
     }
+    SessionRelay sessions(ctl, gateway);
+    jobs.SetSessionRelay(&sessions);
+    AgentSessionServiceImpl session_relays(sessions, auth, gate.get());
     builder.RegisterService(&jobs);
+    builder.RegisterService(&session_relays);
     builder.RegisterService(&admin);
     builder.RegisterService(&gateway);
     // Checked by gRPC before any handler runs (before authentication): 16 MiB holds the largest spec

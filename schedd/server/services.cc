@@ -104,6 +104,28 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   });
 }
 
+grpc::Status JobServiceImpl::Session(grpc::ServerContext* ctx,
+                                     grpc::ServerReaderWriter<v1::SessionOutput, v1::SessionInput>* stream) {
+  return Guard(ctl_, gate_, ctx, "Session", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/Session", &c); !st.ok()) return st;
+    if (!sessions_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this schedd serves no sessions");
+    return sessions_->ServeClient(ctx, stream, c);
+  });
+}
+
+grpc::Status AgentSessionServiceImpl::Relay(grpc::ServerContext* ctx,
+                                            grpc::ServerReaderWriter<v1::SessionInput, v1::SessionFrame>* stream) {
+  if (gate_)
+    if (auto refused = gate_->Refuse(ctx)) return *refused;
+  try {
+    return relay_.ServeAgent(ctx, stream, auth_);
+  } catch (const std::exception& e) {
+    spdlog::error("Relay: {}", e.what());
+    return {grpc::StatusCode::INTERNAL, std::string("Relay: ") + e.what()};
+  }
+}
+
 grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJobRequest* req, v1::HoldJobResponse*) {
   return Guard(ctl_, gate_, ctx, "HoldJob", [&] {
     Caller c;

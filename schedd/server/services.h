@@ -17,6 +17,7 @@
 #include "mlsched/v1/jobs.grpc.pb.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
+#include "schedd/server/session_relay.h"
 
 namespace mlsched::server {
 
@@ -72,9 +73,27 @@ class JobServiceImpl final : public mlsched::v1::JobService::Service {
   grpc::Status HoldJob(grpc::ServerContext*, const v1::HoldJobRequest*, v1::HoldJobResponse*) override;
   /// Priority factors computed now (Controller::ExplainPriorities), weights, reason and expected start.
   grpc::Status ExplainJob(grpc::ServerContext*, const v1::ExplainJobRequest*, v1::ExplainJobResponse*) override;
+  /// An interactive session (SessionRelay::ServeClient); UNIMPLEMENTED without a relay.
+  grpc::Status Session(grpc::ServerContext*, grpc::ServerReaderWriter<v1::SessionOutput, v1::SessionInput>*) override;
+  /// Where sessions go (set before the server starts).
+  void SetSessionRelay(SessionRelay* relay) { sessions_ = relay; }
 
  private:
   Controller& ctl_;
+  const Authenticator& auth_;
+  const LeaderGate* gate_;
+  SessionRelay* sessions_ = nullptr;
+};
+
+/// The agents' relay streams of interactive sessions (SessionRelay::ServeAgent).
+class AgentSessionServiceImpl final : public mlsched::v1::AgentSessionService::Service {
+ public:
+  AgentSessionServiceImpl(SessionRelay& relay, const Authenticator& a, const LeaderGate* gate = nullptr)
+      : relay_(relay), auth_(a), gate_(gate) {}
+  grpc::Status Relay(grpc::ServerContext*, grpc::ServerReaderWriter<v1::SessionInput, v1::SessionFrame>*) override;
+
+ private:
+  SessionRelay& relay_;
   const Authenticator& auth_;
   const LeaderGate* gate_;
 };
