@@ -486,6 +486,7 @@ void Agent::HandleCommit(const v1::Commit& c) {
   if (port == 0)
     spdlog::warn("job {}: the commit carries no valid rendezvous port ({}): MASTER_PORT is not set", key.ToString(),
                  c.master_port());
+  attempts_.SetMasterPort(key, port);  // interactive sessions' environment (LiveRequest)
   int rendezvous_fd = -1;
   if (result.rendezvous && result.rendezvous_port == port) rendezvous_fd = result.rendezvous->get();
   else if (result.rendezvous)

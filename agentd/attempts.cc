@@ -1,4 +1,5 @@
 #include "agentd/attempts.h"
+#include "agentd/task_env.h"
 
 namespace mlsched::agent {
 
@@ -83,8 +84,17 @@ std::optional<LaunchRequest> AttemptTable::LiveRequest(const TaskKey& task) cons
   auto it = attempts_.find(task.Attempt());
   if (it == attempts_.end() || it->second.phase != Phase::kCommitted || !it->second.live.count(task.rank)) return std::nullopt;
   for (const auto& r : it->second.plan.ranks)
-    if (r.rank == task.rank) return r.request;
+    if (r.rank == task.rank) {
+      LaunchRequest req = r.request;
+      AddCommitEnvironment(&req.env, it->second.master_port, -1);
+      return req;
+    }
   return std::nullopt;
+}
+
+void AttemptTable::SetMasterPort(const AttemptKey& key, int32_t port) {
+  std::lock_guard lk(mu_);
+  if (auto it = attempts_.find(key); it != attempts_.end()) it->second.master_port = port;
 }
 
 std::optional<std::string> AttemptTable::RankExited(const TaskKey& task) {

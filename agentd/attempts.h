@@ -50,6 +50,8 @@ class AttemptTable {
   /// The launch request of a committed rank that has not exited (its user, environment, working
   /// directory, container); nullopt otherwise. For interactive sessions (session_host.h).
   std::optional<LaunchRequest> LiveRequest(const TaskKey& task) const;
+  /// The MASTER_PORT the commit gave a live attempt (LiveRequest's environment then has it).
+  void SetMasterPort(const AttemptKey& key, int32_t port);
   /// A rank ended: frees its devices. When it was the attempt's last live rank the attempt is
   /// finished and its directory is returned for clean-up.
   std::optional<std::string> RankExited(const TaskKey& task);
@@ -65,6 +67,7 @@ class AttemptTable {
     PlannedAttempt plan;
     Phase phase = Phase::kPrepared;
     std::set<int32_t> live;  // committed ranks not yet exited
+    int32_t master_port = 0;  // from the commit
   };
   void ReleaseGpus(const TaskKey& task);  // requires mu_
   void RememberFinished(const AttemptKey& key);  // requires mu_

@@ -108,6 +108,11 @@ LaunchRequest SessionRequest(const LaunchRequest& task, const v1::SessionOpen& o
   r.inherit_fd.reset();
   r.stdio = fds.child;
   r.controlling_tty = open.pty();
+  for (const auto& kv : open.env()) {  // checked: NAME=VALUE (CheckSessionOpen)
+    const std::string name = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(r.env, [&](const std::string& have) { return have.rfind(name, 0) == 0; });
+    r.env.push_back(kv);
+  }
   if (open.pty()) {
     std::erase_if(r.env, [](const std::string& kv) { return kv.rfind("TERM=", 0) == 0; });
     r.env.push_back("TERM=" + (open.term().empty() ? std::string("xterm") : open.term()));

@@ -1,5 +1,6 @@
 #include "common/session_checks.h"
 
+#include <algorithm>
 #include <csignal>
 
 namespace mlsched {
@@ -37,6 +38,20 @@ std::string CheckSessionOpen(const v1::SessionOpen& o) {
   }
   if (bytes > kMaxSessionArgvBytes)
     return "the command is " + std::to_string(bytes) + " bytes (at most " + std::to_string(kMaxSessionArgvBytes) + ")";
+  if (static_cast<size_t>(o.env_size()) > kMaxSessionEnv)
+    return "the session sets " + std::to_string(o.env_size()) + " variables (at most " + std::to_string(kMaxSessionEnv) + ")";
+  bytes = 0;
+  for (const auto& kv : o.env()) {
+    bytes += kv.size() + 1;
+    const size_t eq = kv.find('=');
+    bool ok = eq != std::string::npos && eq > 0 && kv.find('\0') == std::string::npos &&
+              !(kv[0] >= '0' && kv[0] <= '9');
+    for (size_t i = 0; ok && i < eq; ++i)
+      ok = (kv[i] >= 'a' && kv[i] <= 'z') || (kv[i] >= 'A' && kv[i] <= 'Z') || (kv[i] >= '0' && kv[i] <= '9') || kv[i] == '_';
+    if (!ok) return "'" + kv.substr(0, std::min<size_t>(kv.size(), 64)) + "' is not NAME=VALUE";
+  }
+  if (bytes > kMaxSessionArgvBytes)
+    return "the session's variables are " + std::to_string(bytes) + " bytes (at most " + std::to_string(kMaxSessionArgvBytes) + ")";
   if (o.has_window())
     if (auto e = CheckWindow(o.window(), "the window"); !e.empty()) return e;
   if (o.term().size() > kMaxTermBytes) return "TERM is longer than " + std::to_string(kMaxTermBytes) + " bytes";

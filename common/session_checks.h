@@ -20,12 +20,16 @@ inline constexpr size_t kMaxSessionArgvBytes = 128 * 1024;
 inline constexpr uint32_t kMaxWindowCells = 10000;
 /// How SessionExit.error starts when the session broke (a stream ended) before its process did.
 inline constexpr const char* kSessionLostPrefix = "session lost: ";
+/// Variables a session's open may set over the task's environment.
+inline constexpr size_t kMaxSessionEnv = 256;
 /// TERM's length.
 inline constexpr size_t kMaxTermBytes = 64;
 
 /// Why `open` is refused ("" when it is fine): job id > 0, rank >= 0, argv of 1..kMaxSessionArgs
 /// entries of kMaxSessionArgvBytes in all with no NUL byte and a non-empty argv[0], a window of
-/// 1..kMaxWindowCells each when given, TERM of letters, digits, '-', '.', '+' and '_' only.
+/// 1..kMaxWindowCells each when given, TERM of letters, digits, '-', '.', '+' and '_' only, and at
+/// most kMaxSessionEnv NAME=VALUE variables (names [A-Za-z_][A-Za-z0-9_]*, no NUL byte) of
+/// kMaxSessionArgvBytes in all.
 std::string CheckSessionOpen(const v1::SessionOpen& open);
 
 /// Why a message after the open is refused ("" when fine): another open, data over

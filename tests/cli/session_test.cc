@@ -8,8 +8,10 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
+#include "cli/run_args.h"
 #include "cli/terminal.h"
 #include "common/session_checks.h"
 
@@ -51,6 +53,13 @@ TEST_CASE("a session's open is checked field by field") {
   CHECK(with([](auto& o) { o.mutable_window()->set_cols(kMaxWindowCells + 1); }).find("out of range") != std::string::npos);
   CHECK(with([](auto& o) { o.set_term("xterm\n$(reboot)"); }).find("TERM holds") != std::string::npos);
   CHECK(with([](auto& o) { o.set_term(std::string(kMaxTermBytes + 1, 'x')); }).find("TERM is longer") != std::string::npos);
+  CHECK(with([](auto& o) { o.add_env("RANK=3"); o.add_env("WORLD_SIZE=4"); o.add_env("EMPTY="); }) == "");
+  CHECK(with([](auto& o) { o.add_env("NOVALUE"); }) == "'NOVALUE' is not NAME=VALUE");
+  CHECK(with([](auto& o) { o.add_env("=x"); }) == "'=x' is not NAME=VALUE");
+  CHECK(with([](auto& o) { o.add_env("1A=x"); }) == "'1A=x' is not NAME=VALUE");
+  CHECK(with([](auto& o) { o.add_env("A B=x"); }) == "'A B=x' is not NAME=VALUE");
+  CHECK(with([](auto& o) { for (size_t i = 0; i <= kMaxSessionEnv; ++i) o.add_env("A=1"); }).find("at most 256") !=
+        std::string::npos);
 }
 
 TEST_CASE("a session's input: sizes, windows and only the listed signals") {
@@ -114,4 +123,69 @@ TEST_CASE("raw mode is set on a terminal and restored; not a terminal: nothing")
   CHECK(cols == 101);
   close(slave);
   close(master);
+}
+
+TEST_CASE("mlrun's arguments: its own options anywhere before the command, mlsub's, then the command") {
+  auto p = cli::ParseRunArgs({"-n", "3", "-l", "--pty", "-c", "2", "--spot", "allow", "--input=all", "python", "-l", "x.py"});
+  REQUIRE(p.error == "");
+  CHECK(p.value->own.label);
+  CHECK(p.value->own.pty);
+  CHECK(p.value->own.input == "all");
+  CHECK(p.value->submit.options.ntasks == 3);
+  CHECK(p.value->submit.options.cpu_millis_per_task == 2000);
+  CHECK(p.value->command == std::vector<std::string>{"python", "-l", "x.py"});  // the command's -l is its own
+  auto q = cli::ParseRunArgs({"--jobid", "12", "--rank=1", "--overlap", "--", "-weird-name"});
+  REQUIRE(q.error == "");
+  CHECK(q.value->own.job_id == 12);
+  CHECK(q.value->own.rank == 1);
+  CHECK(q.value->own.overlap);
+  CHECK(q.value->command == std::vector<std::string>{"-weird-name"});
+  CHECK(cli::ParseRunArgs({"--jobid"}).error == "option --jobid needs a value");
+  CHECK(cli::ParseRunArgs({"--jobid", "x", "true"}).error == "--jobid: 'x' is not a job id");
+  CHECK(cli::ParseRunArgs({"--input", "some", "true"}).error == "--input: 'some' is not 0|all|none|RANK");
+  CHECK(cli::ParseRunArgs({"--bogus", "true"}).error.find("unknown option '--bogus'") != std::string::npos);
+  // mlalloc takes only -Q of mlrun's options.
+  CHECK(cli::ParseRunArgs({"-Q", "-n", "2"}, true).value->own.quiet);
+  CHECK(cli::ParseRunArgs({"--pty", "bash"}, true).error.find("unknown option '--pty'") != std::string::npos);
+}
+
+TEST_CASE("an allocation's job: mlsub's options over the hold command; batch-only options refused") {
+  cli::SubmitContext ctx;
+  ctx.cwd = "/home/u";
+  auto spec_of = [&](std::vector<std::string> args) {
+    auto p = cli::ParseRunArgs(args);
+    REQUIRE(p.error == "");
+    return cli::BuildAllocationSpec(p.value->submit, ctx, "mlrun");
+  };
+  auto s = spec_of({"-n", "4", "--gpus-per-task", "1", "-t", "30", "true"});
+  REQUIRE(s.error == "");
+  CHECK(s.value->ntasks() == 4);
+  CHECK(s.value->gpus_per_task() == 1);
+  CHECK(s.value->name() == "mlrun");
+  CHECK(std::vector<std::string>(s.value->argv().begin(), s.value->argv().end()) == cli::AllocationHoldCommand());
+  CHECK(spec_of({"-n", "2-4", "true"}).error.find("elastic sizes") != std::string::npos);
+  CHECK(spec_of({"--array", "0-3", "true"}).error.find("--array is for batch jobs") != std::string::npos);
+  CHECK(spec_of({"--wrap", "x"}).error.find("--wrap is for mlsub") != std::string::npos);
+  CHECK(spec_of({"-J", "dbg", "true"}).value->name() == "dbg");
+}
+
+TEST_CASE("a step's ranks and an allocation's variables") {
+  std::vector<v1::TaskPlacement> t(3);
+  t[0].set_node("a");
+  t[1].set_node("a");
+  t[2].set_node("b");
+  CHECK(cli::StepEnv(1, 3, t) == std::vector<std::string>{"RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
+                                                          "MLSCHED_STEP_NTASKS=3"});
+  CHECK(cli::StepEnv(2, 3, t)[2] == "LOCAL_RANK=0");
+  v1::JobInfo job;
+  job.set_job_id(42);
+  for (const char* n : {"gpu-1", "gpu-1", "gpu-2", "gpu-3"}) job.add_tasks()->set_node(n);
+  auto env = cli::AllocationEnv(job);
+  CHECK(env[0] == "MLSCHED_JOB_ID=42");
+  CHECK(env[1] == "MLSCHED_NODELIST=gpu-[1-3]");
+  CHECK(env[2] == "MLSCHED_NTASKS=4");
+  CHECK(std::find(env.begin(), env.end(), "SLURM_JOB_NODELIST=gpu-[1-3]") != env.end());
+  job.set_reason("Resources");
+  job.set_reason_detail("needs 16 h100, 8 free");
+  CHECK(cli::PendingLine(job) == "job 42 pending (Resources: needs 16 h100, 8 free)");
 }

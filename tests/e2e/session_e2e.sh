@@ -43,7 +43,7 @@ wait_state "$job" RUNNING 30
 
 # A command: output, error output, exit status, credentials, cgroup, working directory.
 set +e
-got=$(mlrun --jobid "$job" --overlap sh -c 'echo "uid=$(id -u) rank=$RANK job=$MLSCHED_JOB_ID pwd=$(pwd)"; grep -c "/$MLSCHED_JOB_ID.1/rank0" /proc/self/cgroup; echo oops >&2; exit 7' 2>"$OUT/err")
+got=$(mlrun --jobid "$job" --rank 0 --overlap sh -c 'echo "uid=$(id -u) rank=$RANK job=$MLSCHED_JOB_ID pwd=$(pwd)"; grep -c "/$MLSCHED_JOB_ID.1/rank0" /proc/self/cgroup; echo oops >&2; exit 7' 2>"$OUT/err")
 rc=$?
 set -e
 [ "$rc" = 7 ] || fail "mlrun's exit status is $rc, not the command's 7: $got $(cat "$OUT/err")"
@@ -53,22 +53,22 @@ grep -qx oops "$OUT/err" || fail "stderr did not come back: $(cat "$OUT/err")"
 labels=$(mlrun --jobid "$job" --rank 1 --overlap -l sh -c 'echo one; echo two')
 [ "$labels" = "$(printf '1: one\n1: two')" ] || fail "-l labels: $labels"
 set +e
-mlrun --jobid "$job" --overlap no-such-command-here 2>"$OUT/err"; rc=$?
+mlrun --jobid "$job" --rank 0 --overlap no-such-command-here 2>"$OUT/err"; rc=$?
 set -e
 [ "$rc" = 1 ] && grep -q "no-such-command-here" "$OUT/err" || fail "a missing command: rc $rc, $(cat "$OUT/err")"
 say "a command ran in rank 0's task (its user, cgroup, directory), status 7 and stderr back, -l labels rank 1"
 
 # Refusals: another user, no --overlap, no such rank.
-expect_refused() {  # WHAT PATTERN COMMAND...
+expect_refused() {  # WHAT PATTERN COMMAND... (exit status 1, or $RC)
   local what=$1 pattern=$2; shift 2
   set +e
   "$@" >/dev/null 2>"$OUT/err"; local rc=$?
   set -e
-  [ "$rc" = 1 ] && grep -q "$pattern" "$OUT/err" || fail "$what: rc $rc, $(cat "$OUT/err")"
+  [ "$rc" = "${RC:-1}" ] && grep -q "$pattern" "$OUT/err" || fail "$what: rc $rc, $(cat "$OUT/err")"
 }
 expect_refused "another user's job" "only its owner or an operator" \
   setpriv --reuid=1 --regid=1 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --overlap id
-expect_refused "no --overlap" "with --overlap" mlrun --jobid "$job" id
+RC=2 expect_refused "no --overlap" "with --overlap" mlrun --jobid "$job" id
 expect_refused "rank 5" "has no rank 5 (world size 2)" mlrun --jobid "$job" --rank 5 --overlap id
 say "refused: another user's job, a session without --overlap, a rank that does not exist"
 
@@ -76,7 +76,7 @@ say "refused: another user's job, a session without --overlap, a rank that does 
 head -c 100M /dev/urandom > "$OUT/big"
 chmod 0644 "$OUT/big"
 t0=$(date +%s.%N)
-sum=$(mlrun --jobid "$job" --overlap cat < "$OUT/big" | sha256sum | cut -d' ' -f1)
+sum=$(mlrun --jobid "$job" --rank 0 --overlap cat < "$OUT/big" | sha256sum | cut -d' ' -f1)
 t1=$(date +%s.%N)
 [ "$sum" = "$(sha256sum < "$OUT/big" | cut -d' ' -f1)" ] || fail "100 MB through mlrun cat changed"
 say "100 MB through 'mlrun cat' (stdin up, stdout back) intact in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s"
@@ -84,7 +84,7 @@ rm -f "$OUT/big"
 
 # A real terminal: tmux runs mlrun --pty.
 tmux -S "$TMUX_SOCK" new-session -d -s s -x 100 -y 30 \
-  "setpriv --reuid=65534 --regid=65534 --clear-groups env MLSCHED_SERVER=$MLSCHED_SERVER MLSCHED_TLS_CA=${MLSCHED_TLS_CA:-} MLSCHED_MUNGE_SOCKET=${MLSCHED_MUNGE_SOCKET:-} $BIN/cli/mlrun --jobid $job --overlap --pty sh -i; echo mlrun-exit=\$?; sleep 30"
+  "setpriv --reuid=65534 --regid=65534 --clear-groups env MLSCHED_SERVER=$MLSCHED_SERVER MLSCHED_TLS_CA=${MLSCHED_TLS_CA:-} MLSCHED_MUNGE_SOCKET=${MLSCHED_MUNGE_SOCKET:-} $BIN/cli/mlrun --jobid $job --rank 0 --overlap --pty sh -i; echo mlrun-exit=\$?; sleep 30"
 pane() { tmux -S "$TMUX_SOCK" capture-pane -p -t s; }
 keys() { tmux -S "$TMUX_SOCK" send-keys -t s "$@"; }
 wait_pane() {  # PATTERN WHAT
@@ -128,9 +128,51 @@ keys 'exit 3' Enter
 wait_pane '^mlrun-exit=3' "mlrun did not exit with the shell's 3"
 say "a terminal: prompt, stty size 30x100 then 40x120 after a resize, the pty nobody's ($tty_path, the controlling terminal of $holders process(es), none root's), Ctrl-C, exit 3"
 
+# New allocations: mlrun -n 3 (a step on every rank, released COMPLETED), mlalloc with a step of
+# 2 inside, Ctrl-C while pending cancels; an unchanged PyTorch DDP script as a 2-rank step.
+state_of() { "$BIN/cli/mlq" -j "$1" -h -o %T; }
+last_job() { "$BIN/cli/mlq" --states all -h -o %i | sort -n | tail -1; }
+got=$(cd "$OUT" && mlrun -n 3 -c 1 --spot allow -l sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE port ${MASTER_PORT:-none}"' | sort)
+alloc=$(last_job)
+[ "$(echo "$got" | cut -d' ' -f1-2)" = "$(printf '0: 0/3\n1: 1/3\n2: 2/3')" ] || fail "mlrun -n 3: $got"
+! echo "$got" | grep -q "port none" || fail "a step has no MASTER_PORT: $got"
+for _ in $(seq 1 50); do [ "$(state_of "$alloc")" = COMPLETED ] && break; sleep 0.1; done
+[ "$(state_of "$alloc")" = COMPLETED ] || fail "mlrun's allocation $alloc is $(state_of "$alloc"), not released COMPLETED"
+set +e
+inner=$(cd "$OUT" && as_nobody "$BIN/cli/mlalloc" -Q -n 3 -c 1 --spot allow sh -c "echo \"alloc \$MLSCHED_JOB_ID \$MLSCHED_NTASKS \$SLURM_JOB_ID \$MLSCHED_NODELIST\"; $BIN/cli/mlrun -n 2 -l sh -c 'echo step \$RANK/\$WORLD_SIZE'; exit 4" 2>"$OUT/err")
+rc=$?
+set -e
+alloc=$(last_job)
+[ "$rc" = 4 ] || fail "mlalloc's status is $rc, not its command's 4: $inner $(cat "$OUT/err")"
+echo "$inner" | grep -q "^alloc $alloc 3 $alloc " || fail "mlalloc's environment: $inner"
+[ "$(echo "$inner" | grep '^[01]: step' | sort | tr '\n' ';')" = "0: step 0/2;1: step 1/2;" ] || fail "the step in mlalloc: $inner"
+grep -q "relinquishing job allocation $alloc" "$OUT/err" || fail "mlalloc did not release: $(cat "$OUT/err")"
+for _ in $(seq 1 50); do [ "$(state_of "$alloc")" = COMPLETED ] && break; sleep 0.1; done
+[ "$(state_of "$alloc")" = COMPLETED ] || fail "mlalloc's allocation $alloc is $(state_of "$alloc") after its shell"
+# 7 CPUs while 6 are free: pending; Ctrl-C cancels it.
+setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" -n 7 -c 1 --spot allow true 2>"$OUT/err" &
+client=$!
+for _ in $(seq 1 100); do j=$(last_job); [ "$j" != "$alloc" ] && [ "$(state_of "$j")" = PENDING ] && break; sleep 0.1; done
+pending=$(last_job)
+[ "$(state_of "$pending")" = PENDING ] || fail "mlrun -n 7 did not wait: job $pending is $(state_of "$pending")"
+kill -INT "$client"
+set +e
+wait "$client"; rc=$?
+set -e
+[ "$rc" = 130 ] && [ "$(state_of "$pending")" = CANCELLED ] || fail "Ctrl-C while pending: rc $rc, job $pending $(state_of "$pending"): $(cat "$OUT/err")"
+grep -q "pending" "$OUT/err" || fail "no status line while pending: $(cat "$OUT/err")"
+msg="mlrun -n 3 ran on 3 ranks and released its allocation; mlalloc ran a 2-rank step and released (exit 4); Ctrl-C while pending cancelled"
+if /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+  mkdir -p "$OUT/code" && cp "$ROOT/tests/e2e/data/ddp_check.py" "$OUT/code/" && chmod -R a+rX "$OUT/code"
+  ddp=$(cd "$OUT" && mlrun -n 2 -c 2 --spot allow -l /usr/bin/python3 "$OUT/code/ddp_check.py" 2>&1) || fail "PyTorch DDP through mlrun -n 2: $ddp"
+  [ "$(echo "$ddp" | grep -c 'weights_equal True')" = 2 ] || fail "PyTorch DDP through mlrun -n 2: $ddp"
+  msg="$msg; an unchanged PyTorch DDP script trained as a 2-rank step"
+fi
+say "$msg"
+
 # A client killed with SIGKILL: its process is hung up.
 # setpriv execs mlrun: $! is mlrun itself, not a subshell
-setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --overlap sleep 4321 >/dev/null 2>&1 &
+setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --rank 0 --overlap sleep 4321 >/dev/null 2>&1 &
 client=$!
 for _ in $(seq 1 50); do pgrep -u 65534 -f '^sleep 4321$' >/dev/null && break; sleep 0.1; done
 pgrep -u 65534 -f '^sleep 4321$' >/dev/null || fail "the session's sleep did not start"
@@ -141,7 +183,7 @@ say "a killed client's process was hung up"
 
 # Cancelling the job ends its sessions.
 # setpriv execs mlrun: $! is mlrun itself, not a subshell
-setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --overlap sleep 4322 >/dev/null 2>&1 &
+setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --rank 0 --overlap sleep 4322 >/dev/null 2>&1 &
 client=$!
 for _ in $(seq 1 50); do pgrep -u 65534 -f '^sleep 4322$' >/dev/null && break; sleep 0.1; done
 as_nobody "$BIN/cli/mlcancel" "$job"
