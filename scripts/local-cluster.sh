@@ -27,6 +27,7 @@
 # file (MLSCHED_ETCD_ROOT_PASSWORD_FILE; never the password itself).
 # Environment: MLSCHED_STATE (default ./.state), MLSCHED_BUILD_DIR (default ./build),
 # AGENT_CPUS (CPUs per agent, default 2), MLSCHED_AGENT_ARGS (more agentd flags, word-split), MLSCHED_POLICY (default policies/default.toml),
+# MLSCHED_SCHEDD_ARGS (more flags of the single schedd, word-split),
 # MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available), MLSCHED_HA_SCHEDD_ARGS (more schedd
 # flags for the HA replicas, word-split), MLSCHED_ETCD_TLS (1, the default; 0: plaintext etcd and
 # schedd --ha-insecure, on a fresh state directory, for measuring what TLS costs only),
@@ -68,7 +69,7 @@ single_up() {
     --listen-tcp 127.0.0.1:0 --tls-cert "$STATE/tls/schedd.pem" --tls-key "$STATE/tls/schedd.key" \
     --tls-ca "$STATE/tls/ca.pem" --tls-crl "$STATE/tls/crl.pem" --munge-socket "$STATE/munge/munge.sock" \
     --state-dir "$STATE/db" --policy "$POLICY" --metrics-port 0 \
-    --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20
+    --heartbeat-interval 1 --heartbeat-timeout 6 --kill-grace 20 ${MLSCHED_SCHEDD_ARGS:-}
   for i in $(seq 1 50); do "$BIN/cli/mlq" >/dev/null 2>&1 && break; sleep 0.2; done
   "$BIN/cli/mlq" >/dev/null || { echo "schedd did not start; see $STATE/logs/schedd.log" >&2; tail -5 "$STATE/logs/schedd.log" >&2; exit 1; }
   local url tls

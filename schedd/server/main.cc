@@ -211,6 +211,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-array-size", cfg.max_array_size, "Most elements of one job array (--array)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--requeue-backoff", cfg.requeue_backoff_s, "Seconds before a failed launch is retried");
+  SessionRelay::Limits session_limits;
+  app.add_option("--session-bytes-per-second", session_limits.bytes_per_second,
+                 "Bytes per second all interactive sessions together may relay through schedd (0 = no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--cycle-interval-ms", cycle_ms, "Longest pause between scheduling cycles (ms)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.add_option("--metrics-port", metrics_port, "Serve Prometheus metrics on this port (0 = any free port)");
@@ -337,7 +342,7 @@ int main(int argc, char** argv) {
           std::make_shared<MungeAuthProcessor>(mlsched::ResolveMungeSocket(munge_socket), verified, &metrics));
       builder.AddListeningPort(listen_tcp, creds, &tcp_port);
     }
-    SessionRelay sessions(ctl, gateway);
+    SessionRelay sessions(ctl, gateway, session_limits);
     jobs.SetSessionRelay(&sessions);
     AgentSessionServiceImpl session_relays(sessions, auth, gate.get());
     builder.RegisterService(&jobs);

@@ -3,7 +3,14 @@
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <thread>
 
 #include "common/session_checks.h"
 #include "schedd/server/rendezvous_token.h"
@@ -60,6 +67,22 @@ struct SessionRelay::Session {
 
 namespace {
 
+// Runs `pump` on a thread of its own at a lower CPU priority (nice +10 over schedd's), so a
+// terminal streaming at full speed yields schedd's CPU to scheduling and the other RPCs. A thread
+// of its own because gRPC's server threads are pooled and an unprivileged schedd could not raise
+// a thread's priority back (Linux: setpriority on a thread id).
+template <typename F>
+void RelayAtLowPriority(F&& pump) {
+  std::thread t([&] {
+    errno = 0;
+    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+    const int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, now + 10));
+    pump();
+  });
+  t.join();
+}
+
 v1::SessionOutput ExitWithError(const std::string& error) {
   v1::SessionOutput out;
   out.mutable_exit()->set_exit_code(255);
@@ -74,6 +97,21 @@ v1::SessionInput SignalInput(int signal) {
 }
 
 }  // namespace
+
+void SessionRelay::Throttle(size_t bytes) {
+  if (limits_.bytes_per_second <= 0 || bytes == 0) return;
+  const double rate = static_cast<double>(limits_.bytes_per_second), burst = rate / 10;
+  std::chrono::duration<double> wait{0};
+  {
+    std::lock_guard lk(bucket_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    tokens_ = std::min(burst, tokens_ + rate * std::chrono::duration<double>(now - refilled_).count());
+    refilled_ = now;
+    tokens_ -= static_cast<double>(bytes);  // may go negative: the debt is this caller's wait
+    if (tokens_ < 0) wait = std::chrono::duration<double>(-tokens_ / rate);
+  }
+  if (wait.count() > 0) std::this_thread::sleep_for(wait);
+}
 
 size_t SessionRelay::Open() {
   std::lock_guard lk(mu_);
@@ -155,14 +193,19 @@ grpc::Status SessionRelay::ServeClient(grpc::ServerContext* ctx, ClientStream* s
     }
   }
   spdlog::info("session {}: {} opened job {} rank {} on {}", s->id.substr(0, 8), s->user, s->job_id, s->rank, s->node);
-  // Client -> agent, on this thread, until the client closes its side or goes away.
-  v1::SessionInput in;
+  // Client -> agent until the client closes its side or goes away.
   std::string refused;
-  while (stream->Read(&in)) {
-    if (refused = CheckSessionInput(in); !refused.empty()) break;
-    if (in.has_data()) s->bytes_in += in.data().size();
-    if (!s->ToAgent(in)) break;
-  }
+  RelayAtLowPriority([&] {
+    v1::SessionInput in;
+    while (stream->Read(&in)) {
+      if (refused = CheckSessionInput(in); !refused.empty()) break;
+      if (in.has_data()) {
+        s->bytes_in += in.data().size();
+        Throttle(in.data().size());
+      }
+      if (!s->ToAgent(in)) break;
+    }
+  });
   std::unique_lock lk(s->mu);
   if (!s->agent_done) {
     // The client left (or broke a rule) before the process ended: hang it up, then wait for the
@@ -214,18 +257,21 @@ grpc::Status SessionRelay::ServeAgent(grpc::ServerContext* ctx, AgentStream* str
     s->attached = true;
   }
   s->cv.notify_all();
-  // Agent -> client, on this thread, until the agent ends its side.
-  v1::SessionFrame frame;
+  // Agent -> client until the agent ends its side.
   bool exited = false;
-  while (!exited && stream->Read(&frame)) {
-    v1::SessionOutput& out = *frame.mutable_output();
-    if (out.has_stdout() && out.stdout().size() > kMaxSessionChunk) out.mutable_stdout()->resize(kMaxSessionChunk);
-    if (out.has_stderr() && out.stderr().size() > kMaxSessionChunk) out.mutable_stderr()->resize(kMaxSessionChunk);
-    if (out.has_exit()) exited = true;
-    if (out.msg_case() == v1::SessionOutput::MSG_NOT_SET) continue;
-    s->bytes_out += out.stdout().size() + out.stderr().size();
-    s->ToClient(out);  // a client that left drops it; the hang-up is on its way
-  }
+  RelayAtLowPriority([&] {
+    v1::SessionFrame frame;
+    while (!exited && stream->Read(&frame)) {
+      v1::SessionOutput& out = *frame.mutable_output();
+      if (out.has_stdout() && out.stdout().size() > kMaxSessionChunk) out.mutable_stdout()->resize(kMaxSessionChunk);
+      if (out.has_stderr() && out.stderr().size() > kMaxSessionChunk) out.mutable_stderr()->resize(kMaxSessionChunk);
+      if (out.has_exit()) exited = true;
+      if (out.msg_case() == v1::SessionOutput::MSG_NOT_SET) continue;
+      s->bytes_out += out.stdout().size() + out.stderr().size();
+      Throttle(out.stdout().size() + out.stderr().size());
+      s->ToClient(out);  // a client that left drops it; the hang-up is on its way
+    }
+  });
   if (!exited)
     s->ToClient(ExitWithError(std::string(kSessionLostPrefix) + "the stream from node " + s->node +
                               " ended before its process did (agentd restarted or lost schedd)"));

@@ -36,6 +36,9 @@ class SessionRelay {
     size_t max_total = 256;     // sessions in all (each holds two server threads)
     std::chrono::milliseconds attach_timeout{15000};  // for the agent's relay stream
     std::chrono::milliseconds hangup_grace{10000};    // after a client left, for the process's exit
+    /// Bytes per second all sessions together may relay (both directions; 0 = no limit), so bulk
+    /// output cannot take schedd's CPU from scheduling (schedd --session-bytes-per-second).
+    int64_t bytes_per_second = 64 << 20;
   };
   using ClientStream = grpc::ServerReaderWriter<v1::SessionOutput, v1::SessionInput>;
   using AgentStream = grpc::ServerReaderWriter<v1::SessionInput, v1::SessionFrame>;
@@ -59,9 +62,16 @@ class SessionRelay {
   grpc::Status Start(const v1::SessionOpen& open, const Caller& caller, std::shared_ptr<Session>* out);
   void Forget(const std::shared_ptr<Session>& s);
 
+  /// Waits until `bytes` fit in the shared budget (a token bucket of limits_.bytes_per_second
+  /// with a tenth of a second of burst).
+  void Throttle(size_t bytes);
+
   Controller& ctl_;
   AgentSink& agents_;
   Limits limits_;
+  std::mutex bucket_mu_;
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point refilled_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;  // by id
   std::map<uint32_t, size_t> per_user_;
