@@ -3,22 +3,23 @@
 // MLSCHED_NODELIST, MLSCHED_NTASKS (and Slurm's names); `mlrun CMD` in it runs a step on the
 // allocation. When the command ends the allocation is released; mlalloc exits with its status.
 #include <sys/wait.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <thread>
 
+#include "cli/allocate.h"
 #include "cli/exit_codes.h"
 #include "cli/rpc.h"
 #include "cli/run_args.h"
 #include "common/safe_text.h"
+
 
 extern char** environ;
 
@@ -26,8 +27,6 @@ namespace {
 
 using namespace mlsched;
 using namespace mlsched::cli;
-
-constexpr int kExitInterrupted = 130;
 
 constexpr const char* kUsage =
     "Usage: mlalloc [MLSUB OPTIONS] [-Q] [COMMAND [ARGS...]]\n"
@@ -58,14 +57,7 @@ int main(int argc, char** argv) {
   }
   if (std::getenv("MLSCHED_JOB_ID"))
     std::cerr << "mlalloc: warning: already inside job " << std::getenv("MLSCHED_JOB_ID") << "; allocating another\n";
-  SubmitContext ctx;
-  std::error_code ec;
-  ctx.cwd = std::filesystem::current_path(ec).string();
-  const mode_t mask = ::umask(022);
-  ::umask(mask);
-  ctx.umask = static_cast<uint32_t>(mask);
-  ctx.env = EnvironmentFrom(environ);
-  auto spec = BuildAllocationSpec(a.submit, ctx, "mlalloc");
+  auto spec = BuildAllocationSpec(a.submit, ThisProcessContext(), "mlalloc");
   if (!spec) {
     std::cerr << "mlalloc: " << SafeText(spec.error) << "\n";
     return kExitUsage;
@@ -80,39 +72,11 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
-  int64_t job_id = 0;
-  RpcStatus st = client.SubmitJob(*spec.value, &job_id, RetryBudgetFromEnv(), [](const RpcStatus& failed, double wait_s) {
-    std::cerr << "mlalloc: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
-  });
-  if (!st.ok()) {
-    std::cerr << "mlalloc: " << SafeText(st.message) << "\n";
-    ExitNow(ExitCodeForRpc(st.code));
-  }
-  std::cerr << "mlalloc: pending job allocation " << job_id << "\n";
-  v1::JobInfo job;
-  std::string last;
-  for (;;) {
-    st = client.GetJob(job_id, &job);
-    if (g_cancel) {
-      v1::CancelJobsRequest req;
-      req.add_job_ids(job_id);
-      v1::CancelJobsResponse resp;
-      client.CancelJobs(req, &resp, RetryBudgetFromEnv());
-      std::cerr << "\nmlalloc: job allocation " << job_id << " cancelled while it waited\n";
-      ExitNow(kExitInterrupted);
-    }
-    if (st.ok() && job.state() == v1::RUNNING) break;
-    if (st.ok() && job.state() != v1::PENDING && job.state() != v1::JOB_STATE_UNSPECIFIED) {
-      std::cerr << "mlalloc: job allocation " << job_id << " ended " << v1::JobState_Name(job.state()) << " before it ran\n";
-      ExitNow(kExitRefused);
-    }
-    if (st.ok() && !a.own.quiet) {
-      const std::string line = PendingLine(job);
-      if (line != last) std::cerr << "mlalloc: " << SafeText(line) << "\n";
-      last = line;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  int code = 0;
+  auto got = AllocateAndWait(client, *spec.value, "mlalloc", a.own.quiet, g_cancel, &code);
+  if (!got) ExitNow(code);
+  const v1::JobInfo& job = *got;
+  const int64_t job_id = job.job_id();
   const std::vector<std::string> env = AllocationEnv(job);
   std::cerr << "mlalloc: job allocation " << job_id << " granted on " << env[1].substr(env[1].find('=') + 1) << "\n";
   std::vector<std::string> command = a.command;
@@ -120,22 +84,33 @@ int main(int argc, char** argv) {
     const char* shell = std::getenv("SHELL");
     command = {shell && *shell ? shell : "/bin/sh"};
   }
+  // The command's environment, made before the fork (gRPC's threads: the child only execs).
+  std::vector<std::string> child_env = env;
+  // mlrun in the shell goes to the same schedd: --server when given, else the list it had, else
+  // the replica that answered.
+  const char* had = std::getenv("MLSCHED_SERVER");
+  child_env.push_back("MLSCHED_SERVER=" + (a.submit.options.server ? *a.submit.options.server
+                                           : had && *had               ? std::string(had)
+                                                                       : client.Address()));
+  for (char** e = environ; *e; ++e) {
+    const std::string kv(*e), name = kv.substr(0, kv.find('=') + 1);
+    if (std::none_of(child_env.begin(), child_env.end(), [&](const std::string& c) { return c.rfind(name, 0) == 0; }))
+      child_env.push_back(kv);
+  }
+  std::vector<char*> cargv, cenv;
+  for (auto& c : command) cargv.push_back(c.data());
+  cargv.push_back(nullptr);
+  for (auto& c : child_env) cenv.push_back(c.data());
+  cenv.push_back(nullptr);
+  const std::string exec_failed = "mlalloc: cannot run " + command[0] + "\n";
   const pid_t pid = fork();
   if (pid == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
-    for (const auto& kv : env) {
-      const auto eq = kv.find('=');
-      setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
-    }
-    // The replica that answered: mlrun in the shell goes to the same schedd.
-    if (!a.submit.options.server) setenv("MLSCHED_SERVER", client.Address().c_str(), 0);
-    std::vector<char*> cargv;
-    for (auto& c : command) cargv.push_back(c.data());
-    cargv.push_back(nullptr);
-    execvp(cargv[0], cargv.data());
-    std::cerr << "mlalloc: cannot run " << command[0] << ": " << std::strerror(errno) << "\n";
+    execvpe(cargv[0], cargv.data(), cenv.data());
+    ssize_t n = write(2, exec_failed.data(), exec_failed.size());
+    (void)n;
     _exit(127);
   }
   // Ctrl-C in the shell is the shell's: mlalloc only waits.
@@ -144,12 +119,8 @@ int main(int argc, char** argv) {
   int status = 0;
   while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  const int code = pid < 0 ? 127 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  code = pid < 0 ? 127 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::cerr << "mlalloc: relinquishing job allocation " << job_id << "\n";
-  v1::CancelJobsRequest req;
-  req.add_job_ids(job_id);
-  req.set_signal(SIGTERM);  // the hold command exits 0: the allocation ends COMPLETED
-  v1::CancelJobsResponse resp;
-  client.CancelJobs(req, &resp, RetryBudgetFromEnv());
+  ReleaseAllocation(client, job_id);
   ExitNow(code);
 }

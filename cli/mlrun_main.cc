@@ -6,7 +6,6 @@
 //    with a K-rank world's RANK, WORLD_SIZE, LOCAL_RANK.
 //  - --jobid N --overlap [--rank R]: into a running job from outside (attach, debugging).
 // Sessions travel on the authenticated channel to schedd (proto/mlsched/v1/session.proto).
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,12 +13,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "cli/allocate.h"
 #include "cli/exit_codes.h"
 #include "cli/rpc.h"
 #include "cli/run_args.h"
@@ -27,7 +26,6 @@
 #include "common/safe_text.h"
 #include "common/session_checks.h"
 
-extern char** environ;
 
 namespace {
 
@@ -36,7 +34,6 @@ using namespace mlsched::cli;
 
 /// mlrun's own failures beside the remote command's exit status (which it otherwise returns).
 constexpr int kExitSessionLost = 255;  // a node's stream ended before the command did
-constexpr int kExitInterrupted = 130;  // Ctrl-C while the allocation was pending (it is cancelled)
 
 constexpr const char* kUsage =
     "Usage: mlrun [MLSUB OPTIONS] [-l] [--pty] [-i 0|all|none|RANK] [-Q] COMMAND [ARGS...]\n"
@@ -276,59 +273,6 @@ int RunStep(SchedClient& client, const v1::JobInfo& job, const std::vector<int32
   return code;
 }
 
-// Submits the allocation and waits until it runs; nullopt (and *code) when it did not.
-std::optional<v1::JobInfo> Allocate(SchedClient& client, const v1::JobSpec& spec, bool quiet, Control& control, int* code) {
-  int64_t job_id = 0;
-  RpcStatus st = client.SubmitJob(spec, &job_id, RetryBudgetFromEnv(), [](const RpcStatus& failed, double wait_s) {
-    std::cerr << "mlrun: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
-  });
-  if (!st.ok()) {
-    std::cerr << "mlrun: " << SafeText(st.message) << "\n";
-    *code = ExitCodeForRpc(st.code);
-    return std::nullopt;
-  }
-  control.pending = true;
-  std::string last;
-  for (;;) {
-    v1::JobInfo job;
-    st = client.GetJob(job_id, &job);
-    if (control.cancel) {
-      v1::CancelJobsRequest req;
-      req.add_job_ids(job_id);
-      v1::CancelJobsResponse resp;
-      client.CancelJobs(req, &resp, RetryBudgetFromEnv());
-      std::cerr << "\nmlrun: job " << job_id << " cancelled while it waited\n";
-      *code = kExitInterrupted;
-      return std::nullopt;
-    }
-    if (st.ok() && job.state() == v1::RUNNING) {
-      control.pending = false;
-      if (!quiet && !last.empty()) std::cerr << "mlrun: job " << job_id << " runs\n";
-      return job;
-    }
-    if (st.ok() && job.state() != v1::PENDING && job.state() != v1::JOB_STATE_UNSPECIFIED) {
-      std::cerr << "mlrun: job " << job_id << " ended " << v1::JobState_Name(job.state()) << " before it ran"
-                << (job.reason().empty() ? "" : " (" + SafeText(job.reason()) + ")") << "\n";
-      *code = kExitRefused;
-      return std::nullopt;
-    }
-    if (st.ok() && !quiet) {
-      const std::string line = PendingLine(job);
-      if (line != last) std::cerr << "mlrun: " << SafeText(line) << "\n";
-      last = line;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-}
-
-void Release(SchedClient& client, int64_t job_id) {
-  v1::CancelJobsRequest req;
-  req.add_job_ids(job_id);
-  req.set_signal(SIGTERM);  // the hold command exits 0: the allocation ends COMPLETED
-  v1::CancelJobsResponse resp;
-  client.CancelJobs(req, &resp);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -373,20 +317,15 @@ int main(int argc, char** argv) {
       ExitNow(ExitCodeForRpc(st.code));
     }
   } else {
-    SubmitContext ctx;
-    std::error_code ec;
-    ctx.cwd = std::filesystem::current_path(ec).string();
-    const mode_t mask = ::umask(022);
-    ::umask(mask);
-    ctx.umask = static_cast<uint32_t>(mask);
-    ctx.env = EnvironmentFrom(environ);
-    auto spec = BuildAllocationSpec(a.submit, ctx, "mlrun");
+    auto spec = BuildAllocationSpec(a.submit, ThisProcessContext(), "mlrun");
     if (!spec) {
       std::cerr << "mlrun: " << SafeText(spec.error) << "\n";
       return kExitUsage;
     }
     int code = 0;
-    auto got = Allocate(client, *spec.value, a.own.quiet, control, &code);
+    control.pending = true;  // Ctrl-C now cancels the allocation
+    auto got = AllocateAndWait(client, *spec.value, "mlrun", a.own.quiet, control.cancel, &code);
+    control.pending = false;
     if (!got) ExitNow(code);
     job = *got;
     allocated = true;
@@ -405,6 +344,6 @@ int main(int argc, char** argv) {
   RawTerminal term(a.own.pty ? 0 : -1);
   control.term = &term;
   const int code = RunStep(client, job, ranks, !a.own.rank.has_value(), a.command, a.own, control);
-  if (allocated) Release(client, job.job_id());
+  if (allocated) ReleaseAllocation(client, job.job_id());
   ExitNow(code);
 }

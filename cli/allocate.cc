@@ -1,0 +1,78 @@
+#include "cli/allocate.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "cli/exit_codes.h"
+#include "cli/run_args.h"
+#include "common/safe_text.h"
+
+extern char** environ;
+
+namespace mlsched::cli {
+
+SubmitContext ThisProcessContext() {
+  SubmitContext ctx;
+  std::error_code ec;
+  ctx.cwd = std::filesystem::current_path(ec).string();
+  const mode_t mask = ::umask(022);  // read it (there is no getter) and put it back
+  ::umask(mask);
+  ctx.umask = static_cast<uint32_t>(mask);
+  ctx.env = EnvironmentFrom(environ);
+  return ctx;
+}
+
+std::optional<v1::JobInfo> AllocateAndWait(SchedClient& client, const v1::JobSpec& spec, const std::string& tool,
+                                           bool quiet, const std::atomic<bool>& cancel, int* code) {
+  int64_t job_id = 0;
+  RpcStatus st = client.SubmitJob(spec, &job_id, RetryBudgetFromEnv(), [&](const RpcStatus& failed, double wait_s) {
+    std::cerr << tool << ": " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
+  });
+  if (!st.ok()) {
+    std::cerr << tool << ": " << SafeText(st.message) << "\n";
+    *code = ExitCodeForRpc(st.code);
+    return std::nullopt;
+  }
+  std::string last;
+  for (;;) {
+    v1::JobInfo job;
+    st = client.GetJob(job_id, &job);
+    if (cancel) {
+      v1::CancelJobsRequest req;
+      req.add_job_ids(job_id);
+      v1::CancelJobsResponse resp;
+      client.CancelJobs(req, &resp, RetryBudgetFromEnv());
+      std::cerr << "\n" << tool << ": job " << job_id << " cancelled while it waited\n";
+      *code = 130;
+      return std::nullopt;
+    }
+    if (st.ok() && job.state() == v1::RUNNING) return job;
+    if (st.ok() && job.state() != v1::PENDING && job.state() != v1::JOB_STATE_UNSPECIFIED) {
+      std::cerr << tool << ": job " << job_id << " ended " << v1::JobState_Name(job.state()) << " before it ran"
+                << (job.reason().empty() ? "" : " (" + SafeText(job.reason()) + ")") << "\n";
+      *code = kExitRefused;
+      return std::nullopt;
+    }
+    if (st.ok() && !quiet) {
+      const std::string line = PendingLine(job);
+      if (line != last) std::cerr << tool << ": " << SafeText(line) << "\n";
+      last = line;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+void ReleaseAllocation(SchedClient& client, int64_t job_id) {
+  v1::CancelJobsRequest req;
+  req.add_job_ids(job_id);
+  req.set_signal(SIGTERM);
+  v1::CancelJobsResponse resp;
+  client.CancelJobs(req, &resp, RetryBudgetFromEnv());
+}
+
+}  // namespace mlsched::cli
