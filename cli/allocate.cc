@@ -38,6 +38,10 @@ std::optional<v1::JobInfo> AllocateAndWait(SchedClient& client, const v1::JobSpe
     *code = ExitCodeForRpc(st.code);
     return std::nullopt;
   }
+  // Bound to this process: if it dies, schedd cancels the job after its grace.
+  if (auto err = client.WatchAllocation(job_id); !err.empty())
+    std::cerr << tool << ": warning: job " << job_id << " is not bound to this client (" << SafeText(err)
+              << "): if " << tool << " is killed, cancel it with mlcancel " << job_id << "\n";
   std::string last;
   for (;;) {
     v1::JobInfo job;

@@ -15,7 +15,9 @@ namespace mlsched::cli {
 /// The submitting side of this process: its working directory, umask and environment.
 SubmitContext ThisProcessContext();
 
-/// Submits `spec` (retrying transient failures with one submission key) and polls it every
+/// Submits `spec` (retrying transient failures with one submission key), binds it to this process
+/// (SchedClient::WatchAllocation: schedd cancels it a grace period after this process is gone),
+/// and polls it every
 /// 250 ms until it runs; while it is pending prints PendingLine to stderr on each change (not
 /// when `quiet`), each line prefixed "TOOL: ". When `cancel` turns true the job is cancelled and
 /// nullopt returned with *code 130; also nullopt when the submission fails (*code from the RPC)

@@ -242,6 +242,11 @@ int RunStep(SchedClient& client, const v1::JobInfo& job, const std::vector<int32
         r.Done();
       }
     }
+    if (label) {
+      std::lock_guard lk(out_mu);
+      WriteFd(1, out_label.Flush());
+      WriteFd(2, err_label.Flush());
+    }
     r.status = r.stream->Finish();
   };
   std::vector<std::thread> readers;

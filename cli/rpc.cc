@@ -279,6 +279,33 @@ std::unique_ptr<SessionStream> SchedClient::OpenSession(std::string* error) {
   }
 }
 
+std::string SchedClient::WatchAllocation(int64_t job_id) {
+  if (!impl_->config_error.empty()) return impl_->config_error;
+  struct Watch {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::WatchAllocationEvent>> reader;
+  };
+  auto w = std::make_shared<Watch>();  // lives until the process exits (the reading thread's)
+  v1::WatchAllocationRequest req;
+  req.set_job_id(job_id);
+  try {
+    w->reader = impl_->At(impl_->current).jobs->WatchAllocation(&w->ctx, req);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  v1::WatchAllocationEvent ev;
+  if (!w->reader->Read(&ev)) {
+    grpc::Status st = w->reader->Finish();
+    return st.error_message().empty() ? "the watch ended at once" : st.error_message();
+  }
+  std::thread([w] {
+    v1::WatchAllocationEvent more;
+    while (w->reader->Read(&more)) {
+    }
+  }).detach();
+  return "";
+}
+
 RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);

@@ -81,6 +81,10 @@ class SchedClient {
   /// Opens a session stream on the replica of the last call (make one first, e.g. GetJob, so
   /// that it is the leader); nullptr when the channel cannot be made (`*error` says why).
   std::unique_ptr<SessionStream> OpenSession(std::string* error);
+  /// Binds allocation `job_id` to this process (JobService.WatchAllocation) on the replica of the
+  /// last call: the call stays open on a thread of its own until the process exits; schedd cancels
+  /// the job a grace period after it ends. Returns "" once the watch is in force, else why not.
+  std::string WatchAllocation(int64_t job_id);
   RpcStatus ListNodes(v1::ListNodesResponse* resp);
   RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
   RpcStatus EvictNode(const std::string& node, int64_t deadline_s);

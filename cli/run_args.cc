@@ -151,6 +151,8 @@ Parsed<v1::JobSpec> BuildAllocationSpec(const SubmitArgs& submit, const SubmitCo
   if (!out.error.empty()) return out;
   SubmitOptions opts = o;
   if (!opts.job_name) opts.job_name = default_name;
+  if (!opts.output) opts.output = "/dev/null";  // the hold prints nothing: no file in the directory
+
   SubmitPayload payload;
   payload.kind = SubmitPayload::Kind::kCommand;
   payload.argv = AllocationHoldCommand();

@@ -39,7 +39,8 @@ Parsed<RunArgs> ParseRunArgs(const std::vector<std::string>& args, bool mlalloc 
 /// The allocation job mlrun and mlalloc submit: mlsub's options over a hold command that keeps
 /// the tasks (and their devices) while running no user code and exits 0 on SIGTERM (the release:
 /// the job ends COMPLETED). Refused:
-/// elastic sizes, arrays, --wrap, --hold, a script. Job name default `default_name`.
+/// elastic sizes, arrays, --wrap, --hold, a script. Job name default `default_name`, output
+/// /dev/null unless -o names a file.
 Parsed<v1::JobSpec> BuildAllocationSpec(const SubmitArgs& submit, const SubmitContext& ctx, const std::string& default_name);
 
 /// The hold command's argv (documented in cli/README.md).

@@ -28,12 +28,21 @@ bool WindowSizeOf(int fd, uint32_t* rows, uint32_t* cols) {
 
 std::string LineLabeler::Label(std::string_view data) {
   std::string out;
-  out.reserve(data.size() + label_.size() * 2);
   for (char c : data) {
-    if (at_line_start_) out += label_;
-    out += c;
-    at_line_start_ = c == '\n';
+    held_ += c;
+    if (c == '\n' || held_.size() >= kMaxHeldLineBytes) {
+      out += label_;
+      out += held_;
+      held_.clear();
+    }
   }
+  return out;
+}
+
+std::string LineLabeler::Flush() {
+  if (held_.empty()) return "";
+  std::string out = label_ + held_;
+  held_.clear();
   return out;
 }
 

@@ -33,16 +33,20 @@ class RawTerminal {
 bool WindowSizeOf(int fd, uint32_t* rows, uint32_t* cols);
 
 /// Prefixes every line written through it with a label ("3: ", srun -l), across writes that cut
-/// lines anywhere.
+/// lines anywhere: a line is given out whole, once its newline came (so the lines of several
+/// ranks interleave only between lines), or when kMaxHeldLineBytes of it are held.
 class LineLabeler {
  public:
+  static constexpr size_t kMaxHeldLineBytes = 64 * 1024;
   explicit LineLabeler(std::string label) : label_(std::move(label)) {}
-  /// `data` with the label before each line that starts in it.
+  /// The complete lines `data` ends, each with the label before it.
   std::string Label(std::string_view data);
+  /// What is held of an unfinished line, labelled ("" when none): at the end of the output.
+  std::string Flush();
 
  private:
   std::string label_;
-  bool at_line_start_ = true;
+  std::string held_;  // the current line so far
 };
 
 }  // namespace mlsched::cli

@@ -212,6 +212,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   app.add_option("--requeue-backoff", cfg.requeue_backoff_s, "Seconds before a failed launch is retried");
   SessionRelay::Limits session_limits;
+  int64_t client_grace_s = AllocationWatch::Limits{}.grace.count();
+  app.add_option("--interactive-client-grace", client_grace_s,
+                 "Seconds an interactive allocation (mlrun, mlalloc) lives on after its client went away")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   app.add_option("--session-bytes-per-second", session_limits.bytes_per_second,
                  "Bytes per second all interactive sessions together may relay through schedd (0 = no limit)")
       ->capture_default_str()
@@ -344,6 +349,10 @@ int main(int argc, char** argv) {
     }
     SessionRelay sessions(ctl, gateway, session_limits);
     jobs.SetSessionRelay(&sessions);
+    AllocationWatch::Limits watch_limits;
+    watch_limits.grace = std::chrono::seconds(client_grace_s);
+    AllocationWatch allocation_watch(ctl, watch_limits);
+    jobs.SetAllocationWatch(&allocation_watch);
     AgentSessionServiceImpl session_relays(sessions, auth, gate.get());
     builder.RegisterService(&jobs);
     builder.RegisterService(&session_relays);

@@ -114,6 +114,23 @@ grpc::Status JobServiceImpl::Session(grpc::ServerContext* ctx,
   });
 }
 
+grpc::ServerWriteReactor<v1::WatchAllocationEvent>* JobServiceImpl::WatchAllocation(grpc::CallbackServerContext* ctx,
+                                                                                    const v1::WatchAllocationRequest* req) {
+  if (gate_)
+    if (auto refused = gate_->Refuse(ctx)) return AllocationWatch::Refuse(*refused);
+  try {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/WatchAllocation", &c); !st.ok())
+      return AllocationWatch::Refuse(st);
+    if (!watch_) return AllocationWatch::Refuse({grpc::StatusCode::UNIMPLEMENTED, "this schedd watches no allocations"});
+    return watch_->Watch(*req, c);
+  } catch (const std::exception& e) {
+    spdlog::error("WatchAllocation: {}", e.what());
+    ctl_.CountInternalError();
+    return AllocationWatch::Refuse({grpc::StatusCode::INTERNAL, std::string("WatchAllocation: ") + e.what()});
+  }
+}
+
 grpc::Status AgentSessionServiceImpl::Relay(grpc::ServerContext* ctx,
                                             grpc::ServerReaderWriter<v1::SessionInput, v1::SessionFrame>* stream) {
   if (gate_)

@@ -17,6 +17,7 @@
 #include "mlsched/v1/jobs.grpc.pb.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
+#include "schedd/server/allocation_watch.h"
 #include "schedd/server/session_relay.h"
 
 namespace mlsched::server {
@@ -61,7 +62,8 @@ inline constexpr const char* kLeaderHeader = "x-mlsched-leader";
 /// The answer to AdminService.HaStatus (installed by the daemon's main; single mode without one).
 using HaStatusProvider = std::function<v1::HaStatusResponse()>;
 
-class JobServiceImpl final : public mlsched::v1::JobService::Service {
+class JobServiceImpl final
+    : public mlsched::v1::JobService::WithCallbackMethod_WatchAllocation<mlsched::v1::JobService::Service> {
  public:
   /// `gate`: HA mode's LeaderGate (nullptr: always serve).
   JobServiceImpl(Controller& c, const Authenticator& a, const LeaderGate* gate = nullptr)
@@ -77,12 +79,18 @@ class JobServiceImpl final : public mlsched::v1::JobService::Service {
   grpc::Status Session(grpc::ServerContext*, grpc::ServerReaderWriter<v1::SessionOutput, v1::SessionInput>*) override;
   /// Where sessions go (set before the server starts).
   void SetSessionRelay(SessionRelay* relay) { sessions_ = relay; }
+  /// An allocation bound to its client (AllocationWatch::Watch; a callback reactor, no thread).
+  grpc::ServerWriteReactor<v1::WatchAllocationEvent>* WatchAllocation(grpc::CallbackServerContext* ctx,
+                                                                     const v1::WatchAllocationRequest* req) override;
+  /// Where watches go (set before the server starts).
+  void SetAllocationWatch(AllocationWatch* watch) { watch_ = watch; }
 
  private:
   Controller& ctl_;
   const Authenticator& auth_;
   const LeaderGate* gate_;
   SessionRelay* sessions_ = nullptr;
+  AllocationWatch* watch_ = nullptr;
 };
 
 /// The agents' relay streams of interactive sessions (SessionRelay::ServeAgent).

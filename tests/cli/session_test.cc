@@ -84,12 +84,17 @@ TEST_CASE("a session's input: sizes, windows and only the listed signals") {
   }
 }
 
-TEST_CASE("srun -l labels: every line, across writes that cut lines") {
+TEST_CASE("srun -l labels: whole lines only, across writes that cut lines") {
   cli::LineLabeler l("3: ");
-  CHECK(l.Label("a\nb") == "3: a\n3: b");
-  CHECK(l.Label("c\n") == "c\n");
+  CHECK(l.Label("a\nb") == "3: a\n");  // "b" waits for its newline
+  CHECK(l.Label("c\n") == "3: bc\n");
   CHECK(l.Label("\nd\n") == "3: \n3: d\n");
   CHECK(l.Label("") == "");
+  CHECK(l.Label("tail") == "");
+  CHECK(l.Flush() == "3: tail");
+  CHECK(l.Flush() == "");
+  const std::string huge(cli::LineLabeler::kMaxHeldLineBytes, 'x');
+  CHECK(l.Label(huge) == "3: " + huge);  // a line too long to hold goes out in pieces
 }
 
 TEST_CASE("raw mode is set on a terminal and restored; not a terminal: nothing") {
@@ -162,6 +167,7 @@ TEST_CASE("an allocation's job: mlsub's options over the hold command; batch-onl
   CHECK(s.value->ntasks() == 4);
   CHECK(s.value->gpus_per_task() == 1);
   CHECK(s.value->name() == "mlrun");
+  CHECK(s.value->stdout_pattern() == "/dev/null");
   CHECK(std::vector<std::string>(s.value->argv().begin(), s.value->argv().end()) == cli::AllocationHoldCommand());
   CHECK(spec_of({"-n", "2-4", "true"}).error.find("elastic sizes") != std::string::npos);
   CHECK(spec_of({"--array", "0-3", "true"}).error.find("--array is for batch jobs") != std::string::npos);

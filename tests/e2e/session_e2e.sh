@@ -26,10 +26,12 @@ mkdir -p "$MLSCHED_STATE/out"
 # shellcheck source=tests/e2e/lib.sh
 source "$ROOT/tests/e2e/lib.sh"
 TMUX_SOCK="$MLSCHED_STATE/tmux.sock"
+export MLSCHED_SCHEDD_ARGS="--interactive-client-grace 2"
 cluster_up
 trap 'tmux -S "$TMUX_SOCK" kill-server 2>/dev/null || true; bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
 OUT="$MLSCHED_STATE/out"
 chmod 1777 "$OUT"
+cd "$OUT"  # the jobs' directory (nobody may write here)
 chmod a+x "$MLSCHED_STATE"
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 mlrun() { as_nobody "$BIN/cli/mlrun" "$@"; }
@@ -169,6 +171,28 @@ if /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_availabl
   msg="$msg; an unchanged PyTorch DDP script trained as a 2-rank step"
 fi
 say "$msg"
+
+# An allocation whose client is killed is cancelled after the grace (2 s here): mlalloc's and
+# mlrun's.
+setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlalloc" -Q -n 1 -c 1 sleep 3210 >/dev/null 2>&1 &
+client=$!
+for _ in $(seq 1 100); do j=$(last_job); [ "$j" != "$pending" ] && [ "$(state_of "$j")" = RUNNING ] && break; sleep 0.1; done
+orphan=$(last_job)
+[ "$(state_of "$orphan")" = RUNNING ] || fail "mlalloc's allocation $orphan did not start: $(state_of "$orphan")"
+kill -9 "$client"
+pkill -u 65534 -x -f 'sleep 3210' || true
+t0=$(date +%s)
+for _ in $(seq 1 100); do [ "$(state_of "$orphan")" = CANCELLED ] && break; sleep 0.1; done
+[ "$(state_of "$orphan")" = CANCELLED ] || fail "the allocation $orphan of a killed mlalloc is $(state_of "$orphan"), not cancelled"
+setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" -Q -n 1 -c 1 sleep 3211 >/dev/null 2>&1 &
+client=$!
+for _ in $(seq 1 100); do pgrep -u 65534 -f '^sleep 3211$' >/dev/null && break; sleep 0.1; done
+orphan2=$(last_job)
+kill -9 "$client"
+for _ in $(seq 1 100); do [ "$(state_of "$orphan2")" = CANCELLED ] && break; sleep 0.1; done
+[ "$(state_of "$orphan2")" = CANCELLED ] || fail "the allocation $orphan2 of a killed mlrun is $(state_of "$orphan2"), not cancelled"
+grep -q "job $orphan: its interactive client went away" "$MLSCHED_STATE/logs/schedd.log" || fail "schedd did not say why it cancelled $orphan"
+say "allocations of a killed mlalloc ($orphan) and a killed mlrun ($orphan2) were cancelled after the 2 s grace"
 
 # A client killed with SIGKILL: its process is hung up.
 # setpriv execs mlrun: $! is mlrun itself, not a subshell

@@ -1,0 +1,63 @@
+// AllocationWatch: binds interactive allocations (mlrun, mlalloc) to their clients, a component
+// beside the Controller. A client keeps a JobService.WatchAllocation call open for its
+// allocation (a callback reactor: no thread per watch); when the job's last watch ends and none
+// is opened again within the grace, the job is cancelled (CancelJobs as schedd itself), so an
+// allocation whose client was killed or lost its network does not hold GPUs until its time limit.
+// Watches live in memory: after a schedd restart a job is no longer watched (it keeps running
+// until its time limit or a cancel).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "mlsched/v1/jobs.grpc.pb.h"
+#include "schedd/server/controller.h"
+
+namespace mlsched::server {
+
+class AllocationWatch {
+ public:
+  struct Limits {
+    std::chrono::seconds grace{60};  // schedd --interactive-client-grace
+    size_t max_per_user = 32;        // watches one uid holds at once
+  };
+  /// Starts the thread that cancels jobs whose grace ran out.
+  AllocationWatch(Controller& ctl, Limits limits);
+  ~AllocationWatch();
+  AllocationWatch(const AllocationWatch&) = delete;
+  AllocationWatch& operator=(const AllocationWatch&) = delete;
+
+  /// The reactor of one WatchAllocation call by `caller`: refused (finished at once) for a job
+  /// that is unknown (NOT_FOUND), another user's (PERMISSION_DENIED), ended (FAILED_PRECONDITION)
+  /// or over the caller's limit (RESOURCE_EXHAUSTED); else it sends the grace once and stays open.
+  grpc::ServerWriteReactor<v1::WatchAllocationEvent>* Watch(const v1::WatchAllocationRequest& req, const Caller& caller);
+  /// A reactor that finishes at once with `status` (refusals before Watch, e.g. authentication).
+  static grpc::ServerWriteReactor<v1::WatchAllocationEvent>* Refuse(grpc::Status status);
+  /// Jobs with an open watch now.
+  size_t Watched();
+  /// Ends the reaper thread (idempotent). Call after the server stopped.
+  void Stop();
+
+ private:
+  class Live;
+  void Released(int64_t job_id, uint32_t uid);
+  void ReaperLoop();
+
+  Controller& ctl_;
+  Limits limits_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, int> watchers_;                                   // job -> open watches
+  std::map<int64_t, std::chrono::steady_clock::time_point> deadline_;  // job -> cancel at
+  std::map<uint32_t, size_t> per_user_;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace mlsched::server
