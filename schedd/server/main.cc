@@ -327,9 +327,16 @@ int main(int argc, char** argv) {
     ctl.SetProvisionRunner(&provision_runner);
     if (!estore) ctl.Recover(WallNow());
     std::unique_ptr<mlsched::MetricsHttpServer> metrics_http;
+    // Set once the session components exist, cleared before they go (the scrape runs on its own thread).
+    std::atomic<SessionRelay*> sessions_seen{nullptr};
+    std::atomic<AllocationWatch*> watch_seen{nullptr};
     if (metrics_port >= 0) {
-      metrics_http = std::make_unique<mlsched::MetricsHttpServer>(
-          metrics_host, metrics_port, [&] { return metrics.Render(ctl.CollectGauges()); });
+      metrics_http = std::make_unique<mlsched::MetricsHttpServer>(metrics_host, metrics_port, [&] {
+        SchedMetrics::Gauges g = ctl.CollectGauges();
+        if (SessionRelay* s = sessions_seen.load()) g.sessions_open = static_cast<double>(s->Open());
+        if (AllocationWatch* w = watch_seen.load()) g.allocations_watched = static_cast<double>(w->Watched());
+        return metrics.Render(g);
+      });
       spdlog::info("metrics on http://{}:{}/metrics", metrics_host, metrics_http->Port());
     }
     JobServiceImpl jobs(ctl, auth, gate.get());
@@ -353,6 +360,9 @@ int main(int argc, char** argv) {
     watch_limits.grace = std::chrono::seconds(client_grace_s);
     AllocationWatch allocation_watch(ctl, watch_limits);
     jobs.SetAllocationWatch(&allocation_watch);
+    sessions.SetMetrics(&metrics);
+    sessions_seen = &sessions;
+    watch_seen = &allocation_watch;
     AgentSessionServiceImpl session_relays(sessions, auth, gate.get());
     builder.RegisterService(&jobs);
     builder.RegisterService(&session_relays);
@@ -445,6 +455,9 @@ int main(int argc, char** argv) {
     listener.Stop();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     gateway.Stop();  // its workers may still be handing messages to the controller
+    sessions_seen = nullptr;
+    watch_seen = nullptr;
+    metrics_http.reset();  // no scrape reaches the session components as they go
     return 0;
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());

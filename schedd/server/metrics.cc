@@ -46,6 +46,20 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
   provision_cost_ = &prometheus::BuildGauge().Name("mlsched_provision_cost_per_hour")
                          .Help("Cost per hour of the nodes schedd created, by pool ([pricing.POOL] units)")
                          .Register(*registry_);
+  session_bytes_ = &prometheus::BuildCounter().Name("mlsched_session_bytes_total")
+                        .Help("Bytes interactive sessions relayed through schedd, by direction (in: to the process, out)")
+                        .Register(*registry_);
+  session_bytes_->Add({{"direction", "in"}});
+  session_bytes_->Add({{"direction", "out"}});
+  sessions_open_ = &prometheus::BuildGauge().Name("mlsched_sessions_open")
+                        .Help("Interactive sessions (mlrun) relayed now").Register(*registry_).Add({});
+  allocations_watched_ = &prometheus::BuildGauge().Name("mlsched_allocations_watched")
+                              .Help("Allocations (mlrun, mlalloc) bound to a client that is connected now")
+                              .Register(*registry_).Add({});
+}
+
+void SchedMetrics::CountSessionBytes(const std::string& direction, double bytes) {
+  session_bytes_->Add({{"direction", direction}}).Increment(bytes);
 }
 
 void SchedMetrics::ObserveQueueWait(const std::string& partition, const std::string& accelerator, double seconds) {
@@ -79,6 +93,8 @@ std::string SchedMetrics::Render(const Gauges& g) {
   for (const auto& [state, v] : g.nodes) nodes_->Add({{"state", state}}).Set(v);
   for (const auto& [key, v] : g.provisioned) provisioned_->Add({{"pool", key.first}, {"state", key.second}}).Set(v);
   for (const auto& [pool, v] : g.provision_cost) provision_cost_->Add({{"pool", pool}}).Set(v);
+  sessions_open_->Set(g.sessions_open);
+  allocations_watched_->Set(g.allocations_watched);
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -38,6 +38,8 @@ class SchedMetrics {
   /// Provisioning ([provisioning.POOL]): `nodes` nodes of `pool` requested, registered, failed (not
   /// registered within resume_timeout) or released (idle, drained or down, given to suspend_program).
   void CountProvision(const std::string& pool, const std::string& event, double nodes);
+  /// Bytes an interactive session relayed: direction "in" (to the remote process) or "out".
+  void CountSessionBytes(const std::string& direction, double bytes);
   /// Gauges: replaced wholesale at each scrape.
   struct Gauges {
     std::map<std::pair<std::string, std::string>, double> jobs;  // (state, partition) -> count
@@ -45,6 +47,8 @@ class SchedMetrics {
     std::map<std::string, double> nodes;                        // node state -> count
     std::map<std::pair<std::string, std::string>, double> provisioned;  // (pool, requested|registered) -> nodes
     std::map<std::string, double> provision_cost;               // pool -> cost per hour of its created nodes
+    double sessions_open = 0;        // interactive sessions relayed now (SessionRelay::Open)
+    double allocations_watched = 0;  // allocations bound to a live client (AllocationWatch::Watched)
   };
   /// Sets the gauges and returns the text exposition of every metric.
   std::string Render(const Gauges& g);
@@ -66,6 +70,9 @@ class SchedMetrics {
   prometheus::Family<prometheus::Counter>* provision_;
   prometheus::Family<prometheus::Gauge>* provisioned_;
   prometheus::Family<prometheus::Gauge>* provision_cost_;
+  prometheus::Family<prometheus::Counter>* session_bytes_;
+  prometheus::Gauge* sessions_open_;
+  prometheus::Gauge* allocations_watched_;
   std::mutex mu_;  // Render: the gauge reset + refill is one step
 };
 

@@ -201,6 +201,7 @@ grpc::Status SessionRelay::ServeClient(grpc::ServerContext* ctx, ClientStream* s
       if (refused = CheckSessionInput(in); !refused.empty()) break;
       if (in.has_data()) {
         s->bytes_in += in.data().size();
+        if (metrics_) metrics_->CountSessionBytes("in", static_cast<double>(in.data().size()));
         Throttle(in.data().size());
       }
       if (!s->ToAgent(in)) break;
@@ -267,8 +268,10 @@ grpc::Status SessionRelay::ServeAgent(grpc::ServerContext* ctx, AgentStream* str
       if (out.has_stderr() && out.stderr().size() > kMaxSessionChunk) out.mutable_stderr()->resize(kMaxSessionChunk);
       if (out.has_exit()) exited = true;
       if (out.msg_case() == v1::SessionOutput::MSG_NOT_SET) continue;
-      s->bytes_out += out.stdout().size() + out.stderr().size();
-      Throttle(out.stdout().size() + out.stderr().size());
+      const size_t n = out.stdout().size() + out.stderr().size();
+      s->bytes_out += n;
+      if (metrics_) metrics_->CountSessionBytes("out", static_cast<double>(n));
+      Throttle(n);
       s->ToClient(out);  // a client that left drops it; the hang-up is on its way
     }
   });

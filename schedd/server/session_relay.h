@@ -56,6 +56,8 @@ class SessionRelay {
   grpc::Status ServeAgent(grpc::ServerContext* ctx, AgentStream* stream, const Authenticator& auth);
   /// Sessions open now.
   size_t Open();
+  /// Where relayed bytes are counted (mlsched_session_bytes_total); set before serving.
+  void SetMetrics(SchedMetrics* m) { metrics_ = m; }
 
  private:
   struct Session;
@@ -69,6 +71,7 @@ class SessionRelay {
   Controller& ctl_;
   AgentSink& agents_;
   Limits limits_;
+  SchedMetrics* metrics_ = nullptr;
   std::mutex bucket_mu_;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_ = std::chrono::steady_clock::now();

@@ -81,7 +81,10 @@ t0=$(date +%s.%N)
 sum=$(mlrun --jobid "$job" --rank 0 --overlap cat < "$OUT/big" | sha256sum | cut -d' ' -f1)
 t1=$(date +%s.%N)
 [ "$sum" = "$(sha256sum < "$OUT/big" | cut -d' ' -f1)" ] || fail "100 MB through mlrun cat changed"
-say "100 MB through 'mlrun cat' (stdin up, stdout back) intact in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s"
+relayed=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+  "$MLSCHED_METRICS_URL" | awk '/^mlsched_session_bytes_total\{direction="out"\}/ { printf "%d", $2 }')
+[ "${relayed:-0}" -ge 104857600 ] || fail "mlsched_session_bytes_total{direction=\"out\"} is '$relayed', not >= 100 MB"
+say "100 MB through 'mlrun cat' (stdin up, stdout back) intact in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s; schedd counted $relayed bytes out"
 rm -f "$OUT/big"
 
 # A real terminal: tmux runs mlrun --pty.
