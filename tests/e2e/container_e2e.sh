@@ -165,7 +165,9 @@ layer_digest=$(skopeo inspect --cert-dir "$CERTS" --format '{{range .Layers}}{{.
 hex=${layer_digest#sha256:}
 layer="$DIR/registry/main/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data"
 [ -f "$layer" ] || fail "no blob $layer"
-printf 'x' | dd of="$layer" bs=1 seek=1000 conv=notrunc 2>/dev/null
+# Flip byte 1000 (writing a fixed byte did nothing when the blob already had it there: 1 run in 256).
+python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(1000); b = f.read(1)[0]; f.seek(1000); f.write(bytes([b ^ 0xff]))' "$layer"
+[ "sha256:$(sha256sum "$layer" | cut -d' ' -f1)" != "$layer_digest" ] || fail "the blob $layer did not change"
 job10=$(mlsub -J tampered --container-image "docker://$REGISTRY/tampered:1" --wrap true)
 wait_end "$job10" FAILED 90
 "$BIN/cli/mladmin" show job "$job10" | grep -qi "digest" || fail "tampered blob: $("$BIN/cli/mladmin" show job "$job10")"
