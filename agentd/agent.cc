@@ -42,6 +42,7 @@ void FillRunning(const std::vector<RunningTaskInfo>& running, const TaskProgress
     t->set_attempt(r.key.attempt);
     t->set_rank(r.key.rank);
     t->set_pid(r.pid);
+    if (r.cpu_usec) t->set_cpu_usec(*r.cpu_usec);
     if (!progress) continue;
     TaskProgress p = progress->Get(r.key);
     t->set_step(p.step);
@@ -116,7 +117,8 @@ void Agent::StartSessionHost() {
         SessionHost::Task t{std::move(*req), {}};
         if (cgroups_) t.cgroup_dirs = cgroups_->DirsOf(k);
         return t;
-      });
+      },
+      [this](const TaskKey& k, ExecRequest want, ExecPlan* plan) { return driver_->PrepareExec(k, std::move(want), plan); });
 }
 
 void Agent::PassGpus(ContainerDriver* driver) const {

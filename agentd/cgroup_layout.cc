@@ -7,8 +7,9 @@
 namespace mlsched::agent {
 namespace {
 
-// The controllers agentd uses, in the order they are listed.
-const char* const kV1Controllers[] = {"memory", "cpu", "pids", "devices", "freezer"};
+// The controllers agentd uses, in the order they are listed (v1 cpuacct: the tasks' CPU time, for
+// the heartbeat's cpu_usec, when it is a hierarchy of its own).
+const char* const kV1Controllers[] = {"memory", "cpu", "cpuacct", "pids", "devices", "freezer"};
 const char* const kV2Controllers[] = {"memory", "cpu", "pids"};
 
 std::vector<std::string> Split(std::string_view s, char sep) {

@@ -143,6 +143,22 @@ int64_t TaskCgroup::OomKills() const {
   return KeyedValue(ReadFile(memory_dir_ + file).value_or(""), "oom_kill");
 }
 
+std::optional<int64_t> TaskCgroup::CpuUsec() const {
+  if (cpu_dir_.empty()) return std::nullopt;
+  if (version_ == 2) {
+    auto text = ReadFile(cpu_dir_ + "/cpu.stat");
+    if (!text || text->find("usage_usec") == std::string::npos) return std::nullopt;
+    return KeyedValue(*text, "usage_usec");
+  }
+  auto text = ReadFile(cpu_dir_ + "/cpuacct.usage");
+  if (!text) return std::nullopt;
+  try {
+    return static_cast<int64_t>(std::stoull(*text) / 1000);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 bool TaskCgroup::HitMemoryLimit() const {
   if (memory_dir_.empty() || memory_limit_ <= 0) return false;
   if (version_ == 2) return KeyedValue(ReadFile(memory_dir_ + "/memory.events").value_or(""), "max") > 0;
@@ -267,7 +283,10 @@ std::unique_ptr<TaskCgroup> Cgroups::Paths(const TaskKey& key) const {
     if (layout_.Has("memory")) cg->memory_dir_ = cg->track_dir_;
     if (layout_.Has("kill") || layout_.Has("freeze")) cg->freezer_dir_ = cg->track_dir_;
     cg->has_kill_ = layout_.Has("kill");
+    cg->cpu_dir_ = cg->track_dir_;
   } else {
+    cg->cpu_dir_ = DirOf("cpuacct", key);
+    if (cg->cpu_dir_.empty()) cg->cpu_dir_ = DirOf("cpu", key);  // "cpu,cpuacct" mounted together
     cg->track_dir_ = DirOf(track_controller_, key);
     cg->memory_dir_ = DirOf("memory", key);
     cg->freezer_dir_ = DirOf("freezer", key);

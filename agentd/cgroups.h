@@ -47,6 +47,10 @@ class TaskCgroup {
   /// OomKills() cannot see: on v1 the kill is counted in the victim's own cgroup, which for a
   /// container is the runtime's, removed by the time the task is reaped.
   bool HitMemoryLimit() const;
+  /// CPU time used by the processes in the cgroup since it was made, the exited included
+  /// (microseconds): v2 cpu.stat usage_usec, v1 cpuacct.usage / 1000; nullopt when unreadable (v1
+  /// without a cpuacct hierarchy).
+  std::optional<int64_t> CpuUsec() const;
   /// The memory limit written (bytes; 0 = none).
   int64_t MemoryLimit() const { return memory_limit_; }
   /// Kills every process in the cgroup: v2 cgroup.kill; else freeze, SIGKILL each member, thaw
@@ -69,6 +73,7 @@ class TaskCgroup {
   std::string track_dir_;                  // whose cgroup.procs lists the members
   std::string memory_dir_;                 // "" without the memory controller
   std::string freezer_dir_;                // v1 freezer or v2 directory with cgroup.freeze; "" without
+  std::string cpu_dir_;                    // v2 the task's directory, v1 its cpuacct one; "" without
   bool has_kill_ = false;                  // v2 cgroup.kill
   std::vector<int> join_fds_;
   int64_t memory_limit_ = 0;

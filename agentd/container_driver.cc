@@ -1,4 +1,5 @@
 #include "agentd/container_driver.h"
+#include "agentd/container_exec.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
@@ -253,9 +254,23 @@ bool ContainerDriver::Spawn(const TaskKey& key, LaunchRequest request) {
   return true;
 }
 
+std::string ContainerDriver::PrepareExec(const TaskKey& key, ExecRequest want, ExecPlan* plan) {
+  std::string bundle;
+  {
+    std::lock_guard lk(mu_);
+    auto it = live_.find(key);
+    if (it == live_.end() || !it->second.bundle) return inner_->PrepareExec(key, std::move(want), plan);
+    bundle = it->second.bundle->Dir();
+  }
+  const ContainerExecSite site{tools_.runc, state_dir_ + "/runc", bundle, "mlsched-" + KeyName(key),
+                               state_dir_ + "/logs/" + KeyName(key) + ".exec.log"};
+  return PlanContainerExec(site, want, plan);
+}
+
 void ContainerDriver::Finished(const TaskKey& key) {
   const std::string log = state_dir_ + "/logs/" + KeyName(key) + ".log";
   unlink(log.c_str());
+  unlink((state_dir_ + "/logs/" + KeyName(key) + ".exec.log").c_str());
   std::lock_guard lk(mu_);
   auto it = live_.find(key);
   if (it == live_.end()) return;

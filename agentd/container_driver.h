@@ -58,6 +58,9 @@ class ContainerDriver final : public TaskDriver {
   bool WaitIdle(std::chrono::milliseconds timeout) override;
   /// Stops the inner driver, then tears down what is left and ends the teardown thread.
   void Stop() override;
+  /// A session in a container task is a `runc exec` into its container (container_exec.h); one
+  /// in a bare task runs on the node (the inner driver's).
+  std::string PrepareExec(const TaskKey& key, ExecRequest want, ExecPlan* plan) override;
 
   /// The OciTaskSpec of a container request, minus what only exists at launch (rootfs, bind
   /// sources of user paths): the environment merged as pyxis does (the image's variables win

@@ -105,6 +105,16 @@ void MarkDescriptorsCloseOnExec() {
   struct sigaction dfl{};
   dfl.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);  // fails harmlessly for SIGKILL/SIGSTOP
+  if (req.exec_as_root && req.stdio[0] >= 0) {  // runc exec of a session: its pty or pipes, root's
+    for (int i = 0; i < 3; ++i)
+      if (dup2(req.stdio[i], i) < 0) ChildFail(err_fd, Step::kStdio);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) ChildFail(err_fd, Step::kPdeathsig);
+    if (getppid() != parent) _exit(127);
+    if (chdir("/") < 0) ChildFail(err_fd, Step::kChdir);
+    MarkDescriptorsCloseOnExec();
+    execve(req.executable.c_str(), argv, envp);
+    ChildFail(err_fd, Step::kExec);
+  }
   if (req.exec_as_root) {  // runc: only the output files as the user, the rest stays root's
     if (req.switch_user) {
       if (setgroups(req.groups.size(), req.groups.data()) < 0) ChildFail(err_fd, Step::kGroups);

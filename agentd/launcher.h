@@ -84,7 +84,8 @@ struct LaunchRequest {
   /// container driver, never by the planner.
   bool exec_as_root = false;
   /// An interactive session's descriptors (session_host.h), made the child's 0, 1 and 2 in place
-  /// of /dev/null and the output files (-1: none). Not with exec_as_root.
+  /// of /dev/null and the output files (-1: none). With exec_as_root (runc exec into a container)
+  /// they are root's and never its controlling terminal.
   std::array<int, 3> stdio = {-1, -1, -1};
   /// stdio[0] is a pty's slave: the child, as the user and after setsid, makes it its controlling
   /// terminal (TIOCSCTTY).

@@ -1,5 +1,7 @@
 #include "agentd/orphans.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,6 +48,36 @@ std::optional<TaskKey> TaskOfProcess(pid_t pid) {
   std::stringstream ss;
   ss << in.rdbuf();
   return TaskFromEnviron(ss.str());
+}
+
+std::optional<int64_t> CpuUsecFromStat(const std::string& stat, long ticks_per_second) {
+  // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so fields count from the
+  // last ')'; utime is field 14, stime 15, cutime 16, cstime 17 (proc(5), 1-based).
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || ticks_per_second <= 0) return std::nullopt;
+  std::istringstream in(stat.substr(close + 1));
+  std::string field;
+  int64_t ticks = 0;
+  for (int n = 3; n <= 17 && in >> field; ++n) {
+    if (n < 14) continue;
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(field, &used);
+      if (used != field.size() || v < 0) return std::nullopt;
+      ticks += v;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    if (n == 17) return ticks * (1000000 / ticks_per_second);
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> ProcessCpuUsec(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!f || !std::getline(f, text)) return std::nullopt;
+  return CpuUsecFromStat(text, sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace mlsched::agent

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,5 +24,13 @@ std::optional<TaskKey> TaskFromEnviron(const std::string& environ);
 
 /// TaskFromEnviron of /proc/PID/environ; nullopt when unreadable or not a task's descendant.
 std::optional<TaskKey> TaskOfProcess(pid_t pid);
+
+/// CPU time of process `pid` and of its children it has reaped (microseconds): utime + stime +
+/// cutime + cstime of /proc/PID/stat (proc(5)) in clock ticks (sysconf(_SC_CLK_TCK)). A task's use
+/// when it has no cgroup; processes it started and did not wait for are missed. nullopt when the
+/// process is gone or the file is not what proc(5) describes.
+std::optional<int64_t> ProcessCpuUsec(pid_t pid);
+/// ProcessCpuUsec for the text of a /proc/PID/stat file and `ticks_per_second`.
+std::optional<int64_t> CpuUsecFromStat(const std::string& stat, long ticks_per_second);
 
 }  // namespace mlsched::agent

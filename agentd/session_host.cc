@@ -225,10 +225,12 @@ void SessionHost::Run(std::shared_ptr<Live> live, v1::OpenSession msg) {
   if (!task)
     return refuse("job " + std::to_string(key.job_id) + " rank " + std::to_string(key.rank) + " (attempt " +
                   std::to_string(key.attempt) + ") does not run on node " + node_);
-  if (task->request.container) return refuse("sessions in jobs that run in an image are not supported yet");
+  const bool in_image = task->request.container != nullptr;
 
   SessionFds fds;
-  std::string err = open.pty() ? MakePty(task->request.uid, open, &fds) : MakePipes(&fds);
+  // In an image runc holds the pty (root's, nobody's controlling terminal) and makes the user's
+  // own terminal inside the container.
+  std::string err = open.pty() ? MakePty(in_image ? 0 : task->request.uid, open, &fds) : MakePipes(&fds);
   if (!err.empty()) return refuse(err);
   std::vector<int> cgroup_fds;
   for (const auto& dir : task->cgroup_dirs) {
@@ -239,7 +241,21 @@ void SessionHost::Run(std::shared_ptr<Live> live, v1::OpenSession msg) {
     }
     cgroup_fds.push_back(fd);
   }
-  const LaunchRequest req = SessionRequest(task->request, open, fds);
+  ExecRequest want{SessionRequest(task->request, open, fds), open.pty(), open.window().rows(), open.window().cols(),
+                   {open.env().begin(), open.env().end()}};
+  if (open.pty()) want.env.push_back("TERM=" + (open.term().empty() ? std::string("xterm") : open.term()));
+  ExecPlan plan;
+  if (auto e = exec_(key, std::move(want), &plan); !e.empty()) {
+    for (int f : cgroup_fds) close(f);
+    return refuse(e);
+  }
+  struct Cleanup {
+    std::function<void()> fn;
+    ~Cleanup() {
+      if (fn) fn();
+    }
+  } cleanup{plan.cleanup};  // after the process was reaped (the out thread joined below)
+  const LaunchRequest& req = plan.request;
   ExitReport failure;
   const pid_t pid = SpawnRegistered([&] {
     SpawnResult r = SpawnTask(req, cgroup_fds);
@@ -333,6 +349,8 @@ void SessionHost::Run(std::shared_ptr<Live> live, v1::OpenSession msg) {
           ws.ws_row = static_cast<unsigned short>(in.resize().rows());
           ws.ws_col = static_cast<unsigned short>(in.resize().cols());
           ioctl(fds.master, TIOCSWINSZ, &ws);  // the kernel sends SIGWINCH to the foreground group
+          // runc's pty is no one's controlling terminal: runc is told, and resizes the container's.
+          if (in_image && !live->exited) kill(pid, SIGWINCH);
         }
         break;
       case v1::SessionInput::kSignal:

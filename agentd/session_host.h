@@ -7,7 +7,9 @@
 // Terminal: a pty made by agentd (posix_openpt, the slave through TIOCGPTPEER, never by path),
 // the slave owned by the user (mode 0620) and made the controlling terminal by the child after it
 // became the user: no root process has it as its terminal, so TIOCSTI from the job reaches only
-// the user's own processes. agentd keeps only the master.
+// the user's own processes. agentd keeps only the master. A task in a container is joined by a
+// `runc exec` into its container (container_exec.h; the driver's PrepareExec): runc gets the pty,
+// root's and nobody's controlling terminal, and makes the session's own inside the container.
 // Flow: output is read 32 KiB at a time and written to the stream, which blocks while schedd and
 // the client are slow, so the process blocks on its terminal instead of agentd buffering. Input
 // is checked again (CheckSessionInput) before it is written, a window applied, a signal sent to
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "agentd/launcher.h"
+#include "agentd/task_driver.h"
 #include "agentd/task_key.h"
 #include "mlsched/v1/agent.grpc.pb.h"
 
@@ -55,8 +58,12 @@ class SessionHost {
   /// `*server`), or nullptr.
   using MakeChannel = std::function<std::shared_ptr<grpc::Channel>(std::string* server)>;
 
-  SessionHost(std::string node, MakeChannel channel, FindTask find_task)
-      : node_(std::move(node)), channel_(std::move(channel)), find_task_(std::move(find_task)) {}
+  /// How to run a session's process in a task (TaskDriver::PrepareExec: on the node, or a
+  /// runtime's exec into the task's container).
+  using PrepareExec = std::function<std::string(const TaskKey& key, ExecRequest want, ExecPlan* plan)>;
+
+  SessionHost(std::string node, MakeChannel channel, FindTask find_task, PrepareExec exec)
+      : node_(std::move(node)), channel_(std::move(channel)), find_task_(std::move(find_task)), exec_(std::move(exec)) {}
   /// Stop()s.
   ~SessionHost();
   SessionHost(const SessionHost&) = delete;
@@ -76,6 +83,7 @@ class SessionHost {
   std::string node_;
   MakeChannel channel_;
   FindTask find_task_;
+  PrepareExec exec_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<Live>> live_;  // by session id

@@ -96,8 +96,9 @@ void ProcessSupervisor::TerminateAll(std::chrono::milliseconds grace) {
 std::vector<RunningTaskInfo> ProcessSupervisor::Running() const {
   std::lock_guard lk(mu_);
   std::vector<RunningTaskInfo> out;
-  for (const auto& [k, c] : children_) out.push_back({k, c.pid});
-  for (const auto& [k, pid] : reporting_) out.push_back({k, pid});
+  for (const auto& [k, c] : children_)
+    out.push_back({k, c.pid, c.cgroup ? c.cgroup->CpuUsec() : ProcessCpuUsec(c.pid)});
+  for (const auto& [k, pid] : reporting_) out.push_back({k, pid, std::nullopt});
   return out;
 }
 

@@ -8,7 +8,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <optional>
 #include <vector>
 
 #include "agentd/launcher.h"
@@ -22,6 +25,23 @@ class Cgroups;
 struct RunningTaskInfo {
   TaskKey key;
   pid_t pid = 0;
+  /// CPU time the task used so far (microseconds; Nomad's driver stats); nullopt when unknown.
+  std::optional<int64_t> cpu_usec;
+};
+
+/// A process to run in a running task's context: an interactive session (session_host.h),
+/// Nomad's exec.
+struct ExecRequest {
+  LaunchRequest session;          // as it would run on the node: the task's request with the session's
+                                  // argv, variables, stdio (pipes, or a pty's slave) and credentials
+  bool pty = false;               // the session wants a terminal
+  uint32_t rows = 0, cols = 0;    // its size (0: unknown)
+  std::vector<std::string> env;   // NAME=VALUE set over the task's environment (TERM included)
+};
+/// How to run it (TaskDriver::PrepareExec).
+struct ExecPlan {
+  LaunchRequest request;          // what to spawn
+  std::function<void()> cleanup;  // after the session's process was reaped (removes its files)
 };
 
 class TaskDriver {
@@ -54,6 +74,14 @@ class TaskDriver {
   virtual bool WaitIdle(std::chrono::milliseconds timeout) = 0;
   /// Ends every task at once (reporting the exits) and joins the driver's threads. Idempotent.
   virtual void Stop() = 0;
+  /// How to run `want` inside running task `key` (Nomad's exec): "" and `*plan`, or why not. The
+  /// default runs the session's process as it is, on the node (the task's cgroup is joined by the
+  /// caller); the container driver makes it a runtime's exec into the task's container.
+  virtual std::string PrepareExec(const TaskKey& key, ExecRequest want, ExecPlan* plan) {
+    (void)key;
+    plan->request = std::move(want.session);
+    return "";
+  }
 };
 
 }  // namespace mlsched::agent

@@ -1,6 +1,7 @@
 #include "cli/allocate.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -39,7 +40,15 @@ std::optional<v1::JobInfo> AllocateAndWait(SchedClient& client, const v1::JobSpe
     return std::nullopt;
   }
   // Bound to this process: if it dies, schedd cancels the job after its grace.
-  if (auto err = client.WatchAllocation(job_id); !err.empty())
+  // Idle warnings arrive on the watch's thread, maybe while a session holds the terminal raw:
+  // "\r\n" keeps them on lines of their own either way.
+  auto on_event = [tool](const v1::WatchAllocationEvent& ev) {
+    const std::string text = ev.idle_warning().empty() ? "the allocation is in use again" : "warning: " + SafeText(ev.idle_warning());
+    // A terminal may be in raw mode (a session's pty): "\r\n" there; plain lines elsewhere.
+    const std::string line = isatty(2) ? "\r\n" + tool + ": " + text + "\r\n" : tool + ": " + text + "\n";
+    [[maybe_unused]] ssize_t n = ::write(2, line.data(), line.size());
+  };
+  if (auto err = client.WatchAllocation(job_id, on_event); !err.empty())
     std::cerr << tool << ": warning: job " << job_id << " is not bound to this client (" << SafeText(err)
               << "): if " << tool << " is killed, cancel it with mlcancel " << job_id << "\n";
   std::string last;

@@ -42,6 +42,30 @@ constexpr const char* kUsage =
 std::atomic<bool> g_cancel{false};
 void OnInterrupt(int) { g_cancel = true; }
 
+// Every 2 s until `done`: when job `job_id` (on schedd `server`, as --server) has ended, says so and hangs up `child` (SIGHUP, then
+// SIGKILL 10 s later if it is still there), setting `revoked`. A client of its own (its thread).
+void WatchRevocation(const std::string& server, int64_t job_id, pid_t child, const std::atomic<bool>& done,
+                     std::atomic<bool>& revoked) {
+  SchedClient client(server, 10);
+  auto pause = [&](int ms) {
+    for (int i = 0; i < ms / 100 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  };
+  while (!done) {
+    pause(2000);
+    if (done) return;
+    v1::JobInfo job;
+    if (!client.GetJob(job_id, &job).ok() || job.state() == v1::RUNNING || job.state() == v1::PENDING) continue;
+    revoked = true;
+    const char* eol = isatty(2) ? "\r\n" : "\n";  // the command may hold the terminal raw
+    std::cerr << (isatty(2) ? "\r\n" : "") << "mlalloc: job allocation " << job_id << " has been revoked: "
+              << v1::JobState_Name(job.state()) << (job.reason().empty() ? "" : " (" + SafeText(job.reason()) + ")") << eol;
+    kill(child, SIGHUP);
+    pause(10000);
+    if (!done) kill(child, SIGKILL);
+    return;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,10 +140,18 @@ int main(int argc, char** argv) {
   // Ctrl-C in the shell is the shell's: mlalloc only waits.
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
+  // An allocation that ends under the command (its time limit, released idle, cancelled) is
+  // revoked, as salloc does: the command is hung up.
+  std::atomic<bool> done{false}, revoked{false};
+  std::thread revoker;
+  if (pid > 0) revoker = std::thread([&] { WatchRevocation(a.submit.options.server.value_or(""), job_id, pid, done, revoked); });
   int status = 0;
   while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  done = true;
+  if (revoker.joinable()) revoker.join();
   code = pid < 0 ? 127 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (revoked) ExitNow(code);
   std::cerr << "mlalloc: relinquishing job allocation " << job_id << "\n";
   ReleaseAllocation(client, job_id);
   ExitNow(code);

@@ -14,6 +14,7 @@
 #include "cli/paging.h"
 #include "cli/requests.h"
 #include "cli/rpc.h"
+#include "cli/step_format.h"
 
 namespace {
 
@@ -23,7 +24,7 @@ using namespace mlsched::cli;
 struct MlqArgs {
   JobFilters filters;
   std::string format = kDefaultJobFormat, server, explain;
-  bool noheader = false, json = false, start = false;
+  bool noheader = false, json = false, start = false, steps = false;
   int64_t max_jobs = kDefaultMaxListJobs;
 };
 
@@ -46,6 +47,8 @@ void AddOptions(CLI::App& app, MlqArgs& a) {
       ->check(CLI::Range(int64_t{1}, kMaxListJobs));
   auto* start = app.add_flag("--start", a.start,
                              "pending jobs with their expected start time (N/A = unknown) and reason, earliest first");
+  app.add_flag("-s,--steps", a.steps,
+               "the steps of the listed jobs (mlrun inside a job or allocation; squeue --steps): STEPID is JOB.STEP");
   auto* explain = app.add_option("--explain", a.explain,
                                  "why a job waits: its reason, expected start and priority factors (like sprio)");
   explain->excludes(start);
@@ -98,6 +101,33 @@ void PrintJobs(const MlqArgs& a, const std::vector<FormatItem>& format, const v1
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
+// mlq --steps: the steps of `jobs`, asked for in requests of 100 job ids.
+int PrintSteps(const MlqArgs& a, SchedClient& client, const v1::ListJobsResponse& listed) {
+  const auto& jobs = listed.jobs();
+  std::vector<v1::StepInfo> steps;
+  for (size_t i = 0; i < static_cast<size_t>(jobs.size()); i += 100) {
+    std::vector<int64_t> ids;
+    for (size_t j = i; j < std::min<size_t>(static_cast<size_t>(jobs.size()), i + 100); ++j) ids.push_back(jobs[static_cast<int>(j)].job_id());
+    v1::ListStepsResponse resp;
+    if (RpcStatus st = client.ListSteps(ids, &resp); !st.ok()) {
+      std::cerr << DescribeRpcError("mlq", st, client.Address(), 30) << "\n";
+      return ExitCodeForRpc(st.code);
+    }
+    steps.insert(steps.end(), resp.steps().begin(), resp.steps().end());
+  }
+  const int64_t now = std::time(nullptr);
+  std::string out;
+  if (a.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& s : steps) arr.push_back(StepJson(s, now));
+    out = JsonText(arr, 2) + "\n";
+  } else {
+    out = FormatStepTable(steps, now, a.noheader);
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return kExitOk;
+}
+
 // mlq: lists the jobs page by page (cli/paging.h), prints them, then says on stderr what is
 // missing: an early stop (--max-jobs; a misbehaving schedd: exit 1) and unknown -j ids (exit 1).
 int ListAndPrint(const MlqArgs& a, const v1::ListJobsRequest& req, const std::vector<FormatItem>& format) {
@@ -114,7 +144,11 @@ int ListAndPrint(const MlqArgs& a, const v1::ListJobsRequest& req, const std::ve
     std::cerr << DescribeRpcError("mlq", st, client.Address(), timeout_s) << "\n";
     return ExitCodeForRpc(st.code);
   }
-  PrintJobs(a, format, listed.jobs);
+  if (a.steps) {
+    if (int code = PrintSteps(a, client, listed.jobs); code != kExitOk) return code;
+  } else {
+    PrintJobs(a, format, listed.jobs);
+  }
   if (listed.capped)
     std::cerr << "mlq: showing the first " << a.max_jobs << " jobs (--max-jobs); narrow the listing with -u, -t, -p, -j "
               << "or --since\n";

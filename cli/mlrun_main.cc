@@ -181,6 +181,17 @@ int RunStep(SchedClient& client, const v1::JobInfo& job, const std::vector<int32
   }
   std::vector<std::unique_ptr<Rank>> sessions;
   const int32_t n = static_cast<int32_t>(ranks.size());
+  // The step (JOB.STEP) its sessions are the tasks of; a schedd without steps takes them without.
+  std::optional<int32_t> step_id;
+  {
+    int32_t id = 0;
+    const RpcStatus st = client.StartStep(job.job_id(), n, command, &id);
+    if (st.ok()) step_id = id;
+    else if (st.code != 12) {  // UNIMPLEMENTED
+      std::cerr << "mlrun: " << SafeText(st.message) << "\n";
+      return ExitCodeForRpc(st.code);
+    }
+  }
   uint32_t rows = 0, cols = 0;
   const bool has_window = own.pty && WindowSizeOf(0, &rows, &cols);
   for (int32_t i = 0; i < n; ++i) {
@@ -190,6 +201,10 @@ int RunStep(SchedClient& client, const v1::JobInfo& job, const std::vector<int32
     open->set_rank(ranks[static_cast<size_t>(i)]);
     for (const auto& c : command) open->add_argv(c);
     open->set_overlap(true);
+    if (step_id) {
+      open->set_step_id(*step_id);
+      open->set_step_task(i);
+    }
     if (step_env)
       for (const auto& kv : StepEnv(i, n, step)) open->add_env(kv);
     if (own.pty && i == 0) {

@@ -279,7 +279,7 @@ std::unique_ptr<SessionStream> SchedClient::OpenSession(std::string* error) {
   }
 }
 
-std::string SchedClient::WatchAllocation(int64_t job_id) {
+std::string SchedClient::WatchAllocation(int64_t job_id, std::function<void(const v1::WatchAllocationEvent&)> on_event) {
   if (!impl_->config_error.empty()) return impl_->config_error;
   struct Watch {
     grpc::ClientContext ctx;
@@ -298,12 +298,29 @@ std::string SchedClient::WatchAllocation(int64_t job_id) {
     grpc::Status st = w->reader->Finish();
     return st.error_message().empty() ? "the watch ended at once" : st.error_message();
   }
-  std::thread([w] {
+  std::thread([w, on_event = std::move(on_event)] {
     v1::WatchAllocationEvent more;
-    while (w->reader->Read(&more)) {
-    }
+    while (w->reader->Read(&more))
+      if (on_event) on_event(more);
   }).detach();
   return "";
+}
+
+RpcStatus SchedClient::StartStep(int64_t job_id, int32_t ntasks, const std::vector<std::string>& argv, int32_t* step_id) {
+  v1::StartStepRequest req;
+  req.set_job_id(job_id);
+  req.set_ntasks(ntasks);
+  for (const auto& a : argv) req.add_argv(a);
+  v1::StartStepResponse resp;
+  RpcStatus st = impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->StartStep(c, req, &resp); });
+  *step_id = resp.step_id();
+  return st;
+}
+
+RpcStatus SchedClient::ListSteps(const std::vector<int64_t>& job_ids, v1::ListStepsResponse* resp) {
+  v1::ListStepsRequest req;
+  for (int64_t id : job_ids) req.add_job_ids(id);
+  return impl_->Call([&](grpc::ClientContext* c, Impl::Member& m) { return m.jobs->ListSteps(c, req, resp); });
 }
 
 RpcStatus SchedClient::GetJob(int64_t job_id, v1::JobInfo* job) {

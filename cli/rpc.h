@@ -84,7 +84,13 @@ class SchedClient {
   /// Binds allocation `job_id` to this process (JobService.WatchAllocation) on the replica of the
   /// last call: the call stays open on a thread of its own until the process exits; schedd cancels
   /// the job a grace period after it ends. Returns "" once the watch is in force, else why not.
-  std::string WatchAllocation(int64_t job_id);
+  /// `on_event` (optional) gets each later event (idle warnings) on the watch's thread.
+  std::string WatchAllocation(int64_t job_id, std::function<void(const v1::WatchAllocationEvent&)> on_event = {});
+  /// Starts a step of `ntasks` tasks running `argv` in running job `job_id` (JobService.StartStep);
+  /// its id in *step_id.
+  RpcStatus StartStep(int64_t job_id, int32_t ntasks, const std::vector<std::string>& argv, int32_t* step_id);
+  /// The steps of these jobs that the caller may see (JobService.ListSteps).
+  RpcStatus ListSteps(const std::vector<int64_t>& job_ids, v1::ListStepsResponse* resp);
   RpcStatus ListNodes(v1::ListNodesResponse* resp);
   RpcStatus DrainNode(const std::string& node, const std::string& reason, bool resume);
   RpcStatus EvictNode(const std::string& node, int64_t deadline_s);

@@ -156,7 +156,9 @@ Parsed<v1::JobSpec> BuildAllocationSpec(const SubmitArgs& submit, const SubmitCo
   SubmitPayload payload;
   payload.kind = SubmitPayload::Kind::kCommand;
   payload.argv = AllocationHoldCommand();
-  return BuildJobSpec(opts, payload, ctx);
+  Parsed<v1::JobSpec> spec = BuildJobSpec(opts, payload, ctx);
+  if (spec.value) spec.value->set_interactive(true);  // the policy's [interactive] applies
+  return spec;
 }
 
 std::vector<std::string> StepEnv(int32_t i, int32_t n, const std::vector<v1::TaskPlacement>& step_tasks) {

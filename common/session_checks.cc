@@ -54,6 +54,10 @@ std::string CheckSessionOpen(const v1::SessionOpen& o) {
     return "the session's variables are " + std::to_string(bytes) + " bytes (at most " + std::to_string(kMaxSessionArgvBytes) + ")";
   if (o.has_window())
     if (auto e = CheckWindow(o.window(), "the window"); !e.empty()) return e;
+  if (o.has_step_id() && (o.step_id() < 0 || o.step_id() >= kMaxStepsPerJob))
+    return "step " + std::to_string(o.step_id()) + " is out of range (0.." + std::to_string(kMaxStepsPerJob - 1) + ")";
+  if (o.step_task() < 0 || o.step_task() >= kMaxStepTasks || (!o.has_step_id() && o.step_task() != 0))
+    return "step task " + std::to_string(o.step_task()) + " is out of range";
   if (o.term().size() > kMaxTermBytes) return "TERM is longer than " + std::to_string(kMaxTermBytes) + " bytes";
   for (char c : o.term())
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '+' ||

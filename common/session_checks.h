@@ -24,12 +24,19 @@ inline constexpr const char* kSessionLostPrefix = "session lost: ";
 inline constexpr size_t kMaxSessionEnv = 256;
 /// TERM's length.
 inline constexpr size_t kMaxTermBytes = 64;
+/// Tasks of one step (JobService.StartStep ntasks; SessionOpen.step_task below it).
+inline constexpr int32_t kMaxStepTasks = 100000;
+/// Steps one job may start (srun counts to 4,294,967,292; a job that starts steps in a loop is
+/// stopped here instead of filling the store).
+inline constexpr int32_t kMaxStepsPerJob = 100000;
+/// Bytes of a step's name (its command's first word, base name).
+inline constexpr size_t kMaxStepNameBytes = 128;
 
 /// Why `open` is refused ("" when it is fine): job id > 0, rank >= 0, argv of 1..kMaxSessionArgs
 /// entries of kMaxSessionArgvBytes in all with no NUL byte and a non-empty argv[0], a window of
 /// 1..kMaxWindowCells each when given, TERM of letters, digits, '-', '.', '+' and '_' only, and at
 /// most kMaxSessionEnv NAME=VALUE variables (names [A-Za-z_][A-Za-z0-9_]*, no NUL byte) of
-/// kMaxSessionArgvBytes in all.
+/// kMaxSessionArgvBytes in all, and a step id and task in 0..kMaxStepsPerJob, 0..kMaxStepTasks.
 std::string CheckSessionOpen(const v1::SessionOpen& open);
 
 /// Why a message after the open is refused ("" when fine): another open, data over

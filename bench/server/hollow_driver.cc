@@ -165,7 +165,7 @@ std::vector<agent::RunningTaskInfo> HollowDriver::Running() const {
   std::vector<agent::RunningTaskInfo> out;
   std::lock_guard lk(state_->mu);
   for (const auto& [k, t] : state_->tasks)
-    if (t.phase == State::Phase::kRunning) out.push_back({k, t.pid});
+    if (t.phase == State::Phase::kRunning) out.push_back({k, t.pid, std::nullopt});
   return out;
 }
 

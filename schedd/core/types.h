@@ -493,6 +493,19 @@ struct PredictionPolicy {
 /// 2002); else the job waits (and is planned) at its largest size. See ElasticRuntime.
 enum class ElasticStart { kLargest, kEarliestFinish };
 
+/// Interactive allocations (the policy's [interactive]; jobs of mlrun and mlalloc, JobSpec
+/// interactive): where they may run, how long, and when an idle one is released. Idle means no
+/// session input or output and CPU use below idle_cpu_below, after Determined's and JupyterHub's
+/// idle culling but on what the job does rather than on a browser's activity.
+struct InteractivePolicy {
+  std::vector<std::string> partitions;  // that take interactive jobs; empty = every partition
+  Duration max_time = 0;                // longest time limit of an interactive job (s); 0 = the partition's
+  Duration idle_timeout = 0;            // idle this long (s): released; 0 = never
+  Duration idle_warning = 300;          // the client is warned this long (s) before the release
+  double idle_cpu_below = 0.1;          // CPU use (cores, all its tasks together) that counts as idle
+  SourceLines source;                   // lines of the table and its keys
+};
+
 /// Elastic gangs (the policy's [elastic]; elastic.h): how an elastic job starts, and when a running
 /// one below its largest size (or on a fallback tier) is asked to checkpoint and restart.
 struct ElasticPolicy {
@@ -576,6 +589,7 @@ struct PolicySet {
   InputLimits limits;                   // [limits]; root, schedd's user and operators skip the per-user ones
   PredictionPolicy prediction;          // [prediction]
   ElasticPolicy elastic;                // [elastic]
+  InteractivePolicy interactive;        // [interactive]
   std::vector<ProvisioningPolicy> provisioning;  // [provisioning.POOL], at most one per pool
   NodeInventory inventory;              // [inventory], [[nodes]]
 };

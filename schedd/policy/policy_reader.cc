@@ -136,7 +136,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
                    "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic", "provisioning",
-                   "inventory", "nodes"},
+                   "inventory", "nodes", "interactive"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -159,6 +159,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("prediction", [&](const toml::table& t) { ReadPrediction(t, p.prediction); });
   section("provisioning", [&](const toml::table& t) { ReadProvisioning(t, p); });
   section("inventory", [&](const toml::table& t) { ReadInventory(t, p.inventory); });
+  section("interactive", [&](const toml::table& t) { ReadInteractive(t, p.interactive); });
   EachTable(root, "nodes", [&](const toml::table& t, const std::string& ctx) {
     ReadNodeDeclaration(t, ctx, p.inventory);
   });
@@ -206,6 +207,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
       Error(t.source(), ctx + ": QoS '" + qos + "' is not a defined QoS");
   });
   CheckReferences(root, p);
+  CheckInteractive(root, p);
   CheckAssociations(root, p);
   CheckProvisioning(root, p);
   return p;

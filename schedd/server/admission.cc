@@ -8,6 +8,7 @@
 
 #include "common/container_ref.h"
 #include "common/safe_text.h"
+#include "common/units.h"
 
 namespace mlsched::server {
 
@@ -270,6 +271,29 @@ std::string CheckRegistration(const v1::RegisterNode& reg) {
   if (reg.running_size() > L::kMaxRunningTasks)
     return "node " + name + ": " + std::to_string(reg.running_size()) + " running tasks; the limit is " +
            std::to_string(L::kMaxRunningTasks);
+  return "";
+}
+
+std::string CheckInteractiveSpec(v1::JobSpec& spec, const core::InteractivePolicy& policy,
+                                 const core::PartitionPolicy& partition) {
+  if (!spec.interactive()) return "";
+  auto at = [&](const char* key) {
+    const std::string& line = policy.source.Of(key);
+    return line.empty() ? std::string(" (policy [interactive] ") + key + ")" : " (policy " + line + " [interactive] " + key + ")";
+  };
+  if (!spec.array().empty()) return "an interactive job (mlrun, mlalloc) cannot be a job array";
+  if (spec.min_tasks() > 0) return "an interactive job (mlrun, mlalloc) has one size: elastic ranges are for batch jobs";
+  if (!policy.partitions.empty() &&
+      std::find(policy.partitions.begin(), policy.partitions.end(), partition.name) == policy.partitions.end()) {
+    std::string list;
+    for (const auto& p : policy.partitions) list += (list.empty() ? "" : ", ") + p;
+    return "partition '" + partition.name + "' takes no interactive jobs; these do: " + list + at("partitions");
+  }
+  if (policy.max_time <= 0) return "";
+  if (spec.time_limit_s() == 0) spec.set_time_limit_s(std::min(partition.default_time_limit, policy.max_time));
+  if (spec.time_limit_s() > policy.max_time)
+    return "time limit " + FormatDuration(spec.time_limit_s()) + " exceeds the maximum of interactive jobs, " +
+           FormatDuration(policy.max_time) + at("max_time");
   return "";
 }
 

@@ -50,6 +50,13 @@ std::string CheckSpecText(const v1::JobSpec& spec);
 /// known types. Always "" while `nodes` is empty (nothing registered yet).
 std::string CheckGpuTypesKnown(const v1::JobSpec& spec, const std::vector<core::Node>& nodes);
 
+/// "" when an interactive job (spec.interactive, mlrun and mlalloc) is one the policy's
+/// [interactive] admits: not an array, not elastic, in one of its partitions, within its max_time;
+/// else the error naming the rule and its policy line. Sets the time limit of one that asked for
+/// none to the smaller of the partition's default and max_time. Nothing for a batch job.
+std::string CheckInteractiveSpec(v1::JobSpec& spec, const core::InteractivePolicy& policy,
+                                 const core::PartitionPolicy& partition);
+
 /// Offset of the first byte of `text` that is not printable UTF-8 (a control character, DEL, a
 /// C1 control or an invalid sequence); npos when there is none.
 size_t FirstNonPrintable(const std::string& text);

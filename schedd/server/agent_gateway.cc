@@ -428,6 +428,7 @@ bool AgentGateway::Handle(const std::shared_ptr<Stream>& s, const v1::AgentMessa
   // tasks were requeued); closing the stream makes the agent register again, which reconciles
   // what still runs there.
   Controller::AppliedMessage applied = ctl_->ApplyAgentMessage(s->node, msg, WallNow());
+  if (usage_ && msg.has_heartbeat() && applied.keep) usage_->Observe(s->node, msg.heartbeat(), std::chrono::steady_clock::now());
   // Most heartbeats write and send nothing: nothing to complete, no hand-off to the completer
   // (one thread wake-up and a Controller lock fewer per heartbeat; 2,000 a second at 10,000 nodes).
   const bool nothing = msg.seq() == 0 && (!applied.batch || (applied.batch->writes.empty() && applied.batch->sends.empty()));
@@ -455,6 +456,7 @@ void AgentGateway::Forget(Stream& s) {
       current = true;
     }
   }
+  if (current && usage_) usage_->ForgetNode(s.node);
   if (current && ctl_) ctl_->OnDisconnect(s.node, WallNow());
 }
 

@@ -21,6 +21,7 @@
 #include "mlsched/v1/agent.grpc.pb.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
+#include "schedd/server/usage_book.h"
 
 namespace mlsched::server {
 
@@ -52,6 +53,9 @@ class AgentGateway final : public v1::AgentService::CallbackService, public Agen
   AgentGateway& operator=(const AgentGateway&) = delete;
 
   void SetController(Controller* c) { ctl_ = c; }
+  /// Where applied heartbeats are also recorded (the tasks' CPU use; optional, not owned; before
+  /// serving).
+  void SetUsageBook(UsageBook* u) { usage_ = u; }
   /// The epoch every message to agents carries from now on (HA: the leader's; 0 in single mode).
   void SetEpoch(int64_t epoch) { epoch_ = epoch; }
   /// Finishes the work queued, then joins the workers. Call after the gRPC server shut down and
@@ -81,6 +85,7 @@ class AgentGateway final : public v1::AgentService::CallbackService, public Agen
   void Forget(Stream& s);
 
   Controller* ctl_ = nullptr;
+  UsageBook* usage_ = nullptr;
   const Authenticator& auth_;
   const LeaderGate* gate_;
   std::atomic<int64_t> epoch_{0};

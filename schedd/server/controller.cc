@@ -99,6 +99,11 @@ core::PolicySet Controller::Policy() {
   return policy_;
 }
 
+core::InteractivePolicy Controller::Interactive() {
+  std::lock_guard lk(mu_);
+  return policy_.interactive;
+}
+
 bool Controller::IsOperator(const std::string& user) {
   std::lock_guard lk(mu_);
   return std::find(policy_.operators.begin(), policy_.operators.end(), user) != policy_.operators.end();
@@ -246,6 +251,7 @@ Status Controller::ValidateSpec(v1::JobSpec& spec, const Caller& caller, const R
     known += (known.empty() ? "" : ", ") + p.name;
   }
   if (!part) return bad("unknown partition '" + spec.partition() + "' (partitions: " + known + ")");
+  if (std::string err = CheckInteractiveSpec(spec, policy_.interactive, *part); !err.empty()) return bad(err);
   if (spec.time_limit_s() == 0) spec.set_time_limit_s(part->default_time_limit);
   if (spec.time_limit_s() > part->max_time_limit)
     return bad("time limit " + FormatDuration(spec.time_limit_s()) + " exceeds partition '" + part->name +
@@ -462,18 +468,19 @@ Status Controller::Submit(const Caller& caller, v1::JobSpec spec, int64_t now, i
   return {};
 }
 
-void Controller::CancelOne(JobRec& j, int64_t now) {
+void Controller::CancelOne(JobRec& j, int64_t now, const std::string& reason) {
   if (j.state == core::JobState::kRunning) {
-    EndAttempt(j, core::JobState::kCancelled, "Cancelled", 0, now, "cancel");
+    EndAttempt(j, core::JobState::kCancelled, reason, 0, now, "cancel");
     return;
   }
   j.state = core::JobState::kCancelled;
-  j.reason = "Cancelled";
+  j.reason = reason;
   j.end_time = now;
-  Persist(j, "cancel", "");
+  Persist(j, "cancel", reason == "Cancelled" ? "" : reason);
 }
 
-v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now) {
+v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now,
+                                          const std::string& reason) {
   v1::CancelJobsResponse resp;
   const bool listed = !req.job_ids().empty() || !req.job_refs().empty();
   Selection sel;
@@ -527,7 +534,7 @@ v1::CancelJobsResponse Controller::Cancel(const Caller& caller, const v1::Cancel
       m.mutable_signal()->set_signal(req.signal());
       SendToNodes(*j, m);
     } else {
-      CancelOne(*j, now);
+      CancelOne(*j, now, reason);
     }
     resp.add_cancelled(j->id);
   }

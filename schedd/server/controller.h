@@ -123,7 +123,10 @@ class Controller {
   Status Submit(const Caller& caller, v1::JobSpec spec, int64_t now, int64_t* job_id,
                 const std::string& submission_key = "");
   /// Cancels (or signals) the selected jobs; per-job errors in the response.
-  v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now);
+  /// `reason`: the cancelled jobs' end reason ("Cancelled"; schedd's own: "IdleTimeout",
+  /// "ClientGone").
+  v1::CancelJobsResponse Cancel(const Caller& caller, const v1::CancelJobsRequest& req, int64_t now,
+                                const std::string& reason = "Cancelled");
   /// One page of the jobs matching the filters (listing.h): live ones plus recently finished;
   /// explicit ids also from disk; with include_all_finished also those that ended since
   /// finished_since (default: kDefaultFinishedWindowS before `now`). Summaries: no script,
@@ -195,6 +198,8 @@ class Controller {
   /// Replaces the policy (live reload); already accepted jobs are kept.
   void SetPolicy(core::PolicySet policy);
   core::PolicySet Policy();
+  /// The policy's [interactive] in force now (a copy, cheaper than Policy()).
+  core::InteractivePolicy Interactive();
   bool IsOperator(const std::string& user);
 
   /// Number of jobs held in memory (for metrics and tests).
@@ -341,7 +346,7 @@ class Controller {
   /// stored), unless a cycle recounted since `admitted_at` (pending_recounts_ then); the rate
   /// token stays spent.
   void UnadmitUserLocked(const Caller& caller, int64_t jobs, int64_t bytes, int64_t admitted_at);
-  void CancelOne(JobRec& j, int64_t now);
+  void CancelOne(JobRec& j, int64_t now, const std::string& reason);
   /// A new job's row (spec left to the caller) and in-memory record, PENDING (or held) at `now`.
   static JobRow NewRow(const Caller& caller, const v1::JobSpec& spec, int64_t now);
   static JobRec NewRec(int64_t id, const Caller& caller, const v1::JobSpec& spec, int64_t now);

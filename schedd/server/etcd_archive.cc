@@ -102,10 +102,14 @@ int64_t ArchiveJobs(EtcdClient& etcd, EtcdStore& store, ArchiveWriter& w, const 
     const std::string attempts = p + "attempts/" + id + "/";
     for (const auto& kv : etcd.RangePrefix(attempts))
       if (!entry.add_attempts()->ParseFromString(kv.value())) throw StoreError("etcd: cannot parse the value of " + kv.key());
+    const std::string steps = p + "steps/" + id + "/";
+    for (const auto& kv : etcd.RangePrefix(steps))
+      if (!entry.add_steps()->ParseFromString(kv.value())) throw StoreError("etcd: cannot parse the value of " + kv.key());
     std::vector<etcdpb::RequestOp> deletes;
     deletes.push_back(Delete(p + "jobs/" + id));
     deletes.push_back(Delete(p + "specs/" + id));
     deletes.push_back(Delete(attempts, PrefixEnd(attempts)));
+    deletes.push_back(Delete(steps, PrefixEnd(steps)));
     w.Add("jobs", entry.SerializeAsString(), std::move(deletes));
   }
   return static_cast<int64_t>(due.size());
@@ -163,9 +167,10 @@ int64_t CopyStream(EtcdClient& etcd, const std::string& prefix, SqliteStore& his
       if (kind == "jobs") {
         v1::StoredArchivedJob a;
         if (!a.ParseFromString(kv.value())) throw StoreError("etcd: cannot parse the value of " + kv.key());
-        ArchivedJob j{FromStored(a.job()), {}};
+        ArchivedJob j{FromStored(a.job()), {}, {}};
         j.row.spec = a.spec();
         for (const auto& x : a.attempts()) j.attempts.push_back(FromStored(x));
+        for (const auto& x : a.steps()) j.steps.push_back(FromStored(x));
         jobs.push_back(std::move(j));
       } else {
         v1::StoredEvent e;

@@ -481,6 +481,20 @@ std::vector<AttemptRow> EtcdStore::LoadAttempts(int64_t start, int64_t end) {
   return out;
 }
 
+std::future<void> EtcdStore::SaveStep(StepRow r) {
+  return Write([this, r = std::move(r)](Batch& b) {
+    b.Put(Key("steps/" + Pad(r.job_id, 20) + "/" + Pad(r.step_id, 10)), ToStored(r).SerializeAsString());
+  });
+}
+
+std::vector<StepRow> EtcdStore::LoadSteps(const std::vector<int64_t>& job_ids) {
+  std::vector<StepRow> out;
+  for (int64_t id : job_ids)
+    for (const auto& kv : etcd_.RangePrefix(Key("steps/" + Pad(id, 20) + "/")))
+      out.push_back(FromStored(Parse<v1::StoredStep>(kv.value(), kv.key())));
+  return out;
+}
+
 std::future<void> EtcdStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
   return Write([this, usage = std::move(usage), accrued_until](Batch& b) {
     v1::StoredUsage s;

@@ -310,7 +310,9 @@ int main(int argc, char** argv) {
         return std::make_pair(v.leader, v.epoch);
       });
     }
+    UsageBook usage;  // before the gateway that writes to it
     AgentGateway gateway(auth, gate.get());
+    gateway.SetUsageBook(&usage);
     Controller ctl(store, gateway, policy, cfg);
     ctl_ptr = &ctl;
     gateway.SetController(&ctl);
@@ -354,11 +356,15 @@ int main(int argc, char** argv) {
           std::make_shared<MungeAuthProcessor>(mlsched::ResolveMungeSocket(munge_socket), verified, &metrics));
       builder.AddListeningPort(listen_tcp, creds, &tcp_port);
     }
+    StepBook steps(store, ctl);
     SessionRelay sessions(ctl, gateway, session_limits);
+    sessions.SetStepBook(&steps);
     jobs.SetSessionRelay(&sessions);
+    jobs.SetStepBook(&steps);
     AllocationWatch::Limits watch_limits;
     watch_limits.grace = std::chrono::seconds(client_grace_s);
     AllocationWatch allocation_watch(ctl, watch_limits);
+    allocation_watch.SetActivitySources(&sessions, &usage);
     jobs.SetAllocationWatch(&allocation_watch);
     sessions.SetMetrics(&metrics);
     sessions_seen = &sessions;

@@ -1,8 +1,10 @@
 #include "schedd/server/services.h"
 #include "schedd/server/admission.h"
+#include "common/session_checks.h"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -141,6 +143,61 @@ grpc::Status AgentSessionServiceImpl::Relay(grpc::ServerContext* ctx,
     spdlog::error("Relay: {}", e.what());
     return {grpc::StatusCode::INTERNAL, std::string("Relay: ") + e.what()};
   }
+}
+
+grpc::Status JobServiceImpl::StartStep(grpc::ServerContext* ctx, const v1::StartStepRequest* req,
+                                       v1::StartStepResponse* resp) {
+  return Guard(ctl_, gate_, ctx, "StartStep", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/StartStep", &c); !st.ok()) return st;
+    if (!steps_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this schedd records no steps");
+    const std::string job = "job " + std::to_string(req->job_id());
+    v1::JobInfo info;
+    if (req->job_id() <= 0 || !ctl_.Get(c, req->job_id(), &info).ok())
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, job + " is unknown");
+    if (!MaySeeDetails(c, info.uid(), info.user()))
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          job + " belongs to " + info.user() + ": only its owner or an operator may start a step in it");
+    if (info.state() != v1::RUNNING)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, job + " is " + v1::JobState_Name(info.state()) + ", not running");
+    if (req->argv_size() == 0 || req->argv(0).empty() || req->argv(0).size() > kMaxSessionArgvBytes)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a step needs a command");
+    int32_t id = 0;
+    if (auto st = steps_->Start(info, c, req->ntasks(), req->argv(0), &id); !st.ok()) return st;
+    resp->set_step_id(id);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobServiceImpl::ListSteps(grpc::ServerContext* ctx, const v1::ListStepsRequest* req,
+                                       v1::ListStepsResponse* resp) {
+  return Guard(ctl_, gate_, ctx, "ListSteps", [&] {
+    Caller c;
+    if (auto st = auth_.Authenticate(ctx, "mlsched.v1.JobService/ListSteps", &c); !st.ok()) return st;
+    if (!steps_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this schedd records no steps");
+    if (auto st = CheckIdCount(ctl_, req->job_ids_size()); !st.ok()) return st;
+    std::vector<int64_t> visible;
+    for (int64_t id : req->job_ids()) {
+      v1::JobInfo info;
+      if (id > 0 && ctl_.Get(c, id, &info).ok() && MaySeeDetails(c, info.uid(), info.user())) visible.push_back(id);
+    }
+    std::sort(visible.begin(), visible.end());
+    visible.erase(std::unique(visible.begin(), visible.end()), visible.end());
+    for (const StepRow& r : steps_->List(visible)) {
+      auto* s = resp->add_steps();
+      s->set_job_id(r.job_id);
+      s->set_step_id(r.step_id);
+      s->set_name(r.name);
+      s->set_ntasks(r.ntasks);
+      s->set_nodes(r.nodes);
+      s->set_user(r.user);
+      s->set_state(r.state);
+      s->set_exit_code(r.exit_code);
+      s->set_start_time(r.start_time);
+      s->set_end_time(r.end_time);
+    }
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status JobServiceImpl::HoldJob(grpc::ServerContext* ctx, const v1::HoldJobRequest* req, v1::HoldJobResponse*) {

@@ -84,6 +84,13 @@ class JobServiceImpl final
                                                                      const v1::WatchAllocationRequest* req) override;
   /// Where watches go (set before the server starts).
   void SetAllocationWatch(AllocationWatch* watch) { watch_ = watch; }
+  /// A step in a running job (StepBook::Start) by its owner or a privileged user; UNIMPLEMENTED
+  /// without a step book.
+  grpc::Status StartStep(grpc::ServerContext*, const v1::StartStepRequest*, v1::StartStepResponse*) override;
+  /// The steps of the listed jobs the caller may see the details of (others are left out).
+  grpc::Status ListSteps(grpc::ServerContext*, const v1::ListStepsRequest*, v1::ListStepsResponse*) override;
+  /// Where steps are recorded (set before the server starts).
+  void SetStepBook(StepBook* steps) { steps_ = steps; }
 
  private:
   Controller& ctl_;
@@ -91,6 +98,7 @@ class JobServiceImpl final
   const LeaderGate* gate_;
   SessionRelay* sessions_ = nullptr;
   AllocationWatch* watch_ = nullptr;
+  StepBook* steps_ = nullptr;
 };
 
 /// The agents' relay streams of interactive sessions (SessionRelay::ServeAgent).

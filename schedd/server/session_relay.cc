@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <thread>
@@ -24,6 +25,7 @@ struct SessionRelay::Session {
   std::string id, token, node;
   int64_t job_id = 0;
   int32_t rank = 0;
+  int32_t step_id = -1, step_task = 0;  // the step it is a task of (-1: none recorded)
   uint32_t uid = 0;
   std::string user;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -37,6 +39,10 @@ struct SessionRelay::Session {
   bool agent_done = false;         // ServeAgent ended (after the exit went to the client)
   int writing_client = 0, writing_agent = 0;
   uint64_t bytes_out = 0, bytes_in = 0;
+  std::atomic<int64_t> last_io_ns{0};  // steady clock of the last data relayed; 0 = none
+  std::optional<v1::SessionExit> exit;   // the agent's report (set by ServeAgent)
+
+  void Touch() { last_io_ns = std::chrono::steady_clock::now().time_since_epoch().count(); }
 
   // A message to the client; false once the client is gone.
   bool ToClient(const v1::SessionOutput& out) {
@@ -154,6 +160,19 @@ grpc::Status SessionRelay::Start(const v1::SessionOpen& open, const Caller& call
     ++per_user_[caller.uid];
     sessions_[s->id] = s;
   }
+  if (steps_) {  // every session is a step's task: of the step it names, or of a one-task step of its own
+    int32_t step = open.has_step_id() ? open.step_id() : -1;
+    grpc::Status st;
+    if (step < 0) st = steps_->Start(info, caller, 1, open.argv(0), &step);
+    if (st.ok()) st = steps_->Join(open.job_id(), step, open.step_task(), caller, s->node);
+    if (!st.ok()) {
+      if (step >= 0 && !open.has_step_id()) steps_->TaskEnded(open.job_id(), step, 0, 255, false, st.error_message());
+      Forget(s);
+      return st;
+    }
+    s->step_id = step;
+    s->step_task = open.step_task();
+  }
   v1::SchedulerMessage msg;
   auto* o = msg.mutable_open_session();
   o->set_session_id(s->id);
@@ -162,6 +181,7 @@ grpc::Status SessionRelay::Start(const v1::SessionOpen& open, const Caller& call
   o->set_attempt(info.attempt());
   *o->mutable_open() = open;
   if (!agents_.Send(s->node, std::move(msg))) {
+    EndStepTask(*s, "node " + s->node + " is not connected");
     Forget(s);
     return {grpc::StatusCode::UNAVAILABLE, "node " + s->node + " of " + job + " is not connected"};
   }
@@ -172,6 +192,37 @@ grpc::Status SessionRelay::Start(const v1::SessionOpen& open, const Caller& call
 void SessionRelay::Forget(const std::shared_ptr<Session>& s) {
   std::lock_guard lk(mu_);
   if (sessions_.erase(s->id) && --per_user_[s->uid] == 0) per_user_.erase(s->uid);
+  if (const int64_t ns = s->last_io_ns.load(); ns != 0) {
+    const std::chrono::steady_clock::time_point at{std::chrono::steady_clock::duration(ns)};
+    auto& last = ended_io_[s->job_id];
+    last = std::max(last, at);
+    const auto day_ago = std::chrono::steady_clock::now() - std::chrono::hours(24);
+    std::erase_if(ended_io_, [&](const auto& e) { return e.second < day_ago; });
+  }
+}
+
+std::optional<std::chrono::steady_clock::time_point> SessionRelay::LastActivity(int64_t job_id) {
+  std::lock_guard lk(mu_);
+  std::optional<std::chrono::steady_clock::time_point> last;
+  if (auto it = ended_io_.find(job_id); it != ended_io_.end()) last = it->second;
+  for (const auto& [id, s] : sessions_) {
+    const int64_t ns = s->last_io_ns.load();
+    if (s->job_id != job_id || ns == 0) continue;
+    const std::chrono::steady_clock::time_point at{std::chrono::steady_clock::duration(ns)};
+    if (!last || at > *last) last = at;
+  }
+  return last;
+}
+
+void SessionRelay::EndStepTask(Session& s, const std::string& why_no_exit) {
+  if (!steps_ || s.step_id < 0) return;
+  std::optional<v1::SessionExit> exit;
+  {
+    std::lock_guard lk(s.mu);
+    exit = s.exit;
+  }
+  if (exit) steps_->TaskEnded(s.job_id, s.step_id, s.step_task, exit->exit_code(), exit->signaled(), exit->error());
+  else steps_->TaskEnded(s.job_id, s.step_id, s.step_task, 255, false, why_no_exit);
 }
 
 grpc::Status SessionRelay::ServeClient(grpc::ServerContext* ctx, ClientStream* stream, const Caller& caller) {
@@ -187,6 +238,7 @@ grpc::Status SessionRelay::ServeClient(grpc::ServerContext* ctx, ClientStream* s
     if (!attached || !s->attached) {
       s->client = nullptr;
       lk.unlock();
+      EndStepTask(*s, "node " + s->node + " did not start it");
       Forget(s);
       return {grpc::StatusCode::UNAVAILABLE, "node " + s->node + " did not start the session within " +
                                                  std::to_string(limits_.attach_timeout.count() / 1000) + " s"};
@@ -200,6 +252,7 @@ grpc::Status SessionRelay::ServeClient(grpc::ServerContext* ctx, ClientStream* s
     while (stream->Read(&in)) {
       if (refused = CheckSessionInput(in); !refused.empty()) break;
       if (in.has_data()) {
+        s->Touch();
         s->bytes_in += in.data().size();
         if (metrics_) metrics_->CountSessionBytes("in", static_cast<double>(in.data().size()));
         Throttle(in.data().size());
@@ -222,6 +275,7 @@ grpc::Status SessionRelay::ServeClient(grpc::ServerContext* ctx, ClientStream* s
   s->client = nullptr;
   s->cv.wait(lk, [&] { return s->writing_client == 0; });
   lk.unlock();
+  EndStepTask(*s, std::string(kSessionLostPrefix) + "the stream from node " + s->node + " ended before its process did");
   Forget(s);
   const auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - s->started).count();
   spdlog::info("session {}: closed after {} s ({} bytes out, {} in){}", s->id.substr(0, 8), secs, s->bytes_out, s->bytes_in,
@@ -266,9 +320,14 @@ grpc::Status SessionRelay::ServeAgent(grpc::ServerContext* ctx, AgentStream* str
       v1::SessionOutput& out = *frame.mutable_output();
       if (out.has_stdout() && out.stdout().size() > kMaxSessionChunk) out.mutable_stdout()->resize(kMaxSessionChunk);
       if (out.has_stderr() && out.stderr().size() > kMaxSessionChunk) out.mutable_stderr()->resize(kMaxSessionChunk);
-      if (out.has_exit()) exited = true;
+      if (out.has_exit()) {
+        exited = true;
+        std::lock_guard lk(s->mu);
+        s->exit = out.exit();
+      }
       if (out.msg_case() == v1::SessionOutput::MSG_NOT_SET) continue;
       const size_t n = out.stdout().size() + out.stderr().size();
+      if (n > 0) s->Touch();
       s->bytes_out += n;
       if (metrics_) metrics_->CountSessionBytes("out", static_cast<double>(n));
       Throttle(n);

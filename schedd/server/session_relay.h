@@ -20,12 +20,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "mlsched/v1/agent.grpc.pb.h"
 #include "mlsched/v1/jobs.grpc.pb.h"
 #include "schedd/server/auth.h"
 #include "schedd/server/controller.h"
+#include "schedd/server/step_book.h"
 
 namespace mlsched::server {
 
@@ -58,11 +60,18 @@ class SessionRelay {
   size_t Open();
   /// Where relayed bytes are counted (mlsched_session_bytes_total); set before serving.
   void SetMetrics(SchedMetrics* m) { metrics_ = m; }
+  /// Where each session is recorded as a step's task (set before serving; null: not recorded).
+  void SetStepBook(StepBook* steps) { steps_ = steps; }
+  /// When a session of `job_id` last relayed input or output (its open sessions' and those ended
+  /// in the last day); nullopt when none did.
+  std::optional<std::chrono::steady_clock::time_point> LastActivity(int64_t job_id);
 
  private:
   struct Session;
   grpc::Status Start(const v1::SessionOpen& open, const Caller& caller, std::shared_ptr<Session>* out);
   void Forget(const std::shared_ptr<Session>& s);
+  /// Reports the session's end to the step book (its process's exit, or why it has none).
+  void EndStepTask(Session& s, const std::string& why_no_exit);
 
   /// Waits until `bytes` fit in the shared budget (a token bucket of limits_.bytes_per_second
   /// with a tenth of a second of burst).
@@ -72,6 +81,8 @@ class SessionRelay {
   AgentSink& agents_;
   Limits limits_;
   SchedMetrics* metrics_ = nullptr;
+  StepBook* steps_ = nullptr;
+  std::map<int64_t, std::chrono::steady_clock::time_point> ended_io_;  // job -> last I/O of its ended sessions
   std::mutex bucket_mu_;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_ = std::chrono::steady_clock::now();

@@ -191,6 +191,11 @@ const char* const kMigrations[] = {
     "CREATE TABLE predictor_model (id INTEGER PRIMARY KEY CHECK (id = 1), state BLOB NOT NULL);",
     // 10: containers: the image digest a job's last attempt ran (mlq %J, show job, accounting).
     "ALTER TABLE jobs ADD COLUMN image_digest TEXT NOT NULL DEFAULT '';",
+    // 11: job steps (mlrun in a running job: srun's JOB.STEP), for mlq --steps and accounting.
+    "CREATE TABLE steps (job_id INTEGER NOT NULL, step_id INTEGER NOT NULL, name TEXT NOT NULL,"
+    "  ntasks INTEGER NOT NULL, nodes TEXT NOT NULL, uid INTEGER NOT NULL, user TEXT NOT NULL,"
+    "  state TEXT NOT NULL, exit_code INTEGER NOT NULL, start_time INTEGER NOT NULL,"
+    "  end_time INTEGER NOT NULL, PRIMARY KEY (job_id, step_id));",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -523,6 +528,56 @@ std::future<void> SqliteStore::SaveAttempt(AttemptRow a) {
   return p->get_future();
 }
 
+namespace {
+const char* const kInsertStep =
+    "INSERT OR REPLACE INTO steps(job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time,"
+    " end_time) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+void BindStep(Stmt& s, const StepRow& r) {
+  s.Bind(1, r.job_id).Bind(2, r.step_id).BindText(3, r.name).Bind(4, r.ntasks).BindText(5, r.nodes).Bind(6, r.uid)
+      .BindText(7, r.user).BindText(8, r.state).Bind(9, r.exit_code).Bind(10, r.start_time).Bind(11, r.end_time);
+}
+}  // namespace
+
+std::future<void> SqliteStore::SaveStep(StepRow r) {
+  auto p = std::make_shared<std::promise<void>>();
+  Enqueue(
+      [r = std::move(r)](sqlite3* db) {
+        Stmt s(db, kInsertStep, kCache);
+        BindStep(s, r);
+        s.Step();
+      },
+      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
+  return p->get_future();
+}
+
+std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids) {
+  std::lock_guard lk(rmu_);
+  Stmt s(rdb_,
+         "SELECT job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time, end_time FROM steps"
+         " WHERE job_id=? ORDER BY step_id");
+  std::vector<StepRow> out;
+  for (int64_t id : job_ids) {
+    s.Reset();
+    s.Bind(1, id);
+    while (s.Step()) {
+      StepRow r;
+      r.job_id = s.Int(0);
+      r.step_id = static_cast<int32_t>(s.Int(1));
+      r.name = s.Blob(2);
+      r.ntasks = static_cast<int32_t>(s.Int(3));
+      r.nodes = s.Blob(4);
+      r.uid = static_cast<uint32_t>(s.Int(5));
+      r.user = s.Blob(6);
+      r.state = s.Blob(7);
+      r.exit_code = static_cast<int32_t>(s.Int(8));
+      r.start_time = s.Int(9);
+      r.end_time = s.Int(10);
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
 std::future<void> SqliteStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
@@ -695,7 +750,13 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
         Stmt a(db,
                "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
                " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-        for (const auto& [r, attempts] : jobs) {
+        Stmt st(db, kInsertStep);
+        for (const auto& [r, attempts, steps] : jobs) {
+          for (const auto& x : steps) {
+            st.Reset();
+            BindStep(st, x);
+            st.Step();
+          }
           j.Reset();
           j.Bind(1, r.id).Bind(2, r.spec).BindText(3, r.user).Bind(4, r.uid).Bind(5, r.gid).BindText(6, r.state)
               .BindText(7, r.reason).Bind(8, r.submit_time).Bind(9, r.start_time).Bind(10, r.end_time)

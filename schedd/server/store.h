@@ -68,11 +68,27 @@ struct AttemptRow {
   int64_t lost_work_s = 0;               // seconds of work lost to a requeue (since the last checkpoint)
 };
 
+/// One step of a job (srun's JOB.STEP, mlrun inside a running job): written when it starts
+/// (state RUNNING, end_time 0) and when it ends (StepBook, step_book.h).
+struct StepRow {
+  int64_t job_id = 0;
+  int32_t step_id = 0;
+  std::string name;                      // its command's first word (base name)
+  int32_t ntasks = 0;
+  std::string nodes;                     // comma-separated, in task order
+  uint32_t uid = 0;                      // who started it
+  std::string user;
+  std::string state;                     // RUNNING, COMPLETED, FAILED, CANCELLED, NODE_FAIL
+  int32_t exit_code = 0;                 // the highest of its tasks' (128 + signal when killed)
+  int64_t start_time = 0, end_time = 0;  // seconds since epoch; end 0 while running
+};
+
 /// A finished job moved out of HA mode's etcd into a replica's history (etcd_archive.h), with its
-/// launch attempts.
+/// launch attempts and steps.
 struct ArchivedJob {
   JobRow row;  // with its id and spec
   std::vector<AttemptRow> attempts;
+  std::vector<StepRow> steps;
 };
 
 /// One event row as archived (time: seconds since epoch; job_id 0 for node-only events).
@@ -128,6 +144,10 @@ class Store {
   virtual std::future<void> SaveAttempt(AttemptRow row) = 0;
   /// Attempts that overlap [start, end) (running ones included), by job id then attempt.
   virtual std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) = 0;
+  /// Writes a step (insert or replace by job and step id).
+  virtual std::future<void> SaveStep(StepRow row) = 0;
+  /// The steps of these jobs, by job then step id.
+  virtual std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids) = 0;
   /// Replaces the stored fairshare usage (association key -> decayed billing-weighted
   /// resource-seconds) and the time it was accrued up to (seconds since epoch).
   virtual std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) = 0;
@@ -192,6 +212,8 @@ class SqliteStore final : public Store {
   std::future<void> AppendEvent(int64_t job_id, std::string node, std::string kind, std::string detail) override;
   std::future<void> SaveAttempt(AttemptRow row) override;
   std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) override;
+  std::future<void> SaveStep(StepRow row) override;
+  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids) override;
   std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) override;

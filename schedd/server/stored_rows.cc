@@ -78,4 +78,36 @@ AttemptRow FromStored(const v1::StoredAttempt& s) {
   return r;
 }
 
+v1::StoredStep ToStored(const StepRow& r) {
+  v1::StoredStep s;
+  s.set_job_id(r.job_id);
+  s.set_step_id(r.step_id);
+  s.set_name(r.name);
+  s.set_ntasks(r.ntasks);
+  s.set_nodes(r.nodes);
+  s.set_uid(r.uid);
+  s.set_user(r.user);
+  s.set_state(r.state);
+  s.set_exit_code(r.exit_code);
+  s.set_start_time(r.start_time);
+  s.set_end_time(r.end_time);
+  return s;
+}
+
+StepRow FromStored(const v1::StoredStep& s) {
+  StepRow r;
+  r.job_id = s.job_id();
+  r.step_id = s.step_id();
+  r.name = s.name();
+  r.ntasks = s.ntasks();
+  r.nodes = s.nodes();
+  r.uid = s.uid();
+  r.user = s.user();
+  r.state = s.state();
+  r.exit_code = s.exit_code();
+  r.start_time = s.start_time();
+  r.end_time = s.end_time();
+  return r;
+}
+
 }  // namespace mlsched::server

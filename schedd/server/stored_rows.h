@@ -15,5 +15,8 @@ JobRow FromStored(const v1::StoredJob& s);
 v1::StoredAttempt ToStored(const AttemptRow& r);
 /// The attempt row of a stored value.
 AttemptRow FromStored(const v1::StoredAttempt& s);
+/// A step row as stored in etcd, and back.
+v1::StoredStep ToStored(const StepRow& r);
+StepRow FromStored(const v1::StoredStep& s);
 
 }  // namespace mlsched::server

@@ -16,6 +16,7 @@
 
 #include "agentd/container_bundle.h"
 #include "agentd/container_driver.h"
+#include "agentd/container_exec.h"
 #include "agentd/container_tools.h"
 #include "agentd/image_cache.h"
 #include "agentd/launch_plan.h"
@@ -352,4 +353,32 @@ TEST_CASE("a container job's plan: attempt directory, home, the user's mounts, /
   auto bad = PlanAttempt(p, ctx);
   CHECK_FALSE(bad);
   CHECK(bad.error.find("container mount") != std::string::npos);
+}
+
+TEST_CASE("a session's process.json is the container's process with the session's command and variables", "[container][exec]") {
+  using mlsched::agent::ExecProcessJson;
+  const std::string config = R"({"ociVersion":"1.0.2","process":{"user":{"uid":65534,"gid":65534,"additionalGids":[65534]},
+    "args":["/usr/local/bin/tini","-g","--","/bin/sh","-c","sleep 300"],"env":["PATH=/bin","RANK=0","TERM=dumb"],
+    "cwd":"/work","noNewPrivileges":true,"capabilities":{"bounding":[]},"rlimits":[{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}]},
+    "root":{"path":"rootfs"}})";
+  auto p = ExecProcessJson(config, {"sh", "-i"}, {"RANK=3", "TERM=xterm-256color", "WORLD_SIZE=4"}, true, 30, 100);
+  REQUIRE(p.value);
+  const auto j = nlohmann::json::parse(*p.value);
+  CHECK(j["args"] == nlohmann::json({"sh", "-i"}));  // no tini: the exec is not PID 1
+  CHECK(j["env"] == nlohmann::json({"PATH=/bin", "RANK=3", "TERM=xterm-256color", "WORLD_SIZE=4"}));
+  CHECK(j["terminal"] == true);
+  CHECK(j["consoleSize"]["height"] == 30);
+  CHECK(j["consoleSize"]["width"] == 100);
+  // The container's identity and limits are kept as they are.
+  CHECK(j["user"]["uid"] == 65534);
+  CHECK(j["noNewPrivileges"] == true);
+  CHECK(j["capabilities"]["bounding"].empty());
+  CHECK(j["rlimits"][0]["hard"] == 1024);
+  CHECK(j["cwd"] == "/work");
+  auto pipes = ExecProcessJson(config, {"true"}, {}, false, 0, 0);
+  REQUIRE(pipes.value);
+  CHECK(nlohmann::json::parse(*pipes.value)["terminal"] == false);
+  CHECK_FALSE(nlohmann::json::parse(*pipes.value).contains("consoleSize"));
+  CHECK_FALSE(ExecProcessJson(R"({"root":{}})", {"true"}, {}, false, 0, 0).value);
+  CHECK_FALSE(ExecProcessJson("not json", {"true"}, {}, false, 0, 0).value);
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "agentd/orphans.h"
 #include "agentd/supervisor.h"
 #include "support.h"
 
@@ -279,4 +280,21 @@ TEST_CASE("a task stays listed as running until its exit report is handed over",
   REQUIRE(sup.WaitIdle(std::chrono::seconds(10)));
   CHECK(sup.Running().empty());
   sup.Stop();
+}
+
+TEST_CASE("a process's CPU time is read from /proc/PID/stat (proc(5)), its reaped children's too", "[process][usage]") {
+  using mlsched::agent::CpuUsecFromStat;
+  // utime 14, stime 15, cutime 16, cstime 17; a command name with spaces and ')'.
+  const std::string stat = "4242 (a b) c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 25 25 20 0 1 0 100 0 0";
+  CHECK(CpuUsecFromStat(stat, 100) == (150 + 50 + 25 + 25) * 10000);
+  CHECK_FALSE(CpuUsecFromStat("4242 (x) S 1 2 3", 100).has_value());
+  CHECK_FALSE(CpuUsecFromStat("no parenthesis", 100).has_value());
+  CHECK_FALSE(CpuUsecFromStat("1 (x) S 1 1 1 0 -1 0 0 0 0 0 -5 0 0 0", 100).has_value());
+  // This process has spent some CPU by now.
+  volatile uint64_t spin = 0;
+  for (int i = 0; i < 20'000'000; ++i) spin = spin + static_cast<uint64_t>(i);
+  auto self = mlsched::agent::ProcessCpuUsec(getpid());
+  REQUIRE(self.has_value());
+  CHECK(*self > 0);
+  CHECK_FALSE(mlsched::agent::ProcessCpuUsec(-1).has_value());
 }

@@ -8,7 +8,8 @@
 # environment and update-ldcache's folder on LD_LIBRARY_PATH; the ldconfig-based
 # /usr/local/nvidia is absent. A job without GPUs gets none of it. A spec directory others can
 # write (with a spec mounting /etc) is refused and said so, and the hook agentd does not reproduce
-# (enable-cuda-compat) is logged.
+# (enable-cuda-compat) is logged. Sessions into a container job (mlrun --jobid --overlap, issue 32)
+# run in its container as its user (runc exec), a --pty one on a terminal made there (tmux).
 # Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -134,3 +135,49 @@ log="$MLSCHED_STATE/logs/agent-od-1.log"
 grep -q "CDI spec refused: $OPEN: writable by group or others" "$log" || fail "the open spec directory was not refused: $(grep -i cdi "$log")"
 grep -q "CDI hook not run.*enable-cuda-compat" "$log" || fail "the hook agentd does not run was not logged: $(grep -i cdi "$log")"
 say "CDI: 2 ranks got their own GPU, the driver read-only, the hook's link and the spec's env; a job without GPUs none; an open spec directory refused"
+
+# Sessions into a container job (mlrun --jobid N --overlap): runc exec into the rank's container,
+# as the job's user, with the image's file system, its own GPU and the spec's environment; with
+# --pty a terminal made inside the container (stty follows a resize; exit 3 comes back).
+held=$(as_user "$BIN/cli/mlsub" --parsable -D "$OUT" -t 2:00 -J held -n 1 -c 1 --gpus-per-task 1 \
+  --container-image "oci:$DIR/busybox:img" -o /dev/null --wrap 'sleep 300')
+wait_for "$held" RUNNING 60
+set +e
+got=$(as_user "$BIN/cli/mlrun" --jobid "$held" --overlap sh -c '
+  echo "uid=$(id -u) seen=$CDI_SPEC_SEEN job=$MLSCHED_JOB_ID busybox=$([ -x /bin/busybox ] && echo yes)"
+  ls /dev | grep "^nvidia" | tr "\n" " "; echo
+  [ -e '"$BIN"' ] && echo HOST-BUILD-VISIBLE
+  echo oops >&2; exit 5' 2>"$OUT/err")
+rc=$?
+set -e
+[ "$rc" = 5 ] || fail "a session in a container job exited $rc, not 5: $got $(cat "$OUT/err")"
+echo "$got" | grep -qx "uid=65534 seen=yes job=$held busybox=yes" || fail "not in the job's container as its user: $got"
+[ "$(echo "$got" | sed -n 2p | wc -w)" = 2 ] || fail "the session sees other GPUs than its own (and nvidiactl): $got"
+! echo "$got" | grep -q HOST-BUILD-VISIBLE || fail "the session sees the host's file system: $got"
+grep -qx oops "$OUT/err" || fail "the container session's stderr: $(cat "$OUT/err")"
+if command -v tmux >/dev/null; then
+  TMUX_SOCK="$MLSCHED_STATE/tmux.sock"
+  trap 'tmux -S "$TMUX_SOCK" kill-server 2>/dev/null || true; bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
+  tmux -S "$TMUX_SOCK" new-session -d -s c -x 90 -y 25 \
+    "setpriv --reuid=65534 --regid=65534 --clear-groups env MLSCHED_SERVER=$MLSCHED_SERVER MLSCHED_TLS_CA=${MLSCHED_TLS_CA:-} MLSCHED_MUNGE_SOCKET=${MLSCHED_MUNGE_SOCKET:-} $BIN/cli/mlrun --jobid $held --overlap --pty sh; echo mlrun-exit=\$?; sleep 30"
+  pane() { tmux -S "$TMUX_SOCK" capture-pane -p -t c; }
+  keys() { tmux -S "$TMUX_SOCK" send-keys -t c "$@"; }
+  wait_pane() {  # PATTERN WHAT
+    for _ in $(seq 1 50); do pane | grep -q -- "$1" && return 0; sleep 0.2; done
+    fail "container terminal: $2; the screen: $(pane)"
+  }
+  keys 'echo "in-image $(id -u) $([ -x /bin/busybox ] && echo busybox) tty=$(tty)"' Enter
+  wait_pane '^in-image 65534 busybox tty=/dev/pts/[0-9]' "no shell in the image on a terminal"
+  keys 'echo "size $(stty size)"' Enter
+  wait_pane '^size 25 90' "stty size is not the window's 25x90"
+  tmux -S "$TMUX_SOCK" resize-window -t c -x 110 -y 33
+  sleep 0.5
+  keys 'echo "size $(stty size)"' Enter
+  wait_pane '^size 33 110' "stty size did not follow the resize to 33x110"
+  keys 'exit 3' Enter
+  wait_pane '^mlrun-exit=3' "mlrun did not exit with the container shell's 3"
+  say "a session in a container job: in its image as nobody, its own GPU only, exit 5 and stderr back; --pty: a terminal in the container, resized 25x90 -> 33x110, exit 3"
+else
+  say "a session in a container job: in its image as nobody, its own GPU only, exit 5 and stderr back (no tmux: terminal not tried)"
+fi
+"$BIN/cli/mlcancel" "$held"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# End to end (issue 32): the policy's [interactive] and job steps on the local cluster, as nobody:
+#  - refused: an interactive allocation in a partition [interactive] does not list, or longer than
+#    its max_time (a batch job there is still taken);
+#  - steps: mlrun inside mlalloc runs steps JOB.0 (2 tasks, exit 0: COMPLETED) and JOB.1 (exit 3:
+#    FAILED 3), and mlrun --jobid into a batch job a step of it; `mlq --steps` lists them, --json too;
+#  - idle release (idle_timeout 8 s, idle_warning 4 s): an allocation holding a silent `sleep` is
+#    warned, released (CANCELLED, reason IdleTimeout) and its command hung up; one whose step
+#    spins the CPU for 14 s without a byte of output, and one whose steps print every 2 s, are not.
+# Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${MLSCHED_BUILD_DIR:?set MLSCHED_BUILD_DIR}
+export MLSCHED_BUILD_DIR MLSCHED_STATE=${MLSCHED_STATE:?set MLSCHED_STATE}
+E2E_NAME=interactive-policy-e2e
+command -v setpriv >/dev/null || { echo "$E2E_NAME: SKIPPED: setpriv is not installed"; exit 0; }
+if [ "$(id -u)" != 0 ]; then echo "$E2E_NAME: SKIPPED: runs jobs as another user (agentd is root)"; exit 0; fi
+rm -rf "$MLSCHED_STATE"
+mkdir -p "$MLSCHED_STATE/out"
+# shellcheck source=tests/e2e/lib.sh
+source "$ROOT/tests/e2e/lib.sh"
+POLICY="$MLSCHED_STATE/policy.toml"
+cat "$ROOT/policies/default.toml" > "$POLICY"
+cat >> "$POLICY" <<'TOML'
+
+[[partitions]]
+name = "batch"
+default_time_limit = "1h"
+max_time_limit = "1d"
+
+[interactive]
+partitions = ["default"]
+max_time = "30m"
+idle_timeout = "8s"
+idle_warning = "4s"
+idle_cpu_below = 0.2
+TOML
+export MLSCHED_POLICY="$POLICY" MLSCHED_SCHEDD_ARGS="--interactive-client-grace 5"
+cluster_up
+OUT="$MLSCHED_STATE/out"
+chmod 1777 "$OUT"
+chmod a+x "$MLSCHED_STATE"
+cd "$OUT"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+# Refusals by [interactive]; batch jobs are not affected.
+expect_refused() {  # WHAT PATTERN COMMAND...
+  local what=$1 pattern=$2; shift 2
+  set +e
+  "$@" >/dev/null 2>"$OUT/err"; local rc=$?
+  set -e
+  [ "$rc" != 0 ] && grep -q "$pattern" "$OUT/err" || fail "$what: rc $rc, $(cat "$OUT/err")"
+}
+expect_refused "an allocation in partition batch" "partition 'batch' takes no interactive jobs; these do: default (policy .*policy.toml:[0-9]* \[interactive\] partitions)" \
+  as_nobody "$BIN/cli/mlalloc" -Q -p batch -n 1 -c 1 true
+expect_refused "a 2 h allocation" "time limit 2:00:00 exceeds the maximum of interactive jobs, 30:00 (policy .*\[interactive\] max_time)" \
+  as_nobody "$BIN/cli/mlrun" -Q -t 2:00:00 -n 1 -c 1 true
+batch=$(as_nobody "$BIN/cli/mlsub" --parsable -D "$OUT" -p batch -t 2:00:00 -n 1 -c 1 --wrap 'sleep 300')
+wait_for "$batch" RUNNING 30
+say "refused: an allocation in a partition [interactive] leaves out, one over its max_time; a 2 h batch job there runs"
+
+# Steps: two in an allocation, one in the batch job; mlq --steps lists them.
+as_nobody "$BIN/cli/mlalloc" -Q -n 2 -c 1 sh -c "$BIN/cli/mlrun -n 2 true; $BIN/cli/mlrun -n 1 sh -c 'exit 3'; echo \$MLSCHED_JOB_ID > $OUT/alloc_id" \
+  >/dev/null 2>"$OUT/err" || true
+alloc=$(cat "$OUT/alloc_id")
+as_nobody "$BIN/cli/mlrun" --jobid "$batch" --overlap hostname >/dev/null
+steps=$("$BIN/cli/mlq" --steps -h -j "$alloc,$batch")
+[ "$(echo "$steps" | wc -l)" = 3 ] || fail "mlq --steps lists $(echo "$steps" | wc -l) steps, not 3: $steps"
+for want in "$alloc.0 true COMPLETED 2 0" "$alloc.1 sh FAILED 1 3" "$batch.0 hostname COMPLETED 1 0"; do
+  echo "$steps" | awk '{print $1, $2, $3, $4, $5}' | grep -qx "$want" || fail "mlq --steps has no '$want': $steps"
+done
+host_node=$("$BIN/cli/mlq" -j "$batch" -h -o %N)
+echo "$steps" | grep "^$batch.0 " | grep -q "$host_node\$" || fail "the batch job's step does not name its node $host_node: $steps"
+"$BIN/cli/mlq" --steps --json -j "$alloc" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert [x["step_id"] for x in s] == [sys.argv[1] + ".0", sys.argv[1] + ".1"], s
+assert s[1]["exit_code"] == 3 and s[1]["state"] == "FAILED" and s[0]["ntasks"] == 2 and len(s[0]["nodes"]) >= 1, s
+assert all(x["user"] == "nobody" and x["end_time"] >= x["start_time"] > 0 for x in s), s' "$alloc" || fail "mlq --steps --json"
+setpriv --reuid=1 --regid=1 --clear-groups "$BIN/cli/mlq" --steps -h -j "$alloc" > "$OUT/other"
+[ ! -s "$OUT/other" ] || fail "another user sees nobody's steps: $(cat "$OUT/other")"
+say "steps: $alloc.0 (2 tasks) COMPLETED, $alloc.1 FAILED 3, $batch.0 in a batch job; --json; hidden from other users"
+
+# Idle release, in parallel: (a) a silent sleep is released, (b) a silent CPU-bound step and (c)
+# steps printing every 2 s are not.
+as_nobody "$BIN/cli/mlalloc" -n 1 -c 1 sleep 60 >/dev/null 2>"$OUT/idle.err" &
+idle_pid=$!
+as_nobody "$BIN/cli/mlalloc" -Q -n 1 -c 1 sh -c "$BIN/cli/mlrun -n 1 sh -c 'end=\$((\$(date +%s) + 14)); while [ \$(date +%s) -lt \$end ]; do :; done'; echo busy-survived" \
+  >"$OUT/busy.out" 2>"$OUT/busy.err" &
+busy_pid=$!
+as_nobody "$BIN/cli/mlalloc" -Q -n 1 -c 1 sh -c "for i in 1 2 3 4 5 6 7; do $BIN/cli/mlrun -n 1 echo tick >/dev/null; sleep 2; done; echo chatty-survived" \
+  >"$OUT/chatty.out" 2>"$OUT/chatty.err" &
+chatty_pid=$!
+set +e
+wait "$idle_pid"; idle_rc=$?
+wait "$busy_pid"; busy_rc=$?
+wait "$chatty_pid"; chatty_rc=$?
+set -e
+idle_job=$(sed -n 's/^mlalloc: job allocation \([0-9]*\) granted.*/\1/p' "$OUT/idle.err")
+grep -q "mlalloc: warning: idle for .*: released in 0:0[0-9] unless used" "$OUT/idle.err" || fail "no idle warning: $(cat "$OUT/idle.err")"
+grep -q "mlalloc: warning: released: idle for .*idle_timeout 0:08" "$OUT/idle.err" || fail "no release message: $(cat "$OUT/idle.err")"
+grep -q "job allocation $idle_job has been revoked: CANCELLED (IdleTimeout)" "$OUT/idle.err" || fail "not revoked: $(cat "$OUT/idle.err")"
+[ "$idle_rc" = 129 ] || fail "the idle allocation's command was not hung up (mlalloc exited $idle_rc): $(cat "$OUT/idle.err")"
+[ "$(field "$idle_job" %T) $(field "$idle_job" %r)" = "CANCELLED IdleTimeout" ] || fail "job $idle_job is $(field "$idle_job" %T) $(field "$idle_job" %r)"
+[ "$busy_rc" = 0 ] && grep -qx busy-survived "$OUT/busy.out" || fail "the CPU-bound allocation was released (rc $busy_rc): $(cat "$OUT/busy.err")"
+[ "$chatty_rc" = 0 ] && grep -qx chatty-survived "$OUT/chatty.out" || fail "the chatty allocation was released (rc $chatty_rc): $(cat "$OUT/chatty.err")"
+! grep -q "warning: released" "$OUT/busy.err" "$OUT/chatty.err" || fail "a used allocation was released"
+say "idle release: a silent sleep warned and released after 8 s (IdleTimeout, its command hung up: 129); a silent CPU-bound step of 14 s and steps printing every 2 s kept theirs"
+"$BIN/cli/mlcancel" "$batch"
+say "PASSED"
