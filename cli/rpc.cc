@@ -279,29 +279,71 @@ std::unique_ptr<SessionStream> SchedClient::OpenSession(std::string* error) {
   }
 }
 
+namespace {
+
+// One WatchAllocation call on the channels of `impl` (its replica `current`).
+struct AllocationWatchCall {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::WatchAllocationEvent>> reader;
+};
+
+// Whether a watch that ended with `code` is worth opening again: the stream broke (schedd
+// restarted, a failover, the network) rather than schedd refusing it for good (the job ended,
+// another user's, a limit).
+bool WatchAgain(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNKNOWN ||
+         code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::DEADLINE_EXCEEDED || code == grpc::StatusCode::OK;
+}
+
+}  // namespace
+
 std::string SchedClient::WatchAllocation(int64_t job_id, std::function<void(const v1::WatchAllocationEvent&)> on_event) {
   if (!impl_->config_error.empty()) return impl_->config_error;
-  struct Watch {
-    grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReader<v1::WatchAllocationEvent>> reader;
+  // Channels of its own: the watch's thread calls while this client makes other calls.
+  auto own = std::make_shared<Impl>();
+  own->servers = impl_->servers;
+  own->members.resize(own->servers.size());
+  own->current = impl_->current;
+  own->timeout_s = impl_->timeout_s;
+  // Opens the watch and reads its first event (the watch is in force); the status otherwise.
+  auto open = [own, job_id](std::shared_ptr<AllocationWatchCall>* out) -> grpc::Status {
+    auto w = std::make_shared<AllocationWatchCall>();
+    v1::WatchAllocationRequest req;
+    req.set_job_id(job_id);
+    try {
+      w->reader = own->At(own->current).jobs->WatchAllocation(&w->ctx, req);
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::UNAVAILABLE, e.what()};
+    }
+    v1::WatchAllocationEvent ev;
+    if (!w->reader->Read(&ev)) {
+      grpc::Status st = w->reader->Finish();
+      return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the watch ended at once") : st;
+    }
+    *out = std::move(w);
+    return grpc::Status::OK;
   };
-  auto w = std::make_shared<Watch>();  // lives until the process exits (the reading thread's)
-  v1::WatchAllocationRequest req;
-  req.set_job_id(job_id);
-  try {
-    w->reader = impl_->At(impl_->current).jobs->WatchAllocation(&w->ctx, req);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  v1::WatchAllocationEvent ev;
-  if (!w->reader->Read(&ev)) {
-    grpc::Status st = w->reader->Finish();
-    return st.error_message().empty() ? "the watch ended at once" : st.error_message();
-  }
-  std::thread([w, on_event = std::move(on_event)] {
-    v1::WatchAllocationEvent more;
-    while (w->reader->Read(&more))
-      if (on_event) on_event(more);
+  std::shared_ptr<AllocationWatchCall> first;
+  if (grpc::Status st = open(&first); !st.ok()) return st.error_message();
+  // Until the process exits: events to `on_event`; a broken watch is opened again (after a schedd
+  // restart or failover schedd gives an unwatched allocation its grace for this), on the next
+  // replica when the one it had does not take it, every second.
+  std::thread([own, open, first, on_event = std::move(on_event)] {
+    std::shared_ptr<AllocationWatchCall> w = first;
+    for (;;) {
+      v1::WatchAllocationEvent more;
+      while (w->reader->Read(&more))
+        if (on_event) on_event(more);
+      if (!WatchAgain(w->reader->Finish().error_code())) return;
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        grpc::Status st = open(&w);
+        if (st.ok()) break;
+        if (!WatchAgain(st.error_code())) return;
+        own->Reconnect();
+        if (!own->servers.empty()) own->current = (own->current + 1) % own->servers.size();
+      }
+    }
   }).detach();
   return "";
 }

@@ -147,6 +147,7 @@ struct JobSpec {
   std::string data_region;            // where its data lives ("" = anywhere)
   int64_t data_bytes = 0;             // size of that data (egress cost when run elsewhere)
   bool region_strict = false;         // run only in data_region
+  bool interactive = false;           // an allocation of mlrun/mlalloc (the policy's [interactive])
   bool operator==(const JobSpec&) const = default;
 };
 

@@ -169,8 +169,14 @@ void AllocationWatch::Tell(int64_t job_id, const Event& event) {
 
 void AllocationWatch::ReaperLoop() {
   std::unique_lock lk(mu_);
-  auto next_idle_check = Clock::now();
+  auto next_idle_check = Clock::now(), next_adopt = Clock::now();
   while (!stopping_) {
+    if (Clock::now() >= next_adopt) {
+      lk.unlock();
+      AdoptUnwatched();
+      next_adopt = Clock::now() + kAdoptEvery;
+      lk.lock();
+    }
     cv_.wait_for(lk, std::chrono::milliseconds(500));
     if (stopping_) break;
     const auto now = Clock::now();
@@ -192,6 +198,31 @@ void AllocationWatch::ReaperLoop() {
       next_idle_check = Clock::now() + limits_.idle_check;
     }
     lk.lock();
+  }
+}
+
+void AllocationWatch::AdoptUnwatched() {
+  const Caller self{"schedd", static_cast<uint32_t>(getuid()), static_cast<uint32_t>(getgid()), true};
+  v1::ListJobsRequest req;
+  req.add_states(v1::PENDING);
+  req.add_states(v1::RUNNING);
+  req.set_page_size(1000);
+  std::vector<int64_t> interactive;
+  for (int page = 0; page < 10000; ++page) {
+    v1::ListJobsResponse resp;
+    if (!ctl_.List(self, req, WallNow(), &resp).ok()) return;
+    for (const auto& j : resp.jobs())
+      if (j.spec().interactive()) interactive.push_back(j.job_id());
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  std::lock_guard lk(mu_);
+  const auto at = Clock::now() + limits_.grace;
+  for (int64_t id : interactive) {
+    if (watchers_.count(id) || deadline_.count(id)) continue;
+    deadline_[id] = at;
+    spdlog::info("job {}: an interactive allocation nobody watches (schedd restarted or took over): cancelled in {} s "
+                 "unless its client comes back", id, limits_.grace.count());
   }
 }
 

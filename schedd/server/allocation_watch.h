@@ -6,8 +6,10 @@
 // It also releases an idle one (the policy's [interactive] idle_timeout): a running allocation
 // with no session input or output (SessionRelay) and CPU use below idle_cpu_below (UsageBook) for
 // idle_timeout is cancelled, its clients warned idle_warning before on their watch.
-// Watches live in memory: after a schedd restart a job is no longer watched (it keeps running
-// until its time limit or a cancel).
+// Watches live in memory and die with schedd: after a restart or failover every live interactive
+// job without a watch gets the grace (AdoptUnwatched, at start and every kAdoptEvery), in which
+// its clients, which open their watch again, come back; a job whose client died meanwhile is
+// cancelled.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -47,6 +49,8 @@ class AllocationWatch {
   static grpc::ServerWriteReactor<v1::WatchAllocationEvent>* Refuse(grpc::Status status);
   /// Jobs with an open watch now.
   size_t Watched();
+  /// Between two looks for interactive jobs that nobody watches (after a failover).
+  static constexpr std::chrono::seconds kAdoptEvery{30};
   /// Where the idle release learns of a job's use (not owned; either may be null; before serving).
   void SetActivitySources(SessionRelay* sessions, UsageBook* usage) {
     sessions_ = sessions;
@@ -59,6 +63,8 @@ class AllocationWatch {
   class Live;
   void Released(Live* live, int64_t job_id, uint32_t uid);
   void ReaperLoop();
+  /// Gives every pending or running interactive job with neither a watch nor a deadline the grace.
+  void AdoptUnwatched();
   /// Cancels the jobs whose clients went away more than the grace ago.
   void CancelAbandoned(std::vector<int64_t> due);
   /// One look at every watched job's use: warns the idle, releases those idle for idle_timeout.

@@ -40,6 +40,7 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   s->set_data_region(j.spec.data_region);
   s->set_data_bytes(j.spec.data_bytes);
   s->set_region_strict(j.spec.region_strict);
+  s->set_interactive(j.spec.interactive);
   if (j.spec.array.job_id != 0) {
     s->mutable_array_index()->set_array_job_id(j.spec.array.job_id);
     s->mutable_array_index()->set_task_id(j.spec.array.task_id);

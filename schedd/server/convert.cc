@@ -37,6 +37,7 @@ core::JobSpec ToCoreSpec(const v1::JobSpec& s, const std::string& user) {
   c.data_region = s.data_region();
   c.data_bytes = s.data_bytes();
   c.region_strict = s.region_strict();
+  c.interactive = s.interactive();
   c.array = core::ArrayIndex{s.array_index().array_job_id(), s.array_index().task_id(),
                              s.array_index().max_running(), s.array_index().task_count()};
   return c;

@@ -106,5 +106,39 @@ grep -q "job allocation $idle_job has been revoked: CANCELLED (IdleTimeout)" "$O
 [ "$chatty_rc" = 0 ] && grep -qx chatty-survived "$OUT/chatty.out" || fail "the chatty allocation was released (rc $chatty_rc): $(cat "$OUT/chatty.err")"
 ! grep -q "warning: released" "$OUT/busy.err" "$OUT/chatty.err" || fail "a used allocation was released"
 say "idle release: a silent sleep warned and released after 8 s (IdleTimeout, its command hung up: 129); a silent CPU-bound step of 14 s and steps printing every 2 s kept theirs"
+
+# A schedd restart: watches die with it. The allocation whose client lives is watched again and
+# kept; the one whose client was killed while schedd was down is cancelled after the grace (5 s).
+pid=$(cat "$MLSCHED_STATE/pids/schedd")
+mapfile -d '' cmd < "/proc/$pid/cmdline"
+port=${MLSCHED_SERVER##*:}
+for i in "${!cmd[@]}"; do [ "${cmd[$i]}" = 127.0.0.1:0 ] && cmd[$i]=127.0.0.1:$port; done
+as_nobody "$BIN/cli/mlalloc" -Q -n 1 -c 1 sh -c "for i in \$(seq 1 14); do $BIN/cli/mlrun -n 1 echo tick >/dev/null 2>&1; sleep 2; done; echo kept" \
+  >"$OUT/kept.out" 2>"$OUT/kept.err" &
+kept_pid=$!
+setsid setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlalloc" -n 1 -c 1 sh -c "for i in \$(seq 1 30); do $BIN/cli/mlrun -n 1 echo tick >/dev/null 2>&1; sleep 2; done" \
+  >/dev/null 2>"$OUT/gone.err" &
+gone_pid=$!
+for _ in $(seq 1 50); do grep -q granted "$OUT/gone.err" 2>/dev/null && break; sleep 0.2; done
+gone_job=$(sed -n 's/^mlalloc: job allocation \([0-9]*\) granted.*/\1/p' "$OUT/gone.err")
+[ -n "$gone_job" ] || fail "the second allocation did not start: $(cat "$OUT/gone.err")"
+sleep 1
+kill -9 "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+kill -9 -- -"$gone_pid"; wait "$gone_pid" 2>/dev/null || true  # mlalloc and its shell
+sleep 2
+setsid "${cmd[@]}" >>"$MLSCHED_STATE/logs/schedd.log" 2>&1 < /dev/null &
+echo $! > "$MLSCHED_STATE/pids/schedd"
+disown
+for _ in $(seq 1 100); do "$BIN/cli/mlq" -h -o %i >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 1 75); do [ "$(field "$gone_job" %T)" = CANCELLED ] && break; sleep 0.2; done
+[ "$(field "$gone_job" %T) $(field "$gone_job" %r)" = "CANCELLED ClientGone" ] || \
+  fail "job $gone_job, whose client died while schedd was down, is $(field "$gone_job" %T) $(field "$gone_job" %r)"
+set +e
+wait "$kept_pid"; kept_rc=$?
+set -e
+[ "$kept_rc" = 0 ] && grep -qx kept "$OUT/kept.out" || fail "the allocation whose client lived was not kept across the restart (rc $kept_rc): $(cat "$OUT/kept.err")"
+grep -q "an interactive allocation nobody watches" "$MLSCHED_STATE/logs/schedd.log" || fail "the restarted schedd did not adopt the unwatched allocations"
+say "schedd restarted: the allocation whose client lived was watched again and kept; the one whose client died meanwhile was cancelled (ClientGone) after the grace"
 "$BIN/cli/mlcancel" "$batch"
 say "PASSED"
