@@ -17,10 +17,11 @@ extern char** environ;
 
 namespace mlsched::cli {
 
-SubmitContext ThisProcessContext() {
+SubmitContext ThisProcessContext(std::error_code* cwd_error) {
   SubmitContext ctx;
   std::error_code ec;
   ctx.cwd = std::filesystem::current_path(ec).string();
+  if (cwd_error) *cwd_error = ec;
   const mode_t mask = ::umask(022);  // read it (there is no getter) and put it back
   ::umask(mask);
   ctx.umask = static_cast<uint32_t>(mask);

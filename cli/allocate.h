@@ -5,6 +5,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <system_error>
 
 #include "cli/rpc.h"
 #include "cli/submission.h"
@@ -12,8 +13,10 @@
 
 namespace mlsched::cli {
 
-/// The submitting side of this process: its working directory, umask and environment.
-SubmitContext ThisProcessContext();
+/// The submitting side of this process: its working directory, umask and environment (mlsub,
+/// mlrun, mlalloc). `cwd_error` (optional) says why the working directory could not be read
+/// (cwd is then empty).
+SubmitContext ThisProcessContext(std::error_code* cwd_error = nullptr);
 
 /// Submits `spec` (retrying transient failures with one submission key), binds it to this process
 /// (SchedClient::WatchAllocation: schedd cancels it a grace period after this process is gone),

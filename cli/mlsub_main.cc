@@ -12,12 +12,12 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/allocate.h"
 #include "cli/exit_codes.h"
 #include "cli/rpc.h"
 #include "cli/submission.h"
 #include "common/safe_text.h"
 
-extern char** environ;
 
 namespace {
 
@@ -70,17 +70,12 @@ int main(int argc, char** argv) {
     std::cout << kUsage << SubmitOptionsHelp() << "\n" << ExitCodesHelp();
     return kExitOk;
   }
-  SubmitContext ctx;
   std::error_code ec;
-  ctx.cwd = std::filesystem::current_path(ec).string();
-  const mode_t mask = ::umask(022);  // read it (there is no getter) and put it back
-  ::umask(mask);
-  ctx.umask = static_cast<uint32_t>(mask);
+  const SubmitContext ctx = ThisProcessContext(&ec);
   if (ec && !args.value->options.chdir) {
     std::cerr << "mlsub: cannot determine the current directory (" << ec.message() << "); give -D/--chdir\n";
     return kExitUsage;
   }
-  ctx.env = EnvironmentFrom(environ);
   auto sub = PrepareSubmission(*args.value, ctx, ReadScriptFile, ReadStdin);
   if (!sub) {
     std::cerr << "mlsub: " << SafeText(sub.error) << "\n";  // may quote the script

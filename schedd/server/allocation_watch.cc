@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/units.h"
+#include "schedd/server/live_jobs.h"
 
 namespace mlsched::server {
 
@@ -250,12 +251,14 @@ void AllocationWatch::CheckIdle() {
   std::erase_if(idle_, [&](const auto& e) { return !std::binary_search(watched.begin(), watched.end(), e.first); });
   const core::InteractivePolicy policy = ctl_.Interactive();
   const auto now = Clock::now();
+  const std::map<int64_t, v1::JobInfo> running = RunningSummaries(ctl_, watched);  // one look, from memory
   for (int64_t id : watched) {
-    v1::JobInfo info;
-    if (!ctl_.Get(self, id, &info).ok() || info.state() != v1::RUNNING || !info.spec().interactive()) {
+    auto it = running.find(id);
+    if (it == running.end() || !it->second.spec().interactive()) {
       idle_.erase(id);  // pending (or gone): its idle time starts when it runs
       continue;
     }
+    const v1::JobInfo& info = it->second;
     Idle& idle = idle_.try_emplace(id, Idle{now, false}).first->second;
     if (sessions_)
       if (auto io = sessions_->LastActivity(id)) idle.last_active = std::max(idle.last_active, *io);

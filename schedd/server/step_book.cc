@@ -7,22 +7,13 @@
 
 #include "common/safe_text.h"
 #include "common/session_checks.h"
+#include "schedd/server/live_jobs.h"
 
 namespace mlsched::server {
 
 int64_t WallNow();
 
 namespace {
-
-const Caller& Self() {
-  static const Caller self{"schedd", static_cast<uint32_t>(getuid()), static_cast<uint32_t>(getgid()), true};
-  return self;
-}
-
-bool JobRuns(Controller& ctl, int64_t job_id, int32_t attempt) {
-  v1::JobInfo info;
-  return ctl.Get(Self(), job_id, &info).ok() && info.state() == v1::RUNNING && (attempt < 0 || info.attempt() == attempt);
-}
 
 // argv[0]'s base name, cut to kMaxStepNameBytes, printable.
 std::string StepName(const std::string& argv0) {
@@ -138,9 +129,17 @@ void StepBook::TaskEnded(int64_t job_id, int32_t step_id, int32_t task, int32_t 
 std::vector<StepRow> StepBook::SweepLocked(int64_t now) {
   std::vector<StepRow> rows;
   const auto steady = std::chrono::steady_clock::now();
+  if (steady - last_sweep_ < kSweepEvery) return rows;
+  last_sweep_ = steady;
+  std::vector<int64_t> ids;
+  for (const auto& [key, s] : live_) ids.push_back(key.first);
+  for (const auto& [job, next] : next_) ids.push_back(job);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  const std::map<int64_t, v1::JobInfo> running = RunningSummaries(ctl_, ids);  // one look, from memory
   for (auto it = live_.begin(); it != live_.end();) {
     Live& s = it->second;
-    const bool job_ended = !JobRuns(ctl_, s.row.job_id, -1);
+    const bool job_ended = !running.count(s.row.job_id);
     const bool abandoned = s.joined.size() == s.ended.size() && steady - s.started > kJoinTimeout;
     if (!job_ended && !abandoned) {
       ++it;
@@ -150,7 +149,7 @@ std::vector<StepRow> StepBook::SweepLocked(int64_t now) {
     rows.push_back(Finish(s, job_ended ? "CANCELLED" : "", now));
     it = live_.erase(it);
   }
-  std::erase_if(next_, [&](const auto& e) { return !JobRuns(ctl_, e.first, -1); });
+  std::erase_if(next_, [&](const auto& e) { return !running.count(e.first); });
   return rows;
 }
 

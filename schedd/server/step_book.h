@@ -29,6 +29,8 @@ class StepBook {
  public:
   /// How long after a step's start its missing tasks may still join.
   static constexpr std::chrono::seconds kJoinTimeout{60};
+  /// Least time between two sweeps for steps that can no longer finish (one listing each).
+  static constexpr std::chrono::seconds kSweepEvery{5};
 
   StepBook(Store& store, Controller& ctl);
 
@@ -72,6 +74,7 @@ class StepBook {
   std::mutex mu_;
   std::map<Key, Live> live_;
   std::map<int64_t, int32_t> next_;  // job -> next step id (loaded from the store at first use)
+  std::chrono::steady_clock::time_point last_sweep_{};
 };
 
 }  // namespace mlsched::server

@@ -160,12 +160,7 @@ if command -v tmux >/dev/null; then
   trap 'tmux -S "$TMUX_SOCK" kill-server 2>/dev/null || true; bash "$ROOT/scripts/local-cluster.sh" down >/dev/null' EXIT
   tmux -S "$TMUX_SOCK" new-session -d -s c -x 90 -y 25 \
     "setpriv --reuid=65534 --regid=65534 --clear-groups env MLSCHED_SERVER=$MLSCHED_SERVER MLSCHED_TLS_CA=${MLSCHED_TLS_CA:-} MLSCHED_MUNGE_SOCKET=${MLSCHED_MUNGE_SOCKET:-} $BIN/cli/mlrun --jobid $held --overlap --pty sh; echo mlrun-exit=\$?; sleep 30"
-  pane() { tmux -S "$TMUX_SOCK" capture-pane -p -t c; }
-  keys() { tmux -S "$TMUX_SOCK" send-keys -t c "$@"; }
-  wait_pane() {  # PATTERN WHAT
-    for _ in $(seq 1 50); do pane | grep -q -- "$1" && return 0; sleep 0.2; done
-    fail "container terminal: $2; the screen: $(pane)"
-  }
+  TMUX_TARGET=c
   keys 'echo "in-image $(id -u) $([ -x /bin/busybox ] && echo busybox) tty=$(tty)"' Enter
   wait_pane '^in-image 65534 busybox tty=/dev/pts/[0-9]' "no shell in the image on a terminal"
   keys 'echo "size $(stty size)"' Enter

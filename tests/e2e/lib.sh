@@ -33,3 +33,11 @@ etcd_ctl() {
     --cacert "${MLSCHED_ETCD_CACERT:?no MLSCHED_ETCD_CACERT: source env.sh of local-cluster.sh up --ha}" \
     --cert "$MLSCHED_ETCD_CERT" --key "$MLSCHED_ETCD_KEY" "$@"
 }
+# Terminal tests in tmux: the screen of session $TMUX_TARGET on server $TMUX_SOCK, keys typed
+# into it, and waiting (10 s) for a line matching PATTERN on it (else fail with WHAT).
+pane() { tmux -S "$TMUX_SOCK" capture-pane -p -t "$TMUX_TARGET"; }
+keys() { tmux -S "$TMUX_SOCK" send-keys -t "$TMUX_TARGET" "$@"; }
+wait_pane() {  # PATTERN WHAT
+  for _ in $(seq 1 50); do pane | grep -q -- "$1" && return 0; sleep 0.2; done
+  fail "terminal: $2; the screen: $(pane)"
+}

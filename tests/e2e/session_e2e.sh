@@ -90,12 +90,7 @@ rm -f "$OUT/big"
 # A real terminal: tmux runs mlrun --pty.
 tmux -S "$TMUX_SOCK" new-session -d -s s -x 100 -y 30 \
   "setpriv --reuid=65534 --regid=65534 --clear-groups env MLSCHED_SERVER=$MLSCHED_SERVER MLSCHED_TLS_CA=${MLSCHED_TLS_CA:-} MLSCHED_MUNGE_SOCKET=${MLSCHED_MUNGE_SOCKET:-} $BIN/cli/mlrun --jobid $job --rank 0 --overlap --pty sh -i; echo mlrun-exit=\$?; sleep 30"
-pane() { tmux -S "$TMUX_SOCK" capture-pane -p -t s; }
-keys() { tmux -S "$TMUX_SOCK" send-keys -t s "$@"; }
-wait_pane() {  # PATTERN WHAT
-  for _ in $(seq 1 50); do pane | grep -q -- "$1" && return 0; sleep 0.2; done
-  fail "terminal: $2; the screen: $(pane)"
-}
+TMUX_TARGET=s
 wait_pane '^\$' "no prompt"
 keys "PS1='remote> '" Enter
 wait_pane '^remote>' "the prompt did not change (no echo?)"
