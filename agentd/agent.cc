@@ -47,6 +47,8 @@ void FillRunning(const std::vector<RunningTaskInfo>& running, const TaskProgress
     TaskProgress p = progress->Get(r.key);
     t->set_step(p.step);
     t->set_last_checkpoint_time(p.last_checkpoint_unix_s);
+    if (p.gpu_util_percent >= 0) t->set_gpu_util_percent(p.gpu_util_percent);
+    if (p.gpu_memory_bytes >= 0) t->set_gpu_memory_bytes(p.gpu_memory_bytes);
   }
 }
 
@@ -73,7 +75,7 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
     : cfg_(std::move(config)),
       outbox_(cfg_.work_dir.empty() ? "" : cfg_.work_dir + "/outbox"),
       progress_([this] { return RunningKeys(); },
-                [this](const TaskKey& k) { return ReadTaskProgress(StatusFilePath(cfg_.work_dir, k)); },
+                [this](const TaskKey& k) { return ReadProgress(k); },
                 std::chrono::seconds(1)) {
   plan_ctx_.node = cfg_.node.name;
   plan_ctx_.work_dir = cfg_.work_dir;
@@ -85,6 +87,12 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
   plan_ctx_.task_pids_max = cfg_.task_pids_max;
   // GPU index i is /dev/nvidia<i> (nvidia-smi's order); denied to the ranks not given it.
   for (int32_t i = 0; i < plan_ctx_.gpu_count; ++i) plan_ctx_.gpu_devices.push_back("/dev/nvidia" + std::to_string(i));
+  if (plan_ctx_.gpu_count > 0 && cfg_.nvml_library != "none") {
+    std::string why;
+    nvml_ = Nvml::Load(cfg_.nvml_library, &why);
+    if (nvml_) spdlog::info("NVML: {} GPU(s); their utilization and memory go with each heartbeat", nvml_->Devices());
+    else spdlog::warn("NVML: {}; the tasks' GPU use is not measured", why);
+  }
   TaskDriver::StartedFn started = [this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); };
   TaskDriver::ExitedFn exited = [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); };
   if (containers && cfg_.containers) {
@@ -312,6 +320,20 @@ v1::AgentMessage Agent::MakeRegister() const {
     r->set_cutoff_timeout_s(static_cast<int32_t>((cfg_.cutoff_timeout + cfg_.kill_grace).count() + 999) / 1000);
   FillRunning(driver_->Running(), nullptr, r->mutable_running());
   return m;
+}
+
+std::optional<TaskProgress> Agent::ReadProgress(const TaskKey& key) const {
+  std::optional<TaskProgress> p = ReadTaskProgress(StatusFilePath(cfg_.work_dir, key));
+  if (!nvml_) return p;
+  const auto req = attempts_.LiveRequest(key);
+  const std::vector<int32_t> gpus = req ? GpuIndicesOf(req->env) : std::vector<int32_t>{};
+  if (gpus.empty()) return p;
+  if (auto g = nvml_->ReadAll(gpus)) {  // may block on a broken GPU: this is the progress thread
+    if (!p) p = progress_.Get(key);     // no status file: keep the last progress, update the GPUs
+    p->gpu_util_percent = static_cast<int32_t>(g->util_percent);
+    p->gpu_memory_bytes = static_cast<int64_t>(std::min<uint64_t>(g->memory_used, INT64_MAX));
+  }
+  return p;
 }
 
 v1::AgentMessage Agent::MakeHeartbeat() const {

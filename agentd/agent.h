@@ -29,6 +29,7 @@
 #include "agentd/outbox.h"
 #include "agentd/supervisor.h"
 #include "agentd/task_driver.h"
+#include "agentd/nvml.h"
 #include "agentd/task_progress.h"
 
 namespace grpc {
@@ -96,6 +97,9 @@ struct AgentConfig {
   /// device both have): a spec of kind nvidia.com/gpu there decides what a container holding GPUs
   /// gets (cdi_plan.h); none: the driver files found through ldconfig (gpu_driver_files.h).
   std::vector<std::string> cdi_spec_dirs = {"/var/run/cdi", "/etc/cdi"};
+  /// NVML (agentd --nvml-library): loaded with dlopen on a node with GPUs, for their utilization
+  /// and memory per task in heartbeats; "none" = not used.
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 class Agent {
@@ -174,6 +178,8 @@ class Agent {
   void OnTaskExited(const TaskKey& key, const ExitReport& report);
   void OnEviction(const EvictionNoticeInfo& notice);
   std::vector<TaskKey> RunningKeys() const;
+  /// A task's status file and, with NVML, its GPUs' use (the progress thread's read).
+  std::optional<TaskProgress> ReadProgress(const TaskKey& key) const;
   v1::AgentMessage MakeRegister() const;
   v1::AgentMessage MakeHeartbeat() const;
   void PrepareWorkDir();
@@ -214,7 +220,8 @@ class Agent {
   std::map<AttemptKey, std::shared_ptr<const CachedImage>> pulled_;  // prepared attempts' images
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> pull_threads_;  // with their done flags
   int pulls_running_ = 0;
-  TaskProgressCache progress_;  // status files, read off the heartbeat thread
+  std::unique_ptr<Nvml> nvml_;  // before progress_, which reads it; null without GPUs or NVML
+  TaskProgressCache progress_;  // status files and GPU use, read off the heartbeat thread
   std::unique_ptr<EvictionPoller> eviction_;
   AgentMetrics* metrics_ = nullptr;
   std::atomic<bool> connected_{false};

@@ -105,6 +105,11 @@ int main(int argc, char** argv) {
   app.add_option("--image-cert-dir", image_cert_dir,
                  "Directory of registry CA certificates (*.crt) for pulls (default: the system's and "
                  "/etc/containers/certs.d)");
+  std::string nvml_library = agent::AgentConfig{}.nvml_library;
+  app.add_option("--nvml-library", nvml_library,
+                 "NVML, loaded on a node with GPUs for their utilization and memory per task (heartbeats); "
+                 "'none' = not used")
+      ->capture_default_str();
   app.add_option("--cdi-spec-dirs", cdi_spec_dirs,
                  "Directories of CDI specs (nvidia-ctk cdi generate) for containers holding GPUs, comma-separated, "
                  "the first preferred; 'none' = the driver's files found through ldconfig")
@@ -126,6 +131,7 @@ int main(int argc, char** argv) {
   cfg.servers = servers.addresses;
   cfg.version = MLSCHED_VERSION;
   cfg.work_dir = work_dir;
+  cfg.nvml_library = nvml_library;
   cfg.eviction_url = eviction_url;
   cfg.eviction_interval = std::chrono::milliseconds(static_cast<int64_t>(eviction_interval_s * 1000));
   cfg.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(kill_grace_s * 1000));

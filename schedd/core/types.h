@@ -496,7 +496,8 @@ enum class ElasticStart { kLargest, kEarliestFinish };
 
 /// Interactive allocations (the policy's [interactive]; jobs of mlrun and mlalloc, JobSpec
 /// interactive): where they may run, how long, and when an idle one is released. Idle means no
-/// session input or output and CPU use below idle_cpu_below, after Determined's and JupyterHub's
+/// session input or output, CPU use below idle_cpu_below and GPU utilization (where measured)
+/// below idle_gpu_below, after Determined's and JupyterHub's
 /// idle culling but on what the job does rather than on a browser's activity.
 struct InteractivePolicy {
   std::vector<std::string> partitions;  // that take interactive jobs; empty = every partition
@@ -504,6 +505,7 @@ struct InteractivePolicy {
   Duration idle_timeout = 0;            // idle this long (s): released; 0 = never
   Duration idle_warning = 300;          // the client is warned this long (s) before the release
   double idle_cpu_below = 0.1;          // CPU use (cores, all its tasks together) that counts as idle
+  double idle_gpu_below = 5;            // GPU utilization (percent, its GPUs' mean; NVML) that counts as idle
   SourceLines source;                   // lines of the table and its keys
 };
 

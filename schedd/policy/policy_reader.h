@@ -81,7 +81,7 @@ class PolicyReader {
   void ReadNodeDeclaration(const toml::table& t, const std::string& ctx, core::NodeInventory& inv);
   /// A budget (max_cost_per_hour) needs [pricing.POOL] prices for the shape.
   void CheckProvisioning(const toml::table& root, const core::PolicySet& p);
-  /// [interactive]: partitions, max_time, idle_timeout, idle_warning, idle_cpu_below
+  /// [interactive]: partitions, max_time, idle_timeout, idle_warning, idle_cpu_below, idle_gpu_below
   /// (interactive_reader.cc); the partitions are checked to exist by CheckInteractive.
   void ReadInteractive(const toml::table& t, core::InteractivePolicy& p);
   void CheckInteractive(const toml::table& root, const core::PolicySet& p);

@@ -263,14 +263,16 @@ void AllocationWatch::CheckIdle() {
     if (sessions_)
       if (auto io = sessions_->LastActivity(id)) idle.last_active = std::max(idle.last_active, *io);
     std::optional<UsageBook::CpuUse> cpu = usage_ ? usage_->Cpu(info) : std::nullopt;
-    if (cpu && cpu->cores >= policy.idle_cpu_below) idle.last_active = now;
+    const double gpu = usage_ ? usage_->GpuUtil(info).value_or(-1) : -1;  // percent; < 0 = not measured
+    if ((cpu && cpu->cores >= policy.idle_cpu_below) || (gpu >= 0 && gpu >= policy.idle_gpu_below)) idle.last_active = now;
     if (policy.idle_timeout <= 0) continue;
     const auto timeout = std::chrono::seconds(policy.idle_timeout);
     const auto warning = std::chrono::seconds(std::min(policy.idle_warning, policy.idle_timeout));
     const auto idle_for = now - idle.last_active;
-    const std::string why = "no session input or output, CPU " +
-                            (cpu ? Fixed2(cpu->cores) + " cores" : std::string("not measured")) + " (below " +
-                            Fixed2(policy.idle_cpu_below) + ")";
+    std::string why = "no session input or output, CPU " +
+                      (cpu ? Fixed2(cpu->cores) + " cores" : std::string("not measured")) + " (below " +
+                      Fixed2(policy.idle_cpu_below) + ")";
+    if (gpu >= 0) why += ", GPU " + Fixed2(gpu) + " % (below " + Fixed2(policy.idle_gpu_below) + ")";
     if (idle_for >= timeout) {
       Event last;
       last.set_idle_warning("released: idle for " + Seconds(idle_for) + " (" + why + "; policy [interactive] idle_timeout " +

@@ -4,8 +4,8 @@
 // is opened again within the grace, the job is cancelled (CancelJobs as schedd itself), so an
 // allocation whose client was killed or lost its network does not hold GPUs until its time limit.
 // It also releases an idle one (the policy's [interactive] idle_timeout): a running allocation
-// with no session input or output (SessionRelay) and CPU use below idle_cpu_below (UsageBook) for
-// idle_timeout is cancelled, its clients warned idle_warning before on their watch.
+// with no session input or output (SessionRelay), CPU use below idle_cpu_below and GPU
+// utilization, where measured, below idle_gpu_below (UsageBook) for idle_timeout is cancelled, its clients warned idle_warning before on their watch.
 // Watches live in memory and die with schedd: after a restart or failover every live interactive
 // job without a watch gets the grace (AdoptUnwatched, at start and every kAdoptEvery), in which
 // its clients, which open their watch again, come back; a job whose client died meanwhile is

@@ -1,7 +1,7 @@
 // UsageBook: what running tasks use, from their agents' heartbeats (RunningTask.cpu_usec), a
 // component beside the Controller: the AgentGateway hands it each heartbeat it applied, and
-// readers (the AllocationWatch's idle release) ask it per job. CPU for now; memory and GPUs join
-// it with accounting (issue 34). Its own lock: a heartbeat never waits for the Controller here.
+// readers (the AllocationWatch's idle release) ask it per job: CPU (from the tasks' CPU time) and
+// GPU utilization (NVML, sampled by the agents); memory joins it with accounting (issue 34). Its own lock: a heartbeat never waits for the Controller here.
 #pragma once
 
 #include <chrono>
@@ -40,6 +40,9 @@ class UsageBook {
   /// reported by the node `info.tasks()` places it on (an agent speaks for its own tasks only).
   /// nullopt when no task has a rate yet (fewer than two samples, or no cgroup to read).
   std::optional<CpuUse> Cpu(const v1::JobInfo& info) const;
+  /// The mean GPU utilization (percent) of its tasks that report one (RunningTask
+  /// gpu_util_percent, NVML), counted as Cpu() counts; nullopt when none does.
+  std::optional<double> GpuUtil(const v1::JobInfo& info) const;
 
   static constexpr size_t kMaxTasksPerNode = 100000;
 
@@ -49,6 +52,7 @@ class UsageBook {
     Clock::time_point at;
     double cores = -1;          // over the interval ending at `at`; < 0 = no rate yet
     Clock::time_point since;    // start of that interval
+    int32_t gpu_util = -1;      // percent at the last sample; < 0 = not measured
   };
   using Key = std::tuple<int64_t, int32_t, int32_t>;  // job, attempt, rank
   mutable std::mutex mu_;

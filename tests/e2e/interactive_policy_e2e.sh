@@ -4,9 +4,11 @@
 #    its max_time (a batch job there is still taken);
 #  - steps: mlrun inside mlalloc runs steps JOB.0 (2 tasks, exit 0: COMPLETED) and JOB.1 (exit 3:
 #    FAILED 3), and mlrun --jobid into a batch job a step of it; `mlq --steps` lists them, --json too;
+#  - a schedd restart: a live client watches again and keeps its allocation, a dead one loses it;
 #  - idle release (idle_timeout 8 s, idle_warning 4 s): an allocation holding a silent `sleep` is
 #    warned, released (CANCELLED, reason IdleTimeout) and its command hung up; one whose step
-#    spins the CPU for 14 s without a byte of output, and one whose steps print every 2 s, are not.
+#    spins the CPU for 14 s without a byte of output, and one whose steps print every 2 s, are not;
+#    one whose GPU is busy (NVML, tests/agentd/fake_nvml.cc) is not, until its GPU is idle;
 # Environment: MLSCHED_BUILD_DIR (the build), MLSCHED_STATE (a scratch directory, wiped).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,6 +37,12 @@ idle_timeout = "8s"
 idle_warning = "4s"
 idle_cpu_below = 0.2
 TOML
+# Every agent has two "GPUs" whose utilization NVML reports from a file (tests/agentd/fake_nvml.cc).
+NVML_FILE="$MLSCHED_STATE/nvml"
+FAKE_NVML="$BIN/tests/agentd/libfake-nvml.so"
+[ -f "$FAKE_NVML" ] || { echo "$E2E_NAME: SKIPPED: $FAKE_NVML is not built"; exit 0; }
+printf '0 80 1000 80000000000\n1 80 1000 80000000000\n' > "$NVML_FILE"
+export MLSCHED_FAKE_NVML="$NVML_FILE" MLSCHED_AGENT_ARGS="--gpus test:2 --nvml-library $FAKE_NVML"
 export MLSCHED_POLICY="$POLICY" MLSCHED_SCHEDD_ARGS="--interactive-client-grace 5"
 cluster_up
 OUT="$MLSCHED_STATE/out"
@@ -106,6 +114,21 @@ grep -q "job allocation $idle_job has been revoked: CANCELLED (IdleTimeout)" "$O
 [ "$chatty_rc" = 0 ] && grep -qx chatty-survived "$OUT/chatty.out" || fail "the chatty allocation was released (rc $chatty_rc): $(cat "$OUT/chatty.err")"
 ! grep -q "warning: released" "$OUT/busy.err" "$OUT/chatty.err" || fail "a used allocation was released"
 say "idle release: a silent sleep warned and released after 8 s (IdleTimeout, its command hung up: 129); a silent CPU-bound step of 14 s and steps printing every 2 s kept theirs"
+
+# GPU use counts (NVML): an allocation holding a GPU at 80 % keeps it while silent and idle on
+# the CPU; at 0 % it is released.
+as_nobody "$BIN/cli/mlalloc" -n 1 -c 1 --gpus-per-task 1 sleep 120 >/dev/null 2>"$OUT/gpu.err" &
+gpu_pid=$!
+sleep 14
+kill -0 "$gpu_pid" 2>/dev/null || fail "an allocation whose GPU is 80 % busy was released: $(cat "$OUT/gpu.err")"
+! grep -q "warning" "$OUT/gpu.err" || fail "an allocation whose GPU is busy was warned: $(cat "$OUT/gpu.err")"
+printf '0 0 1000 80000000000\n1 0 1000 80000000000\n' > "$NVML_FILE"
+set +e
+wait "$gpu_pid"; gpu_rc=$?
+set -e
+[ "$gpu_rc" = 129 ] && grep -q "warning: released: idle for .*GPU 0.00 % (below 5.00)" "$OUT/gpu.err" || \
+  fail "the allocation whose GPU went idle was not released (rc $gpu_rc): $(cat "$OUT/gpu.err")"
+say "GPU use (NVML): an allocation silent and CPU-idle but with its GPU 80 % busy kept it 14 s; at 0 % it was released"
 
 # A schedd restart: watches die with it. The allocation whose client lives is watched again and
 # kept; the one whose client was killed while schedd was down is cancelled after the grace (5 s).

@@ -1,0 +1,158 @@
+#include "agentd/nvml.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace mlsched::agent {
+
+namespace {
+// NVML's ABI (nvml.h): nvmlReturn_t is an int enum, 0 = NVML_SUCCESS; nvmlDevice_t an opaque pointer.
+using Return = int;
+using Device = void*;
+struct Utilization {
+  unsigned int gpu;
+  unsigned int memory;
+};
+struct Memory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr int32_t kMaxGpus = 4096;  // RegistrationLimits::kMaxGpusPerType
+}  // namespace
+
+struct Nvml::Api {
+  Return (*init)() = nullptr;
+  Return (*shutdown)() = nullptr;
+  Return (*count)(unsigned int*) = nullptr;
+  Return (*by_index)(unsigned int, Device*) = nullptr;
+  Return (*utilization)(Device, Utilization*) = nullptr;
+  Return (*memory)(Device, Memory*) = nullptr;
+  Return (*minor)(Device, unsigned int*) = nullptr;
+  const char* (*error)(Return) = nullptr;
+  std::string Error(Return r) const {
+    const char* e = error ? error(r) : nullptr;
+    return e ? std::string(e).substr(0, 200) : "NVML error " + std::to_string(r);
+  }
+};
+
+std::unique_ptr<Nvml> Nvml::Load(const std::string& library, std::string* why) {
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    *why = "cannot load " + library + ": " + (e ? e : "unknown error");
+    return nullptr;
+  }
+  std::unique_ptr<Nvml> n(new Nvml());
+  n->handle_ = h;
+  n->api_ = std::make_unique<Api>();
+  Api& a = *n->api_;
+  auto sym = [h](const char* name) { return dlsym(h, name); };
+  a.init = reinterpret_cast<Return (*)()>(sym("nvmlInit_v2"));
+  a.shutdown = reinterpret_cast<Return (*)()>(sym("nvmlShutdown"));
+  a.count = reinterpret_cast<Return (*)(unsigned int*)>(sym("nvmlDeviceGetCount_v2"));
+  a.by_index = reinterpret_cast<Return (*)(unsigned int, Device*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  a.utilization = reinterpret_cast<Return (*)(Device, Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
+  a.memory = reinterpret_cast<Return (*)(Device, Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
+  a.minor = reinterpret_cast<Return (*)(Device, unsigned int*)>(sym("nvmlDeviceGetMinorNumber"));
+  a.error = reinterpret_cast<const char* (*)(Return)>(sym("nvmlErrorString"));
+  if (!a.init || !a.shutdown || !a.count || !a.by_index || !a.utilization || !a.memory) {
+    *why = library + " lacks the NVML functions agentd needs";
+    a.shutdown = nullptr;  // never initialized
+    return nullptr;
+  }
+  if (Return r = a.init(); r != 0) {
+    *why = "nvmlInit: " + a.Error(r);
+    a.shutdown = nullptr;
+    return nullptr;
+  }
+  unsigned int count = 0;
+  if (Return r = a.count(&count); r != 0) {
+    *why = "nvmlDeviceGetCount: " + a.Error(r);
+    return nullptr;
+  }
+  count = std::min<unsigned int>(count, kMaxGpus);
+  std::vector<Device> by_nvml(count, nullptr);
+  std::vector<unsigned int> minors(count, 0);
+  bool have_minors = a.minor != nullptr;
+  for (unsigned int i = 0; i < count; ++i) {
+    if (Return r = a.by_index(i, &by_nvml[i]); r != 0) {
+      *why = "nvmlDeviceGetHandleByIndex(" + std::to_string(i) + "): " + a.Error(r);
+      return nullptr;
+    }
+    have_minors = have_minors && a.minor(by_nvml[i], &minors[i]) == 0 && minors[i] < static_cast<unsigned int>(kMaxGpus);
+  }
+  // This node's GPU index i is /dev/nvidia<i>: the device of minor number i.
+  n->devices_ = by_nvml;
+  if (have_minors) {
+    unsigned int top = 0;
+    for (unsigned int m : minors) top = std::max(top, m);
+    n->devices_.assign(top + 1, nullptr);
+    for (unsigned int i = 0; i < count; ++i) n->devices_[minors[i]] = by_nvml[i];
+  }
+  return n;
+}
+
+Nvml::~Nvml() {
+  if (api_ && api_->shutdown) api_->shutdown();
+  if (handle_) dlclose(handle_);
+}
+
+std::optional<Nvml::Sample> Nvml::Read(int32_t index, std::string* why) const {
+  if (index < 0 || static_cast<size_t>(index) >= devices_.size() || !devices_[static_cast<size_t>(index)]) {
+    *why = "no GPU " + std::to_string(index) + " in NVML";
+    return std::nullopt;
+  }
+  Device d = devices_[static_cast<size_t>(index)];
+  Utilization u{};
+  Memory m{};
+  if (Return r = api_->utilization(d, &u); r != 0) {
+    *why = "GPU " + std::to_string(index) + ": nvmlDeviceGetUtilizationRates: " + api_->Error(r);
+    return std::nullopt;
+  }
+  if (Return r = api_->memory(d, &m); r != 0) {
+    *why = "GPU " + std::to_string(index) + ": nvmlDeviceGetMemoryInfo: " + api_->Error(r);
+    return std::nullopt;
+  }
+  return Sample{std::min(u.gpu, 100u), m.used, m.total};
+}
+
+std::optional<Nvml::Sample> Nvml::ReadAll(const std::vector<int32_t>& indices) const {
+  Sample sum;
+  uint64_t util = 0, read = 0;
+  for (int32_t i : indices) {
+    std::string why;
+    auto s = Read(i, &why);
+    if (!s) continue;
+    util += s->util_percent;
+    sum.memory_used += s->memory_used;
+    sum.memory_total += s->memory_total;
+    ++read;
+  }
+  if (read == 0) return std::nullopt;
+  sum.util_percent = static_cast<uint32_t>(util / read);
+  return sum;
+}
+
+std::vector<int32_t> GpuIndicesOf(const std::vector<std::string>& env) {
+  std::vector<int32_t> out;
+  for (const auto& kv : env) {
+    if (kv.rfind("CUDA_VISIBLE_DEVICES=", 0) != 0) continue;
+    out.clear();
+    const std::string v = kv.substr(21);
+    size_t pos = 0;
+    while (pos <= v.size()) {
+      size_t comma = v.find(',', pos);
+      if (comma == std::string::npos) comma = v.size();
+      const std::string item = v.substr(pos, comma - pos);
+      if (!item.empty() && item.size() <= 4 && std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        out.push_back(std::stoi(item));
+      pos = comma + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace mlsched::agent

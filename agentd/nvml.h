@@ -1,0 +1,56 @@
+// NVML (NVIDIA's management library) through dlopen: no build dependency, nothing on CPU nodes.
+// agentd reads each GPU's utilization and memory with it for the heartbeat (RunningTask
+// gpu_util_percent, gpu_memory_bytes: the idle release of interactive allocations now, accounting
+// and health next). Only the calls of the NVML API reference it needs, resolved by name:
+// nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+// nvmlDeviceGetUtilizationRates, nvmlDeviceGetMemoryInfo, nvmlDeviceGetMinorNumber (optional),
+// nvmlErrorString (optional). NVML is thread-safe; a call may block on a broken GPU, so callers
+// read it off the heartbeat's thread (TaskProgressCache).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlsched::agent {
+
+class Nvml {
+ public:
+  /// One GPU's figures now.
+  struct Sample {
+    uint32_t util_percent = 0;  // of the last sample period the kernel ran on the GPU (0..100)
+    uint64_t memory_used = 0;   // bytes
+    uint64_t memory_total = 0;  // bytes
+  };
+  /// Loads `library` (a name dlopen searches, or a path), initializes NVML and maps GPU index i of
+  /// this node (/dev/nvidia<i>, CUDA_VISIBLE_DEVICES) to the NVML device of minor number i (NVML
+  /// index i when minor numbers are not available). nullptr with `*why` when the library is
+  /// missing (a CPU node) or NVML fails.
+  static std::unique_ptr<Nvml> Load(const std::string& library, std::string* why);
+  ~Nvml();
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  /// GPUs NVML sees.
+  size_t Devices() const { return devices_.size(); }
+  /// GPU `index` of this node now; nullopt with `*why` when there is no such GPU or NVML fails.
+  std::optional<Sample> Read(int32_t index, std::string* why) const;
+  /// The mean utilization and the summed memory use of GPUs `indices`; nullopt when none could be
+  /// read.
+  std::optional<Sample> ReadAll(const std::vector<int32_t>& indices) const;
+
+ private:
+  Nvml() = default;
+  struct Api;
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+  std::vector<void*> devices_;  // by this node's GPU index (nvmlDevice_t)
+};
+
+/// The GPU indices of CUDA_VISIBLE_DEVICES in `env` (NAME=VALUE entries): "0,2" -> {0, 2};
+/// entries that are not small non-negative numbers (UUIDs) are left out.
+std::vector<int32_t> GpuIndicesOf(const std::vector<std::string>& env);
+
+}  // namespace mlsched::agent
