@@ -142,11 +142,13 @@ say "CDI: 2 ranks got their own GPU, the driver read-only, the hook's link and t
 held=$(as_user "$BIN/cli/mlsub" --parsable -D "$OUT" -t 2:00 -J held -n 1 -c 1 --gpus-per-task 1 \
   --container-image "oci:$DIR/busybox:img" -o /dev/null --wrap 'sleep 300')
 wait_for "$held" RUNNING 60
+# The host's build directory must not be there: its CMakeCache.txt (the directories above the job's
+# working directory exist in the image as the mount points of that directory).
 set +e
 got=$(as_user "$BIN/cli/mlrun" --jobid "$held" --overlap sh -c '
   echo "uid=$(id -u) seen=$CDI_SPEC_SEEN job=$MLSCHED_JOB_ID busybox=$([ -x /bin/busybox ] && echo yes)"
   ls /dev | grep "^nvidia" | tr "\n" " "; echo
-  [ -e '"$BIN"' ] && echo HOST-BUILD-VISIBLE
+  [ -e '"$BIN/CMakeCache.txt"' ] && echo HOST-BUILD-VISIBLE
   echo oops >&2; exit 5' 2>"$OUT/err")
 rc=$?
 set -e
