@@ -487,11 +487,13 @@ std::future<void> EtcdStore::SaveStep(StepRow r) {
   });
 }
 
-std::vector<StepRow> EtcdStore::LoadSteps(const std::vector<int64_t>& job_ids) {
+std::vector<StepRow> EtcdStore::LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) {
   std::vector<StepRow> out;
   for (int64_t id : job_ids)
-    for (const auto& kv : etcd_.RangePrefix(Key("steps/" + Pad(id, 20) + "/")))
+    for (const auto& kv : etcd_.RangePrefix(Key("steps/" + Pad(id, 20) + "/"))) {
+      if (out.size() >= limit) return out;
       out.push_back(FromStored(Parse<v1::StoredStep>(kv.value(), kv.key())));
+    }
   return out;
 }
 

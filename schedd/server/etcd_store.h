@@ -78,7 +78,7 @@ class EtcdStore final : public Store {
   std::future<void> SaveAttempt(AttemptRow row) override;
   std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) override;
   std::future<void> SaveStep(StepRow row) override;
-  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids) override;
+  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) override;
   std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) override;

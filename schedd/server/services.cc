@@ -183,7 +183,9 @@ grpc::Status JobServiceImpl::ListSteps(grpc::ServerContext* ctx, const v1::ListS
     }
     std::sort(visible.begin(), visible.end());
     visible.erase(std::unique(visible.begin(), visible.end()), visible.end());
-    for (const StepRow& r : steps_->List(visible)) {
+    std::vector<StepRow> rows;
+    if (auto st = steps_->List(visible, &rows); !st.ok()) return st;
+    for (const StepRow& r : rows) {
       auto* s = resp->add_steps();
       s->set_job_id(r.job_id);
       s->set_step_id(r.step_id);

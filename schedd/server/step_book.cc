@@ -41,7 +41,7 @@ grpc::Status StepBook::Start(const v1::JobInfo& job, const Caller& caller, int32
   }
   int32_t stored_next = 0;
   if (first)  // the ids an earlier schedd gave (read without the lock)
-    for (const StepRow& r : store_.LoadSteps({job.job_id()})) stored_next = std::max(stored_next, r.step_id + 1);
+    for (const StepRow& r : store_.LoadSteps({job.job_id()}, kMaxStepsPerJob)) stored_next = std::max(stored_next, r.step_id + 1);
   StepRow row;
   std::vector<StepRow> swept;
   {
@@ -163,7 +163,7 @@ void StepBook::Write(const std::vector<StepRow>& rows) {
   }
 }
 
-std::vector<StepRow> StepBook::List(const std::vector<int64_t>& job_ids) {
+grpc::Status StepBook::List(const std::vector<int64_t>& job_ids, std::vector<StepRow>* out) {
   const int64_t now = WallNow();
   std::vector<StepRow> swept;
   {
@@ -171,7 +171,10 @@ std::vector<StepRow> StepBook::List(const std::vector<int64_t>& job_ids) {
     swept = SweepLocked(now);
   }
   Write(swept);
-  std::vector<StepRow> rows = store_.LoadSteps(job_ids);
+  std::vector<StepRow> rows = store_.LoadSteps(job_ids, kMaxListedSteps + 1);
+  if (rows.size() > kMaxListedSteps)
+    return {grpc::StatusCode::OUT_OF_RANGE, "these jobs have more than " + std::to_string(kMaxListedSteps) +
+                                                " steps (the most one answer lists): ask for fewer jobs"};
   std::vector<StepRow> stale;
   {
     std::lock_guard lk(mu_);
@@ -195,7 +198,8 @@ std::vector<StepRow> StepBook::List(const std::vector<int64_t>& job_ids) {
     }
   }
   Write(stale);
-  return rows;
+  *out = std::move(rows);
+  return grpc::Status::OK;
 }
 
 size_t StepBook::Running() {

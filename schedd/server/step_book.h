@@ -31,6 +31,8 @@ class StepBook {
   static constexpr std::chrono::seconds kJoinTimeout{60};
   /// Least time between two sweeps for steps that can no longer finish (one listing each).
   static constexpr std::chrono::seconds kSweepEvery{5};
+  /// Most steps one List (JobService.ListSteps answer) gives: 10,000 rows of ~100 bytes.
+  static constexpr size_t kMaxListedSteps = 10000;
 
   StepBook(Store& store, Controller& ctl);
 
@@ -47,8 +49,9 @@ class StepBook {
   /// A task's session ended: `exit_code` (128 + signal when `signaled`), or `error` when the
   /// process never started or the session broke (kSessionLostPrefix: NODE_FAIL).
   void TaskEnded(int64_t job_id, int32_t step_id, int32_t task, int32_t exit_code, bool signaled, const std::string& error);
-  /// The steps of these jobs (those running now with their live state), by job and step id.
-  std::vector<StepRow> List(const std::vector<int64_t>& job_ids);
+  /// The steps of these jobs (those running now with their live state), by job and step id;
+  /// OUT_OF_RANGE when they have more than kMaxListedSteps (nothing larger is read).
+  grpc::Status List(const std::vector<int64_t>& job_ids, std::vector<StepRow>* out);
   /// Steps running now (for tests and metrics).
   size_t Running();
 

@@ -550,7 +550,7 @@ std::future<void> SqliteStore::SaveStep(StepRow r) {
   return p->get_future();
 }
 
-std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids) {
+std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_,
          "SELECT job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time, end_time FROM steps"
@@ -559,7 +559,7 @@ std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids)
   for (int64_t id : job_ids) {
     s.Reset();
     s.Bind(1, id);
-    while (s.Step()) {
+    while (out.size() < limit && s.Step()) {
       StepRow r;
       r.job_id = s.Int(0);
       r.step_id = static_cast<int32_t>(s.Int(1));

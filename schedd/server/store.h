@@ -146,8 +146,8 @@ class Store {
   virtual std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) = 0;
   /// Writes a step (insert or replace by job and step id).
   virtual std::future<void> SaveStep(StepRow row) = 0;
-  /// The steps of these jobs, by job then step id.
-  virtual std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids) = 0;
+  /// The steps of these jobs, by job then step id, at most `limit` of them (the first).
+  virtual std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) = 0;
   /// Replaces the stored fairshare usage (association key -> decayed billing-weighted
   /// resource-seconds) and the time it was accrued up to (seconds since epoch).
   virtual std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) = 0;
@@ -213,7 +213,7 @@ class SqliteStore final : public Store {
   std::future<void> SaveAttempt(AttemptRow row) override;
   std::vector<AttemptRow> LoadAttempts(int64_t start, int64_t end) override;
   std::future<void> SaveStep(StepRow row) override;
-  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids) override;
+  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) override;
   std::future<void> SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) override;
   int64_t LoadUsage(std::map<std::string, double>* usage) override;
   std::future<void> SaveRuntimes(std::string key, std::vector<int64_t> runs) override;

@@ -42,7 +42,7 @@ struct LostAnswerStore final : Store {
   std::future<void> SaveAttempt(AttemptRow row) override { return s.SaveAttempt(std::move(row)); }
   std::vector<AttemptRow> LoadAttempts(int64_t a, int64_t b) override { return s.LoadAttempts(a, b); }
   std::future<void> SaveStep(StepRow row) override { return s.SaveStep(std::move(row)); }
-  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& ids) override { return s.LoadSteps(ids); }
+  std::vector<StepRow> LoadSteps(const std::vector<int64_t>& ids, size_t limit) override { return s.LoadSteps(ids, limit); }
   std::future<void> SaveUsage(std::map<std::string, double> u, int64_t t) override { return s.SaveUsage(std::move(u), t); }
   int64_t LoadUsage(std::map<std::string, double>* u) override { return s.LoadUsage(u); }
   std::future<void> SaveRuntimes(std::string user, std::vector<int64_t> runs) override {

@@ -176,7 +176,7 @@ TEST_CASE("the store keeps steps by job, across reopen", "[store][steps]") {
     s.SaveStep(r).get();
   }
   SqliteStore s(dir.path.string());
-  auto steps = s.LoadSteps({12});
+  auto steps = s.LoadSteps({12}, 100);
   REQUIRE(steps.size() == 2);
   CHECK(steps[0].step_id == 0);
   CHECK(steps[0].state == "FAILED");
@@ -185,6 +185,7 @@ TEST_CASE("the store keeps steps by job, across reopen", "[store][steps]") {
   CHECK(steps[0].nodes == "a,b");
   CHECK(steps[0].user == "nobody");
   CHECK(steps[1].state == "COMPLETED");
-  CHECK(s.LoadSteps({12, 13}).size() == 3);
-  CHECK(s.LoadSteps({14}).empty());
+  CHECK(s.LoadSteps({12, 13}, 100).size() == 3);
+  CHECK(s.LoadSteps({12, 13}, 2).size() == 2);  // the limit holds across jobs
+  CHECK(s.LoadSteps({14}, 100).empty());
 }
