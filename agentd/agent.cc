@@ -89,9 +89,11 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
   for (int32_t i = 0; i < plan_ctx_.gpu_count; ++i) plan_ctx_.gpu_devices.push_back("/dev/nvidia" + std::to_string(i));
   if (plan_ctx_.gpu_count > 0 && cfg_.nvml_library != "none") {
     std::string why;
-    nvml_ = Nvml::Load(cfg_.nvml_library, &why);
+    bool absent = false;
+    nvml_ = Nvml::Load(cfg_.nvml_library, &why, &absent);
     if (nvml_) spdlog::info("NVML: {} GPU(s); their utilization and memory go with each heartbeat", nvml_->Devices());
     else spdlog::warn("NVML: {}; the tasks' GPU use is not measured", why);
+    if (!nvml_ && !absent) nvml_error_ = why;  // the driver's library is there but NVML fails: a health problem
   }
   TaskDriver::StartedFn started = [this](const TaskKey& k, pid_t pid) { OnTaskStarted(k, pid); };
   TaskDriver::ExitedFn exited = [this](const TaskKey& k, pid_t, const ExitReport& r) { OnTaskExited(k, r); };
@@ -113,6 +115,7 @@ Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containe
   } else {
     driver_ = make_driver(started, exited);
   }
+  stack_tools_ = FindStackTools();
   StartSessionHost();
 }
 
@@ -230,6 +233,12 @@ void Agent::Start() {
   } else if (cfg_.containers && plan_ctx_.agent_is_root) {
     spdlog::warn("containers: off ({})", plan_ctx_.container_refusal);
   }
+  HealthConfig health = cfg_.health;
+  health.expected_gpus = plan_ctx_.gpu_count;
+  health.disk_dirs.push_back(cfg_.work_dir);
+  if (images_) health.disk_dirs.push_back(cfg_.image_cache.dir);
+  health_ = std::make_unique<HealthMonitor>(std::move(health), nvml_.get(), nvml_error_, metrics_);
+  health_->Start();
   started_ = true;
   disconnected_since_ = std::chrono::steady_clock::now();
   driver_->Start();
@@ -265,6 +274,12 @@ void Agent::Shutdown() {
     lk.unlock();
     for (auto& t : threads) t.first.join();
   }
+  {
+    std::unique_lock lk(pull_mu_);
+    auto threads = std::move(stack_threads_);
+    lk.unlock();
+    for (auto& t : threads) t.join();  // each is bounded by the tools' time limits
+  }
   sessions_->Stop();  // sessions hung up before their tasks end
   driver_->TerminateAll(cfg_.kill_grace);
   if (!driver_->WaitIdle(cfg_.kill_grace + std::chrono::seconds(5))) spdlog::error("tasks did not exit in time");
@@ -282,6 +297,7 @@ void Agent::Shutdown() {
   }
   if (session_.joinable()) session_.join();
   progress_.Stop();
+  health_->Stop();
   driver_->Stop();
   if (cgroups_) cgroups_->Clear(2000, /*remove_base=*/true);
   spdlog::info("agentd stopped");
@@ -345,6 +361,11 @@ v1::AgentMessage Agent::MakeHeartbeat() const {
     m.mutable_heartbeat()->set_image_cache_images(static_cast<uint32_t>(images_->Images()));
   }
   FillRunning(driver_->Running(), &progress_, m.mutable_heartbeat()->mutable_running());
+  if (health_) {
+    v1::NodeHealth h;
+    health_->Fill(&h);
+    if (h.checked_at() != 0) *m.mutable_heartbeat()->mutable_health() = std::move(h);
+  }
   return m;
 }
 
@@ -358,6 +379,7 @@ void Agent::HandleMessage(const v1::SchedulerMessage& msg, Connection& conn) {
     case v1::SchedulerMessage::kSignal: HandleSignal(msg.signal()); break;
     case v1::SchedulerMessage::kAck: outbox_.Ack(msg.ack().seq()); break;
     case v1::SchedulerMessage::kOpenSession: sessions_->Open(msg.open_session()); break;
+    case v1::SchedulerMessage::kCollectStacks: HandleCollectStacks(msg.collect_stacks()); break;
     default: spdlog::warn("ignoring an empty or unknown message from schedd"); break;
   }
 }
@@ -390,7 +412,13 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   r->set_attempt(key.attempt);
   std::string error;
   ToolUser user;  // the job's: a container image on the node's file system is read as this user
-  if (!attempts_.Known(key)) {
+  if (fresh && health_) {
+    // Checked again before each prepare: a GPU that failed since the last round takes no gang.
+    // Not fatal: schedd places the job elsewhere (and drains this node at its next heartbeat).
+    if (auto problems = health_->CheckQuick(); !problems.empty())
+      error = "node " + cfg_.node.name + " failed its health checks: " + SummarizeProblems(problems);
+  }
+  if (error.empty() && !attempts_.Known(key)) {
     auto plan = PlanAttempt(p, plan_ctx_);
     if (!plan) error = plan.error;
     if (plan && !plan.value->ranks.empty()) {

@@ -23,10 +23,12 @@
 #include "agentd/cgroups.h"
 #include "agentd/epoch_file.h"
 #include "agentd/eviction.h"
+#include "agentd/health.h"
 #include "agentd/image_cache.h"
 #include "agentd/node_info.h"
 #include "agentd/metrics.h"
 #include "agentd/outbox.h"
+#include "agentd/stacks.h"
 #include "agentd/supervisor.h"
 #include "agentd/task_driver.h"
 #include "agentd/nvml.h"
@@ -100,6 +102,9 @@ struct AgentConfig {
   /// NVML (agentd --nvml-library): loaded with dlopen on a node with GPUs, for their utilization
   /// and memory per task in heartbeats; "none" = not used.
   std::string nvml_library = "libnvidia-ml.so.1";
+  /// Node health checks (agentd --health-*; health.h); interval 0 = none (hollow agents). The
+  /// work and image-cache directories and the registered GPUs are added by the agent.
+  HealthConfig health;
 };
 
 class Agent {
@@ -145,6 +150,8 @@ class Agent {
   std::string ContainerRuntime() const { return plan_ctx_.containers ? tools_.runtime : ""; }
   /// The image cache (nullptr without containers).
   const ImageCache* Images() const { return images_.get(); }
+  /// The node's health checks (nullptr before Start()).
+  const HealthMonitor* Health() const { return health_.get(); }
 
  private:
   /// With `containers`, container support is detected (AgentConfig::containers) and the driver
@@ -171,6 +178,10 @@ class Agent {
   void HandleCommit(const v1::Commit& c);
   void HandleAbort(const v1::Abort& a);
   void HandleSignal(const v1::Signal& s);
+  /// The gang watchdog's request (stacks.h): traces taken on a thread of their own, answered with
+  /// StacksCollected.
+  void HandleCollectStacks(const v1::CollectStacks& c);
+  void CollectStacks(const v1::CollectStacks& c);
   void Terminate(const AttemptKey& key, std::chrono::milliseconds grace, const std::string& why);
   void DropPrepared(const AttemptKey& key, const std::string& why);
   // Supervisor callbacks (supervisor thread).
@@ -220,7 +231,11 @@ class Agent {
   std::map<AttemptKey, std::shared_ptr<const CachedImage>> pulled_;  // prepared attempts' images
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> pull_threads_;  // with their done flags
   int pulls_running_ = 0;
+  std::vector<std::thread> stack_threads_;  // CollectStacks in progress or done; guarded by pull_mu_, joined at Shutdown
+  StackTools stack_tools_;                   // found at construction
   std::unique_ptr<Nvml> nvml_;  // before progress_, which reads it; null without GPUs or NVML
+  std::string nvml_error_;      // why NVML failed on a GPU node whose driver library is there
+  std::unique_ptr<HealthMonitor> health_;  // made by Start()
   TaskProgressCache progress_;  // status files and GPU use, read off the heartbeat thread
   std::unique_ptr<EvictionPoller> eviction_;
   AgentMetrics* metrics_ = nullptr;

@@ -39,6 +39,57 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
+/// agentd's --health-* flags as given (agent::HealthConfig once checked).
+struct HealthFlags {
+  double interval_s = 60, program_timeout_s = 60, max_clock_skew_s = 30;
+  std::string program, min_free = "512M", kmsg = "/dev/kmsg";
+  std::vector<int32_t> fatal_xids{agent::DefaultFatalXids().begin(), agent::DefaultFatalXids().end()};
+};
+
+void AddHealthOptions(CLI::App& app, HealthFlags& f) {
+  app.add_option("--health-interval", f.interval_s,
+                 "Seconds between rounds of node health checks (GPUs and ECC through NVML, fatal Xids in the kernel "
+                 "log, free disk, clock, --health-program); a failing check drains the node. 0 = no checks")
+      ->capture_default_str();
+  app.add_option("--health-program", f.program,
+                 "An administrator's health check run every round as root (Slurm's HealthCheckProgram, LBNL NHC): "
+                 "a non-zero exit fails the node with its first output line as the reason. Must be root's and "
+                 "writable by no one else, as every directory above it");
+  app.add_option("--health-program-timeout", f.program_timeout_s, "Seconds --health-program may run before it counts as failed")
+      ->capture_default_str();
+  app.add_option("--health-min-free", f.min_free,
+                 "Least free space in the work and image-cache directories, e.g. 512M, 10G; 0 = no disk check")
+      ->capture_default_str();
+  app.add_option("--health-kmsg", f.kmsg, "The kernel log read for NVIDIA Xid errors; 'none' = no Xid check")
+      ->capture_default_str();
+  app.add_option("--health-fatal-xids", f.fatal_xids, "Xids that fail the node, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--health-max-clock-skew", f.max_clock_skew_s,
+                 "Seconds this node's clock may differ from schedd's (checked at each registration); 0 = no check")
+      ->capture_default_str();
+}
+
+std::string ApplyHealthFlags(const HealthFlags& f, agent::HealthConfig* out) {
+  if (f.interval_s < 0 || f.interval_s > 86400) return "--health-interval must be from 0 (off) to 86400 seconds";
+  if (f.program_timeout_s < 1 || f.program_timeout_s > 3600) return "--health-program-timeout must be from 1 to 3600 seconds";
+  if (f.max_clock_skew_s < 0 || f.max_clock_skew_s > 86400) return "--health-max-clock-skew must be from 0 (off) to 86400 seconds";
+  if (!f.program.empty() && f.program[0] != '/') return "--health-program must be an absolute path";
+  if (f.kmsg != "none" && (f.kmsg.empty() || f.kmsg[0] != '/')) return "--health-kmsg must be an absolute path or 'none'";
+  auto free_bytes = ParseMemory(f.min_free);
+  if (!free_bytes || *free_bytes.value < 0) return "--health-min-free: " + (free_bytes ? "must be >= 0" : free_bytes.error);
+  if (f.fatal_xids.size() > 256) return "--health-fatal-xids: at most 256 Xids";
+  out->interval = std::chrono::seconds(static_cast<int64_t>(f.interval_s));
+  if (f.interval_s > 0 && out->interval.count() == 0) out->interval = std::chrono::seconds(1);
+  out->program = f.program;
+  out->program_timeout = std::chrono::seconds(static_cast<int64_t>(f.program_timeout_s));
+  out->min_free_bytes = static_cast<uint64_t>(*free_bytes.value);
+  out->kmsg = f.kmsg;
+  out->fatal_xids = std::set<int32_t>(f.fatal_xids.begin(), f.fatal_xids.end());
+  out->max_clock_skew_s = static_cast<int64_t>(f.max_clock_skew_s);
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +172,8 @@ int main(int argc, char** argv) {
   app.add_flag("--single-user", single_user,
                "For an agentd that is not root: a one-user cluster where every job runs as the agent's user. "
                "Without it such an agent refuses jobs of any other uid");
+  HealthFlags health;
+  AddHealthOptions(app, health);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
@@ -181,6 +234,7 @@ int main(int argc, char** argv) {
   else if (geteuid() != 0)
     spdlog::warn("agentd is not root: it runs only jobs of its own uid {} (see --single-user)", geteuid());
   cfg.task_pids_max = task_pids_max;
+  if (std::string err = ApplyHealthFlags(health, &cfg.health); !err.empty()) return Fail(err);
   cfg.node.name = name;
   cfg.node.pool = pool;
   cfg.node.region = region;

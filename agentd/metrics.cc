@@ -27,6 +27,13 @@ AgentMetrics::AgentMetrics(const NodeIdentity& node)
                        .Labels(labels).Register(*registry_).Add({});
   epoch_ = &prometheus::BuildGauge().Name("mlsched_agent_controller_epoch").Help("The highest controller epoch seen")
                 .Labels(labels).Register(*registry_).Add({});
+  health_failures_ = &prometheus::BuildCounter().Name("mlsched_node_health_failures_total")
+                          .Help("Rounds of health checks in which a check failed, by check (gpu, ecc, xid, disk, clock, program)")
+                          .Labels(labels).Register(*registry_);
+  healthy_ = &prometheus::BuildGauge().Name("mlsched_node_healthy")
+                  .Help("1 when the last round of health checks passed, 0 when one failed")
+                  .Labels(labels).Register(*registry_).Add({});
+  healthy_->Set(1);
   connected_ = &prometheus::BuildGauge().Name("mlsched_agent_connected").Help("1 while registered with schedd")
                     .Labels(labels).Register(*registry_).Add({});
   running_ = &prometheus::BuildGauge().Name("mlsched_agent_running_tasks").Help("Tasks running now")
@@ -43,6 +50,8 @@ void AgentMetrics::CountTaskExit(const std::string& outcome) { exits_->Add({{"ou
 void AgentMetrics::CountEvictionNotice() { notices_->Increment(); }
 void AgentMetrics::CountStaleEpoch() { stale_epoch_->Increment(); }
 void AgentMetrics::CountCutoff() { cutoffs_->Increment(); }
+void AgentMetrics::CountHealthFailure(const std::string& check) { health_failures_->Add({{"check", check}}).Increment(); }
+void AgentMetrics::SetHealthy(bool healthy) { healthy_->Set(healthy ? 1 : 0); }
 void AgentMetrics::ObserveImagePull(double seconds) {
   pulls_->Increment();
   pull_seconds_->Increment(seconds);

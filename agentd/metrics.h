@@ -31,6 +31,11 @@ class AgentMetrics {
   void CountCutoff();
   /// An image pulled and unpacked into the node's cache (seconds: fetch + unpack).
   void ObserveImagePull(double seconds);
+  /// A round of health checks found `check` failing (agentd/health.h: gpu, ecc, xid, disk, clock,
+  /// program): mlsched_node_health_failures_total{check}.
+  void CountHealthFailure(const std::string& check);
+  /// The last round's verdict: mlsched_node_healthy 1 (every check passed) or 0.
+  void SetHealthy(bool healthy);
   /// The highest controller epoch seen.
   void SetEpoch(int64_t epoch);
   /// Sets the per-scrape gauges and returns the text exposition of every metric.
@@ -44,6 +49,8 @@ class AgentMetrics {
   prometheus::Counter* stale_epoch_;
   prometheus::Counter* cutoffs_;
   prometheus::Gauge* epoch_;
+  prometheus::Family<prometheus::Counter>* health_failures_;
+  prometheus::Gauge* healthy_;
   prometheus::Counter* pulls_;
   prometheus::Counter* pull_seconds_;
   prometheus::Gauge* connected_;

@@ -20,6 +20,13 @@ struct Memory {
   unsigned long long free;
   unsigned long long used;
 };
+struct PciInfo {  // nvmlPciInfo_t of nvmlDeviceGetPciInfo_v3
+  char bus_id_legacy[16];
+  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+constexpr int kUncorrected = 1;              // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+constexpr int kVolatile = 0;                 // NVML_VOLATILE_ECC
 constexpr int32_t kMaxGpus = 4096;  // RegistrationLimits::kMaxGpusPerType
 }  // namespace
 
@@ -31,6 +38,10 @@ struct Nvml::Api {
   Return (*utilization)(Device, Utilization*) = nullptr;
   Return (*memory)(Device, Memory*) = nullptr;
   Return (*minor)(Device, unsigned int*) = nullptr;
+  Return (*pci)(Device, PciInfo*) = nullptr;
+  Return (*ecc)(Device, int, int, unsigned long long*) = nullptr;
+  Return (*retired_pending)(Device, int*) = nullptr;
+  Return (*remapped)(Device, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
   const char* (*error)(Return) = nullptr;
   std::string Error(Return r) const {
     const char* e = error ? error(r) : nullptr;
@@ -38,11 +49,13 @@ struct Nvml::Api {
   }
 };
 
-std::unique_ptr<Nvml> Nvml::Load(const std::string& library, std::string* why) {
+std::unique_ptr<Nvml> Nvml::Load(const std::string& library, std::string* why, bool* absent) {
+  if (absent) *absent = false;
   void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
     *why = "cannot load " + library + ": " + (e ? e : "unknown error");
+    if (absent) *absent = true;
     return nullptr;
   }
   std::unique_ptr<Nvml> n(new Nvml());
@@ -58,6 +71,11 @@ std::unique_ptr<Nvml> Nvml::Load(const std::string& library, std::string* why) {
   a.memory = reinterpret_cast<Return (*)(Device, Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
   a.minor = reinterpret_cast<Return (*)(Device, unsigned int*)>(sym("nvmlDeviceGetMinorNumber"));
   a.error = reinterpret_cast<const char* (*)(Return)>(sym("nvmlErrorString"));
+  a.pci = reinterpret_cast<Return (*)(Device, PciInfo*)>(sym("nvmlDeviceGetPciInfo_v3"));
+  a.ecc = reinterpret_cast<Return (*)(Device, int, int, unsigned long long*)>(sym("nvmlDeviceGetTotalEccErrors"));
+  a.retired_pending = reinterpret_cast<Return (*)(Device, int*)>(sym("nvmlDeviceGetRetiredPagesPendingStatus"));
+  a.remapped = reinterpret_cast<Return (*)(Device, unsigned int*, unsigned int*, unsigned int*, unsigned int*)>(
+      sym("nvmlDeviceGetRemappedRows"));
   if (!a.init || !a.shutdown || !a.count || !a.by_index || !a.utilization || !a.memory) {
     *why = library + " lacks the NVML functions agentd needs";
     a.shutdown = nullptr;  // never initialized
@@ -92,7 +110,50 @@ std::unique_ptr<Nvml> Nvml::Load(const std::string& library, std::string* why) {
     n->devices_.assign(top + 1, nullptr);
     for (unsigned int i = 0; i < count; ++i) n->devices_[minors[i]] = by_nvml[i];
   }
+  n->pci_.assign(n->devices_.size(), Pci{});
+  for (size_t i = 0; i < n->devices_.size() && a.pci; ++i) {
+    PciInfo info{};
+    if (n->devices_[i] && a.pci(n->devices_[i], &info) == 0) n->pci_[i] = Pci{info.domain, info.bus, info.device, true};
+  }
   return n;
+}
+
+std::optional<uint32_t> Nvml::CountNow(std::string* why) const {
+  unsigned int count = 0;
+  if (Return r = api_->count(&count); r != 0) {
+    *why = "nvmlDeviceGetCount: " + api_->Error(r);
+    return std::nullopt;
+  }
+  return count;
+}
+
+int32_t Nvml::IndexOfPci(uint32_t domain, uint32_t bus, uint32_t device) const {
+  for (size_t i = 0; i < pci_.size(); ++i)
+    if (pci_[i].known && pci_[i].domain == domain && pci_[i].bus == bus && pci_[i].device == device)
+      return static_cast<int32_t>(i);
+  return -1;
+}
+
+Nvml::DeviceHealth Nvml::Health(int32_t index) const {
+  DeviceHealth h;
+  if (index < 0 || static_cast<size_t>(index) >= devices_.size() || !devices_[static_cast<size_t>(index)]) {
+    h.error = "not known to NVML";
+    return h;
+  }
+  Device d = devices_[static_cast<size_t>(index)];
+  Utilization u{};
+  if (Return r = api_->utilization(d, &u); r != 0) {  // GPU_IS_LOST, UNKNOWN, ...: it cannot be used
+    h.error = api_->Error(r);
+    return h;
+  }
+  unsigned long long ecc = 0;
+  if (api_->ecc && api_->ecc(d, kUncorrected, kVolatile, &ecc) == 0) h.ecc_uncorrected = ecc;
+  int pending = 0;
+  if (api_->retired_pending && api_->retired_pending(d, &pending) == 0) h.retired_pages_pending = pending != 0;
+  unsigned int corrected = 0, uncorrected = 0, remap_pending = 0, failed = 0;
+  if (api_->remapped && api_->remapped(d, &corrected, &uncorrected, &remap_pending, &failed) == 0)
+    h.row_remap_failure = failed != 0;
+  return h;
 }
 
 Nvml::~Nvml() {

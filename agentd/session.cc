@@ -211,6 +211,10 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
     cv_.notify_all();
   };
   v1::SchedulerMessage msg;
+  auto wall_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  const int64_t sent_ms = wall_ms();
   if (!(conn->stream->Write(MakeRegister()) && conn->stream->Read(&msg))) {
     settle(Connection::Registration::kFailed);
     writer.join();
@@ -227,6 +231,8 @@ Agent::ConnectionEnd Agent::RunConnection(const std::string& server, int failure
     return end;
   }
   end.registered = true;
+  if (health_ && health_->Enabled() && msg.registered().time() > 0)
+    health_->ObserveClock(sent_ms, wall_ms(), msg.registered().time());
   HandleRegistered(msg.registered());
   outbox_.SetOnline(true);
   {

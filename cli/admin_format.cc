@@ -85,7 +85,7 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
                     GpuUsage(n->allocated(), n->capacity()), n->domain(), n->zone(), n->region(),
                     n->isolation().empty() ? "-" : n->isolation(),
                     RuntimeCell(*n), std::to_string(n->rejected_reports()),
-                    n->reason()});
+                    SafeText(n->reason())});
   }
   return RenderTable(std::move(rows));
 }
@@ -118,6 +118,8 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"gpus", gpus},
       {"last_heartbeat", n.last_heartbeat()},
       {"running_jobs", std::vector<int64_t>(n.running_jobs().begin(), n.running_jobs().end())},
+      {"health_problems", std::vector<std::string>(n.health_problems().begin(), n.health_problems().end())},
+      {"health_checked_at", n.health_checked_at()},
   };
 }
 

@@ -59,6 +59,7 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
     line("Reason:", SafeText(j.reason()));
   }
   if (!j.resize().empty()) line("Resized:", SafeText(j.resize()));
+  if (!j.stall().empty()) line("Watchdog:", SafeText(j.stall()));
   std::string order = Shown(r.queue_order(), "fifo");
   if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";
   line("Queue order:", order);

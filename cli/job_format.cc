@@ -292,6 +292,7 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"preempt_count", job.preempt_count()},
       {"evictions", job.evictions()},
       {"resize", job.resize()},
+      {"stall", job.stall()},
       {"array_job_id", s.array_index().array_job_id()},
       {"array_task_id", s.array_index().array_job_id() ? nlohmann::json(s.array_index().task_id()) : nlohmann::json()},
   };

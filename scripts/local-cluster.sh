@@ -26,7 +26,8 @@
 # MLSCHED_ETCD_CERT, MLSCHED_ETCD_KEY: etcdctl's --cacert, --cert, --key) and the root password's
 # file (MLSCHED_ETCD_ROOT_PASSWORD_FILE; never the password itself).
 # Environment: MLSCHED_STATE (default ./.state), MLSCHED_BUILD_DIR (default ./build),
-# AGENT_CPUS (CPUs per agent, default 2), MLSCHED_AGENT_ARGS (more agentd flags, word-split), MLSCHED_POLICY (default policies/default.toml),
+# AGENT_CPUS (CPUs per agent, default 2), MLSCHED_AGENT_ARGS (more agentd flags, word-split; %n
+# becomes the node's name, as in Slurm's file names), MLSCHED_POLICY (default policies/default.toml),
 # MLSCHED_SCHEDD_ARGS (more flags of the single schedd, word-split),
 # MLSCHED_OBJECT_STORE (s3 | dir; default s3 when available), MLSCHED_HA_SCHEDD_ARGS (more schedd
 # flags for the HA replicas, word-split), MLSCHED_ETCD_TLS (1, the default; 0: plaintext etcd and
@@ -190,7 +191,7 @@ etcd_rbac() {
 }
 
 agents_up() {
-  local n=0 names=() skip=() root_jobs=()
+  local n=0 names=() skip=() root_jobs=() agent_args=${MLSCHED_AGENT_ARGS:-}
   # Agents refuse root's jobs by default (Slurm's DisableRootJobs); this cluster runs everything,
   # the demo's and CI's jobs included, as whoever started it.
   if [ "$(id -u)" = 0 ]; then
@@ -205,7 +206,7 @@ agents_up() {
     start "agent-$1" "$STATE/logs/agent-$1.log" "$BIN/agentd/agentd" --server "$MLSCHED_SERVER" --name "$1" \
       --tls-cert "$STATE/tls/nodes/$1.pem" --tls-key "$STATE/tls/nodes/$1.key" --tls-ca "$STATE/tls/ca.pem" \
       --pool "$2" --domain "$3" --zone local-a --region local --cpus "$AGENT_CPUS" --mem 4G \
-      --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" "${AGENT_EXTRA[@]}" ${MLSCHED_AGENT_ARGS:-}
+      --work-dir "$STATE/agents/$1" --address 127.0.0.1 --metrics-port 0 "${root_jobs[@]}" "${AGENT_EXTRA[@]}" ${agent_args//%n/$1}
     n=$((n + 1))
   done
   # Up to 30 s: on a loaded machine (CI runs tests two at a time) agents can take over 10 s to

@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
   base.cgroups = agent::CgroupMode::kOff;
   base.allow_root_jobs = true;  // the benchmark submits as whoever runs it
   base.read_task_progress = false;  // hollow tasks write no status file
+  base.health.interval = std::chrono::seconds(0);  // no health thread per hollow node (pid_max)
+  base.nvml_library = "none";
   base.node.pool = pool;
   base.node.address = "127.0.0.1";
   auto c = ParseCpus(cpus);

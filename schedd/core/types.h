@@ -509,6 +509,32 @@ struct InteractivePolicy {
   SourceLines source;                   // lines of the table and its keys
 };
 
+/// What schedd does with a node whose agent reports a failing health check (the policy's [health];
+/// agentd/health.h runs the checks). Slurm's HealthCheckProgram + LBNL NHC drain and, NHC's
+/// default, bring back a node they drained once its checks pass.
+struct HealthPolicy {
+  /// kDrain: no new work, running jobs keep running; kDrainAndRequeue: also checkpoint-requeue the
+  /// jobs running there (SIGTERM, requeue_grace, SIGKILL; elastic gangs restart smaller without it).
+  enum class Action { kDrain, kDrainAndRequeue };
+  Action action = Action::kDrain;
+  bool auto_resume = true;     // a node drained for health returns once its checks pass again
+  Duration requeue_grace = 60; // seconds between SIGTERM and SIGKILL for kDrainAndRequeue
+  SourceLines source;          // lines of the table and its keys
+};
+
+/// The gang watchdog (the policy's [watchdog]; schedd/server/gang_watchdog.h): a running gang whose
+/// ranks report their training step (MLSCHED_STATUS_FILE) is watched for a stall: no rank advanced
+/// for stall_after while every task lives. Then stack traces of every rank are taken, the gang is
+/// checkpoint-requeued, and the node whose ranks are outside the collective (or behind the others)
+/// is suspected; suspected drain_after times within suspect_window, it is drained.
+struct WatchdogPolicy {
+  Duration stall_after = 0;          // seconds without progress that make a stall; 0 = off
+  int32_t drain_after = 2;           // stalls a node is suspected in before it is drained
+  Duration suspect_window = 86400;   // ... counted over this many seconds
+  Duration requeue_grace = 60;       // seconds from SIGTERM to SIGKILL when a stalled gang is requeued
+  SourceLines source;                // lines of the table and its keys
+};
+
 /// Elastic gangs (the policy's [elastic]; elastic.h): how an elastic job starts, and when a running
 /// one below its largest size (or on a fallback tier) is asked to checkpoint and restart.
 struct ElasticPolicy {
@@ -593,6 +619,8 @@ struct PolicySet {
   PredictionPolicy prediction;          // [prediction]
   ElasticPolicy elastic;                // [elastic]
   InteractivePolicy interactive;        // [interactive]
+  HealthPolicy health;                  // [health]
+  WatchdogPolicy watchdog;              // [watchdog]
   std::vector<ProvisioningPolicy> provisioning;  // [provisioning.POOL], at most one per pool
   NodeInventory inventory;              // [inventory], [[nodes]]
 };

@@ -136,7 +136,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
                    "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic", "provisioning",
-                   "inventory", "nodes", "interactive"},
+                   "inventory", "nodes", "interactive", "health", "watchdog"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -160,6 +160,8 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("provisioning", [&](const toml::table& t) { ReadProvisioning(t, p); });
   section("inventory", [&](const toml::table& t) { ReadInventory(t, p.inventory); });
   section("interactive", [&](const toml::table& t) { ReadInteractive(t, p.interactive); });
+  section("health", [&](const toml::table& t) { ReadHealth(t, p.health); });
+  section("watchdog", [&](const toml::table& t) { ReadWatchdog(t, p.watchdog); });
   EachTable(root, "nodes", [&](const toml::table& t, const std::string& ctx) {
     ReadNodeDeclaration(t, ctx, p.inventory);
   });

@@ -85,6 +85,10 @@ class PolicyReader {
   /// (interactive_reader.cc); the partitions are checked to exist by CheckInteractive.
   void ReadInteractive(const toml::table& t, core::InteractivePolicy& p);
   void CheckInteractive(const toml::table& root, const core::PolicySet& p);
+  /// [health]: action ("drain" | "drain-and-requeue"), auto_resume, requeue_grace (health_reader.cc).
+  void ReadHealth(const toml::table& t, core::HealthPolicy& p);
+  /// [watchdog]: stall_after, drain_after, suspect_window, requeue_grace (health_reader.cc).
+  void ReadWatchdog(const toml::table& t, core::WatchdogPolicy& p);
   // simulation_reader.cc
   void ReadSimulation(const toml::table& t, SimulationSettings& s);
   /// [prediction]: enabled, predictor (a known name), history (1..64).

@@ -27,6 +27,7 @@
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
 #include "schedd/server/admission.h"
+#include "schedd/server/gang_watchdog.h"
 #include "schedd/server/metrics.h"
 #include "schedd/server/provision_runner.h"
 #include "schedd/server/inventory.h"
@@ -252,6 +253,14 @@ class Controller {
     bool clean_stop = false;     // the attempt ends with exit 75: its tasks checkpointed first
     int64_t last_checkpoint = 0; // latest checkpoint time its tasks reported in this attempt
     bool evicting = false;       // SIGTERM sent because a node of the gang is being evicted
+    // SIGTERM sent to requeue it: "NodeHealth" (a node failed its health checks), "Stalled" (the
+    // gang watchdog); any failed exit of a rank then requeues it with this reason. "" = none.
+    std::string requeue_on_stop;
+    int64_t stall_at = 0;        // the watchdog found it stalled and asked for stack traces then; 0 = no diagnosis open
+    int64_t stall_step = 0;      // ... at this step, after this many seconds without progress:
+    int64_t stall_seconds = 0;
+    std::map<std::string, v1::StacksCollected> stacks;  // the diagnosis' answers, by node
+    std::string stall_note;      // the watchdog's last verdict (JobInfo.stall; not stored: events keep it)
     bool preempting = false;     // SIGTERM sent for QoS preemption (PreemptDecision)
     bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
     int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)
@@ -290,6 +299,7 @@ class Controller {
     bool connected = false;
     bool down = false;
     bool drained = false;
+    bool health_failing = false;   // its agent's last health verdict had failing checks
     int64_t last_heartbeat = 0;
     int64_t rejected_reports = 0;  // RejectAgentMessage count since start (mladmin nodes)
   };
@@ -386,7 +396,23 @@ class Controller {
                   int64_t now, const std::string& event);
   void SendToNodes(const JobRec& j, const v1::SchedulerMessage& msg);
   void MarkNodeDown(NodeRec& n, const std::string& why, int64_t now);
+  /// The running jobs with a task on `node`, from running_on_ (not every job in the cluster: a
+  /// thousand nodes going DOWN or evicted together, issue 30); ids, as EndAttempt updates the set.
+  std::vector<int64_t> RunningOnLocked(const std::string& node);
   void EvictLocked(NodeRec& n, int64_t deadline, const std::string& source, int64_t now);
+  // controller_health.cc: a heartbeat's health verdict (agentd/health.h) against the [health]
+  // policy: drain on failing, requeue its jobs (drain-and-requeue), resume when it passes again.
+  void ApplyHealthLocked(NodeRec& n, const v1::NodeHealth& h, int64_t now);
+  void RequeueFromFailingNodeLocked(NodeRec& n, const std::string& summary, int64_t now);
+  /// Signals every rank of `j` to checkpoint and stop (SIGTERM, `grace_s`, SIGKILL; trainer stop
+  /// reason `signal_reason`); a failed exit then requeues it with `requeue_reason`.
+  void StopToRequeueLocked(JobRec& j, const std::string& requeue_reason, const std::string& signal_reason,
+                           const std::string& cause, int grace_s, int64_t now);
+  // controller_watchdog.cc: the gang watchdog ([watchdog]; gang_watchdog.h) finds stalled gangs,
+  // asks their agents for stack traces, suspects and drains the node at fault, requeues the gang.
+  void WatchGangsLocked(int64_t now);
+  void OnStacksLocked(const std::string& node, const v1::StacksCollected& s, int64_t now);
+  void ConcludeStallLocked(JobRec& j, int64_t now);
   /// Applies a core PreemptDecision: SIGTERM to every task of the victim with the QoS grace time.
   void PreemptLocked(const core::PreemptDecision& d, int64_t now);
   /// Applies a core ResizeDecision: SIGTERM to every task with the reason "resize" and the kill grace;
@@ -483,6 +509,7 @@ class Controller {
   int64_t pending_recounts_ = 0;  // cycles that recounted pending_by_user_
   std::map<int64_t, core::JobState> finished_;
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
+  GangWatchdog watchdog_;  // running gangs' progress and suspected nodes ([watchdog])
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on
   // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
   // to the store every kUsageSaveEvery seconds.

@@ -77,6 +77,9 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
   j.exit_code = 0;
   j.preempted = false;
   j.evicting = false;
+  j.requeue_on_stop.clear();
+  j.stall_at = 0;
+  j.stacks.clear();
   j.preempting = false;
   j.resizing = false;
   j.preempt_cancel = false;
@@ -152,6 +155,7 @@ void Controller::StartAttempt(JobRec& j, const core::Allocation& alloc, int64_t 
 
 void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::string& reason, int32_t exit_code,
                             int64_t now, const std::string& event) {
+  watchdog_.Forget(j.id);
   // Tasks that may still be alive are terminated and keep their resources as a ghost until they exit.
   Ghost g;
   g.job = j.id;
@@ -251,6 +255,7 @@ bool Controller::OnAgentMessageLocked(const std::string& node, const v1::AgentMe
     case v1::AgentMessage::kPrepareResult: OnPrepareResult(node, msg.prepare_result(), now); break;
     case v1::AgentMessage::kTaskStarted: OnTaskStarted(node, msg.task_started(), now); break;
     case v1::AgentMessage::kTaskExited: OnTaskExited(node, msg.task_exited(), now); break;
+    case v1::AgentMessage::kStacks: OnStacksLocked(node, msg.stacks(), now); break;
     case v1::AgentMessage::kEviction:
       if (auto it = nodes_.find(node); it != nodes_.end())
         EvictLocked(it->second, msg.eviction().deadline(), msg.eviction().source(), now);
@@ -378,6 +383,16 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   // Ended by the stop schedd asked for: killed by its SIGTERM or the SIGKILL after the grace, or a
   // shell or a container's init reporting that death of its child as 128 + the signal.
   const bool killed = t.signaled() || t.exit_code() == 128 + SIGTERM || t.exit_code() == 128 + SIGKILL;
+  if (!j->requeue_on_stop.empty() && t.exit_code() != 0) {
+    // Stopped to be requeued (a node failed its health checks, the gang stalled): back to PENDING
+    // whatever the failure (a rank on a broken GPU often dies before the SIGTERM); a rank that
+    // exits 0 finishes as usual.
+    j->clean_stop = t.exit_code() == kPreemptedExit;
+    Await(store_.AppendEvent(j->id, node, "REQUEUED", j->stop_cause + " (rank " + std::to_string(t.rank()) + " exited " +
+                                                         std::to_string(t.exit_code()) + ")"));
+    EndAttempt(*j, core::JobState::kPending, j->requeue_on_stop, 0, now, "requeue");
+    return;
+  }
   if (j->resizing && !j->evicting && !j->preempting && (t.exit_code() == kPreemptedExit || killed)) {
     // Stopped to restart at another size: requeued at once, not a preemption (no count, no PREEMPTED).
     j->clean_stop = t.exit_code() == kPreemptedExit;
@@ -422,12 +437,16 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
   // The image cache's use, for mladmin nodes (bounded: at most an exabyte, a million images).
   nit->second.info.set_image_cache_bytes(std::clamp<int64_t>(hb.image_cache_bytes(), 0, int64_t{1} << 60));
   nit->second.info.set_image_cache_images(std::min<uint32_t>(hb.image_cache_images(), 1000000));
+  if (hb.has_health()) ApplyHealthLocked(nit->second, hb.health(), now);
   std::set<std::tuple<int64_t, int32_t, int32_t>> running;
   for (const auto& r : hb.running()) {
     running.insert({r.job_id(), r.attempt(), r.rank()});
     JobRec* j = Find(r.job_id());
-    if (j && j->state == core::JobState::kRunning && j->attempt == r.attempt())
+    if (j && j->state == core::JobState::kRunning && j->attempt == r.attempt()) {
       j->last_checkpoint = std::max(j->last_checkpoint, r.last_checkpoint_time());
+      if (r.step() > 0 && policy_.watchdog.stall_after > 0 && PlacedOn(*j, node, r.rank()))
+        watchdog_.Observe(j->id, r.attempt(), r.rank(), node, r.step(), now);
+    }
   }
   // A started task missing from two consecutive heartbeats of its node is lost, unless reports
   // are still queued behind the heartbeat on the agent (its exit may be among them).
@@ -479,6 +498,7 @@ void Controller::TickLocked(int64_t now) {
       spdlog::warn("{} job(s) still not written to the store: {}", unpersisted_jobs_.size(), e.what());
     }
   }
+  WatchGangsLocked(now);
   for (auto& [name, n] : nodes_) {
     // An agent cut off from every controller stops its tasks within its cutoff (its kill grace
     // included); its tasks count as lost only after that, so two attempts never run at once.

@@ -67,6 +67,7 @@ v1::Registered Controller::OnRegisterLocked(const v1::RegisterNode& reg, int64_t
   for (const auto& r : reg.running()) reported.insert({r.job_id(), r.attempt(), r.rank()});
   v1::Registered out;
   out.set_heartbeat_interval_s(cfg_.heartbeat_interval_s);
+  out.set_time(now);  // the agent's clock check (agentd/health.h)
   // Only this node's jobs (running_on_), not every job in the cluster: a registration storm after
   // a network blip is 1,000 of these (issue 30).
   const std::set<int64_t> mine = running_on_[reg.name()];
@@ -127,16 +128,8 @@ void Controller::EvictLocked(NodeRec& n, int64_t deadline, const std::string& so
   if (metrics_) metrics_->CountEviction();
   eviction_rates_.RecordEviction(core::PoolName(n.node.pool));
   std::string jobs;
-  // Only this node's jobs (running_on_; a copy, as EndAttempt may update it), not every job in the
-  // cluster (as MarkNodeDown; a spot reclaim of hundreds of nodes is as many of these).
-  const std::set<int64_t> mine = running_on_[name];
-  for (int64_t id : mine) {
-    auto jit = jobs_.find(id);
-    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) continue;
-    JobRec& j = jit->second;
-    bool on_node = false;
-    for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
-    if (!on_node) continue;
+  for (int64_t id : RunningOnLocked(name)) {
+    JobRec& j = jobs_[id];
     j.evicting = true;
     if (j.stop_cause.empty()) j.stop_cause = "eviction of " + name;
     if (core::IsElastic(j.spec) && j.stop_requested_at == 0) j.stop_requested_at = now;
@@ -174,16 +167,9 @@ void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
   const std::string name = n.info.name();
   spdlog::error("node {} DOWN: {}", name, why);
   Await(store_.AppendEvent(0, name, "node-down", why));
-  // Only this node's jobs (running_on_; a copy, as EndAttempt updates it), not every job: when a
-  // thousand nodes go DOWN together, scanning all jobs for each held the lock for minutes (issue 30).
-  const std::set<int64_t> mine = running_on_[name];
-  for (int64_t id : mine) {
-    auto jit = jobs_.find(id);
-    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) continue;
-    JobRec& j = jit->second;
-    bool on_node = false;
-    for (const auto& t : j.placement.tasks()) on_node |= t.node() == name;
-    if (!on_node) continue;
+  for (int64_t id : RunningOnLocked(name)) {
+    JobRec& j = jobs_[id];
+    if (j.state != core::JobState::kRunning) continue;  // ended by an earlier one's requeue
     // NODE_FAIL, then back to PENDING: recorded as two events in order.
     Await(store_.AppendEvent(id, name, "NODE_FAIL", why));
     if (j.stop_cause.empty()) j.stop_cause = "failure of node " + name;
@@ -193,6 +179,20 @@ void Controller::MarkNodeDown(NodeRec& n, const std::string& why, int64_t now) {
     std::erase_if(it->second.alive, [&](const auto& kv) { return kv.second == name; });
     it = it->second.alive.empty() ? ghosts_.erase(it) : std::next(it);
   }
+}
+
+std::vector<int64_t> Controller::RunningOnLocked(const std::string& node) {
+  std::vector<int64_t> out;
+  for (int64_t id : running_on_[node]) {
+    auto jit = jobs_.find(id);
+    if (jit == jobs_.end() || jit->second.state != core::JobState::kRunning) continue;
+    for (const auto& t : jit->second.placement.tasks())
+      if (t.node() == node) {
+        out.push_back(id);
+        break;
+      }
+  }
+  return out;
 }
 
 }  // namespace mlsched::server

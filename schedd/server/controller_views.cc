@@ -82,6 +82,7 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   for (const auto& g : gpu_types) joined += (joined.empty() ? "" : ",") + g;
   info.set_accelerator(joined);
   info.set_resize(j.resize);
+  info.set_stall(j.stall_note);
   info.set_image_digest(j.image_digest);
   info.set_expected_start(j.expected_start);
   info.set_priority(static_cast<double>(j.priority));

@@ -18,6 +18,9 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
                    .Register(*registry_);
   job_ends_ = &prometheus::BuildCounter().Name("mlsched_jobs_ended_total").Help("Jobs that ended, by final state")
                    .Register(*registry_);
+  health_drains_ = &prometheus::BuildCounter().Name("mlsched_node_health_drains_total")
+                       .Help("Nodes drained because their agent's health checks failed, by failing check")
+                       .Register(*registry_);
   evictions_ = &prometheus::BuildCounter().Name("mlsched_evictions_total").Help("Spot eviction notices handled")
                     .Register(*registry_).Add({});
   preemptions_ = &prometheus::BuildCounter().Name("mlsched_preemptions_total")
@@ -68,6 +71,7 @@ void SchedMetrics::ObserveQueueWait(const std::string& partition, const std::str
 
 void SchedMetrics::CountRequeue(const std::string& reason) { requeues_->Add({{"reason", reason}}).Increment(); }
 void SchedMetrics::CountEviction() { evictions_->Increment(); }
+void SchedMetrics::CountHealthDrain(const std::string& check) { health_drains_->Add({{"check", check}}).Increment(); }
 void SchedMetrics::CountPreemption() { preemptions_->Increment(); }
 void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"state", state}}).Increment(); }
 void SchedMetrics::CountQuarantined() { quarantined_->Increment(); }

@@ -23,6 +23,9 @@ class SchedMetrics {
   /// A job went back to PENDING; reason = NodeFail, Preempted, Evicted, LaunchFailedRequeue.
   void CountRequeue(const std::string& reason);
   void CountEviction();
+  /// A node's agent reported failing health checks (agentd/health.h) and schedd drained it:
+  /// mlsched_node_health_drains_total{check} for each failing check (gpu, ecc, xid, disk, clock, program).
+  void CountHealthDrain(const std::string& check);
   /// A running job was chosen as a QoS preemption victim (signalled).
   void CountPreemption();
   void CountJobEnd(const std::string& state);
@@ -57,6 +60,7 @@ class SchedMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Histogram>* wait_;
   prometheus::Family<prometheus::Counter>* requeues_;
+  prometheus::Family<prometheus::Counter>* health_drains_;
   prometheus::Family<prometheus::Counter>* job_ends_;
   prometheus::Counter* evictions_;
   prometheus::Counter* preemptions_;

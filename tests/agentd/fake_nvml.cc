@@ -1,14 +1,18 @@
 // A stand-in for libnvidia-ml.so.1 in tests (no GPU here): the NVML calls agentd makes, answered
 // from the file named by $MLSCHED_FAKE_NVML, read at every call, one line per device in NVML's
-// order: "MINOR UTIL_PERCENT MEMORY_USED MEMORY_TOTAL" (bytes). A missing file: nvmlInit fails.
+// order: "MINOR UTIL_PERCENT MEMORY_USED MEMORY_TOTAL [ECC_UNCORRECTED RETIRED_PENDING PCI LOST]"
+// (bytes; PCI as "0000:3b:00"; LOST 1 = the GPU has fallen off the bus: its queries fail with
+// NVML_ERROR_GPU_IS_LOST). A missing file: nvmlInit fails.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
 struct Dev {
   unsigned minor, util;
-  unsigned long long used, total;
+  unsigned long long used, total, ecc;
+  unsigned pending, domain, bus, device, lost;
 };
 Dev g_devs[16];
 
@@ -17,7 +21,13 @@ int Load() {
   FILE* f = path ? std::fopen(path, "r") : nullptr;
   if (!f) return -1;
   int n = 0;
-  while (n < 16 && std::fscanf(f, "%u %u %llu %llu", &g_devs[n].minor, &g_devs[n].util, &g_devs[n].used, &g_devs[n].total) == 4) ++n;
+  char line[256];
+  while (n < 16 && std::fgets(line, sizeof line, f)) {
+    Dev d{};
+    if (std::sscanf(line, "%u %u %llu %llu", &d.minor, &d.util, &d.used, &d.total) != 4) continue;
+    std::sscanf(line, "%*u %*u %*u %*u %llu %u %x:%x:%x %u", &d.ecc, &d.pending, &d.domain, &d.bus, &d.device, &d.lost);
+    g_devs[n++] = d;
+  }
   std::fclose(f);
   return n;
 }
@@ -30,6 +40,11 @@ struct Utilization {
 };
 struct Memory {
   unsigned long long total, free, used;
+};
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
 };
 int nvmlInit_v2() { return Load() < 0 ? 9 : 0; }  // 9: NVML_ERROR_DRIVER_NOT_LOADED
 int nvmlShutdown() { return 0; }
@@ -51,16 +66,40 @@ int nvmlDeviceGetMinorNumber(void* dev, unsigned* minor) {
 }
 int nvmlDeviceGetUtilizationRates(void* dev, Utilization* u) {
   Load();
+  if (static_cast<Dev*>(dev)->lost) return 15;  // NVML_ERROR_GPU_IS_LOST
   u->gpu = static_cast<Dev*>(dev)->util;
   u->memory = 0;
   return 0;
 }
 int nvmlDeviceGetMemoryInfo(void* dev, Memory* m) {
   Load();
+  if (static_cast<Dev*>(dev)->lost) return 15;
   m->used = static_cast<Dev*>(dev)->used;
   m->total = static_cast<Dev*>(dev)->total;
   m->free = m->total - m->used;
   return 0;
 }
-const char* nvmlErrorString(int r) { return r == 9 ? "Driver Not Loaded" : "Unknown Error"; }
+int nvmlDeviceGetPciInfo_v3(void* dev, PciInfo* p) {
+  Load();
+  std::memset(p, 0, sizeof *p);
+  p->domain = static_cast<Dev*>(dev)->domain;
+  p->bus = static_cast<Dev*>(dev)->bus;
+  p->device = static_cast<Dev*>(dev)->device;
+  std::snprintf(p->bus_id, sizeof p->bus_id, "%08X:%02X:%02X.0", p->domain, p->bus, p->device);
+  return 0;
+}
+int nvmlDeviceGetTotalEccErrors(void* dev, int type, int counter, unsigned long long* count) {
+  Load();
+  if (type != 1 || counter != 0) return 3;  // only volatile uncorrected: NVML_ERROR_NOT_SUPPORTED otherwise
+  *count = static_cast<Dev*>(dev)->ecc;
+  return 0;
+}
+int nvmlDeviceGetRetiredPagesPendingStatus(void* dev, int* pending) {
+  Load();
+  *pending = static_cast<int>(static_cast<Dev*>(dev)->pending);
+  return 0;
+}
+const char* nvmlErrorString(int r) {
+  return r == 9 ? "Driver Not Loaded" : r == 15 ? "GPU is lost" : "Unknown Error";
+}
 }

@@ -1,0 +1,51 @@
+// Agent: the gang watchdog's CollectStacks (stacks.h): every live rank of the attempt here is
+// traced as its user on a thread of its own, the traces written into the job's working directory,
+// and the answer (files, summaries, whether a thread waits in a collective) sent to schedd.
+#include <spdlog/spdlog.h>
+
+#include "agentd/agent.h"
+
+namespace mlsched::agent {
+
+void Agent::HandleCollectStacks(const v1::CollectStacks& c) {
+  std::lock_guard lk(pull_mu_);
+  if (stopping_ || stack_threads_.size() >= 64) return;  // schedd concludes without this node's answer
+  stack_threads_.emplace_back([this, c] { CollectStacks(c); });
+}
+
+void Agent::CollectStacks(const v1::CollectStacks& c) {
+  const AttemptKey attempt{c.job_id(), c.attempt()};
+  v1::AgentMessage reply;
+  auto* out = reply.mutable_stacks();
+  out->set_job_id(c.job_id());
+  out->set_attempt(c.attempt());
+  std::map<TaskKey, pid_t> pids;
+  for (const auto& r : driver_->Running()) pids[r.key] = r.pid;
+  for (const TaskKey& key : attempts_.LiveTasks(attempt)) {
+    if (out->ranks_size() >= 64) break;
+    auto req = attempts_.LiveRequest(key);
+    auto pid = pids.find(key);
+    if (!req || pid == pids.end()) continue;
+    auto* r = out->add_ranks();
+    r->set_rank(key.rank);
+    const ToolUser user{req->uid, req->gid, req->groups};
+    std::string error;
+    const std::string traces = TakeTraces(stack_tools_, TaskProcesses(cgroups_ ? cgroups_->DirsOf(key) : std::vector<std::string>{}, pid->second),
+                                          user, &error);
+    r->set_error(error);
+    r->set_in_collective(InCollective(traces));
+    r->set_summary(SummarizeTraces(traces));
+    if (traces.empty()) continue;
+    const std::string name = "mlsched-stacks-" + std::to_string(key.job_id) + "." + std::to_string(key.attempt) + "." +
+                             std::to_string(key.rank) + ".txt";
+    const std::string header = "# mlsched gang watchdog: job " + std::to_string(key.job_id) + " attempt " +
+                               std::to_string(key.attempt) + " rank " + std::to_string(key.rank) + " on " + cfg_.node.name +
+                               ": " + c.reason().substr(0, 200) + "\n";
+    if (std::string err = WriteFileAsUser(req->workdir, name, header + traces, user); err.empty()) r->set_file(req->workdir + "/" + name);
+    else if (r->error().empty()) r->set_error(err);
+    spdlog::info("job {}: stack traces of rank {}{}", attempt.ToString(), key.rank, r->file().empty() ? " not written: " + r->error() : " in " + r->file());
+  }
+  outbox_.Push(std::move(reply));
+}
+
+}  // namespace mlsched::agent

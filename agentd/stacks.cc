@@ -1,0 +1,180 @@
+#include "agentd/stacks.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace mlsched::agent {
+
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string CommOf(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(f, comm);
+  return comm.substr(0, 32);
+}
+
+std::string Found(const std::string& name, const std::string& path_list) {
+  std::stringstream dirs(path_list);
+  for (std::string d; std::getline(dirs, d, ':');) {
+    const std::string p = d + "/" + name;
+    if (!d.empty() && access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+}  // namespace
+
+StackTools FindStackTools(const std::string& path_list) {
+  return StackTools{Found("eu-stack", path_list), Found("py-spy", path_list), Found("gdb", path_list)};
+}
+
+bool InCollective(std::string_view traces) {
+  static const char* const kMarks[] = {"allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
+                                       "reducescatter", "broadcast", "barrier", "nccl", "gloo::", "c10d",
+                                       "processgroup", "mpi_allreduce", "mpi_barrier"};
+  const std::string low = Lower(traces);
+  return std::any_of(std::begin(kMarks), std::end(kMarks), [&](const char* m) { return low.find(m) != std::string::npos; });
+}
+
+std::string SummarizeTraces(std::string_view traces, size_t max_bytes) {
+  // Frame lines: eu-stack and gdb "#N  ADDRESS [in] FUNCTION ...", py-spy "    FUNCTION (FILE:LINE)".
+  std::string out, thread;
+  int frames = 0, threads = 0;
+  size_t pos = 0;
+  while (pos < traces.size() && out.size() < max_bytes && threads <= 4) {
+    size_t nl = traces.find('\n', pos);
+    if (nl == std::string_view::npos) nl = traces.size();
+    std::string_view line = traces.substr(pos, nl - pos);
+    pos = nl + 1;
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    const bool header = line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0;
+    if (header) {
+      if (!thread.empty()) out += (out.empty() ? "" : " | ") + thread;
+      thread.clear();
+      frames = 0;
+      ++threads;
+      continue;
+    }
+    if (line.empty() || line.front() != '#' || frames >= 3) continue;
+    // "#0  0x00007f.. in nanosleep (...) at f.c:1" -> "nanosleep"
+    std::string_view rest = line.substr(line.find_first_of(' ') == std::string_view::npos ? line.size() : line.find_first_of(' '));
+    std::istringstream words{std::string(rest)};
+    std::string w, name;
+    while (words >> w) {
+      if (w.rfind("0x", 0) == 0 || w == "in") continue;
+      name = w.substr(0, w.find('('));
+      break;
+    }
+    if (name.empty()) continue;
+    thread += (frames ? " < " : "") + name;
+    ++frames;
+  }
+  if (!thread.empty()) out += (out.empty() ? "" : " | ") + thread;
+  if (out.size() > max_bytes) out.resize(max_bytes);
+  return out;
+}
+
+std::vector<pid_t> TaskProcesses(const std::vector<std::string>& cgroup_dirs, pid_t pid) {
+  std::vector<pid_t> out{pid};
+  for (const auto& dir : cgroup_dirs) {
+    std::ifstream f(dir + "/cgroup.procs");
+    for (long p; out.size() < kMaxTracedProcesses && f >> p;)
+      if (p > 0 && std::find(out.begin(), out.end(), static_cast<pid_t>(p)) == out.end()) out.push_back(static_cast<pid_t>(p));
+    if (f.is_open()) break;  // one hierarchy is enough (v1 lists the same processes in each)
+  }
+  return out;
+}
+
+std::string TakeTraces(const StackTools& tools, const std::vector<pid_t>& pids, const ToolUser& user, std::string* error) {
+  std::string out;
+  error->clear();
+  if (!tools.Any()) {
+    *error = "no stack tool (install elfutils' eu-stack, or gdb)";
+    return out;
+  }
+  const std::vector<std::string> env{"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  for (pid_t pid : pids) {
+    if (out.size() >= kMaxTraceBytes) break;
+    const std::string comm = CommOf(pid);
+    const std::string p = std::to_string(pid);
+    std::vector<std::string> argv;
+    if (!tools.py_spy.empty() && comm.rfind("python", 0) == 0) argv = {tools.py_spy, "dump", "--pid", p};
+    else if (!tools.eu_stack.empty()) argv = {tools.eu_stack, "-p", p};
+    else argv = {tools.gdb, "-batch", "-nx", "-p", p, "-ex", "thread apply all bt"};
+    ToolResult r = RunTool(argv, env, kTraceTimeout, kMaxTraceBytes - out.size(), &user);
+    out += "==== PID " + p + " (" + comm + ") ====\n" + r.output + (r.output.empty() || r.output.back() == '\n' ? "" : "\n");
+    if (!r.Ok() && error->empty())
+      *error = argv[0].substr(argv[0].rfind('/') + 1) + " on pid " + p + ": " +
+               (r.timed_out ? "timed out" : !r.error.empty() ? r.error : r.Reason());
+  }
+  if (out.size() > kMaxTraceBytes) out.resize(kMaxTraceBytes);
+  return out;
+}
+
+std::string WriteFileAsUser(const std::string& dir, const std::string& name, const std::string& text, const ToolUser& user) {
+  if (dir.empty() || dir[0] != '/' || name.empty() || name.find('/') != std::string::npos) return "bad path " + dir + "/" + name;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return std::string("pipe2: ") + std::strerror(errno);
+  // The child only makes system calls (no allocation after fork in a threaded process): it
+  // reports the failing stage and errno through the pipe.
+  const int dir_flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  const int file_flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  const pid_t pid = ForkHelper();
+  if (pid == 0) {
+    close(fds[0]);
+    auto die = [&](int stage) {
+      const int report[2] = {stage, errno};
+      ssize_t n = write(fds[1], report, sizeof report);
+      (void)n;
+      _exit(1);
+    };
+    if (getuid() == 0 && (setgroups(user.groups.size(), user.groups.data()) != 0 || setgid(user.gid) != 0 || setuid(user.uid) != 0))
+      die(0);
+    const int d = open(dir.c_str(), dir_flags);
+    if (d < 0) die(1);
+    const int f = openat(d, name.c_str(), file_flags, 0600);
+    if (f < 0) die(2);
+    for (size_t off = 0; off < text.size();) {
+      const ssize_t n = write(f, text.data() + off, text.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) die(3);
+      off += static_cast<size_t>(n);
+    }
+    if (close(f) != 0) die(3);
+    _exit(0);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return std::string("fork: ") + std::strerror(errno);
+  }
+  int report[2] = {-1, 0};
+  ssize_t got;
+  do got = read(fds[0], report, sizeof report);
+  while (got < 0 && errno == EINTR);
+  close(fds[0]);
+  const int status = WaitHelper(pid);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  static const char* const kStage[] = {"cannot switch to the job's user", "cannot open the directory", "cannot create the file",
+                                       "cannot write the file"};
+  if (got != static_cast<ssize_t>(sizeof report) || report[0] < 0 || report[0] > 3) return "the writer failed";
+  return std::string(kStage[report[0]]) + " " + dir + "/" + name + ": " + std::strerror(report[1]);
+}
+
+}  // namespace mlsched::agent

@@ -1,0 +1,67 @@
+// The gang watchdog's bookkeeping ([watchdog]; core::WatchdogPolicy): the training step each rank
+// of a running gang last reported (RunningTask.step, from its MLSCHED_STATUS_FILE) and when it last
+// advanced, which gangs stalled (no rank advanced for stall_after), which ranks are behind, and
+// how often each node was suspected. Pure: no clock, threads or I/O; the Controller feeds it from
+// heartbeats (controller_watchdog.cc) and acts on what it says. A gang whose ranks never report a
+// step above 0 is never watched (the status file is how a job opts in).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mlsched::server {
+
+class GangWatchdog {
+ public:
+  /// Bounds: ranks tracked per gang, and suspicions kept per node.
+  static constexpr size_t kMaxRanksPerGang = 100000;
+  static constexpr size_t kMaxSuspicionsPerNode = 1000;
+
+  /// Rank `rank` of attempt `attempt` of `job`, on `node`, reported `step` at `now` (schedd's
+  /// clock, seconds). An earlier attempt's reports are dropped; a later one starts afresh.
+  void Observe(int64_t job, int32_t attempt, int32_t rank, const std::string& node, int64_t step, int64_t now);
+  /// The job ended or left its attempt: forgotten.
+  void Forget(int64_t job);
+
+  /// A gang with no progress for `stall_after` seconds at `now`.
+  struct Stall {
+    int64_t job = 0;
+    int32_t attempt = 0;
+    int64_t step = 0;       // the highest step any rank reached
+    int64_t since = 0;      // when a rank last advanced (schedd's clock)
+  };
+  /// Gangs stalled at `now` that were not reported before (each stall is reported once per attempt).
+  std::vector<Stall> TakeStalls(int64_t stall_after, int64_t now);
+
+  /// A rank of a stalled gang that is behind the others: its step is below the gang's highest.
+  struct Behind {
+    int32_t rank = 0;
+    std::string node;
+    int64_t step = 0;
+  };
+  /// The ranks of `job` behind the gang's highest step (empty when all are level or it is unknown).
+  std::vector<Behind> BehindRanks(int64_t job) const;
+
+  /// Records that `node` was suspected at `now`; returns how often it was within the last
+  /// `window` seconds (this time included).
+  int Suspect(const std::string& node, int64_t now, int64_t window);
+
+ private:
+  struct Rank {
+    std::string node;
+    int64_t step = 0;
+    int64_t advanced_at = 0;  // when its step last rose
+  };
+  struct Gang {
+    int32_t attempt = 0;
+    std::map<int32_t, Rank> ranks;
+    bool reported = false;  // this attempt's stall went out through TakeStalls
+  };
+  std::map<int64_t, Gang> gangs_;
+  std::map<std::string, std::deque<int64_t>> suspicions_;
+};
+
+}  // namespace mlsched::server

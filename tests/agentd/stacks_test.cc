@@ -1,0 +1,95 @@
+// Stack traces for the gang watchdog (agentd/stacks.h): collective frames recognized, summaries,
+// a real process traced as its user (eu-stack or gdb), and the file written as the user, never
+// through a link the user planted.
+#include <catch2/catch.hpp>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+#include "agentd/stacks.h"
+#include "support.h"
+
+using namespace mlsched::agent;
+
+TEST_CASE("collective waits are recognized in eu-stack, gdb and py-spy traces", "[stacks]") {
+  const std::string eu = "PID 4242 - process\nTID 4242:\n#0  0x00007f1 __futex_abstimed_wait_common\n#1  0x00007f2 "
+                         "gloo::transport::tcp::UnboundBuffer::waitRecv\n#2  0x00007f3 gloo::allreduce\n"
+                         "TID 4250:\n#0  0x00007f4 epoll_wait\n";
+  CHECK(InCollective(eu));
+  CHECK(SummarizeTraces(eu) == "__futex_abstimed_wait_common < gloo::transport::tcp::UnboundBuffer::waitRecv < gloo::allreduce | epoll_wait");
+  const std::string gdb = "Thread 1 (Thread 0x7f (LWP 77) \"python\"):\n#0  0x00007f in ncclKernel_AllReduce () from libnccl.so\n";
+  CHECK(InCollective(gdb));
+  CHECK(SummarizeTraces(gdb) == "ncclKernel_AllReduce");
+  CHECK(InCollective("Thread 77 (active): \"MainThread\"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n"));
+  const std::string compute = "TID 9:\n#0  0x1 dgemm_kernel\n#1  0x2 cblas_sgemm\n#2  0x3 Forward\n#3  0x4 main\n";
+  CHECK_FALSE(InCollective(compute));
+  CHECK(SummarizeTraces(compute) == "dgemm_kernel < cblas_sgemm < Forward");
+  CHECK(SummarizeTraces(std::string(5000, '#') + "\n", 100).size() <= 100);
+}
+
+TEST_CASE("a sleeping process is traced as its user", "[stacks]") {
+  const StackTools tools = FindStackTools();
+  if (!tools.Any()) {
+    WARN("skipped: neither eu-stack nor gdb is installed");
+    return;
+  }
+  if (geteuid() != 0) {
+    WARN("skipped: switching users needs root");
+    return;
+  }
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(1);
+    execl("/bin/sleep", "sleep", "60", nullptr);
+    _exit(127);
+  }
+  REQUIRE(child > 0);
+  usleep(200 * 1000);
+  std::string error;
+  const std::string traces = TakeTraces(tools, TaskProcesses({}, child), ToolUser{65534, 65534, {}}, &error);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  INFO(traces << "\nerror: " << error);
+  CHECK(error.empty());
+  CHECK_THAT(traces, Catch::StartsWith("==== PID " + std::to_string(child) + " (sleep) ===="));
+  CHECK_THAT(traces, Catch::Contains("sleep"));  // clock_nanosleep / nanosleep frames
+  CHECK_FALSE(InCollective(traces));
+  // A process of another user (root's) is not traced by a tool running as nobody.
+  const std::string root_traces = TakeTraces(tools, {getpid()}, ToolUser{65534, 65534, {}}, &error);
+  CHECK_FALSE(error.empty());
+}
+
+TEST_CASE("the traces are written as the user, never through a planted link", "[stacks][security]") {
+  if (geteuid() != 0) {
+    WARN("skipped: switching users needs root");
+    return;
+  }
+  testing::TempDir dir;
+  chmod(dir.Str().c_str(), 0777);
+  const ToolUser nobody{65534, 65534, {}};
+  REQUIRE(WriteFileAsUser(dir.Str(), "mlsched-stacks-1.1.0.txt", "traces\n", nobody) == "");
+  struct stat st {};
+  REQUIRE(stat(dir.Str("mlsched-stacks-1.1.0.txt").c_str(), &st) == 0);
+  CHECK(st.st_uid == 65534);
+  CHECK((st.st_mode & 0777) == 0600);
+  // Never over an existing file.
+  CHECK_THAT(WriteFileAsUser(dir.Str(), "mlsched-stacks-1.1.0.txt", "again\n", nobody), Catch::Contains("cannot create"));
+  // The attack: the user links the name to a file of root's; nothing is written through it.
+  const std::string target = dir.Str("root-owned");
+  std::ofstream(target) << "root's\n";
+  chmod(target.c_str(), 0644);
+  REQUIRE(symlink(target.c_str(), dir.Str("mlsched-stacks-1.1.1.txt").c_str()) == 0);
+  CHECK_THAT(WriteFileAsUser(dir.Str(), "mlsched-stacks-1.1.1.txt", "owned\n", nobody), Catch::Contains("cannot create"));
+  std::ifstream in(target);
+  std::stringstream body;
+  body << in.rdbuf();
+  CHECK(body.str() == "root's\n");
+  // A directory the user may not write: refused as the user, though root could.
+  chmod(dir.Str().c_str(), 0755);
+  CHECK_THAT(WriteFileAsUser(dir.Str(), "other.txt", "x", nobody), Catch::Contains("Permission denied"));
+  CHECK_THAT(WriteFileAsUser(dir.Str(), "../escape.txt", "x", nobody), Catch::Contains("bad path"));
+}
