@@ -278,7 +278,7 @@ void Agent::Shutdown() {
     std::unique_lock lk(pull_mu_);
     auto threads = std::move(stack_threads_);
     lk.unlock();
-    for (auto& t : threads) t.join();  // each is bounded by the tools' time limits
+    for (auto& t : threads) t.first.join();  // each is bounded by the tools' time limits
   }
   sessions_->Stop();  // sessions hung up before their tasks end
   driver_->TerminateAll(cfg_.kill_grace);

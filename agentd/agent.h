@@ -231,7 +231,9 @@ class Agent {
   std::map<AttemptKey, std::shared_ptr<const CachedImage>> pulled_;  // prepared attempts' images
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> pull_threads_;  // with their done flags
   int pulls_running_ = 0;
-  std::vector<std::thread> stack_threads_;  // CollectStacks in progress or done; guarded by pull_mu_, joined at Shutdown
+  // CollectStacks in progress or done, with their done flags; guarded by pull_mu_, the finished
+  // ones joined at the next request, the rest at Shutdown.
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> stack_threads_;
   StackTools stack_tools_;                   // found at construction
   std::unique_ptr<Nvml> nvml_;  // before progress_, which reads it; null without GPUs or NVML
   std::string nvml_error_;      // why NVML failed on a GPU node whose driver library is there

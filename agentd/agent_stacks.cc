@@ -9,8 +9,19 @@ namespace mlsched::agent {
 
 void Agent::HandleCollectStacks(const v1::CollectStacks& c) {
   std::lock_guard lk(pull_mu_);
-  if (stopping_ || stack_threads_.size() >= 64) return;  // schedd concludes without this node's answer
-  stack_threads_.emplace_back([this, c] { CollectStacks(c); });
+  std::erase_if(stack_threads_, [](auto& t) {
+    if (!t.second->load()) return false;
+    t.first.join();
+    return true;
+  });
+  // At most 8 at once (each traces up to 64 ranks); beyond, schedd concludes without this answer.
+  if (stopping_ || stack_threads_.size() >= 8) return;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  stack_threads_.emplace_back(std::thread([this, c, done] {
+                                CollectStacks(c);
+                                *done = true;
+                              }),
+                              done);
 }
 
 void Agent::CollectStacks(const v1::CollectStacks& c) {

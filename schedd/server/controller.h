@@ -510,6 +510,7 @@ class Controller {
   std::map<int64_t, core::JobState> finished_;
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
   GangWatchdog watchdog_;  // running gangs' progress and suspected nodes ([watchdog])
+  std::set<int64_t> stalls_open_;  // jobs whose stall diagnosis waits for stack traces (JobRec::stall_at)
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on
   // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
   // to the store every kUsageSaveEvery seconds.

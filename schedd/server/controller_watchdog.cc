@@ -41,6 +41,7 @@ void Controller::WatchGangsLocked(int64_t now) {
     j->stall_step = stall.step;
     j->stall_seconds = now - stall.since;
     j->stacks.clear();
+    stalls_open_.insert(j->id);
     const std::string what = "stalled at step " + std::to_string(stall.step) + " for " + std::to_string(j->stall_seconds) + " s";
     spdlog::warn("job {} attempt {}: {}; collecting stack traces", j->id, j->attempt, what);
     Await(store_.AppendEvent(j->id, "", "STALLED", what + "; collecting stack traces of every rank"));
@@ -50,9 +51,13 @@ void Controller::WatchGangsLocked(int64_t now) {
     m.mutable_collect_stacks()->set_reason(what);
     SendToNodes(*j, m);
   }
-  // Diagnoses whose agents did not all answer in time conclude with what came.
-  for (auto& [id, j] : jobs_)
-    if (j.stall_at != 0 && now - j.stall_at >= kStackWaitS) ConcludeStallLocked(j, now);
+  // Diagnoses whose agents did not all answer in time conclude with what came (a copy: concluding
+  // erases from the set).
+  for (int64_t id : std::set<int64_t>(stalls_open_)) {
+    JobRec* j = Find(id);
+    if (!j || j->stall_at == 0 || j->state != core::JobState::kRunning) stalls_open_.erase(id);
+    else if (now - j->stall_at >= kStackWaitS) ConcludeStallLocked(*j, now);
+  }
 }
 
 void Controller::OnStacksLocked(const std::string& node, const v1::StacksCollected& s, int64_t now) {
@@ -122,6 +127,7 @@ void Controller::ConcludeStallLocked(JobRec& j, int64_t now) {
   spdlog::warn("job {} attempt {}: {}; requeueing", j.id, j.attempt, verdict);
   j.stall_at = 0;
   j.stacks.clear();
+  stalls_open_.erase(j.id);
   StopToRequeueLocked(j, "Stalled", "stall", "restarted after a stall at step " + std::to_string(j.stall_step),
                       static_cast<int>(std::clamp<int64_t>(wp.requeue_grace, 0, 3600)), now);
   Trigger();
