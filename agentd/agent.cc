@@ -47,6 +47,7 @@ void FillRunning(const std::vector<RunningTaskInfo>& running, const TaskProgress
     TaskProgress p = progress->Get(r.key);
     t->set_step(p.step);
     t->set_last_checkpoint_time(p.last_checkpoint_unix_s);
+    if (p.compute_ms >= 0) t->set_compute_ms(p.compute_ms);
     if (p.gpu_util_percent >= 0) t->set_gpu_util_percent(p.gpu_util_percent);
     if (p.gpu_memory_bytes >= 0) t->set_gpu_memory_bytes(p.gpu_memory_bytes);
   }

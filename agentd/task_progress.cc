@@ -18,6 +18,10 @@ std::optional<TaskProgress> ReadTaskProgress(const std::string& path) {
   if (auto it = j.find("last_checkpoint_unix_s"); it != j.end() && it->is_number_integer())
     out.last_checkpoint_unix_s = it->get<int64_t>();
   if (auto it = j.find("step"); it != j.end() && it->is_number_integer()) out.step = it->get<int64_t>();
+  if (auto it = j.find("compute_s"); it != j.end() && it->is_number()) {
+    const double s = it->get<double>();
+    if (s >= 0 && s < 1e12) out.compute_ms = static_cast<int64_t>(s * 1000);  // a year is 3e7 s
+  }
   return out;
 }
 

@@ -280,6 +280,9 @@ void Trainer::WriteStatus(const std::string& phase, double loss) {
                            {"step", step_}, {"total_steps", total_steps_}, {"epoch", steps_per_epoch_ ? step_ / steps_per_epoch_ : 0},
                            {"loss", loss}, {"samples_per_s", last_samples_per_s_}, {"last_checkpoint_step", last_checkpoint_step_},
                            {"last_checkpoint_unix_s", last_checkpoint_unix_}, {"updated_unix_s", UnixSeconds()}};
+  // Seconds of the training loop spent outside the step's collectives: a slow node's ranks compute
+  // longer per step while the others wait (schedd's straggler check, policies/README.md [watchdog]).
+  if (train_start_mono_ > 0) status["compute_s"] = std::max(0.0, MonoSeconds() - train_start_mono_ - comm_seconds_);
   try {
     WriteFileAtomically(config_.status_file, status.dump() + "\n");
   } catch (const std::exception& e) {
@@ -308,6 +311,7 @@ RunResult Trainer::Run() {
   if (comm_.rank() == 0 && !config_.loss_log.empty()) loss_log.reset(std::fopen(config_.loss_log.c_str(), "a"));
   const int64_t end_step = config_.max_steps > 0 ? std::min(config_.max_steps, total_steps_) : total_steps_;
   const double train_start = MonoSeconds();
+  train_start_mono_ = train_start;
   double interval_start = train_start, interval_loss = 0, interval_correct = 0;
   int64_t interval_steps = 0, samples_done = 0;
   while (step_ < end_step) {

@@ -93,6 +93,7 @@ class Trainer {
   double last_checkpoint_unix_ = 0, last_checkpoint_mono_ = 0, last_loss_ = 0, last_samples_per_s_ = 0;
   double start_mono_ = 0;
   double comm_seconds_ = 0;  // rank's wall time inside the per-step collectives (waiting for peers included)
+  double train_start_mono_ = 0;  // when the training loop began (0 = not yet): compute_s in the status file
   std::string stop_reason_;  // on a stop: the scheduler's reason (StopReason), "" when none was given
 };
 

@@ -529,6 +529,11 @@ struct HealthPolicy {
 /// is suspected; suspected drain_after times within suspect_window, it is drained.
 struct WatchdogPolicy {
   Duration stall_after = 0;          // seconds without progress that make a stall; 0 = off
+  /// A straggler: a node whose ranks' step rate measured by compute time (the status file's
+  /// compute_s: seconds outside collectives per step) is below straggler_ratio x the median of
+  /// the gang's other nodes over straggler_window. 0 = off.
+  double straggler_ratio = 0;
+  Duration straggler_window = 600;   // seconds compared
   int32_t drain_after = 2;           // stalls a node is suspected in before it is drained
   Duration suspect_window = 86400;   // ... counted over this many seconds
   Duration requeue_grace = 60;       // seconds from SIGTERM to SIGKILL when a stalled gang is requeued

@@ -87,7 +87,8 @@ class PolicyReader {
   void CheckInteractive(const toml::table& root, const core::PolicySet& p);
   /// [health]: action ("drain" | "drain-and-requeue"), auto_resume, requeue_grace (health_reader.cc).
   void ReadHealth(const toml::table& t, core::HealthPolicy& p);
-  /// [watchdog]: stall_after, drain_after, suspect_window, requeue_grace (health_reader.cc).
+  /// [watchdog]: stall_after, straggler_ratio, straggler_window, drain_after, suspect_window,
+  /// requeue_grace (health_reader.cc).
   void ReadWatchdog(const toml::table& t, core::WatchdogPolicy& p);
   // simulation_reader.cc
   void ReadSimulation(const toml::table& t, SimulationSettings& s);

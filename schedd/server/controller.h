@@ -413,6 +413,11 @@ class Controller {
   void WatchGangsLocked(int64_t now);
   void OnStacksLocked(const std::string& node, const v1::StacksCollected& s, int64_t now);
   void ConcludeStallLocked(JobRec& j, int64_t now);
+  /// A node suspected by the watchdog at `now` for `why` in job `j`: drained once suspected
+  /// drain_after times within suspect_window (its reason "watchdog: WHY of job J in N ..."); true
+  /// when this drained it.
+  bool SuspectNodeLocked(const std::string& node, const std::string& why, const JobRec& j, int64_t now);
+  void CheckStragglersLocked(int64_t now);
   /// Applies a core PreemptDecision: SIGTERM to every task of the victim with the QoS grace time.
   void PreemptLocked(const core::PreemptDecision& d, int64_t now);
   /// Applies a core ResizeDecision: SIGTERM to every task with the reason "resize" and the kill grace;
@@ -511,6 +516,7 @@ class Controller {
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
   GangWatchdog watchdog_;  // running gangs' progress and suspected nodes ([watchdog])
   std::set<int64_t> stalls_open_;  // jobs whose stall diagnosis waits for stack traces (JobRec::stall_at)
+  int64_t stragglers_checked_at_ = 0;  // the watchdog's straggler check runs every kStragglerCheckEvery s
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on
   // Fairshare usage (core::ClusterState::usage), accrued each cycle up to usage_until_ and saved
   // to the store every kUsageSaveEvery seconds.

@@ -444,8 +444,9 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
     JobRec* j = Find(r.job_id());
     if (j && j->state == core::JobState::kRunning && j->attempt == r.attempt()) {
       j->last_checkpoint = std::max(j->last_checkpoint, r.last_checkpoint_time());
-      if (r.step() > 0 && policy_.watchdog.stall_after > 0 && PlacedOn(*j, node, r.rank()))
-        watchdog_.Observe(j->id, r.attempt(), r.rank(), node, r.step(), now);
+      const core::WatchdogPolicy& wp = policy_.watchdog;
+      if (r.step() > 0 && (wp.stall_after > 0 || wp.straggler_ratio > 0) && PlacedOn(*j, node, r.rank()))
+        watchdog_.Observe(j->id, r.attempt(), r.rank(), node, r.step(), r.has_compute_ms() ? r.compute_ms() : -1, now);
     }
   }
   // A started task missing from two consecutive heartbeats of its node is lost, unless reports

@@ -8,6 +8,7 @@
 // it. Nothing here sees a clock: `now` comes from the caller (Tick, heartbeats).
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <set>
 
 #include "schedd/server/controller.h"
@@ -32,6 +33,7 @@ std::string Clean(const std::string& s, size_t max) {
 
 void Controller::WatchGangsLocked(int64_t now) {
   const core::WatchdogPolicy& wp = policy_.watchdog;
+  CheckStragglersLocked(now);
   for (const auto& stall : watchdog_.TakeStalls(wp.stall_after, now)) {
     JobRec* j = Find(stall.job);
     if (!j || j->state != core::JobState::kRunning || j->attempt != stall.attempt || !j->requeue_on_stop.empty() ||
@@ -110,16 +112,7 @@ void Controller::ConcludeStallLocked(JobRec& j, int64_t now) {
   for (const auto& [node, why] : suspects) {
     std::string line = node + ": " + why.front() + (why.size() > 1 ? " (+" + std::to_string(why.size() - 1) + " more)" : "");
     suspected += (suspected.empty() ? "" : "; ") + line;
-    const int times = watchdog_.Suspect(node, now, wp.suspect_window);
-    auto nit = nodes_.find(node);
-    if (nit == nodes_.end() || times < wp.drain_after || nit->second.drained) continue;
-    NodeRec& n = nit->second;
-    n.drained = true;
-    n.info.set_reason("watchdog: " + why.front() + " of job " + std::to_string(j.id) + " in " + std::to_string(times) +
-                      " stall(s) within " + std::to_string(wp.suspect_window) + " s");
-    spdlog::error("node {}: drained: {}", node, n.info.reason());
-    Await(store_.SaveNode(NodeRow{node, n.info.SerializeAsString(), true, n.info.reason()}));
-    Await(store_.AppendEvent(0, node, "drain", n.info.reason()));
+    SuspectNodeLocked(node, why.front(), j, now);
   }
   verdict += suspected.empty() ? "; no node suspected" : "; suspected " + suspected;
   Await(store_.AppendEvent(j.id, "", "STALL", verdict));
@@ -131,6 +124,44 @@ void Controller::ConcludeStallLocked(JobRec& j, int64_t now) {
   StopToRequeueLocked(j, "Stalled", "stall", "restarted after a stall at step " + std::to_string(j.stall_step),
                       static_cast<int>(std::clamp<int64_t>(wp.requeue_grace, 0, 3600)), now);
   Trigger();
+}
+
+bool Controller::SuspectNodeLocked(const std::string& node, const std::string& why, const JobRec& j, int64_t now) {
+  const core::WatchdogPolicy& wp = policy_.watchdog;
+  const int times = watchdog_.Suspect(node, now, wp.suspect_window);
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end() || times < wp.drain_after || nit->second.drained) return false;
+  NodeRec& n = nit->second;
+  n.drained = true;
+  n.info.set_reason("watchdog: " + why + " of job " + std::to_string(j.id) + " in " + std::to_string(times) +
+                    " suspicion(s) within " + std::to_string(wp.suspect_window) + " s");
+  spdlog::error("node {}: drained: {}", node, n.info.reason());
+  Await(store_.SaveNode(NodeRow{node, n.info.SerializeAsString(), true, n.info.reason()}));
+  Await(store_.AppendEvent(0, node, "drain", n.info.reason()));
+  return true;
+}
+
+void Controller::CheckStragglersLocked(int64_t now) {
+  constexpr int64_t kStragglerCheckEvery = 10;  // seconds: each check walks every watched rank's samples
+  const core::WatchdogPolicy& wp = policy_.watchdog;
+  if (wp.straggler_ratio <= 0 || now - stragglers_checked_at_ < kStragglerCheckEvery) return;
+  stragglers_checked_at_ = now;
+  for (const auto& s : watchdog_.TakeStragglers(wp.straggler_ratio, wp.straggler_window, now)) {
+    JobRec* j = Find(s.job);
+    if (!j || j->state != core::JobState::kRunning || j->attempt != s.attempt || !j->requeue_on_stop.empty()) continue;
+    char figures[160];
+    std::snprintf(figures, sizeof figures, "%.2f s of compute per step against %.2f s on the other nodes over %lld s",
+                  s.seconds_per_step, s.others_per_step, static_cast<long long>(wp.straggler_window));
+    const std::string what = "straggler " + s.node + ": " + figures;
+    spdlog::warn("job {} attempt {}: {}", j->id, j->attempt, what);
+    Await(store_.AppendEvent(j->id, s.node, "STRAGGLER", what));
+    if (!SuspectNodeLocked(s.node, std::string("straggler (") + figures + ")", *j, now)) continue;
+    // Drained: the gang restarts without it (checkpoint first).
+    j->stall_note = "restarted without " + what;
+    StopToRequeueLocked(*j, "Straggler", "straggler", "restarted without straggling node " + s.node,
+                        static_cast<int>(std::clamp<int64_t>(wp.requeue_grace, 0, 3600)), now);
+    Trigger();
+  }
 }
 
 }  // namespace mlsched::server

@@ -20,9 +20,11 @@ class GangWatchdog {
   static constexpr size_t kMaxRanksPerGang = 100000;
   static constexpr size_t kMaxSuspicionsPerNode = 1000;
 
-  /// Rank `rank` of attempt `attempt` of `job`, on `node`, reported `step` at `now` (schedd's
-  /// clock, seconds). An earlier attempt's reports are dropped; a later one starts afresh.
-  void Observe(int64_t job, int32_t attempt, int32_t rank, const std::string& node, int64_t step, int64_t now);
+  /// Rank `rank` of attempt `attempt` of `job`, on `node`, reported `step` and `compute_ms` (its
+  /// milliseconds outside collectives so far; -1 = not told) at `now` (schedd's clock, seconds). An
+  /// earlier attempt's reports are dropped; a later one starts afresh.
+  void Observe(int64_t job, int32_t attempt, int32_t rank, const std::string& node, int64_t step, int64_t compute_ms,
+               int64_t now);
   /// The job ended or left its attempt: forgotten.
   void Forget(int64_t job);
 
@@ -45,21 +47,43 @@ class GangWatchdog {
   /// The ranks of `job` behind the gang's highest step (empty when all are level or it is unknown).
   std::vector<Behind> BehindRanks(int64_t job) const;
 
+  /// A node of a gang computing slower than the rest: its ranks' compute seconds per step over the
+  /// window, against the median of the gang's other nodes.
+  struct Straggler {
+    int64_t job = 0;
+    int32_t attempt = 0;
+    std::string node;
+    double seconds_per_step = 0;   // the node's ranks' mean
+    double others_per_step = 0;    // the median of the other nodes' means
+  };
+  /// Nodes whose step rate by compute time is below `ratio` x the other nodes' median over the last
+  /// `window` seconds (each rank's samples must span at least half of it); each (job, node) is
+  /// reported at most once per window. Gangs on one node have none.
+  std::vector<Straggler> TakeStragglers(double ratio, int64_t window, int64_t now);
+
   /// Records that `node` was suspected at `now`; returns how often it was within the last
   /// `window` seconds (this time included).
   int Suspect(const std::string& node, int64_t now, int64_t window);
 
  private:
+  struct Sample {
+    int64_t at = 0, step = 0, compute_ms = 0;
+  };
+  static constexpr size_t kMaxSamples = 128;  // per rank: thinned to one per window / 64
   struct Rank {
     std::string node;
     int64_t step = 0;
     int64_t advanced_at = 0;  // when its step last rose
+    std::deque<Sample> samples;  // with compute_ms, oldest first
   };
   struct Gang {
     int32_t attempt = 0;
     std::map<int32_t, Rank> ranks;
     bool reported = false;  // this attempt's stall went out through TakeStalls
+    std::map<std::string, int64_t> straggler_reported;  // node -> when TakeStragglers last named it
   };
+  /// A rank's compute seconds per step over [now - window, now]; negative when unknown.
+  static double SecondsPerStep(const Rank& r, int64_t window, int64_t now);
   std::map<int64_t, Gang> gangs_;
   std::map<std::string, std::deque<int64_t>> suspicions_;
 };

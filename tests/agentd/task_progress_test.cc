@@ -26,6 +26,10 @@ TEST_CASE("ReadTaskProgress reads step and checkpoint time and refuses what is n
   auto ok = ReadTaskProgress(dir.Str("ok.json"));
   REQUIRE(ok);
   CHECK(*ok == TaskProgress{12, 1700000000});
+  std::ofstream(dir.Str("compute.json")) << R"({"step": 3, "compute_s": 12.5})";
+  CHECK(ReadTaskProgress(dir.Str("compute.json"))->compute_ms == 12500);
+  std::ofstream(dir.Str("negative.json")) << R"({"step": 3, "compute_s": -4})";
+  CHECK(ReadTaskProgress(dir.Str("negative.json"))->compute_ms == -1);  // not told
   std::ofstream(dir.Str("text.json")) << R"({"step": "twelve", "last_checkpoint_unix_s": 1.5})";
   auto text = ReadTaskProgress(dir.Str("text.json"));
   REQUIRE(text);

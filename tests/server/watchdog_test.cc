@@ -69,10 +69,10 @@ struct WatchWorld : NodesWorld {
 TEST_CASE("GangWatchdog: a stall is no progress for stall_after, reported once, and ranks behind are named", "[watchdog]") {
   GangWatchdog w;
   CHECK(w.TakeStalls(60, 1000).empty());
-  w.Observe(7, 1, 0, "a", 0, 100);  // step 0: not watched
+  w.Observe(7, 1, 0, "a", 0, -1, 100);  // step 0: not watched
   CHECK(w.TakeStalls(60, 1000).empty());
-  w.Observe(7, 1, 0, "a", 5, 100);
-  w.Observe(7, 1, 1, "b", 8, 110);
+  w.Observe(7, 1, 0, "a", 5, -1, 100);
+  w.Observe(7, 1, 1, "b", 8, -1, 110);
   CHECK(w.TakeStalls(60, 169).empty());
   auto stalls = w.TakeStalls(60, 170);
   REQUIRE(stalls.size() == 1);
@@ -84,11 +84,11 @@ TEST_CASE("GangWatchdog: a stall is no progress for stall_after, reported once, 
   REQUIRE(behind.size() == 1);
   CHECK(behind[0].rank == 0);
   CHECK(behind[0].node == "a");
-  w.Observe(7, 1, 1, "b", 9, 600);  // progress again: a later stall is a new one
+  w.Observe(7, 1, 1, "b", 9, -1, 600);  // progress again: a later stall is a new one
   CHECK(w.TakeStalls(60, 660).size() == 1);
-  w.Observe(7, 1, 0, "a", 1, 700);  // an older attempt's late report is ignored after attempt 2 starts
-  w.Observe(7, 2, 0, "c", 1, 700);
-  w.Observe(7, 1, 0, "a", 99, 701);
+  w.Observe(7, 1, 0, "a", 1, -1, 700);  // an older attempt's late report is ignored after attempt 2 starts
+  w.Observe(7, 2, 0, "c", 1, -1, 700);
+  w.Observe(7, 1, 0, "a", 99, -1, 701);
   CHECK(w.BehindRanks(7).empty());
   w.Forget(7);
   CHECK(w.TakeStalls(60, 10000).empty());
@@ -133,7 +133,7 @@ TEST_CASE("a stalled gang: stack traces asked for, the rank outside the collecti
   }
   auto n = w.Node(n0);
   CHECK(n.state() == "DRAINING");
-  CHECK(n.reason() == "watchdog: rank 0 outside the collective of job " + std::to_string(id) + " in 1 stall(s) within 86400 s");
+  CHECK(n.reason() == "watchdog: rank 0 outside the collective of job " + std::to_string(id) + " in 1 suspicion(s) within 86400 s");
   auto events = EventsOf(w.dir, id);
   CHECK(HasEvent(events, "STALL|stalled at step 40 for 61 s; stacks in /home/alice/mlsched-stacks-" + std::to_string(id) +
                              ".1.0.txt, /home/alice/mlsched-stacks-" + std::to_string(id) + ".1.1.txt; suspected " + n0 +
@@ -186,11 +186,92 @@ TEST_CASE("[watchdog] is read with its lines; errors name FILE:LINE", "[policy][
            {"[watchdog]\nstall_after = \"5s\"\n", "e.toml:2:15: 'stall_after' in [watchdog]: at least 10s"},
            {"[watchdog]\ndrain_after = 0\n", "e.toml:2"},
            {"[watchdog]\ndrain_after = 500\n", "e.toml:2:15: 'drain_after' in [watchdog]: at most 100"},
-           {"[watchdog]\nstraggler_ratio = 0.5\n", "e.toml:2:1: unknown key 'straggler_ratio' in [watchdog]"},
+           {"[watchdog]\nstraggler_ratio = 1.5\n", "e.toml:2:19: 'straggler_ratio' in [watchdog]: a fraction"},
+           {"[watchdog]\nstraggler_window = \"30s\"\n", "e.toml:2:20: 'straggler_window' in [watchdog]: at least 60s"},
+           {"[watchdog]\nstragler_ratio = 0.5\n", "e.toml:2:1: unknown key 'stragler_ratio' in [watchdog]"},
        }) {
     auto e = mlsched::policy::ParsePolicy(toml, "e.toml");
     INFO(toml);
     REQUIRE_FALSE(e.ok());
     CHECK_THAT(e.ErrorText(), Catch::Contains(error));
   }
+}
+
+TEST_CASE("GangWatchdog: a node computing slower than the others' median is a straggler, once per window", "[watchdog]") {
+  GangWatchdog w;
+  // Three nodes, one rank each, all at the same steps (a synchronous gang); n3 computes 2.5 s per
+  // step, the others 1.0 and 1.2 s.
+  for (int64_t t = 0; t <= 600; t += 10) {
+    const int64_t step = t / 10;
+    w.Observe(5, 1, 0, "n1", step, step * 1000, 1000 + t);
+    w.Observe(5, 1, 1, "n2", step, step * 1200, 1000 + t);
+    w.Observe(5, 1, 2, "n3", step, step * 2500, 1000 + t);
+  }
+  CHECK(w.TakeStragglers(0.3, 600, 1600).empty());  // 2.5 s is not beyond 1.1 s / 0.3
+  CHECK(w.TakeStragglers(0.5, 600, 1600).size() == 1);
+  CHECK(w.TakeStragglers(0.5, 600, 1605).empty());  // once per window
+  GangWatchdog v;
+  for (int64_t t = 0; t <= 600; t += 10) {
+    const int64_t step = t / 10;
+    v.Observe(5, 1, 0, "n1", step, step * 1000, 1000 + t);
+    v.Observe(5, 1, 1, "n2", step, step * 1200, 1000 + t);
+    v.Observe(5, 1, 2, "n3", step, step * 2500, 1000 + t);
+  }
+  auto s = v.TakeStragglers(0.5, 600, 1600);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].node == "n3");
+  CHECK(s[0].seconds_per_step == Approx(2.5));
+  CHECK(s[0].others_per_step == Approx(1.1));
+  // Too short a history, no compute figures, or a gang on one node: nothing.
+  GangWatchdog u;
+  for (int64_t t = 0; t <= 100; t += 10) {
+    u.Observe(6, 1, 0, "n1", t / 10, t * 100, 1000 + t);
+    u.Observe(6, 1, 1, "n2", t / 10, t * 900, 1000 + t);
+    u.Observe(7, 1, 0, "n1", t / 10, -1, 1000 + t);
+    u.Observe(7, 1, 1, "n2", t / 10, -1, 1000 + t);
+  }
+  CHECK(u.TakeStragglers(0.5, 600, 1100).empty());
+  CHECK(u.TakeStragglers(0.5, 100, 1100).size() == 1);  // job 6 over a 100 s window: n2
+}
+
+TEST_CASE("a persistent straggler is drained and its gang restarted without it", "[controller][watchdog]") {
+  NodesWorld w(3, 1);
+  w.ctl->SetPolicy(PolicyFromText("[watchdog]\nstraggler_ratio = 0.5\nstraggler_window = \"60s\"\ndrain_after = 2\n", "w.toml"));
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  const v1::JobInfo info = w.Job(id);
+  std::string slow;
+  auto beat = [&](int64_t t) {
+    std::set<std::string> idle{"n1", "n2", "n3"};
+    for (const auto& task : info.tasks()) {
+      v1::AgentMessage m = StepBeat(id, 1, task.rank(), t);  // one step a second
+      m.mutable_heartbeat()->mutable_running(0)->set_compute_ms(t * (task.rank() == 1 ? 900 : 300));
+      w.ctl->OnAgentMessage(task.node(), m, w.now + t);
+      idle.erase(task.node());
+      if (task.rank() == 1) slow = task.node();
+    }
+    for (const auto& n : idle) w.ctl->OnAgentMessage(n, Heartbeat({}), w.now + t);
+  };
+  for (int64_t t = 1; t <= 70; ++t) {
+    beat(t);
+    w.ctl->Tick(w.now + t);
+  }
+  // Suspected once (first window): an event, no drain yet.
+  auto events = EventsOf(w.dir, id);
+  CHECK(HasEvent(events, "STRAGGLER|straggler " + slow + ": 0.90 s of compute per step against 0.30 s on the other nodes over 60 s"));
+  for (const auto& n : w.ctl->Nodes()) CHECK(n.reason().empty());
+  for (int64_t t = 71; t <= 140; ++t) {
+    beat(t);
+    w.ctl->Tick(w.now + t);
+  }
+  bool drained = false;
+  for (const auto& n : w.ctl->Nodes())
+    if (n.name() == slow) drained = n.reason().rfind("watchdog: straggler (0.90 s of compute per step", 0) == 0;
+  CHECK(drained);
+  auto sig = w.sink.Of(slow, v1::SchedulerMessage::kSignal);
+  REQUIRE(sig.size() == 1);
+  CHECK(sig[0].signal().reason() == "straggler");
+  CHECK(w.Job(id).reason() == "Straggler");
+  CHECK_THAT(w.Job(id).stall(), Catch::StartsWith("restarted without straggler " + slow));
 }
