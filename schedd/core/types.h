@@ -526,7 +526,8 @@ struct HealthPolicy {
 /// ranks report their training step (MLSCHED_STATUS_FILE) is watched for a stall: no rank advanced
 /// for stall_after while every task lives. Then stack traces of every rank are taken, the gang is
 /// checkpoint-requeued, and the node whose ranks are outside the collective (or behind the others)
-/// is suspected; suspected drain_after times within suspect_window, it is drained.
+/// is suspected; suspected by the jobs of drain_after different users within suspect_window, it
+/// is drained (the evidence comes from users' processes: one user alone cannot drain a node).
 struct WatchdogPolicy {
   Duration stall_after = 0;          // seconds without progress that make a stall; 0 = off
   /// A straggler: a node whose ranks' step rate measured by compute time (the status file's
@@ -534,7 +535,7 @@ struct WatchdogPolicy {
   /// the gang's other nodes over straggler_window. 0 = off.
   double straggler_ratio = 0;
   Duration straggler_window = 600;   // seconds compared
-  int32_t drain_after = 2;           // stalls a node is suspected in before it is drained
+  int32_t drain_after = 2;           // different users whose jobs suspected a node before it is drained
   Duration suspect_window = 86400;   // ... counted over this many seconds
   Duration requeue_grace = 60;       // seconds from SIGTERM to SIGKILL when a stalled gang is requeued
   SourceLines source;                // lines of the table and its keys

@@ -128,13 +128,13 @@ void Controller::ConcludeStallLocked(JobRec& j, int64_t now) {
 
 bool Controller::SuspectNodeLocked(const std::string& node, const std::string& why, const JobRec& j, int64_t now) {
   const core::WatchdogPolicy& wp = policy_.watchdog;
-  const int times = watchdog_.Suspect(node, now, wp.suspect_window);
+  const int times = watchdog_.Suspect(node, now, wp.suspect_window, j.uid);
   auto nit = nodes_.find(node);
   if (nit == nodes_.end() || times < wp.drain_after || nit->second.drained) return false;
   NodeRec& n = nit->second;
   n.drained = true;
   n.info.set_reason("watchdog: " + why + " of job " + std::to_string(j.id) + " in " + std::to_string(times) +
-                    " suspicion(s) within " + std::to_string(wp.suspect_window) + " s");
+                    " user(s)' suspicions within " + std::to_string(wp.suspect_window) + " s");
   spdlog::error("node {}: drained: {}", node, n.info.reason());
   Await(store_.SaveNode(NodeRow{node, n.info.SerializeAsString(), true, n.info.reason()}));
   Await(store_.AppendEvent(0, node, "drain", n.info.reason()));

@@ -1,6 +1,7 @@
 #include "schedd/server/gang_watchdog.h"
 
 #include <algorithm>
+#include <set>
 
 namespace mlsched::server {
 
@@ -107,11 +108,13 @@ std::vector<GangWatchdog::Behind> GangWatchdog::BehindRanks(int64_t job) const {
   return out;
 }
 
-int GangWatchdog::Suspect(const std::string& node, int64_t now, int64_t window) {
-  auto& times = suspicions_[node];
-  times.push_back(now);
-  while (!times.empty() && (times.front() <= now - window || times.size() > kMaxSuspicionsPerNode)) times.pop_front();
-  return static_cast<int>(times.size());
+int GangWatchdog::Suspect(const std::string& node, int64_t now, int64_t window, uint32_t uid) {
+  auto& seen = suspicions_[node];
+  seen.emplace_back(now, uid);
+  while (!seen.empty() && (seen.front().first <= now - window || seen.size() > kMaxSuspicionsPerNode)) seen.pop_front();
+  std::set<uint32_t> users;
+  for (const auto& [at, u] : seen) users.insert(u);
+  return static_cast<int>(users.size());
 }
 
 }  // namespace mlsched::server

@@ -61,9 +61,11 @@ class GangWatchdog {
   /// reported at most once per window. Gangs on one node have none.
   std::vector<Straggler> TakeStragglers(double ratio, int64_t window, int64_t now);
 
-  /// Records that `node` was suspected at `now`; returns how often it was within the last
-  /// `window` seconds (this time included).
-  int Suspect(const std::string& node, int64_t now, int64_t window);
+  /// Records that a job of user `uid` suspected `node` at `now`; returns how many different users'
+  /// jobs suspected it within the last `window` seconds (this one included). Users, not times: the
+  /// evidence (steps, compute times, stack frames) comes from the users' own processes, so one
+  /// user's jobs alone can never make a node look bad enough to drain it.
+  int Suspect(const std::string& node, int64_t now, int64_t window, uint32_t uid);
 
  private:
   struct Sample {
@@ -85,7 +87,7 @@ class GangWatchdog {
   /// A rank's compute seconds per step over [now - window, now]; negative when unknown.
   static double SecondsPerStep(const Rank& r, int64_t window, int64_t now);
   std::map<int64_t, Gang> gangs_;
-  std::map<std::string, std::deque<int64_t>> suspicions_;
+  std::map<std::string, std::deque<std::pair<int64_t, uint32_t>>> suspicions_;  // node -> (time, uid), oldest first
 };
 
 }  // namespace mlsched::server

@@ -139,7 +139,7 @@ for r in 0 1; do
   [ -s "$f" ] || fail "no stack traces of rank $r at $f: $(ls "$OUT")"
   grep -q "^# mlsched gang watchdog: job $gang attempt 1 rank $r" "$f" && grep -q "sleep" "$f" || fail "rank $r's traces: $(head -20 "$f")"
 done
-wait_node "$rank0" "^DRAIN.*|watchdog: rank 0 behind (step 3 of 6) of job $gang in 1 suspicion(s)" 5 "not drained for its rank behind in the stall"
+wait_node "$rank0" "^DRAIN.*|watchdog: rank 0 behind (step 3 of 6) of job $gang in 1 user(s)' suspicions" 5 "not drained for its rank behind in the stall"
 "$BIN/cli/mlq" --explain "$gang" > "$OUT/explain.stall"
 grep -q "Watchdog: *restarted: stalled at step 6 for [0-9]* s; stacks in $OUT/mlsched-stacks-$gang.1.0.txt" "$OUT/explain.stall" \
   || fail "mlq --explain tells no stall: $(cat "$OUT/explain.stall")"

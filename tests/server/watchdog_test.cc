@@ -92,9 +92,10 @@ TEST_CASE("GangWatchdog: a stall is no progress for stall_after, reported once, 
   CHECK(w.BehindRanks(7).empty());
   w.Forget(7);
   CHECK(w.TakeStalls(60, 10000).empty());
-  CHECK(w.Suspect("a", 1000, 100) == 1);
-  CHECK(w.Suspect("a", 1050, 100) == 2);
-  CHECK(w.Suspect("a", 1200, 100) == 1);  // the first two fell out of the window
+  CHECK(w.Suspect("a", 1000, 100, 1001) == 1);
+  CHECK(w.Suspect("a", 1040, 100, 1001) == 1);  // the same user again: still one
+  CHECK(w.Suspect("a", 1050, 100, 1002) == 2);
+  CHECK(w.Suspect("a", 1200, 100, 1002) == 1);  // the first three fell out of the window
 }
 
 TEST_CASE("a stalled gang: stack traces asked for, the rank outside the collective's node drained, the gang requeued without it",
@@ -133,7 +134,7 @@ TEST_CASE("a stalled gang: stack traces asked for, the rank outside the collecti
   }
   auto n = w.Node(n0);
   CHECK(n.state() == "DRAINING");
-  CHECK(n.reason() == "watchdog: rank 0 outside the collective of job " + std::to_string(id) + " in 1 suspicion(s) within 86400 s");
+  CHECK(n.reason() == "watchdog: rank 0 outside the collective of job " + std::to_string(id) + " in 1 user(s)' suspicions within 86400 s");
   auto events = EventsOf(w.dir, id);
   CHECK(HasEvent(events, "STALL|stalled at step 40 for 61 s; stacks in /home/alice/mlsched-stacks-" + std::to_string(id) +
                              ".1.0.txt, /home/alice/mlsched-stacks-" + std::to_string(id) + ".1.1.txt; suspected " + n0 +
@@ -234,7 +235,8 @@ TEST_CASE("GangWatchdog: a node computing slower than the others' median is a st
   CHECK(u.TakeStragglers(0.5, 100, 1100).size() == 1);  // job 6 over a 100 s window: n2
 }
 
-TEST_CASE("a persistent straggler is drained and its gang restarted without it", "[controller][watchdog]") {
+TEST_CASE("a persistent straggler is drained and its gang restarted without it, never on one user's word alone",
+          "[controller][watchdog][security]") {
   NodesWorld w(3, 1);
   w.ctl->SetPolicy(PolicyFromText("[watchdog]\nstraggler_ratio = 0.5\nstraggler_window = \"60s\"\ndrain_after = 2\n", "w.toml"));
   int64_t id = w.Submit(Spec(2, 1), w.alice);
@@ -265,9 +267,19 @@ TEST_CASE("a persistent straggler is drained and its gang restarted without it",
     beat(t);
     w.ctl->Tick(w.now + t);
   }
+  // Suspected twice, but by one user's job: its status files alone never drain a node.
+  for (const auto& n : w.ctl->Nodes()) CHECK(n.reason().empty());
+  CHECK(w.sink.Of(slow, v1::SchedulerMessage::kSignal).empty());
+  w.ctl->SetPolicy(PolicyFromText("[watchdog]\nstraggler_ratio = 0.5\nstraggler_window = \"60s\"\ndrain_after = 1\n", "w.toml"));
+  for (int64_t t = 141; t <= 210; ++t) {
+    beat(t);
+    w.ctl->Tick(w.now + t);
+  }
   bool drained = false;
   for (const auto& n : w.ctl->Nodes())
-    if (n.name() == slow) drained = n.reason().rfind("watchdog: straggler (0.90 s of compute per step", 0) == 0;
+    if (n.name() == slow)
+      drained = n.reason() == "watchdog: straggler (0.90 s of compute per step against 0.30 s on the other nodes over 60 s) of job " +
+                                 std::to_string(id) + " in 1 user(s)' suspicions within 86400 s";
   CHECK(drained);
   auto sig = w.sink.Of(slow, v1::SchedulerMessage::kSignal);
   REQUIRE(sig.size() == 1);
