@@ -199,25 +199,23 @@ TEST_CASE("[watchdog] is read with its lines; errors name FILE:LINE", "[policy][
 }
 
 TEST_CASE("GangWatchdog: a node computing slower than the others' median is a straggler, once per window", "[watchdog]") {
-  GangWatchdog w;
   // Three nodes, one rank each, all at the same steps (a synchronous gang); n3 computes 2.5 s per
   // step, the others 1.0 and 1.2 s.
-  for (int64_t t = 0; t <= 600; t += 10) {
-    const int64_t step = t / 10;
-    w.Observe(5, 1, 0, "n1", step, step * 1000, 1000 + t);
-    w.Observe(5, 1, 1, "n2", step, step * 1200, 1000 + t);
-    w.Observe(5, 1, 2, "n3", step, step * 2500, 1000 + t);
-  }
+  auto three_nodes = [](GangWatchdog& g) {
+    for (int64_t t = 0; t <= 600; t += 10) {
+      const int64_t step = t / 10;
+      g.Observe(5, 1, 0, "n1", step, step * 1000, 1000 + t);
+      g.Observe(5, 1, 1, "n2", step, step * 1200, 1000 + t);
+      g.Observe(5, 1, 2, "n3", step, step * 2500, 1000 + t);
+    }
+  };
+  GangWatchdog w;
+  three_nodes(w);
   CHECK(w.TakeStragglers(0.3, 600, 1600).empty());  // 2.5 s is not beyond 1.1 s / 0.3
   CHECK(w.TakeStragglers(0.5, 600, 1600).size() == 1);
   CHECK(w.TakeStragglers(0.5, 600, 1605).empty());  // once per window
   GangWatchdog v;
-  for (int64_t t = 0; t <= 600; t += 10) {
-    const int64_t step = t / 10;
-    v.Observe(5, 1, 0, "n1", step, step * 1000, 1000 + t);
-    v.Observe(5, 1, 1, "n2", step, step * 1200, 1000 + t);
-    v.Observe(5, 1, 2, "n3", step, step * 2500, 1000 + t);
-  }
+  three_nodes(v);
   auto s = v.TakeStragglers(0.5, 600, 1600);
   REQUIRE(s.size() == 1);
   CHECK(s[0].node == "n3");
