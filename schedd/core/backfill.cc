@@ -28,7 +28,7 @@ Planner::Planner(NodeLedger& ledger, AvailabilityTimeline& timeline, LimitTracke
 
 std::optional<Planner::PlainKey> Planner::PlainKeyOf(const QueuedJob& q) const {
   const JobSpec& spec = q.job->spec;
-  if (!spec.features.empty() || !spec.gpu_types.empty() || (spec.region_strict && !spec.data_region.empty()) ||
+  if (!spec.features.empty() || !spec.gpu_types.empty() || !spec.exclude_nodes.empty() || (spec.region_strict && !spec.data_region.empty()) ||
       !policy_.warm_pools.empty() || spec.per_task.gpus.size() > 1)
     return std::nullopt;
   PlainKey key{q.partition, spec.per_task.cpu_millis, spec.per_task.memory_bytes, 0, spec.ntasks, spec.topology, spec.spot};
@@ -70,6 +70,8 @@ std::string Planner::ClassOf(const QueuedJob& q, const NodeFilter* filter, const
   klass += q.partition->name;
   klass += '|';
   Append(klass, spec.features);
+  klass += '|';
+  Append(klass, spec.exclude_nodes);
   klass += '|';
   Append(klass, spec.gpu_types);
   klass += '|';

@@ -180,6 +180,9 @@ bool NodeEligible(const NodeSlot& slot, const JobSpec& spec, const PartitionPoli
   for (const std::string& f : spec.features)
     if (std::find(node.features.begin(), node.features.end(), f) == node.features.end())
       return false;
+  if (!spec.exclude_nodes.empty() &&
+      std::find(spec.exclude_nodes.begin(), spec.exclude_nodes.end(), node.name) != spec.exclude_nodes.end())
+    return false;
   if (spec.spot == SpotPreference::kNever && node.pool == Pool::kSpot) return false;
   if (spec.spot == SpotPreference::kOnly && node.pool != Pool::kSpot) return false;
   if (spec.region_strict && !spec.data_region.empty() && node.region != spec.data_region) return false;

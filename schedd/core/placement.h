@@ -36,7 +36,7 @@ std::optional<NodeChoice> ChooseNodes(const std::vector<NodeCandidate>& candidat
 /// True when node `slot` may run tasks of `spec` in partition `partition` (null = no pool limit):
 /// the node is up, in one of the partition's pools, has the required features and an acceptable
 /// GPU type, is off spot for SpotPreference::kNever (only spot for kOnly), and is in data_region
-/// when region_strict.
+/// when region_strict, and is not in spec.exclude_nodes.
 bool NodeEligible(const NodeSlot& slot, const JobSpec& spec, const PartitionPolicy* partition);
 
 /// The GPU types a gang may be placed on, in the order tried: spec.gpu_types, else the named type

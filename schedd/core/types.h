@@ -148,6 +148,9 @@ struct JobSpec {
   int64_t data_bytes = 0;             // size of that data (egress cost when run elsewhere)
   bool region_strict = false;         // run only in data_region
   bool interactive = false;           // an allocation of mlrun/mlalloc (the policy's [interactive])
+  /// Nodes this job must not use (Slurm's --exclude): schedd adds the nodes the gang watchdog
+  /// suspected in the job's own stalls, so its restart avoids them (at most kMaxExcludedNodes).
+  std::vector<std::string> exclude_nodes;
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -528,13 +531,15 @@ struct HealthPolicy {
 /// checkpoint-requeued, and the node whose ranks are outside the collective (or behind the others)
 /// is suspected; suspected by the jobs of drain_after different users within suspect_window, it
 /// is drained (the evidence comes from users' processes: one user alone cannot drain a node).
+/// On by default with conservative settings (a stall is 30 min without a step; a straggler runs
+/// below half the gang's median rate for 15 min); a job that writes no status file is never judged.
 struct WatchdogPolicy {
-  Duration stall_after = 0;          // seconds without progress that make a stall; 0 = off
+  Duration stall_after = 1800;       // seconds without progress that make a stall; 0 = off
   /// A straggler: a node whose ranks' step rate measured by compute time (the status file's
   /// compute_s: seconds outside collectives per step) is below straggler_ratio x the median of
   /// the gang's other nodes over straggler_window. 0 = off.
-  double straggler_ratio = 0;
-  Duration straggler_window = 600;   // seconds compared
+  double straggler_ratio = 0.5;
+  Duration straggler_window = 900;   // seconds compared
   int32_t drain_after = 2;           // different users whose jobs suspected a node before it is drained
   Duration suspect_window = 86400;   // ... counted over this many seconds
   Duration requeue_grace = 60;       // seconds from SIGTERM to SIGKILL when a stalled gang is requeued
@@ -579,6 +584,8 @@ inline constexpr const char* kRootJobsFeature = "mlsched:root-jobs";
 /// Feature of nodes whose agent runs container jobs (it found its OCI runtime, skopeo and umoci);
 /// a job with a container image requires it.
 inline constexpr const char* kContainersFeature = "mlsched:containers";
+/// Most nodes in JobSpec::exclude_nodes (beyond it the oldest exclusion is dropped).
+inline constexpr size_t kMaxExcludedNodes = 64;
 
 /// One [[nodes]] entry of the policy (slurm.conf's NodeName= lines): nodes the cluster may have,
 /// where they are, and the most each may register. The controller, not the node, decides what a

@@ -417,6 +417,8 @@ class Controller {
   /// drain_after times within suspect_window (its reason "watchdog: WHY of job J in N ..."); true
   /// when this drained it.
   bool SuspectNodeLocked(const std::string& node, const std::string& why, const JobRec& j, int64_t now);
+  /// Adds `node` to j's exclude_nodes (in memory: a schedd restart forgets it).
+  void ExcludeNodeLocked(JobRec& j, const std::string& node);
   void CheckStragglersLocked(int64_t now);
   /// Applies a core PreemptDecision: SIGTERM to every task of the victim with the QoS grace time.
   void PreemptLocked(const core::PreemptDecision& d, int64_t now);

@@ -29,7 +29,22 @@ std::string Clean(const std::string& s, size_t max) {
   return out;
 }
 
+std::string Joined(const std::map<std::string, std::vector<std::string>>& by_node) {
+  std::string out;
+  for (const auto& [node, why] : by_node) out += (out.empty() ? "" : ", ") + node;
+  return out;
+}
+
 }  // namespace
+
+void Controller::ExcludeNodeLocked(JobRec& j, const std::string& node) {
+  // The job's own evidence only steers the job itself (one user's status files must not move
+  // anyone else's work): its next attempts avoid the node, as if submitted with --exclude.
+  auto& ex = j.spec.exclude_nodes;
+  if (std::find(ex.begin(), ex.end(), node) != ex.end()) return;
+  if (ex.size() >= core::kMaxExcludedNodes) ex.erase(ex.begin());
+  ex.push_back(node);
+}
 
 void Controller::WatchGangsLocked(int64_t now) {
   const core::WatchdogPolicy& wp = policy_.watchdog;
@@ -113,15 +128,16 @@ void Controller::ConcludeStallLocked(JobRec& j, int64_t now) {
     std::string line = node + ": " + why.front() + (why.size() > 1 ? " (+" + std::to_string(why.size() - 1) + " more)" : "");
     suspected += (suspected.empty() ? "" : "; ") + line;
     SuspectNodeLocked(node, why.front(), j, now);
+    ExcludeNodeLocked(j, node);
   }
-  verdict += suspected.empty() ? "; no node suspected" : "; suspected " + suspected;
+  verdict += suspected.empty() ? "; no node suspected" : "; suspected " + suspected + "; its restart avoids " + Joined(suspects);
   Await(store_.AppendEvent(j.id, "", "STALL", verdict));
   j.stall_note = "restarted: " + verdict;
   spdlog::warn("job {} attempt {}: {}; requeueing", j.id, j.attempt, verdict);
   j.stall_at = 0;
   j.stacks.clear();
   stalls_open_.erase(j.id);
-  StopToRequeueLocked(j, "Stalled", "stall", "restarted after a stall at step " + std::to_string(j.stall_step),
+  StopToRequeueLocked(j, "Stalled", "stall", "a stall at step " + std::to_string(j.stall_step),
                       static_cast<int>(std::clamp<int64_t>(wp.requeue_grace, 0, 3600)), now);
   Trigger();
 }
@@ -146,7 +162,13 @@ void Controller::CheckStragglersLocked(int64_t now) {
   const core::WatchdogPolicy& wp = policy_.watchdog;
   if (wp.straggler_ratio <= 0 || now - stragglers_checked_at_ < kStragglerCheckEvery) return;
   stragglers_checked_at_ = now;
-  for (const auto& s : watchdog_.TakeStragglers(wp.straggler_ratio, wp.straggler_window, now)) {
+  const auto stragglers = watchdog_.TakeStragglers(wp.straggler_ratio, wp.straggler_window, now);
+  struct Suspected {
+    int64_t job;
+    std::string node, figures;
+  };
+  std::vector<Suspected> suspected;
+  for (const auto& s : stragglers) {
     JobRec* j = Find(s.job);
     if (!j || j->state != core::JobState::kRunning || j->attempt != s.attempt || !j->requeue_on_stop.empty()) continue;
     char figures[160];
@@ -155,13 +177,26 @@ void Controller::CheckStragglersLocked(int64_t now) {
     const std::string what = "straggler " + s.node + ": " + figures;
     spdlog::warn("job {} attempt {}: {}", j->id, j->attempt, what);
     Await(store_.AppendEvent(j->id, s.node, "STRAGGLER", what));
-    if (!SuspectNodeLocked(s.node, std::string("straggler (") + figures + ")", *j, now)) continue;
-    // Drained: the gang restarts without it (checkpoint first).
-    j->stall_note = "restarted without " + what;
-    StopToRequeueLocked(*j, "Straggler", "straggler", "restarted without straggling node " + s.node,
-                        static_cast<int>(std::clamp<int64_t>(wp.requeue_grace, 0, 3600)), now);
-    Trigger();
+    SuspectNodeLocked(s.node, std::string("straggler (") + figures + ")", *j, now);
+    suspected.push_back({j->id, s.node, figures});
   }
+  // Every gang found straggling on a node now drained (in this round or within the window before)
+  // restarts without it (checkpoint first), not only the one whose suspicion tipped it.
+  std::set<std::string> drained;
+  for (const auto& s : suspected) {
+    auto nit = nodes_.find(s.node);
+    if (nit != nodes_.end() && nit->second.drained) drained.insert(s.node);
+  }
+  for (const std::string& node : drained)
+    for (int64_t id : RunningOnLocked(node)) {
+      JobRec* j = Find(id);
+      if (!j || !j->requeue_on_stop.empty() || !watchdog_.StragglingOn(id, node, now - wp.straggler_window)) continue;
+      auto mine = std::find_if(suspected.begin(), suspected.end(), [&](const Suspected& s) { return s.job == id && s.node == node; });
+      j->stall_note = "restarted without straggler " + node + ": " + (mine != suspected.end() ? mine->figures : "drained as a straggler of other gangs");
+      StopToRequeueLocked(*j, "Straggler", "straggler", "straggling node " + node,
+                          static_cast<int>(std::clamp<int64_t>(wp.requeue_grace, 0, 3600)), now);
+      Trigger();
+    }
 }
 
 }  // namespace mlsched::server

@@ -78,6 +78,13 @@ std::vector<GangWatchdog::Straggler> GangWatchdog::TakeStragglers(double ratio, 
   return out;
 }
 
+bool GangWatchdog::StragglingOn(int64_t job, const std::string& node, int64_t since) const {
+  auto g = gangs_.find(job);
+  if (g == gangs_.end()) return false;
+  auto r = g->second.straggler_reported.find(node);
+  return r != g->second.straggler_reported.end() && r->second >= since;
+}
+
 void GangWatchdog::Forget(int64_t job) { gangs_.erase(job); }
 
 std::vector<GangWatchdog::Stall> GangWatchdog::TakeStalls(int64_t stall_after, int64_t now) {

@@ -60,6 +60,8 @@ class GangWatchdog {
   /// `window` seconds (each rank's samples must span at least half of it); each (job, node) is
   /// reported at most once per window. Gangs on one node have none.
   std::vector<Straggler> TakeStragglers(double ratio, int64_t window, int64_t now);
+  /// True when TakeStragglers named `node` a straggler of `job` at or after `since`.
+  bool StragglingOn(int64_t job, const std::string& node, int64_t since) const;
 
   /// Records that a job of user `uid` suspected `node` at `now`; returns how many different users'
   /// jobs suspected it within the last `window` seconds (this one included). Users, not times: the

@@ -138,7 +138,7 @@ TEST_CASE("a stalled gang: stack traces asked for, the rank outside the collecti
   auto events = EventsOf(w.dir, id);
   CHECK(HasEvent(events, "STALL|stalled at step 40 for 61 s; stacks in /home/alice/mlsched-stacks-" + std::to_string(id) +
                              ".1.0.txt, /home/alice/mlsched-stacks-" + std::to_string(id) + ".1.1.txt; suspected " + n0 +
-                             ": rank 0 outside the collective"));
+                             ": rank 0 outside the collective; its restart avoids " + n0));
   // The hung rank is killed after the grace (SIGKILL: 137); the other checkpointed (75).
   w.ctl->OnAgentMessage(n1, Exited(id, 1, 1, 75), w.now + 170);
   w.ctl->OnAgentMessage(n0, Exited(id, 1, 0, 137), w.now + 185);
@@ -168,9 +168,60 @@ TEST_CASE("without collective evidence the ranks behind are suspected; a diagnos
   w.ctl->Tick(w.now + 191);  // 30 s after the request: concluded with what came
   REQUIRE(w.sink.Of(n0, v1::SchedulerMessage::kSignal).size() == 1);
   CHECK(HasEvent(EventsOf(w.dir, id), "STALL|stalled at step 41 for 61 s; stacks in /home/alice/mlsched-stacks-" +
-                                          std::to_string(id) + ".1.1.txt; suspected " + n0 + ": rank 0 behind (step 30 of 41)"));
+                                          std::to_string(id) + ".1.1.txt; suspected " + n0 + ": rank 0 behind (step 30 of 41); its restart avoids " + n0));
   CHECK(w.Node(n0).reason().empty());  // drain_after 2: once is only a suspicion
   CHECK(w.Job(id).reason() == "Stalled");
+}
+
+TEST_CASE("one user's stalls only steer that user's job off the node; a second user's stall there drains it",
+          "[controller][watchdog][security]") {
+  WatchWorld w;
+  w.ctl->SetPolicy(PolicyFromText("[watchdog]\nstall_after = \"60s\"\ndrain_after = 2\nrequeue_grace = \"20s\"\n", "w.toml"));
+  // A gang whose ranks all stop at step 40; the rank on `outside` (rank 0's node when "") is
+  // outside the collective, the others wait in it. Returns that node.
+  auto stall = [&](int64_t id, int32_t attempt, int64_t t0, std::string outside) {
+    const v1::JobInfo info = w.Job(id);
+    if (outside.empty()) outside = w.NodeOfRank(id, 0);
+    for (int64_t t : {t0, t0 + 40, t0 + 70}) {
+      std::set<std::string> idle{"n1", "n2", "n3"};
+      for (const auto& task : info.tasks()) {
+        w.ctl->OnAgentMessage(task.node(), StepBeat(id, attempt, task.rank(), 40), t);
+        idle.erase(task.node());
+      }
+      for (const auto& n : idle) w.ctl->OnAgentMessage(n, Heartbeat({}), t);
+    }
+    w.ctl->Tick(t0 + 71);
+    for (const auto& task : info.tasks())
+      w.ctl->OnAgentMessage(task.node(), Stacks(id, attempt, task.rank(), task.node() != outside, "x"), t0 + 72);
+    for (const auto& task : info.tasks())
+      w.ctl->OnAgentMessage(task.node(), Exited(id, attempt, task.rank(), task.node() == outside ? 137 : 75), t0 + 95);
+    return outside;
+  };
+  // Alice's gang stalls with rank 0 outside the collective: its node is suspected, not drained.
+  int64_t a = w.StartGang();
+  const std::string bad = stall(a, 1, w.now + 10, "");
+  CHECK(w.Node(bad).reason().empty());
+  CHECK(w.Job(a).state() == v1::PENDING);
+  // Her restart avoids the node (as with --exclude): both ranks on the two other nodes.
+  w.sink.Clear();
+  w.ctl->RunCycle(w.now + 100);
+  auto again = w.Job(a);
+  REQUIRE(again.state() == v1::RUNNING);
+  for (const auto& t : again.tasks()) CHECK(t.node() != bad);
+  CHECK_THAT(w.Job(a).stall(), Catch::Contains("its restart avoids " + bad));
+  w.PrepareAndStartAll(w.now + 101, w.now + 101);
+  for (const auto& t : again.tasks()) w.ctl->OnAgentMessage(t.node(), Exited(a, 2, t.rank(), 0), w.now + 102);
+  REQUIRE(w.Job(a).state() == v1::COMPLETED);
+  // Her status files alone never drain it. Bob's 3-rank gang stalls the same way on it: two
+  // users' suspicions drain it.
+  w.sink.Clear();
+  int64_t b = w.Submit(Spec(3, 1), User("bob", 1002));
+  w.ctl->RunCycle(w.now + 110);
+  w.PrepareAndStartAll(w.now + 110, w.now + 110);
+  REQUIRE(w.Job(b).state() == v1::RUNNING);
+  stall(b, 1, w.now + 120, bad);
+  CHECK(w.Node(bad).state() == "DRAIN");
+  CHECK_THAT(w.Node(bad).reason(), Catch::Contains("in 2 user(s)' suspicions"));
 }
 
 TEST_CASE("[watchdog] is read with its lines; errors name FILE:LINE", "[policy][watchdog]") {
@@ -182,7 +233,13 @@ TEST_CASE("[watchdog] is read with its lines; errors name FILE:LINE", "[policy][
   CHECK(r.policy->watchdog.suspect_window == 86400);
   CHECK(r.policy->watchdog.requeue_grace == 120);
   CHECK(r.policy->watchdog.source.Of("drain_after") == "p.toml:3");
-  CHECK(mlsched::policy::ParsePolicy("", "d.toml").policy->watchdog.stall_after == 0);
+  // On by default, conservatively: 30 min without a step; below half the median rate for 15 min.
+  const auto defaults = mlsched::policy::ParsePolicy("", "d.toml").policy->watchdog;
+  CHECK(defaults.stall_after == 1800);
+  CHECK(defaults.straggler_ratio == 0.5);
+  CHECK(defaults.straggler_window == 900);
+  CHECK(defaults.drain_after == 2);
+  CHECK(mlsched::policy::ParsePolicy("[watchdog]\nstall_after = 0\nstraggler_ratio = 0\n", "off.toml").policy->watchdog.stall_after == 0);
   for (const auto& [toml, error] : std::vector<std::pair<std::string, std::string>>{
            {"[watchdog]\nstall_after = \"5s\"\n", "e.toml:2:15: 'stall_after' in [watchdog]: at least 10s"},
            {"[watchdog]\ndrain_after = 0\n", "e.toml:2"},
