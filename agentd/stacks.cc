@@ -44,7 +44,84 @@ StackTools FindStackTools(const std::string& path_list) {
   return StackTools{Found("eu-stack", path_list), Found("py-spy", path_list), Found("gdb", path_list)};
 }
 
+namespace {
+
+std::vector<std::string_view> Lines(std::string_view text) {
+  std::vector<std::string_view> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    out.push_back(text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+std::string_view Trimmed(std::string_view line) {
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  return line;
+}
+
+bool ThreadHeader(std::string_view line) {
+  line = Trimmed(line);
+  return line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0;
+}
+
+// The main thread's block of one process' traces (`pid` "" when unknown): eu-stack's "TID <pid>:"
+// (else its first thread, which it prints first), gdb's "Thread 1 (", py-spy's "MainThread"; the
+// whole text when it has no thread headers.
+std::string MainThreadOf(const std::vector<std::string_view>& lines, const std::string& pid) {
+  auto is_main = [&](std::string_view h) {
+    h = Trimmed(h);
+    return (!pid.empty() && h == "TID " + pid + ":") || h.rfind("Thread 1 (", 0) == 0 || h.find("\"MainThread\"") != std::string_view::npos;
+  };
+  bool any_header = false, found = false;
+  for (auto l : lines)
+    if (ThreadHeader(l)) {
+      any_header = true;
+      found = found || is_main(l);
+    }
+  std::string out;
+  bool in = !any_header, first = true;
+  for (auto l : lines) {
+    if (ThreadHeader(l)) {
+      in = found ? is_main(l) : (first && Trimmed(l).rfind("TID ", 0) == 0);
+      first = false;
+    }
+    if (in) out.append(l).push_back('\n');
+  }
+  return any_header && out.empty() ? std::string() : out;
+}
+
+}  // namespace
+
+std::string MainThreads(std::string_view traces) {
+  // Sections "==== PID <pid> (<comm>) ====" (TakeTraces), or one process without a header.
+  std::string out, pid;
+  std::vector<std::string_view> section;
+  auto flush = [&] {
+    out += MainThreadOf(section, pid);
+    section.clear();
+  };
+  for (auto l : Lines(traces)) {
+    if (l.rfind("==== PID ", 0) == 0) {
+      flush();
+      out.append(l).push_back('\n');
+      auto rest = l.substr(9);
+      pid = std::string(rest.substr(0, rest.find(' ')));
+      continue;
+    }
+    section.push_back(l);
+  }
+  flush();
+  return out;
+}
+
 bool InCollective(std::string_view traces) {
+  // Only main threads: a communication library's own threads (Gloo's event loop, NCCL's proxy)
+  // sit in its frames in every rank, hung or not.
+  const std::string main = MainThreads(traces);
+  traces = main;
   static const char* const kMarks[] = {"allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
                                        "reducescatter", "broadcast", "barrier", "nccl", "gloo::", "c10d",
                                        "processgroup", "mpi_allreduce", "mpi_barrier"};

@@ -28,9 +28,15 @@ struct StackTools {
 };
 StackTools FindStackTools(const std::string& path_list = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
 
-/// Whether `traces` show a thread waiting in a collective operation (NCCL, Gloo, c10d, MPI:
+/// Whether `traces` show a main thread waiting in a collective operation (NCCL, Gloo, c10d, MPI:
 /// all-reduce, all-gather, reduce-scatter, broadcast, barrier): case-insensitive frame names.
+/// Other threads are ignored: Gloo's loop and NCCL's proxy threads live in every rank.
 bool InCollective(std::string_view traces);
+
+/// The main thread of each process in `traces` (TakeTraces' "==== PID" sections kept): eu-stack's
+/// "TID <pid>:" block (else its first), gdb's "Thread 1", py-spy's "MainThread"; a section without
+/// thread headers whole.
+std::string MainThreads(std::string_view traces);
 
 /// The innermost frames of the first threads in `traces` ("#0 ... < #1 ... | #0 ..."), at most
 /// `max_bytes`: what schedd's event and `mlq --explain` show.

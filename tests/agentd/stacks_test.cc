@@ -31,6 +31,26 @@ TEST_CASE("collective waits are recognized in eu-stack, gdb and py-spy traces", 
   CHECK(SummarizeTraces(std::string(5000, '#') + "\n", 100).size() <= 100);
 }
 
+TEST_CASE("a hung rank's helper threads in Gloo or NCCL do not put it in the collective", "[stacks]") {
+  // The wedged rank: its main thread sleeps in the training loop; Gloo's event loop and NCCL's
+  // proxy thread wait in their libraries as in every rank.
+  const std::string hung =
+      "==== PID 4249 (mltrain) ====\nPID 4249 - process\nTID 4249:\n#0  0x1 clock_nanosleep\n#1  0x2 mltrain::Trainer::InjectTestFaults\n"
+      "TID 4251:\n#0  0x3 epoll_wait\n#1  0x4 gloo::transport::tcp::Loop::run\nTID 4252:\n#0  0x5 ncclProxyService\n";
+  CHECK_FALSE(InCollective(hung));
+  CHECK(MainThreads(hung).find("InjectTestFaults") != std::string::npos);
+  CHECK(MainThreads(hung).find("Loop::run") == std::string::npos);
+  // Its peers: the main thread in the all-reduce.
+  const std::string peer =
+      "==== PID 4300 (mltrain) ====\nTID 4301:\n#0  0x3 epoll_wait\nTID 4300:\n#0  0x1 __futex_wait\n#1  0x2 mltrain::ShmAllReduce::Sum\n";
+  CHECK(InCollective(peer));
+  // gdb numbers the main thread 1 and prints it last; py-spy names it MainThread.
+  CHECK_FALSE(InCollective("Thread 2 (LWP 8):\n#0  0x1 in ncclProxyProgress ()\nThread 1 (LWP 7):\n#0  0x2 in nanosleep ()\n"));
+  CHECK_FALSE(InCollective("Thread 0x1 (idle): \"nccl-proxy\"\n    all_reduce (x.py:1)\nThread 0x2 (active): \"MainThread\"\n    train (t.py:9)\n"));
+  // Two processes (a launcher and its worker): the worker's main thread waits in the collective.
+  CHECK(InCollective("==== PID 1 (torchrun) ====\nTID 1:\n#0 0x1 waitpid\n==== PID 2 (python3) ====\nTID 2:\n#0 0x2 c10d::ProcessGroupGloo::allreduce\n"));
+}
+
 TEST_CASE("a sleeping process is traced as its user", "[stacks]") {
   const StackTools tools = FindStackTools();
   if (!tools.Any()) {
