@@ -84,6 +84,10 @@ void TrainerConfig::Validate(int world_size) const {
   if (log_every < 1) fail("--log-every must be >= 1");
   if (train_limit < 0 || test_limit < 0) fail("--train-limit/--test-limit must be >= 0");
   if (rendezvous_timeout_s <= 0 || collective_timeout_s <= 0) fail("timeouts must be > 0 seconds");
+  if (test_faults.hang_at_step < 0) fail("--test-hang-at-step must be >= 0");
+  if (!(test_faults.slow_factor >= 1 && test_faults.slow_factor <= 1000)) fail("--test-slow-factor must be in [1, 1000]");
+  if (test_faults.Any() && test_faults.rank < 0 && test_faults.node.empty())
+    fail("--test-hang-at-step/--test-slow-factor need --test-fault-rank or --test-fault-node");
 }
 
 }  // namespace mltrain

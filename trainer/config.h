@@ -34,6 +34,22 @@ enum class Device { kCpu, kCuda };
 Device ParseDevice(const std::string& name, int cuda_devices);
 std::string DeviceName(Device d);
 
+/// Test-only faults (the gang watchdog's end-to-end tests; never for real work): the target rank,
+/// or every rank on the node named `node` (MLSCHED_NODE), hangs outside every collective before
+/// step `hang_at_step` (and, resumed past it, before its first step), ignoring SIGTERM as a
+/// wedged rank would; or computes `slow_factor` times longer per step.
+struct TestFaults {
+  int rank = -1;            ///< the rank to fault (-1: none by rank)
+  std::string node;         ///< the node whose ranks fault ("": none by node)
+  int64_t hang_at_step = 0; ///< 0: no hang
+  double slow_factor = 1;   ///< >= 1; 1: no slowdown
+  bool Any() const { return hang_at_step > 0 || slow_factor > 1; }
+  /// True when the faults apply to `rank` running on node `this_node`.
+  bool Applies(int my_rank, const std::string& this_node) const {
+    return Any() && (my_rank == rank || (!node.empty() && node == this_node));
+  }
+};
+
 struct TrainerConfig {
   // Data
   std::string data_dir = kDefaultFashionMnistDir;
@@ -70,6 +86,8 @@ struct TrainerConfig {
   double collective_timeout_s = 60;
   std::string allreduce_algorithm = "ring";
   bool shm_allreduce = true;  ///< same-host ranks all-reduce through shared memory
+  TestFaults test_faults;
+  std::string node_name;      ///< MLSCHED_NODE (agentd), for test_faults.node
 
   /// Full layer sizes {784, hidden..., 10}.
   std::vector<int> Layers(int features, int classes) const;

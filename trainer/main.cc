@@ -63,6 +63,11 @@ void AddOptions(CLI::App& app, mltrain::TrainerConfig& c, TextOptions& t) {
   app.add_option("--collective-timeout", c.collective_timeout_s, "Seconds one collective may take before the peer is declared lost")->capture_default_str();
   app.add_option("--allreduce", c.allreduce_algorithm, "Gloo all-reduce: ring or halving-doubling")->capture_default_str();
   app.add_flag("!--no-shm-allreduce", c.shm_allreduce, "Ranks on one host all-reduce over Gloo TCP instead of shared memory");
+  // Test-only fault injection (the gang watchdog's tests): a "bad node" on demand.
+  app.add_option("--test-fault-rank", c.test_faults.rank, "TEST ONLY: the rank the --test-* faults hit");
+  app.add_option("--test-fault-node", c.test_faults.node, "TEST ONLY: the node (MLSCHED_NODE) whose ranks the --test-* faults hit");
+  app.add_option("--test-hang-at-step", c.test_faults.hang_at_step, "TEST ONLY: hang (ignoring SIGTERM) before this step");
+  app.add_option("--test-slow-factor", c.test_faults.slow_factor, "TEST ONLY: compute this many times longer per step");
 }
 
 }  // namespace
@@ -94,6 +99,7 @@ int main(int argc, char** argv) {
     if (config.checkpoint_url.empty()) config.checkpoint_url = EnvOr("MLSCHED_CHECKPOINT_URL", "");
     if (config.status_file.empty()) config.status_file = EnvOr("MLSCHED_STATUS_FILE", "");
     config.stop_reason_file = EnvOr("MLSCHED_STOP_REASON_FILE", "");
+    config.node_name = EnvOr("MLSCHED_NODE", "");
     mltrain::RendezvousEnv env = mltrain::ReadRendezvousEnv();
     mltrain::SetLogRank(env.world_size > 1 ? env.rank : -1);
     config.Validate(env.world_size);

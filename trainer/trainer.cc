@@ -164,6 +164,7 @@ Trainer::StepStats Trainer::TrainStep() {
     order_epoch_ = epoch;
   }
   const int64_t batch_start = (step_ % steps_per_epoch_) * config_.batch_size;
+  const double step_t0 = MonoSeconds();
   const SampleRange mine = RankSlice(config_.batch_size, comm_.rank(), comm_.world_size());
   engine_->ZeroGrad();
   const float scale = 1.0f / static_cast<float>(config_.batch_size);
@@ -182,6 +183,7 @@ Trainer::StepStats Trainer::TrainStep() {
     local.loss_sum += s.loss_sum;
     local.correct += s.correct;
   }
+  InjectTestFaults(step_t0);
   extras_[kLossSum] = static_cast<float>(local.loss_sum);
   extras_[kCorrect] = static_cast<float>(local.correct);
   extras_[kStopFlag] = StopRequested() ? 1.0f : 0.0f;
@@ -215,6 +217,20 @@ Trainer::StepStats Trainer::TrainStep() {
                 pending_.has_value() && extras_[kUploadsDone] > static_cast<float>(comm_.world_size()) - 0.5f};
   if (config_.checkpoint_every.steps > 0 && step_ % config_.checkpoint_every.steps == 0) out.checkpoint = true;
   return out;
+}
+
+void Trainer::InjectTestFaults(double step_t0) {
+  const TestFaults& f = config_.test_faults;
+  if (!f.Applies(comm_.rank(), config_.node_name)) return;
+  if (f.hang_at_step > 0 && step_ + 1 >= f.hang_at_step) {
+    LogWarn("--test-hang-at-step: rank " + std::to_string(comm_.rank()) + " hangs before step " + std::to_string(step_ + 1) +
+            " outside every collective, deaf to SIGTERM (test fault)");
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (f.slow_factor > 1) {
+    const double took = MonoSeconds() - step_t0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(took * (f.slow_factor - 1)));
+  }
 }
 
 std::shared_ptr<TrainingState> Trainer::Snapshot() {

@@ -58,6 +58,8 @@ class Trainer {
   void LoadData();
   void InitializeOrResume();
   StepStats TrainStep();
+  /// config.test_faults on this rank: hangs forever, or sleeps (slow_factor - 1) x the step's compute.
+  void InjectTestFaults(double step_t0);
   std::shared_ptr<TrainingState> Snapshot();
   /// Starts a checkpoint of the current step: in the background when async, else synchronously.
   void StartCheckpoint();

@@ -159,6 +159,37 @@ TEST_CASE("A killed peer makes the other ranks exit 76 within the timeout", "[tr
   CHECK(ReadFile(dir / "run.0.log").find("peer lost") != std::string::npos);
 }
 
+TEST_CASE("Test faults: a rank hangs before step N deaf to SIGTERM; a slowed rank computes longer", "[trainer][process]") {
+  if (!HaveData()) return;
+  TempDir dir;
+  auto args = SmallRunArgs(dir / "ckpt");
+  // Rank 1 hangs before step 12: its status stays at 11, its peer waits in the all-reduce.
+  auto ranks = StartRanks(2, args, {"--epochs", "100000", "--log-every", "1", "--collective-timeout", "8", "--test-fault-rank", "1", "--test-hang-at-step", "12"},
+                          dir / "hang");
+  REQUIRE(WaitForStep(dir / "hang", 2, 11, 30));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  INFO(DescribeLogs(dir / "hang", 2));
+  CHECK(StatusStep(dir / "hang.0.status.json") == 11);
+  CHECK(StatusStep(dir / "hang.1.status.json") == 11);
+  CHECK(ReadFile(dir / "hang.1.log").find("hangs before step 12") != std::string::npos);
+  ranks[1]->Signal(SIGTERM);
+  CHECK(ranks[1]->Wait(2) == -1);  // a wedged rank does not answer: only SIGKILL ends it
+  ranks[1]->Signal(SIGKILL);
+  CHECK(ranks[1]->Wait(10) == 128 + SIGKILL);
+  CHECK(ranks[0]->Wait(20) == kExitPeerLost);
+  // Rank 1 three times slower: its compute seconds (the watchdog's straggler figure) show it.
+  auto slow = RunRanks(2, args, {"--max-steps", "24", "--train-limit", "8192", "--hidden", "512", "--batch-size", "256",
+                                      "--test-fault-rank", "1", "--test-slow-factor", "3"}, dir / "slow");
+  INFO(DescribeLogs(dir / "slow", 2));
+  REQUIRE(slow == std::vector<int>{0, 0});
+  const double c0 = nlohmann::json::parse(ReadFile(dir / "slow.0.status.json"))["compute_s"].get<double>();
+  const double c1 = nlohmann::json::parse(ReadFile(dir / "slow.1.status.json"))["compute_s"].get<double>();
+  CHECK(c1 > 2 * c0);
+  // A fault needs a target; a slowdown below 1 is refused.
+  CHECK(RunRanks(1, args, {"--test-hang-at-step", "3"}, dir / "bad") == std::vector<int>{2});
+  CHECK(RunRanks(1, args, {"--test-fault-rank", "0", "--test-slow-factor", "0.5"}, dir / "bad2") == std::vector<int>{2});
+}
+
 TEST_CASE("A rank that never arrives makes the others exit 76 after the rendezvous timeout", "[trainer][process]") {
   if (!HaveData()) return;
   TempDir dir;
