@@ -95,6 +95,8 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
             ? j.lost_eviction_resource_hours
             : static_cast<double>(j.size) * static_cast<double>(j.lost_eviction_s) / 3600.0;
     m.lost_resize_resource_hours += j.lost_resize_resource_hours;
+    m.lost_failure_resource_hours += j.lost_failure_resource_hours;
+    m.failed_attempts += j.failures;
     held += ResourceSeconds(j);
     if (j.end < 0) {
       ++m.unfinished;
@@ -133,6 +135,10 @@ Metrics ComputeMetrics(const SimResult& result, const std::map<std::string, doub
     m.utilization = held / (static_cast<double>(result.capacity) * static_cast<double>(m.makespan_s));
   }
   m.elastic_jobs = result.elastic_jobs;
+  m.node_failures = result.node_failures;
+  m.hangs = result.hangs;
+  m.health_drains = result.health_drains;
+  m.faults = result.node_failures > 0;
   m.resizes = result.resizes;
   for (const auto& [pool, usage] : result.pools) {
     m.cost += usage.cost;

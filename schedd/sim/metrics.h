@@ -47,6 +47,12 @@ struct Metrics {
   /// it ran with).
   int64_t elastic_jobs = 0, resizes = 0;
   double lost_resize_resource_hours = 0;
+  /// Node failures (SimOptions::faults): failures drawn, attempts hung, nodes drained for repair,
+  /// attempts ended by failures, and the size x hours they lost (work since the last checkpoint
+  /// plus the time hung attempts held their nodes; part of lost_resource_hours).
+  bool faults = false;
+  int64_t node_failures = 0, hangs = 0, health_drains = 0, failed_attempts = 0;
+  double lost_failure_resource_hours = 0;
   /// Cost of the fleet (SimResult::pools; [pricing.POOL] units), and the provisioned node-hours.
   double cost = 0, provisioned_node_hours = 0;
   std::vector<AccountUsage> accounts;  // sorted by account name

@@ -120,6 +120,30 @@ void AddCapacityOptions(CLI::App& app, mlsched::sim::SimConfig& c) {
                "too (always reported with [provisioning.POOL])");
 }
 
+/// Declares the node-failure options (schedd/sim/README.md, "Node failures and the watchdog").
+void AddFaultOptions(CLI::App& app, mlsched::sim::FaultModel& f) {
+  app.add_option("--node-failures", f.rate_per_node_hour, "failures per node-hour of an ordinary node (default 0)")
+      ->check(CLI::Range(0.0, mlsched::sim::kMaxEvictionRatePerHour));
+  app.add_option("--bad-nodes", f.bad_fraction, "share of the nodes that are bad (fail at --bad-node-failures)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--bad-node-failures", f.bad_rate_per_node_hour, "failures per node-hour of a bad node")
+      ->check(CLI::Range(0.0, mlsched::sim::kMaxEvictionRatePerHour));
+  app.add_option("--hang-fraction", f.hang_fraction, "share of failures that hang the gang instead of crashing it")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--reboot", f.reboot_s, "seconds a crashed node is away (back unrepaired; default 600)")
+      ->check(CLI::Range(int64_t{1}, int64_t{30 * 86400}));
+  app.add_option("--drain-after", f.drain_after,
+                 "health checks and the gang watchdog: drain and repair a node after N failures within "
+                 "--suspect-window, find hangs after --hang-detect (0, the default: blind retry)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--suspect-window", f.suspect_window_s, "seconds over which --drain-after counts (default 86400)")
+      ->check(CLI::Range(int64_t{1}, int64_t{365 * 86400}));
+  app.add_option("--hang-detect", f.hang_detect_s, "seconds from a hang to its requeue with the watchdog (default 1830)")
+      ->check(CLI::Range(int64_t{1}, int64_t{30 * 86400}));
+  app.add_option("--repair", f.repair_s, "seconds a drained node is away for repair (default 259200)")
+      ->check(CLI::Range(int64_t{1}, int64_t{365 * 86400}));
+}
+
 /// Declares mlsim's options on `app`, filling `c` (the replay) and `o` (the outputs).
 void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
   app.add_option("--trace", c.trace_path, "trace file (plain or .gz)")->required();
@@ -207,6 +231,7 @@ void AddOptions(CLI::App& app, mlsched::sim::SimConfig& c, Outputs& o) {
                "shadow pass that plans with predicted run times (--predict-runtimes plans with them "
                "outright and makes this moot)");
   AddCapacityOptions(app, c);
+  AddFaultOptions(app, c.faults);
   app.add_option("--compare", o.compare,
                  "POLICY1.toml,POLICY2.toml,...: replay each policy file on the trace with the "
                  "other options and print one table (--json: one array); --plot then writes their "

@@ -78,6 +78,13 @@ void WriteTable(std::ostream& out, const RunInfo& info, const SimResult& result,
     row("elastic jobs", std::to_string(m.elastic_jobs));
     row("resizes", std::to_string(m.resizes));
   }
+  if (m.faults) {
+    row("  to node failures", Fixed(m.lost_failure_resource_hours, 2));
+    row("node failures", std::to_string(m.node_failures));
+    row("attempts ended by failures", std::to_string(m.failed_attempts));
+    row("  of them hung", std::to_string(m.hangs));
+    row("nodes drained for repair", std::to_string(m.health_drains));
+  }
   if (!result.pools.empty()) {
     row("cost", Fixed(m.cost, 2));
     for (const auto& [pool, u] : result.pools) {
@@ -143,6 +150,13 @@ void WriteJson(std::ostream& out, const RunInfo& info, const SimResult& result, 
     j["lost_resize_resource_hours"] = Round6(m.lost_resize_resource_hours);
     j["elastic_jobs"] = m.elastic_jobs;
     j["resizes"] = m.resizes;
+  }
+  if (m.faults) {
+    j["lost_failure_resource_hours"] = Round6(m.lost_failure_resource_hours);
+    j["node_failures"] = m.node_failures;
+    j["failed_attempts"] = m.failed_attempts;
+    j["hangs"] = m.hangs;
+    j["health_drains"] = m.health_drains;
   }
   if (!result.pools.empty()) {
     j["cost"] = Round6(m.cost);

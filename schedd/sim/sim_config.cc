@@ -301,6 +301,7 @@ Replay RunReplay(const SimConfig& command_line) {
   options.speedup_exponent = config.speedup_exponent;
   options.boot_delay_s = config.boot_delay_s;
   options.report_cost = config.report_cost;
+  options.faults = config.faults;
   r.result = Simulate(r.trace, r.fleet, options);
   r.metrics = ComputeMetrics(r.result, r.shares);
   r.info.trace = r.trace.name;

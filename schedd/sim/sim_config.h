@@ -65,6 +65,7 @@ struct SimConfig {
   double speedup_exponent = 1.0;       // SimOptions::speedup_exponent (1 = linear speed-up)
   core::Duration boot_delay_s = 120;   // SimOptions::boot_delay_s, 0..kMaxBootDelayS
   bool report_cost = false;            // SimOptions::report_cost (mlsim --cost)
+  FaultModel faults;                   // SimOptions::faults (mlsim --node-failures, --bad-nodes, ...)
 };
 
 /// Makes every job of the trace with n > 1 tasks elastic over [max(1, ceil(n x min_fraction)), n],

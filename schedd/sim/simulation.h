@@ -31,11 +31,12 @@ using core::Timestamp;
 /// kGrowDue: a shrunk elastic attempt has run min_resize_interval (a pass may grow it now).
 enum class EventKind : int {
   kFinish = 0, kPredictionDue = 1, kEviction = 2, kRecovery = 3, kPreemptStop = 4,
-  kNodeBoot = 5, kProvisionTick = 6, kGrowDue = 7
+  kNodeBoot = 5, kProvisionTick = 6, kGrowDue = 7,
+  kNodeFailure = 8, kHangEnd = 9, kFailureRecovery = 10
 };
 
 /// Why a running job goes back to the queue (kResize: it checkpointed to restart at a new size).
-enum class StopCause { kEviction, kPreemption, kResize };
+enum class StopCause { kEviction, kPreemption, kResize, kFailure };
 
 /// Passes one cycle may run to restart resized jobs (the rest of a last pass's resizes wait).
 inline constexpr int kMaxResizeRounds = 4;
@@ -46,6 +47,13 @@ struct NodeInfo {
   double rate_per_hour = 0;      // spot evictions per node-hour
   Duration recovery_s = 0;       // static nodes: back up after an eviction this long
   bool provisioned = false;      // created by the provisioner: evicted = gone, never recovers
+  // SimOptions::faults: this node's failure rate per hour (bad nodes' until repaired), and its
+  // failures within the suspect window (health checks and watchdog).
+  double failure_rate_per_hour = 0;
+  bool bad = false;
+  bool repairing = false;        // drained for repair (kFailureRecovery brings it back healthy)
+  int32_t failure_generation = 0;  // failure events of an older generation are stale
+  std::vector<Timestamp> failures;
 };
 
 struct Event {
@@ -79,6 +87,7 @@ struct Live {
   double rate = 1.0;
   Duration dead_s = 0, next_dead_s = 0;
   double resource_s = 0;         // size x seconds held, all attempts
+  Timestamp hung_since = 0;      // SimOptions::faults: the attempt hangs since then; 0 = not hung
 };
 
 /// One replay (Simulate): owns the ClusterState the core sees, the event queue and the outcomes.
@@ -86,7 +95,7 @@ class Simulation {
  public:
   Simulation(const Trace& trace, const Fleet& fleet, const SimOptions& options)
       : trace_(trace), fleet_(fleet), options_(options), live_(trace.jobs.size()),
-        rng_(options.seed), view_(FleetCapacity(fleet), kVisiblePrefix) {
+        rng_(options.seed), fault_rng_(options.seed ^ 0x9e3779b97f4a7c15ULL), view_(FleetCapacity(fleet), kVisiblePrefix) {
     state_.nodes = fleet.nodes;
     accrue_usage_ = options.policy.queue_order == core::QueueOrder::kMultifactor &&
                     options.policy.weights.fairshare > 0;
@@ -153,11 +162,21 @@ class Simulation {
   }
   /// Seconds of the current attempt covered by its latest checkpoint, at now_.
   Duration SavedThisAttempt(size_t index) const {
-    const Duration elapsed = now_ - live_[index].attempt_start;
+    // A hung attempt checkpoints no more.
+    const Timestamp until = live_[index].hung_since > 0 ? live_[index].hung_since : now_;
+    const Duration elapsed = until - live_[index].attempt_start;
     const Duration interval = CheckpointInterval(index);
     return interval > 0 ? (elapsed / interval) * interval : 0;
   }
   void Cycle();
+  /// Node failures (simulator_faults.cc, SimOptions::faults): draws the bad nodes and every
+  /// node's first failure; a failure crashes or hangs the gangs on the node, and with drain_after
+  /// drains a repeat offender for repair; a hang ends (requeue) at its detection or time limit.
+  void InitFaults();
+  void FailNode(int64_t id, int32_t generation);
+  void EndHang(size_t index);
+  void RecoverFailedNode(int64_t id);
+  Duration FailureDelay(double rate_per_hour);
   /// Applies a pass's starts, preemptions and pending updates.
   void Apply(const core::CyclePlan& plan);
   /// Sets skip_idle_ and parking_ from the options, the policy and the trace (SimOptions::idle_shortcuts).
@@ -213,6 +232,7 @@ class Simulation {
   std::vector<Live> live_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::mt19937_64 rng_;
+  std::mt19937_64 fault_rng_;  // SimOptions::faults, apart from rng_ (spot evictions)
   SimResult result_;
   int64_t seq_ = 0;
   Timestamp now_ = 0;

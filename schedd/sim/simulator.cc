@@ -113,6 +113,8 @@ void Simulation::HandleEvent(const Event& e) {
     case EventKind::kPreemptStop:
       // Stale: the job ended, was evicted or preempted since this event was scheduled.
       if (!live_[index].running || result_.jobs[index].attempts != e.attempt) return;
+      // A hung attempt never finishes: it ends at its detection or time limit (kHangEnd).
+      if (live_[index].hung_since > 0 && e.kind != EventKind::kPreemptStop) return;
       if (e.kind == EventKind::kFinish) {
         Finish(index);
       } else if (e.kind == EventKind::kPredictionDue) {
@@ -135,6 +137,15 @@ void Simulation::HandleEvent(const Event& e) {
       return;
     case EventKind::kGrowDue:
       if (live_[index].running && result_.jobs[index].attempts == e.attempt) dirty_ = true;
+      return;
+    case EventKind::kNodeFailure:
+      FailNode(e.target, e.attempt);
+      return;
+    case EventKind::kHangEnd:
+      if (live_[index].running && result_.jobs[index].attempts == e.attempt) EndHang(index);
+      return;
+    case EventKind::kFailureRecovery:
+      RecoverFailedNode(e.target);
       return;
   }
 }
@@ -191,8 +202,13 @@ void Simulation::Requeue(size_t index, StopCause cause) {
   if (cause != StopCause::kResize) {
     out.lost_resource_hours +=
         static_cast<double>(SizeAt(index, live.tasks)) * static_cast<double>(lost) / 3600.0;
-    (cause == StopCause::kPreemption ? out.lost_preemption_s : out.lost_eviction_s) += lost;
-    if (core::IsElastic(tj.spec)) {
+    if (cause == StopCause::kFailure) {
+      out.lost_failure_s += lost;
+      out.lost_failure_resource_hours += static_cast<double>(SizeAt(index, live.tasks)) * static_cast<double>(lost) / 3600.0;
+    } else {
+      (cause == StopCause::kPreemption ? out.lost_preemption_s : out.lost_eviction_s) += lost;
+    }
+    if (core::IsElastic(tj.spec) && cause != StopCause::kFailure) {
       double& part = cause == StopCause::kPreemption ? out.lost_preemption_resource_hours
                                                      : out.lost_eviction_resource_hours;
       part = std::max(part, 0.0) +
@@ -395,6 +411,7 @@ SimResult Simulation::Run() {
   for (size_t n = 0; n < node_info_.size(); ++n) {
     if (node_info_[n].rate_per_hour > 0) Push(EvictionDelay(n), EventKind::kEviction, node_info_[n].id);
   }
+  InitFaults();
   const auto& jobs = trace_.jobs;
   size_t next = 0;
   Timestamp last_cycle = 0;
@@ -450,6 +467,15 @@ SimResult Simulate(const Trace& trace, const Fleet& fleet, const SimOptions& opt
   if (!(options.speedup_exponent >= kMinSpeedupExponent && options.speedup_exponent <= 1.0)) {
     throw std::invalid_argument("Simulate: speedup_exponent " + std::to_string(options.speedup_exponent) +
                                 " is outside " + std::to_string(kMinSpeedupExponent) + "..1");
+  }
+  const FaultModel& f = options.faults;
+  if (!(f.rate_per_node_hour >= 0 && f.rate_per_node_hour <= kMaxEvictionRatePerHour && f.bad_rate_per_node_hour >= 0 &&
+        f.bad_rate_per_node_hour <= kMaxEvictionRatePerHour && f.bad_fraction >= 0 && f.bad_fraction <= 1 &&
+        f.hang_fraction >= 0 && f.hang_fraction <= 1 && f.reboot_s >= 1 && f.drain_after >= 0 && f.suspect_window_s >= 1 &&
+        f.hang_detect_s >= 1 && f.repair_s >= 1)) {
+    throw std::invalid_argument("Simulate: a node-failure setting is out of range (rates 0.." +
+                                std::to_string(static_cast<int>(kMaxEvictionRatePerHour)) +
+                                " per node-hour, fractions 0..1, durations >= 1 s, drain_after >= 0)");
   }
   if (options.boot_delay_s < 0 || options.boot_delay_s > kMaxBootDelayS) {
     throw std::invalid_argument("Simulate: boot delay " + std::to_string(options.boot_delay_s) +

@@ -15,6 +15,27 @@
 
 namespace mlsched::sim {
 
+/// Node failures (mlsim --node-failures; schedd/sim/README.md "Node failures and the watchdog"):
+/// each static node fails at exponential intervals, `bad_fraction` of them (chosen by the seed) at
+/// `bad_rate_per_node_hour`. A failure crashes the gang on the node (requeued, losing the work
+/// since its last checkpoint; the node reboots for reboot_s and comes back unrepaired), or with
+/// probability hang_fraction hangs it: the gang holds all its nodes without progress until its
+/// time limit, or hang_detect_s with the watchdog. With `drain_after` > 0 (health checks and the
+/// gang watchdog on), a node that failed drain_after times within suspect_window_s is drained
+/// and repaired: back, no longer bad, after repair_s.
+struct FaultModel {
+  double rate_per_node_hour = 0;       // failures per node-hour of an ordinary node
+  double bad_fraction = 0;             // share of the static nodes that are bad, in [0, 1]
+  double bad_rate_per_node_hour = 0;   // failures per node-hour of a bad node
+  double hang_fraction = 0;            // share of failures that hang the gang, in [0, 1]
+  core::Duration reboot_s = 600;       // a crashed node is back (unrepaired) after this long
+  int32_t drain_after = 0;             // 0: blind retry (no health checks, no watchdog)
+  core::Duration suspect_window_s = 86400;
+  core::Duration hang_detect_s = 1830; // stall_after (30 min) + the diagnosis (30 s)
+  core::Duration repair_s = 3 * 86400;
+  bool Any() const { return rate_per_node_hour > 0 || (bad_fraction > 0 && bad_rate_per_node_hour > 0); }
+};
+
 /// How to replay.
 struct SimOptions {
   core::PolicySet policy;
@@ -65,6 +86,9 @@ struct SimOptions {
   /// Report node-hours and cost (SimResult::pools) for the static fleet too, priced with the
   /// policy's [pricing.POOL]; always on when the policy provisions nodes.
   bool report_cost = false;
+  /// Node failures and hangs (none by default); drawn from their own seeded stream, so spot
+  /// evictions are the same with and without them.
+  FaultModel faults;
 };
 
 /// Limits on SimOptions' elastic and provisioning settings (checked by Simulate).
@@ -96,6 +120,11 @@ struct JobOutcome {
   /// QoS preemption stopped the job, and when a spot eviction did.
   core::Duration lost_preemption_s = 0;
   core::Duration lost_eviction_s = 0;
+  /// Node failures (SimOptions::faults): attempts they ended, and the work they lost plus the time
+  /// a hung attempt held its nodes, seconds and size x hours (also in lost_resource_hours).
+  int32_t failures = 0;
+  core::Duration lost_failure_s = 0;
+  double lost_failure_resource_hours = 0;
   /// Elastic jobs: resizes (checkpoint and restart at another size) and the size x restart-cost
   /// seconds they spent dead after them, hours (also in lost_resource_hours).
   int32_t resizes = 0;
@@ -167,6 +196,9 @@ struct SimResult {
   std::vector<PreemptionRecord> preemption_log;  // in the order the victims stopped
   /// Elastic gangs: jobs with a range of sizes, and resizes applied (core::ResizeDecision).
   int64_t elastic_jobs = 0, resizes = 0;
+  /// SimOptions::faults: node failures drawn (on idle nodes too), attempts hung, nodes drained and
+  /// repaired by the health checks and watchdog.
+  int64_t node_failures = 0, hangs = 0, health_drains = 0;
   /// Resource-seconds the fleet offered from the first submission to the end; 0 = capacity x
   /// makespan (a fixed fleet). Set when nodes come and go (provisioning).
   double capacity_s = 0;

@@ -24,7 +24,7 @@ std::string PoolKey(core::Pool pool, bool provisioned) {
 void Simulation::InitCapacity() {
   for (size_t n = 0; n < fleet_.nodes.size(); ++n) {
     node_info_.push_back(NodeInfo{static_cast<int64_t>(n), fleet_.eviction_rate_per_hour[n],
-                                  fleet_.recovery_s[n], false});
+                                  fleet_.recovery_s[n], false, 0, false, false, 0, {}});
   }
   next_node_id_ = static_cast<int64_t>(fleet_.nodes.size());
   provisioning_ = !options_.policy.provisioning.empty();
@@ -93,6 +93,7 @@ void Simulation::CloseAttempt(size_t index) {
   if (core::IsElastic(trace_.jobs[index].spec)) out.resource_s = live.resource_s;
   busy_ -= size;
   live.dead_s = 0;
+  live.hung_since = 0;
 }
 
 void Simulation::Resize(const core::ResizeDecision& decision) {
@@ -157,7 +158,7 @@ void Simulation::BootNode(int64_t boot) {
   node.health = core::NodeHealth::kUp;
   const auto rate = fleet_.provisioned_eviction_rate_per_hour.find(b.pool);
   NodeInfo info{next_node_id_++, rate == fleet_.provisioned_eviction_rate_per_hour.end() ? 0.0 : rate->second, 0,
-                true};
+                true, 0, false, false, 0, {}};
   capacity_now_ += result_.resource == "gpu" ? static_cast<double>(node.capacity.GpuCount())
                                              : static_cast<double>(node.capacity.cpu_millis / 1000);
   state_.nodes.push_back(std::move(node));
