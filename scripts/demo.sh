@@ -40,15 +40,22 @@ scrape() {
 say() { printf '[demo %4ds] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 fail() { say "FAILED: $*" >&2; echo "logs: $MLSCHED_STATE/logs" >&2; exit 1; }
 
-# The cluster runs policies/default.toml with two demo settings: jobs may be resized after 3 s
-# (default 10 min), and the spot pool has elastic capacity: one more node at most, made by
+# The cluster runs policies/default.toml with three demo settings: jobs may be resized after 3 s
+# (default 10 min); the spot pool has elastic capacity: one more node at most, made by
 # scripts/local-provision-resume (a local agentd) and released by local-provision-suspend after
-# 30 s idle (Slurm power saving's ResumeProgram/SuspendProgram).
+# 30 s idle (Slurm power saving's ResumeProgram/SuspendProgram); and the gang watchdog is far
+# keener than its defaults (a stall after 60 s, a straggler over 60 s), and must stay quiet.
 POLICY_FILE="$MLSCHED_STATE/demo-policy.toml"
 mkdir -p "$MLSCHED_STATE"
 sed 's/^min_resize_interval = "10m"/min_resize_interval = "3s"/' policies/default.toml > "$POLICY_FILE"
 grep -q '^min_resize_interval = "3s"' "$POLICY_FILE" || fail "policies/default.toml has no min_resize_interval = \"10m\" to shorten"
 cat >> "$POLICY_FILE" <<EOF
+
+# Demo: the gang watchdog, keen (its defaults: 30 min, 15 min); it must not fire on a healthy job.
+[watchdog]
+stall_after = "60s"
+straggler_ratio = 0.5
+straggler_window = "60s"
 
 # Demo: the spot pool replaces capacity through the local provisioning programs.
 [provisioning.spot]
@@ -212,5 +219,8 @@ agent_url=$(grep -o 'metrics on http://[^ ]*' "$MLSCHED_STATE/logs/agent-$evicte
 echo; say "agentd metrics of $evicted ($agent_url):"
 scrape "$agent_url" | grep -E '^mlsched_agent_(task_exits_total|tasks_started_total|running_tasks|connected)' ||
   fail "no metrics from $agent_url"
+if grep -E "collecting stack traces|: straggler " "$MLSCHED_STATE"/logs/schedd*.log >&2; then
+  fail "the gang watchdog fired on the healthy demo job (lines above)"
+fi
 echo
 say "demo passed: job $JOB trained on 4 ranks, was evicted from $evicted near step $step (last periodic checkpoint $ckpt), resumed on 3 ranks from step $resumed_step ${shrunk} s after the notice, grew back to 4 on $replacement, test accuracy $acc"
