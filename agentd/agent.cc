@@ -43,6 +43,9 @@ void FillRunning(const std::vector<RunningTaskInfo>& running, const TaskProgress
     t->set_rank(r.key.rank);
     t->set_pid(r.pid);
     if (r.cpu_usec) t->set_cpu_usec(*r.cpu_usec);
+    if (r.rss_bytes >= 0) t->set_rss_bytes(r.rss_bytes);
+    if (r.max_rss_bytes >= 0) t->set_max_rss_bytes(r.max_rss_bytes);
+    if (r.processes >= 0) t->set_processes(r.processes);
     if (!progress) continue;
     TaskProgress p = progress->Get(r.key);
     t->set_step(p.step);
@@ -50,6 +53,7 @@ void FillRunning(const std::vector<RunningTaskInfo>& running, const TaskProgress
     if (p.compute_ms >= 0) t->set_compute_ms(p.compute_ms);
     if (p.gpu_util_percent >= 0) t->set_gpu_util_percent(p.gpu_util_percent);
     if (p.gpu_memory_bytes >= 0) t->set_gpu_memory_bytes(p.gpu_memory_bytes);
+    if (p.gpu_power_mw >= 0) t->set_gpu_power_mw(p.gpu_power_mw);
   }
 }
 
@@ -62,6 +66,10 @@ v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report)
   e->set_exit_code(report.exit_code);
   e->set_signaled(report.signaled);
   e->set_error(report.error);
+  if (report.cpu_usec) e->set_cpu_usec(*report.cpu_usec);
+  if (report.max_rss_bytes >= 0) e->set_max_rss_bytes(report.max_rss_bytes);
+  if (report.memory_peak_bytes >= 0) e->set_memory_peak_bytes(report.memory_peak_bytes);
+  if (report.oom_kills > 0) e->set_oom_kills(report.oom_kills);
   return m;
 }
 
@@ -359,6 +367,7 @@ std::optional<TaskProgress> Agent::ReadProgress(const TaskKey& key) const {
     if (!p) p = progress_.Get(key);     // no status file: keep the last progress, update the GPUs
     p->gpu_util_percent = static_cast<int32_t>(g->util_percent);
     p->gpu_memory_bytes = static_cast<int64_t>(std::min<uint64_t>(g->memory_used, INT64_MAX));
+    p->gpu_power_mw = g->power_mw ? static_cast<int64_t>(*g->power_mw) : -1;
   }
   return p;
 }

@@ -159,6 +159,20 @@ std::optional<int64_t> TaskCgroup::CpuUsec() const {
   }
 }
 
+TaskCgroup::MemoryUse TaskCgroup::Memory() const {
+  MemoryUse m;
+  if (memory_dir_.empty()) return m;
+  if (auto stat = ReadFile(memory_dir_ + "/memory.stat"))
+    m.rss = KeyedValue(*stat, version_ == 2 ? "anon" : "total_rss");
+  if (auto peak = ReadFile(memory_dir_ + (version_ == 2 ? "/memory.peak" : "/memory.max_usage_in_bytes"))) {
+    try {
+      m.peak = std::stoll(*peak);
+    } catch (const std::exception&) {
+    }
+  }
+  return m;
+}
+
 bool TaskCgroup::HitMemoryLimit() const {
   if (memory_dir_.empty() || memory_limit_ <= 0) return false;
   if (version_ == 2) return KeyedValue(ReadFile(memory_dir_ + "/memory.events").value_or(""), "max") > 0;

@@ -51,6 +51,16 @@ class TaskCgroup {
   /// (microseconds): v2 cpu.stat usage_usec, v1 cpuacct.usage / 1000; nullopt when unreadable (v1
   /// without a cpuacct hierarchy).
   std::optional<int64_t> CpuUsec() const;
+  /// Memory of the task's processes (bytes; -1 = unknown, without the memory controller):
+  /// `rss` now, anonymous memory (v2 memory.stat anon, v1 memory.stat total_rss: the pages
+  /// Slurm's MaxRSS counts, page cache excluded); `peak` the kernel's high-water mark of all memory
+  /// charged to the cgroup, page cache included (v2 memory.peak where the kernel has it, else -1;
+  /// v1 memory.max_usage_in_bytes).
+  struct MemoryUse {
+    int64_t rss = -1;
+    int64_t peak = -1;
+  };
+  MemoryUse Memory() const;
   /// The memory limit written (bytes; 0 = none).
   int64_t MemoryLimit() const { return memory_limit_; }
   /// Kills every process in the cgroup: v2 cgroup.kill; else freeze, SIGKILL each member, thaw

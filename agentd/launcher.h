@@ -7,8 +7,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlsched::agent {
@@ -94,9 +96,17 @@ struct LaunchRequest {
 
 /// How a task ended, in the protocol's terms.
 struct ExitReport {
+  ExitReport() = default;
+  ExitReport(int code, bool sig, std::string err) : exit_code(code), signaled(sig), error(std::move(err)) {}
   int exit_code = 0;   // exit status, or 128 + signal number
   bool signaled = false;
   std::string error;   // launch failure ("exec /x: No such file or directory"); empty otherwise
+  /// What the task used in all (sacct's TotalCPU, MaxRSS): CPU microseconds (nullopt = unknown),
+  /// the most anonymous memory seen at any sample or at the end and the kernel's peak of all
+  /// charged memory (bytes; -1 = unknown), and the kernel's OOM kills in its cgroup.
+  std::optional<int64_t> cpu_usec;
+  int64_t max_rss_bytes = -1, memory_peak_bytes = -1;
+  int64_t oom_kills = 0;
 };
 
 /// Result of SpawnTask: a pid (> 0) of a running process group leader, or a launch error.

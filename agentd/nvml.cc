@@ -37,6 +37,7 @@ struct Nvml::Api {
   Return (*by_index)(unsigned int, Device*) = nullptr;
   Return (*utilization)(Device, Utilization*) = nullptr;
   Return (*memory)(Device, Memory*) = nullptr;
+  Return (*power)(Device, unsigned int*) = nullptr;  // nvmlDeviceGetPowerUsage: milliwatts
   Return (*minor)(Device, unsigned int*) = nullptr;
   Return (*pci)(Device, PciInfo*) = nullptr;
   Return (*ecc)(Device, int, int, unsigned long long*) = nullptr;
@@ -69,6 +70,7 @@ std::unique_ptr<Nvml> Nvml::Load(const std::string& library, std::string* why, b
   a.by_index = reinterpret_cast<Return (*)(unsigned int, Device*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
   a.utilization = reinterpret_cast<Return (*)(Device, Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
   a.memory = reinterpret_cast<Return (*)(Device, Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
+  a.power = reinterpret_cast<Return (*)(Device, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
   a.minor = reinterpret_cast<Return (*)(Device, unsigned int*)>(sym("nvmlDeviceGetMinorNumber"));
   a.error = reinterpret_cast<const char* (*)(Return)>(sym("nvmlErrorString"));
   a.pci = reinterpret_cast<Return (*)(Device, PciInfo*)>(sym("nvmlDeviceGetPciInfo_v3"));
@@ -177,23 +179,30 @@ std::optional<Nvml::Sample> Nvml::Read(int32_t index, std::string* why) const {
     *why = "GPU " + std::to_string(index) + ": nvmlDeviceGetMemoryInfo: " + api_->Error(r);
     return std::nullopt;
   }
-  return Sample{std::min(u.gpu, 100u), m.used, m.total};
+  Sample s{std::min(u.gpu, 100u), m.used, m.total, std::nullopt};
+  unsigned int mw = 0;
+  if (api_->power && api_->power(d, &mw) == 0) s.power_mw = mw;
+  return s;
 }
 
 std::optional<Nvml::Sample> Nvml::ReadAll(const std::vector<int32_t>& indices) const {
   Sample sum;
-  uint64_t util = 0, read = 0;
+  uint64_t util = 0, read = 0, power = 0;
+  bool all_power = true;
   for (int32_t i : indices) {
     std::string why;
     auto s = Read(i, &why);
     if (!s) continue;
     util += s->util_percent;
+    if (s->power_mw) power += *s->power_mw;
+    else all_power = false;
     sum.memory_used += s->memory_used;
     sum.memory_total += s->memory_total;
     ++read;
   }
   if (read == 0) return std::nullopt;
   sum.util_percent = static_cast<uint32_t>(util / read);
+  if (all_power) sum.power_mw = static_cast<uint32_t>(std::min<uint64_t>(power, UINT32_MAX));
   return sum;
 }
 

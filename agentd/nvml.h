@@ -24,6 +24,7 @@ class Nvml {
     uint32_t util_percent = 0;  // of the last sample period the kernel ran on the GPU (0..100)
     uint64_t memory_used = 0;   // bytes
     uint64_t memory_total = 0;  // bytes
+    std::optional<uint32_t> power_mw;  // board power draw, milliwatts (summed by ReadAll); unset when unsupported
   };
   /// Loads `library` (a name dlopen searches, or a path), initializes NVML and maps GPU index i of
   /// this node (/dev/nvidia<i>, CUDA_VISIBLE_DEVICES) to the NVML device of minor number i (NVML
@@ -40,8 +41,8 @@ class Nvml {
   size_t Devices() const { return devices_.size(); }
   /// GPU `index` of this node now; nullopt with `*why` when there is no such GPU or NVML fails.
   std::optional<Sample> Read(int32_t index, std::string* why) const;
-  /// The mean utilization and the summed memory use of GPUs `indices`; nullopt when none could be
-  /// read.
+  /// The mean utilization and the summed memory use and power of GPUs `indices` (power set when
+  /// every GPU read gave one); nullopt when none could be read.
   std::optional<Sample> ReadAll(const std::vector<int32_t>& indices) const;
 
   /// One GPU's health figures now (agentd/health.h); what NVML does not support stays unset.

@@ -96,8 +96,16 @@ void ProcessSupervisor::TerminateAll(std::chrono::milliseconds grace) {
 std::vector<RunningTaskInfo> ProcessSupervisor::Running() const {
   std::lock_guard lk(mu_);
   std::vector<RunningTaskInfo> out;
-  for (const auto& [k, c] : children_)
-    out.push_back({k, c.pid, c.cgroup ? c.cgroup->CpuUsec() : ProcessCpuUsec(c.pid)});
+  for (const auto& [k, c] : children_) {
+    RunningTaskInfo r{k, c.pid, c.cgroup ? c.cgroup->CpuUsec() : ProcessCpuUsec(c.pid)};
+    if (c.cgroup) {
+      r.rss_bytes = c.cgroup->Memory().rss;
+      c.max_rss = std::max(c.max_rss, r.rss_bytes);
+      r.max_rss_bytes = c.max_rss;
+      r.processes = static_cast<int32_t>(c.cgroup->Pids().size());
+    }
+    out.push_back(r);
+  }
   for (const auto& [k, pid] : reporting_) out.push_back({k, pid, std::nullopt});
   return out;
 }
@@ -207,6 +215,12 @@ void ProcessSupervisor::LaunchQueued(std::deque<Queued> batch) {
 
 void ProcessSupervisor::FinishCgroup(const TaskKey& key, std::unique_ptr<TaskCgroup> cg, ExitReport* report) {
   int64_t kills = cg->OomKills();
+  // The final figures, before the cgroup goes (its counters include every exited process).
+  report->cpu_usec = cg->CpuUsec();
+  const TaskCgroup::MemoryUse mem = cg->Memory();
+  report->max_rss_bytes = std::max(report->max_rss_bytes, mem.rss);
+  report->memory_peak_bytes = mem.peak;
+  report->oom_kills = kills;
   // A SIGKILL at the memory limit with no kill counted here: a container's process, counted in the
   // runtime's own cgroup below this one (cgroups.h HitMemoryLimit).
   if (kills == 0 && report->exit_code == 128 + SIGKILL && cg->HitMemoryLimit()) kills = 1;
@@ -231,6 +245,7 @@ void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
   for (const auto& key : ready) {
     pid_t pid = 0;
     int status = 0;
+    int64_t max_rss = -1;
     std::unique_ptr<TaskCgroup> cgroup;
     {
       std::lock_guard lk(mu_);
@@ -243,11 +258,13 @@ void ProcessSupervisor::ReapReady(const std::vector<TaskKey>& ready) {
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
       close(it->second.pidfd);
+      max_rss = it->second.max_rss;
       cgroup = std::move(it->second.cgroup);
       children_.erase(it);
       reporting_[key] = pid;
     }
     ExitReport report = DecodeWaitStatus(status);
+    report.max_rss_bytes = max_rss;
     if (cgroup) FinishCgroup(key, std::move(cgroup), &report);
     spdlog::info("task {}: pid {} exited with {}{}{}", key.ToString(), pid, report.exit_code,
                  report.signaled ? " (signal)" : "", report.error.empty() ? "" : ": " + report.error);

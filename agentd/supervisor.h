@@ -75,6 +75,7 @@ class ProcessSupervisor final : public TaskDriver {
     int pidfd = -1;
     std::optional<Clock::time_point> kill_at;  // SIGKILL deadline after a SIGTERM
     std::unique_ptr<TaskCgroup> cgroup;        // with UseCgroups
+    mutable int64_t max_rss = -1;              // the most anonymous memory Running() sampled (bytes)
   };
   struct Queued {
     TaskKey key;

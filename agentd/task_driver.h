@@ -27,6 +27,10 @@ struct RunningTaskInfo {
   pid_t pid = 0;
   /// CPU time the task used so far (microseconds; Nomad's driver stats); nullopt when unknown.
   std::optional<int64_t> cpu_usec;
+  /// Its cgroup's anonymous memory now and the most seen at any sample of this task (bytes), and
+  /// its processes; -1 = unknown (no memory controller, no cgroup).
+  int64_t rss_bytes = -1, max_rss_bytes = -1;
+  int32_t processes = -1;
 };
 
 /// A process to run in a running task's context: an interactive session (session_host.h),

@@ -25,6 +25,7 @@ struct TaskProgress {
   int64_t last_checkpoint_unix_s = 0;  // wall-clock seconds since the epoch
   int64_t compute_ms = -1;             // milliseconds outside collectives (status file compute_s); -1 = not told
   int32_t gpu_util_percent = -1;       // its GPUs' mean utilization (NVML); -1 = not measured
+  int64_t gpu_power_mw = -1;           // its GPUs' summed power draw (NVML), milliwatts; -1 = not measured
   int64_t gpu_memory_bytes = -1;       // their memory in use (bytes); -1 = not measured
   bool operator==(const TaskProgress&) const = default;
 };

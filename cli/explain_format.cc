@@ -38,6 +38,19 @@ std::string OrDefault(const std::string& s, const char* def) { return s.empty() 
 // A text from schedd as the block shows it: escaped for the terminal, `def` when empty.
 std::string Shown(const std::string& s, const char* def) { return SafeText(OrDefault(s, def)); }
 
+// "CPU 12.3 s, MaxRSS 300 MiB, GPUs 3 % busy over 0.50 GPU-h, 0.12 kWh" (what is known of it).
+std::string UsageText(const v1::JobUsage& u) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (u.cpu_usec() >= 0) add(Printf("CPU %.1f s", static_cast<double>(u.cpu_usec()) / 1e6));
+  if (u.max_rss_bytes() >= 0) add(Printf("MaxRSS %.0f MiB", static_cast<double>(u.max_rss_bytes()) / (1 << 20)));
+  if (u.gpu_seconds() > 0)
+    add(Printf("GPUs %.0f %% busy over %.2f GPU-h", 100.0 * u.gpu_busy_seconds() / u.gpu_seconds(), u.gpu_seconds() / 3600));
+  if (u.gpu_energy_joules() > 0) add(Printf("%.3f kWh", u.gpu_energy_joules() / 3.6e6));
+  if (u.oom_kills() > 0) add(Printf("%lld OOM kill(s)", static_cast<long long>(u.oom_kills())));
+  return out.empty() ? "nothing measured yet" : out + Printf(" (%d rank%s)", u.ranks(), u.ranks() == 1 ? "" : "s");
+}
+
 }  // namespace
 
 std::string FormatExplain(const v1::ExplainJobResponse& r) {
@@ -60,6 +73,7 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
   }
   if (!j.resize().empty()) line("Resized:", SafeText(j.resize()));
   if (!j.stall().empty()) line("Watchdog:", SafeText(j.stall()));
+  if (j.has_usage() && j.usage().ranks() > 0) line("Usage:", UsageText(j.usage()));
   std::string order = Shown(r.queue_order(), "fifo");
   if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";
   line("Queue order:", order);

@@ -35,6 +35,20 @@ const FieldDef* FindField(char code) {
   return nullptr;
 }
 
+// What the job's running (or last) attempt used, for --json; null when nothing was reported.
+nlohmann::json UsageJson(const v1::JobInfo& job) {
+  if (!job.has_usage() || job.usage().ranks() <= 0) return nullptr;
+  const v1::JobUsage& u = job.usage();
+  return {{"cpu_s", u.cpu_usec() >= 0 ? nlohmann::json(static_cast<double>(u.cpu_usec()) / 1e6) : nlohmann::json()},
+          {"max_rss_bytes", u.max_rss_bytes() >= 0 ? nlohmann::json(u.max_rss_bytes()) : nlohmann::json()},
+          {"gpu_s", u.gpu_seconds()},
+          {"gpu_busy_s", u.gpu_busy_seconds()},
+          {"gpu_util_percent", u.gpu_seconds() > 0 ? nlohmann::json(100.0 * u.gpu_busy_seconds() / u.gpu_seconds()) : nlohmann::json()},
+          {"gpu_energy_j", u.gpu_energy_joules()},
+          {"oom_kills", u.oom_kills()},
+          {"ranks", u.ranks()}};
+}
+
 std::string Limit(int64_t seconds) { return seconds <= 0 ? "UNLIMITED" : FormatDuration(seconds); }
 
 // Tasks the job runs with: its placement's size when it has one (an elastic gang may run below
@@ -293,6 +307,7 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"evictions", job.evictions()},
       {"resize", job.resize()},
       {"stall", job.stall()},
+      {"usage", UsageJson(job)},
       {"array_job_id", s.array_index().array_job_id()},
       {"array_task_id", s.array_index().array_job_id() ? nlohmann::json(s.array_index().task_id()) : nlohmann::json()},
   };

@@ -27,6 +27,7 @@
 #include "schedd/core/priority.h"
 #include "schedd/core/types.h"
 #include "schedd/server/admission.h"
+#include "schedd/server/attempt_usage.h"
 #include "schedd/server/gang_watchdog.h"
 #include "schedd/server/metrics.h"
 #include "schedd/server/provision_runner.h"
@@ -261,6 +262,7 @@ class Controller {
     int64_t stall_seconds = 0;
     std::map<std::string, v1::StacksCollected> stacks;  // the diagnosis' answers, by node
     std::string stall_note;      // the watchdog's last verdict (JobInfo.stall; not stored: events keep it)
+    std::shared_ptr<const v1::JobUsage> last_usage;  // what its last ended attempt used (JobInfo.usage; the attempts table keeps it)
     bool preempting = false;     // SIGTERM sent for QoS preemption (PreemptDecision)
     bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
     int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)
@@ -517,6 +519,7 @@ class Controller {
   std::map<int64_t, core::JobState> finished_;
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
   GangWatchdog watchdog_;  // running gangs' progress and suspected nodes ([watchdog])
+  AttemptUsage attempt_usage_;  // what running attempts used so far (accounting, issue 34)
   std::set<int64_t> stalls_open_;  // jobs whose stall diagnosis waits for stack traces (JobRec::stall_at)
   int64_t stragglers_checked_at_ = 0;  // the watchdog's straggler check runs every kStragglerCheckEvery s
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on

@@ -196,6 +196,16 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   j.stop_requested_at = 0;
   AttemptRow acct = AttemptOf(j);
   acct.end_time = now;
+  // What the attempt used (its agents' samples and the ranks' final figures).
+  const v1::JobUsage used = attempt_usage_.Of(j.id, j.attempt);
+  attempt_usage_.Forget(j.id, j.attempt);
+  acct.cpu_usec = used.cpu_usec();
+  acct.max_rss_bytes = used.max_rss_bytes();
+  acct.gpu_seconds = used.gpu_seconds();
+  acct.gpu_busy_seconds = used.gpu_busy_seconds();
+  acct.gpu_energy_joules = used.gpu_energy_joules();
+  acct.oom_kills = used.oom_kills();
+  if (used.ranks() > 0) j.last_usage = std::make_shared<const v1::JobUsage>(used);
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
   // Work lost to a requeue: the time since the last checkpoint its tasks reported (or since the
   // attempt started); none when the tasks stopped with exit 75, which means "checkpointed".
@@ -376,6 +386,7 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
   for (int i = 0; i < j->placement.tasks_size(); ++i)
     if (j->placement.tasks(i).rank() == t.rank() && j->placement.tasks(i).node() == node) idx = i;
   if (idx < 0 || j->tasks[idx].phase == Phase::kExited) return;
+  attempt_usage_.OnExited(t);  // before the attempt may end below: its final figures count
   j->tasks[idx].phase = Phase::kExited;
   j->tasks[idx].exit_code = t.exit_code();
   if (!t.error().empty()) spdlog::warn("job {} rank {}: {}", j->id, t.rank(), t.error());
@@ -447,6 +458,8 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
       const core::WatchdogPolicy& wp = policy_.watchdog;
       if (r.step() > 0 && (wp.stall_after > 0 || wp.straggler_ratio > 0) && PlacedOn(*j, node, r.rank()))
         watchdog_.Observe(j->id, r.attempt(), r.rank(), node, r.step(), r.has_compute_ms() ? r.compute_ms() : -1, now);
+      for (const auto& t : j->placement.tasks())  // an agent speaks for its own ranks only
+        if (t.rank() == r.rank() && t.node() == node) attempt_usage_.OnRunning(r, t.gpu_indices_size(), now);
     }
   }
   // A started task missing from two consecutive heartbeats of its node is lost, unless reports

@@ -196,6 +196,13 @@ const char* const kMigrations[] = {
     "  ntasks INTEGER NOT NULL, nodes TEXT NOT NULL, uid INTEGER NOT NULL, user TEXT NOT NULL,"
     "  state TEXT NOT NULL, exit_code INTEGER NOT NULL, start_time INTEGER NOT NULL,"
     "  end_time INTEGER NOT NULL, PRIMARY KEY (job_id, step_id));",
+    // 12: accounting (issue 34): what each attempt used, from its agents' samples (AttemptUsage).
+    "ALTER TABLE attempts ADD COLUMN cpu_usec INTEGER NOT NULL DEFAULT -1;"
+    "ALTER TABLE attempts ADD COLUMN max_rss_bytes INTEGER NOT NULL DEFAULT -1;"
+    "ALTER TABLE attempts ADD COLUMN gpu_seconds REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE attempts ADD COLUMN gpu_busy_seconds REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE attempts ADD COLUMN gpu_energy_joules REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE attempts ADD COLUMN oom_kills INTEGER NOT NULL DEFAULT 0;",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -511,17 +518,26 @@ std::future<void> SqliteStore::SaveNode(NodeRow row) {
   return p->get_future();
 }
 
+namespace {
+const char* const kInsertAttempt =
+    "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type,"
+    " pool, nodes, lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+void BindAttempt(Stmt& s, const AttemptRow& a) {
+  s.Bind(1, a.job_id).Bind(2, a.attempt).Bind(3, a.start_time).Bind(4, a.end_time).BindText(5, a.outcome)
+      .Bind(6, a.ntasks).Bind(7, a.cpu_millis).Bind(8, a.gpus).BindText(9, a.gpu_type).BindText(10, a.pool)
+      .BindText(11, a.nodes).Bind(12, a.lost_work_s).Bind(13, a.cpu_usec).Bind(14, a.max_rss_bytes)
+      .BindDouble(15, a.gpu_seconds).BindDouble(16, a.gpu_busy_seconds).BindDouble(17, a.gpu_energy_joules)
+      .Bind(18, a.oom_kills);
+}
+}  // namespace
+
 std::future<void> SqliteStore::SaveAttempt(AttemptRow a) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
       [a = std::move(a)](sqlite3* db) {
-        Stmt s(db,
-               "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
-               " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-               kCache);
-        s.Bind(1, a.job_id).Bind(2, a.attempt).Bind(3, a.start_time).Bind(4, a.end_time).BindText(5, a.outcome)
-            .Bind(6, a.ntasks).Bind(7, a.cpu_millis).Bind(8, a.gpus).BindText(9, a.gpu_type).BindText(10, a.pool)
-            .BindText(11, a.nodes).Bind(12, a.lost_work_s);
+        Stmt s(db, kInsertAttempt, kCache);
+        BindAttempt(s, a);
         s.Step();
       },
       [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
@@ -647,7 +663,8 @@ std::vector<AttemptRow> SqliteStore::LoadAttempts(int64_t start, int64_t end) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_,
          "SELECT job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type, pool, nodes,"
-         " lost_work_s FROM attempts WHERE start_time < ? AND (end_time = 0 OR end_time >= ?) ORDER BY job_id, attempt");
+         " lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills"
+         " FROM attempts WHERE start_time < ? AND (end_time = 0 OR end_time >= ?) ORDER BY job_id, attempt");
   s.Bind(1, end).Bind(2, start);
   std::vector<AttemptRow> out;
   while (s.Step()) {
@@ -664,6 +681,12 @@ std::vector<AttemptRow> SqliteStore::LoadAttempts(int64_t start, int64_t end) {
     a.pool = s.Blob(9);
     a.nodes = s.Blob(10);
     a.lost_work_s = s.Int(11);
+    a.cpu_usec = s.Int(12);
+    a.max_rss_bytes = s.Int(13);
+    a.gpu_seconds = s.Double(14);
+    a.gpu_busy_seconds = s.Double(15);
+    a.gpu_energy_joules = s.Double(16);
+    a.oom_kills = s.Int(17);
     out.push_back(std::move(a));
   }
   return out;
@@ -747,9 +770,7 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
                "INSERT OR REPLACE INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time,"
                " exit_code, attempt, requeue_count, placement, preempt_count, evictions, image_digest)"
                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        Stmt a(db,
-               "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis,"
-               " gpus, gpu_type, pool, nodes, lost_work_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+        Stmt a(db, kInsertAttempt);
         Stmt st(db, kInsertStep);
         for (const auto& [r, attempts, steps] : jobs) {
           for (const auto& x : steps) {
@@ -765,9 +786,7 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
           j.Step();
           for (const auto& x : attempts) {
             a.Reset();
-            a.Bind(1, x.job_id).Bind(2, x.attempt).Bind(3, x.start_time).Bind(4, x.end_time).BindText(5, x.outcome)
-                .Bind(6, x.ntasks).Bind(7, x.cpu_millis).Bind(8, x.gpus).BindText(9, x.gpu_type).BindText(10, x.pool)
-                .BindText(11, x.nodes).Bind(12, x.lost_work_s);
+            BindAttempt(a, x);
             a.Step();
           }
         }

@@ -66,6 +66,13 @@ struct AttemptRow {
   std::string pool;                      // pool of rank 0's node (on-demand, spot, reserved)
   std::string nodes;                     // comma-separated
   int64_t lost_work_s = 0;               // seconds of work lost to a requeue (since the last checkpoint)
+  // What it used (accounting; AttemptUsage): CPU microseconds over its ranks and the largest rank's
+  // MaxRSS (bytes; -1 = unknown), GPU-seconds sampled and busy (utilization-weighted), the GPUs'
+  // energy (joules), OOM kills.
+  int64_t cpu_usec = -1;
+  int64_t max_rss_bytes = -1;
+  double gpu_seconds = 0, gpu_busy_seconds = 0, gpu_energy_joules = 0;
+  int64_t oom_kills = 0;
 };
 
 /// One step of a job (srun's JOB.STEP, mlrun inside a running job): written when it starts

@@ -58,6 +58,12 @@ v1::StoredAttempt ToStored(const AttemptRow& r) {
   s.set_pool(r.pool);
   s.set_nodes(r.nodes);
   s.set_lost_work_s(r.lost_work_s);
+  if (r.cpu_usec >= 0) s.set_cpu_usec(r.cpu_usec);
+  if (r.max_rss_bytes >= 0) s.set_max_rss_bytes(r.max_rss_bytes);
+  s.set_gpu_seconds(r.gpu_seconds);
+  s.set_gpu_busy_seconds(r.gpu_busy_seconds);
+  s.set_gpu_energy_joules(r.gpu_energy_joules);
+  s.set_oom_kills(r.oom_kills);
   return s;
 }
 
@@ -75,6 +81,12 @@ AttemptRow FromStored(const v1::StoredAttempt& s) {
   r.pool = s.pool();
   r.nodes = s.nodes();
   r.lost_work_s = s.lost_work_s();
+  r.cpu_usec = s.has_cpu_usec() ? s.cpu_usec() : -1;
+  r.max_rss_bytes = s.has_max_rss_bytes() ? s.max_rss_bytes() : -1;
+  r.gpu_seconds = s.gpu_seconds();
+  r.gpu_busy_seconds = s.gpu_busy_seconds();
+  r.gpu_energy_joules = s.gpu_energy_joules();
+  r.oom_kills = s.oom_kills();
   return r;
 }
 

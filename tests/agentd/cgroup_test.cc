@@ -240,6 +240,56 @@ TEST_CASE("a task that allocates past its memory limit is killed and reported OU
   CHECK(WaitUntil([&] { return CgroupGone(*real.cg, {20, 1, 0}) && CgroupGone(*real.cg, {20, 1, 1}); }, 3s));
 }
 
+TEST_CASE("accounting: a task burning one CPU for 2 s shows 2 CPU-seconds; one holding 300 MB shows MaxRSS 300 MB",
+          "[cgroup][root][accounting]") {
+  RealCgroups real({"memory"});
+  if (!real.skip.empty() || !HavePython()) {
+    WARN((real.skip.empty() ? std::string("SKIPPED: no /usr/bin/python3") : real.skip));
+    return;
+  }
+  TempDir dir;
+  Sup s(real.cg.get());
+  // Burns one CPU for 2 s of its own CPU time (not wall time: the machine may be shared).
+  s.sup.Spawn({21, 1, 0}, Cmd(dir, {"/usr/bin/python3", "-c",
+                                    "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.0: pass\n"}));
+  // Holds 300 MB of touched memory for 3 s, then frees it and idles.
+  s.sup.Spawn({21, 1, 1}, Cmd(dir, {"/usr/bin/python3", "-c",
+                                    "import time\nx = bytearray(300 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
+                                    "time.sleep(3)\ndel x\ntime.sleep(1)\n"}));
+  // The supervisor samples at each heartbeat's Running(): here every 200 ms.
+  int64_t live_rss = -1;
+  int32_t live_processes = -1;
+  WaitUntil([&] {
+    for (const auto& r : s.sup.Running())
+      if (r.key.rank == 1) {
+        live_rss = std::max(live_rss, r.rss_bytes);
+        live_processes = r.processes;
+      }
+    std::lock_guard lk(s.mu);
+    return s.exited.size() == 2;
+  }, 30s);
+  REQUIRE(s.Exited({21, 1, 0}, 30s));
+  REQUIRE(s.Exited({21, 1, 1}, 30s));
+  const ExitReport burn = s.Report({21, 1, 0}), hold = s.Report({21, 1, 1});
+  WARN("burn: cpu " << burn.cpu_usec.value_or(-1) << " us; hold: max rss " << hold.max_rss_bytes << ", peak "
+                    << hold.memory_peak_bytes << ", live max " << live_rss);
+  if (burn.cpu_usec) {
+    CHECK(*burn.cpu_usec >= 1'900'000);
+    CHECK(*burn.cpu_usec <= 3'000'000);  // python's start-up on top
+  } else {
+    WARN("no CPU accounting controller here: cpu_usec unknown");
+  }
+  constexpr int64_t kMB = 1 << 20;
+  CHECK(live_rss >= 290 * kMB);
+  CHECK(live_rss <= 360 * kMB);
+  CHECK(live_processes == 1);
+  CHECK(hold.max_rss_bytes >= 290 * kMB);  // the samples' maximum: at the end the memory is freed
+  CHECK(hold.max_rss_bytes <= 360 * kMB);
+  if (hold.memory_peak_bytes >= 0) CHECK(hold.memory_peak_bytes >= 290 * kMB);
+  CHECK(hold.oom_kills == 0);
+  CHECK(burn.max_rss_bytes < 100 * kMB);
+}
+
 TEST_CASE("a fork bomb is contained by pids.max and killed whole, escaped children included", "[cgroup][root]") {
   RealCgroups real({"pids"});
   if (!real.skip.empty() || !HavePython()) {

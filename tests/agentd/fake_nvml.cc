@@ -1,8 +1,9 @@
 // A stand-in for libnvidia-ml.so.1 in tests (no GPU here): the NVML calls agentd makes, answered
 // from the file named by $MLSCHED_FAKE_NVML, read at every call, one line per device in NVML's
-// order: "MINOR UTIL_PERCENT MEMORY_USED MEMORY_TOTAL [ECC_UNCORRECTED RETIRED_PENDING PCI LOST]"
+// order: "MINOR UTIL_PERCENT MEMORY_USED MEMORY_TOTAL [ECC_UNCORRECTED RETIRED_PENDING PCI LOST [POWER_MW]]"
 // (bytes; PCI as "0000:3b:00"; LOST 1 = the GPU has fallen off the bus: its queries fail with
-// NVML_ERROR_GPU_IS_LOST). A missing file: nvmlInit fails.
+// NVML_ERROR_GPU_IS_LOST; without POWER_MW nvmlDeviceGetPowerUsage is NOT_SUPPORTED). A missing
+// file: nvmlInit fails.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@ struct Dev {
   unsigned minor, util;
   unsigned long long used, total, ecc;
   unsigned pending, domain, bus, device, lost;
+  int power_mw;  // -1: not supported
 };
 Dev g_devs[16];
 
@@ -25,7 +27,9 @@ int Load() {
   while (n < 16 && std::fgets(line, sizeof line, f)) {
     Dev d{};
     if (std::sscanf(line, "%u %u %llu %llu", &d.minor, &d.util, &d.used, &d.total) != 4) continue;
-    std::sscanf(line, "%*u %*u %*u %*u %llu %u %x:%x:%x %u", &d.ecc, &d.pending, &d.domain, &d.bus, &d.device, &d.lost);
+    d.power_mw = -1;
+    std::sscanf(line, "%*u %*u %*u %*u %llu %u %x:%x:%x %u %d", &d.ecc, &d.pending, &d.domain, &d.bus, &d.device, &d.lost,
+                &d.power_mw);
     g_devs[n++] = d;
   }
   std::fclose(f);
@@ -97,6 +101,13 @@ int nvmlDeviceGetTotalEccErrors(void* dev, int type, int counter, unsigned long 
 int nvmlDeviceGetRetiredPagesPendingStatus(void* dev, int* pending) {
   Load();
   *pending = static_cast<int>(static_cast<Dev*>(dev)->pending);
+  return 0;
+}
+int nvmlDeviceGetPowerUsage(void* dev, unsigned* mw) {
+  Load();
+  if (static_cast<Dev*>(dev)->lost) return 15;
+  if (static_cast<Dev*>(dev)->power_mw < 0) return 3;  // NVML_ERROR_NOT_SUPPORTED
+  *mw = static_cast<unsigned>(static_cast<Dev*>(dev)->power_mw);
   return 0;
 }
 const char* nvmlErrorString(int r) {

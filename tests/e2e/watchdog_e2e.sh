@@ -83,7 +83,8 @@ jd="$MLSCHED_STATE/agents/od-2/jobs/$a.1"
 if as $BOB sh -c "echo '{\"step\": 0}' > '$jd/status-1.json'" 2>/dev/null; then fail "bob wrote alice's status file $jd/status-1.json"; fi
 say "alice's job $a and bob's job $b run on 4 ranks each; bob cannot write alice's status file"
 t0=$(date +%s)
-wait_node od-1 "^DRAIN.*|watchdog: rank [0-9] outside the collective of job [0-9]* in 2 user(s)' suspicions" 90 \
+# Found within stall_after (10 s) + the diagnosis (at most 30 s) of the hang (a second after the start).
+wait_node od-1 "^DRAIN.*|watchdog: rank [0-9] outside the collective of job [0-9]* in 2 user(s)' suspicions" 45 \
   "not drained after both users' gangs stalled on it"
 say "od-1 drained $(( $(date +%s) - t0 )) s after the gangs started: $(node_state od-1 | cut -d'|' -f2)"
 for j in "$a" "$b"; do

@@ -1,0 +1,50 @@
+// AttemptUsage: what each running attempt's ranks used (accounting, issue 34), from their agents'
+// reports: heartbeats (RunningTask: CPU time, MaxRSS, GPU utilization and power, sampled by agentd
+// from the task's cgroup and NVML) and exits (TaskExited: the final CPU time, MaxRSS, memory peak
+// and OOM kills). GPU-seconds are integrated between a rank's consecutive samples. A component
+// beside the Controller, owned and locked by it; no clock: `now` (seconds) comes with each report.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "mlsched/v1/agent.pb.h"
+#include "mlsched/v1/types.pb.h"
+
+namespace mlsched::server {
+
+class AttemptUsage {
+ public:
+  /// Records a heartbeat's figures of rank `t.rank()` of attempt `t.attempt()` of job `t.job_id()`,
+  /// which holds `gpus` GPUs, at `now` (seconds). Values out of range are clamped.
+  void OnRunning(const v1::RunningTask& t, int32_t gpus, int64_t now);
+  /// Records a rank's final figures (its exit).
+  void OnExited(const v1::TaskExited& e);
+  /// The attempt's figures so far (ranks 0 when nothing was reported).
+  v1::JobUsage Of(int64_t job, int32_t attempt) const;
+  /// Forgets an attempt (it ended).
+  void Forget(int64_t job, int32_t attempt);
+  size_t Attempts() const { return attempts_.size(); }
+
+  /// A longer gap between two samples of a rank is not integrated (seconds): a stalled stream
+  /// says nothing about the GPUs in between.
+  static constexpr int64_t kMaxGapS = 120;
+  /// Ranks kept per attempt (beyond: not counted).
+  static constexpr size_t kMaxRanks = 65536;
+
+ private:
+  struct Rank {
+    int64_t cpu_usec = -1, max_rss = -1, peak = -1, oom_kills = 0;
+    int64_t last_at = -1;  // the previous heartbeat sample (seconds)
+    bool exited = false;   // the final figures came: later heartbeats are stale
+  };
+  struct Attempt {
+    std::map<int32_t, Rank> ranks;
+    double gpu_seconds = 0, gpu_busy_seconds = 0, gpu_energy_joules = 0;
+  };
+  Rank* RankOf(int64_t job, int32_t attempt, int32_t rank, Attempt** a);
+  std::map<std::pair<int64_t, int32_t>, Attempt> attempts_;
+};
+
+}  // namespace mlsched::server

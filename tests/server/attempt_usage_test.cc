@@ -1,0 +1,118 @@
+// Accounting (issue 34): AttemptUsage sums what an attempt's ranks used from their agents'
+// heartbeats and exits; the Controller keeps it per running attempt, shows it in JobInfo.usage and
+// stores it with the attempt (the attempts table) when the attempt ends.
+#include <catch2/catch.hpp>
+
+#include "schedd/server/attempt_usage.h"
+#include "tests/server/fixtures.h"
+
+using namespace mlsched::server;
+using namespace mlsched::server::testing;
+namespace core = mlsched::core;
+
+namespace {
+
+v1::RunningTask Sample(int32_t rank, int64_t cpu_usec, int64_t rss, int32_t util, int64_t power_mw) {
+  v1::RunningTask t;
+  t.set_job_id(7);
+  t.set_attempt(1);
+  t.set_rank(rank);
+  t.set_cpu_usec(cpu_usec);
+  t.set_rss_bytes(rss);
+  t.set_max_rss_bytes(rss);
+  if (util >= 0) t.set_gpu_util_percent(util);
+  if (power_mw >= 0) t.set_gpu_power_mw(power_mw);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("AttemptUsage: CPU summed over ranks, MaxRSS of the largest, GPU-seconds integrated between samples",
+          "[accounting]") {
+  AttemptUsage u;
+  CHECK(u.Of(7, 1).ranks() == 0);
+  CHECK(u.Of(7, 1).cpu_usec() == -1);
+  // Two ranks of 2 GPUs each, sampled every 30 s: rank 0 at 50 % and 300 W, rank 1 idle.
+  u.OnRunning(Sample(0, 1'000'000, 100 << 20, 50, 300'000), 2, 1000);
+  u.OnRunning(Sample(1, 2'000'000, 200 << 20, 0, 80'000), 2, 1000);
+  u.OnRunning(Sample(0, 31'000'000, 300 << 20, 50, 300'000), 2, 1030);
+  u.OnRunning(Sample(1, 3'000'000, 150 << 20, 0, 80'000), 2, 1030);
+  auto a = u.Of(7, 1);
+  CHECK(a.ranks() == 2);
+  CHECK(a.cpu_usec() == 34'000'000);
+  CHECK(a.max_rss_bytes() == 300 << 20);
+  CHECK(a.gpu_seconds() == Approx(120));        // 2 ranks x 2 GPUs x 30 s
+  CHECK(a.gpu_busy_seconds() == Approx(30));    // rank 0's 60 GPU-s at 50 %
+  CHECK(a.gpu_energy_joules() == Approx(300 * 30 + 80 * 30));
+  // A gap longer than kMaxGapS is not integrated (the stream said nothing of it).
+  u.OnRunning(Sample(0, 32'000'000, 100 << 20, 100, -1), 2, 1030 + AttemptUsage::kMaxGapS + 1);
+  CHECK(u.Of(7, 1).gpu_seconds() == Approx(120));
+  // The exit's final figures win; later heartbeats of the rank are stale.
+  v1::TaskExited e;
+  e.set_job_id(7);
+  e.set_attempt(1);
+  e.set_rank(1);
+  e.set_cpu_usec(4'000'000);
+  e.set_max_rss_bytes(250 << 20);
+  e.set_oom_kills(1);
+  u.OnExited(e);
+  u.OnRunning(Sample(1, 9'000'000'000, 900 << 20, 100, 1), 2, 1200);
+  a = u.Of(7, 1);
+  CHECK(a.cpu_usec() == 32'000'000 + 4'000'000);
+  CHECK(a.max_rss_bytes() == 300 << 20);
+  CHECK(a.oom_kills() == 1);
+  // Hostile figures are clamped, never overflow.
+  v1::RunningTask bad = Sample(2, INT64_MAX, INT64_MAX, 1000, INT64_MAX);
+  u.OnRunning(bad, 1 << 30, 1000);
+  u.OnRunning(bad, 1 << 30, 1030);
+  a = u.Of(7, 1);
+  CHECK(a.cpu_usec() > 0);
+  CHECK(a.max_rss_bytes() <= int64_t{1} << 50);
+  CHECK(a.gpu_busy_seconds() <= a.gpu_seconds());
+  u.Forget(7, 1);
+  CHECK(u.Attempts() == 0);
+}
+
+TEST_CASE("the controller shows a running attempt's usage and stores it with the attempt", "[controller][accounting]") {
+  NodesWorld w(2, 4);
+  int64_t id = w.Submit(Spec(2, 2), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  const v1::JobInfo info = w.Job(id);
+  REQUIRE(info.state() == v1::RUNNING);
+  auto beat = [&](int64_t at, int64_t cpu_usec, int64_t rss) {
+    for (const auto& t : info.tasks()) {
+      v1::AgentMessage m = Heartbeat({{id, 1, t.rank()}});
+      auto* r = m.mutable_heartbeat()->mutable_running(0);
+      r->set_cpu_usec(cpu_usec);
+      r->set_rss_bytes(rss);
+      r->set_max_rss_bytes(rss);
+      w.ctl->OnAgentMessage(t.node(), m, at);
+    }
+  };
+  beat(w.now + 10, 5'000'000, 64 << 20);
+  // Another node cannot speak for a rank it does not hold.
+  const std::string other = info.tasks(0).node() == "n1" ? "n2" : "n1";
+  v1::AgentMessage forged = Heartbeat({{id, 1, info.tasks(0).rank()}});
+  forged.mutable_heartbeat()->mutable_running(0)->set_cpu_usec(int64_t{1} << 40);
+  w.ctl->OnAgentMessage(other, forged, w.now + 11);
+  auto live = w.Job(id).usage();
+  CHECK(live.ranks() == 2);
+  CHECK(live.cpu_usec() == 10'000'000);
+  CHECK(live.max_rss_bytes() == 64 << 20);
+  // The exits carry the final figures; the attempt row keeps them.
+  for (const auto& t : info.tasks()) {
+    v1::AgentMessage m = Exited(id, 1, t.rank(), 0);
+    m.mutable_task_exited()->set_cpu_usec(8'000'000);
+    m.mutable_task_exited()->set_max_rss_bytes(t.rank() == 0 ? 300 << 20 : 100 << 20);
+    w.ctl->OnAgentMessage(t.node(), m, w.now + 20);
+  }
+  REQUIRE(w.Job(id).state() == v1::COMPLETED);
+  CHECK(w.Job(id).usage().cpu_usec() == 16'000'000);
+  CHECK(w.Job(id).usage().max_rss_bytes() == 300 << 20);
+  auto rows = w.store->LoadAttempts(0, w.now + 100);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].cpu_usec == 16'000'000);
+  CHECK(rows[0].max_rss_bytes == 300 << 20);
+  CHECK(rows[0].oom_kills == 0);
+}
