@@ -209,6 +209,13 @@ echo; say "attempts of job $JOB (accounting; lost work = time since the last che
 sqlite3 -readonly -header -column "$DB" "SELECT attempt, ntasks, datetime(start_time, 'unixepoch') AS start,
   datetime(end_time, 'unixepoch') AS end, outcome, pool, nodes, lost_work_s FROM attempts WHERE job_id = $JOB"
 echo; "$BIN/cli/mlq" -j "$JOB" --json
+echo; say "accounting of job $JOB (mlacct, like sacct; CPU and MaxRSS from the tasks' cgroups):"
+"$BIN/cli/mlacct" -j "$JOB" -o JobID,JobName,State,Attempts,Elapsed,AllocTRES,TotalCPU,CPUEff,MaxRSS ||
+  fail "mlacct could not list job $JOB"
+# CPU time always (cgroups, else /proc); MaxRSS where the agents have the memory controller (root).
+"$BIN/cli/mlacct" -j "$JOB" -P -n -o TotalCPU | grep -Eq '^[0-9][0-9:.-]*$' ||
+  fail "mlacct shows no CPU time for job $JOB: $("$BIN/cli/mlacct" -j "$JOB" -P -n -o TotalCPU,MaxRSS)"
+echo; "$BIN/cli/mlacct" --efficiency "$JOB" || fail "mlacct --efficiency $JOB failed"
 echo; "$BIN/cli/mladmin" nodes
 echo; say "mlreport (read-only from the SQLite file):"
 "$BIN/schedd/report/mlreport" --state-dir "$MLSCHED_STATE/db" --policy "${MLSCHED_POLICY:-$ROOT/policies/default.toml}"

@@ -71,4 +71,18 @@ v1::JobUsage AttemptUsage::Of(int64_t job, int32_t attempt) const {
 
 void AttemptUsage::Forget(int64_t job, int32_t attempt) { attempts_.erase({job, attempt}); }
 
+v1::JobUsage AddUsage(const v1::JobUsage* total, const v1::JobUsage& more) {
+  if (!total) return more;
+  v1::JobUsage u = *total;
+  if (more.cpu_usec() >= 0) u.set_cpu_usec(std::max<int64_t>(u.cpu_usec(), 0) + more.cpu_usec());
+  u.set_max_rss_bytes(std::max(u.max_rss_bytes(), more.max_rss_bytes()));
+  u.set_gpu_seconds(u.gpu_seconds() + more.gpu_seconds());
+  u.set_gpu_busy_seconds(u.gpu_busy_seconds() + more.gpu_busy_seconds());
+  u.set_gpu_energy_joules(u.gpu_energy_joules() + more.gpu_energy_joules());
+  u.set_oom_kills(u.oom_kills() + more.oom_kills());
+  u.set_ranks(std::max(u.ranks(), more.ranks()));
+  u.set_wall_seconds(u.wall_seconds() + more.wall_seconds());
+  return u;
+}
+
 }  // namespace mlsched::server

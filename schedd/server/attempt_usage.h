@@ -47,4 +47,8 @@ class AttemptUsage {
   std::map<std::pair<int64_t, int32_t>, Attempt> attempts_;
 };
 
+/// `total` (null: nothing yet) plus attempt `more`: CPU, GPU-seconds, energy and OOM kills summed
+/// (an unknown CPU time stays unknown only when both are), MaxRSS and ranks the larger.
+v1::JobUsage AddUsage(const v1::JobUsage* total, const v1::JobUsage& more);
+
 }  // namespace mlsched::server

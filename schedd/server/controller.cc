@@ -137,6 +137,7 @@ JobRow Controller::ToRow(const JobRec& j, bool /*with_spec*/) const {
   r.preempt_count = j.preempt_count;
   r.evictions = j.evictions;
   r.image_digest = j.image_digest;
+  if (j.usage_total) r.usage = j.usage_total->SerializeAsString();
   return r;
 }
 
@@ -658,6 +659,10 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   j.preempt_count = row.preempt_count;
   j.evictions = row.evictions;
   j.image_digest = row.image_digest;
+  if (!row.usage.empty()) {
+    auto u = std::make_shared<v1::JobUsage>();
+    if (u->ParseFromString(row.usage)) j.usage_total = std::move(u);
+  }
   j.placement.ParseFromString(row.placement);
   j.spec_bytes = static_cast<int32_t>(row.spec.size());
   if (j.state == core::JobState::kRunning) {

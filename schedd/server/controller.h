@@ -262,7 +262,9 @@ class Controller {
     int64_t stall_seconds = 0;
     std::map<std::string, v1::StacksCollected> stacks;  // the diagnosis' answers, by node
     std::string stall_note;      // the watchdog's last verdict (JobInfo.stall; not stored: events keep it)
-    std::shared_ptr<const v1::JobUsage> last_usage;  // what its last ended attempt used (JobInfo.usage; the attempts table keeps it)
+    // What its ended attempts used in all (JobInfo.usage with the running attempt's so far; stored
+    // with the job, each attempt's in the attempts table); null until an agent reported a figure.
+    std::shared_ptr<const v1::JobUsage> usage_total;
     bool preempting = false;     // SIGTERM sent for QoS preemption (PreemptDecision)
     bool preempt_cancel = false; // ... in mode CANCEL: the job ends CANCELLED instead of requeueing
     int32_t preempt_count = 0;   // QoS preemptions so far (stored with the job)

@@ -197,15 +197,16 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   AttemptRow acct = AttemptOf(j);
   acct.end_time = now;
   // What the attempt used (its agents' samples and the ranks' final figures).
-  const v1::JobUsage used = attempt_usage_.Of(j.id, j.attempt);
+  v1::JobUsage used = attempt_usage_.Of(j.id, j.attempt);
   attempt_usage_.Forget(j.id, j.attempt);
+  used.set_wall_seconds(std::max<int64_t>(0, now - j.start_time));
   acct.cpu_usec = used.cpu_usec();
   acct.max_rss_bytes = used.max_rss_bytes();
   acct.gpu_seconds = used.gpu_seconds();
   acct.gpu_busy_seconds = used.gpu_busy_seconds();
   acct.gpu_energy_joules = used.gpu_energy_joules();
   acct.oom_kills = used.oom_kills();
-  if (used.ranks() > 0) j.last_usage = std::make_shared<const v1::JobUsage>(used);
+  if (used.ranks() > 0) j.usage_total = std::make_shared<const v1::JobUsage>(AddUsage(j.usage_total.get(), used));
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
   // Work lost to a requeue: the time since the last checkpoint its tasks reported (or since the
   // attempt started); none when the tasks stopped with exit 75, which means "checkpointed".

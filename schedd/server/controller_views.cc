@@ -83,12 +83,11 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   info.set_accelerator(joined);
   info.set_resize(j.resize);
   info.set_stall(j.stall_note);
-  // Accounting: the running attempt's figures so far, else the last attempt's in all.
-  if (j.state == core::JobState::kRunning) {
-    if (v1::JobUsage u = attempt_usage_.Of(j.id, j.attempt); u.ranks() > 0) *info.mutable_usage() = std::move(u);
-  } else if (j.last_usage) {
-    *info.mutable_usage() = *j.last_usage;
-  }
+  // Accounting: its ended attempts' figures plus the running attempt's so far.
+  v1::JobUsage live;
+  if (j.state == core::JobState::kRunning) live = attempt_usage_.Of(j.id, j.attempt);  // wall_seconds: ended attempts
+  if (live.ranks() > 0) *info.mutable_usage() = AddUsage(j.usage_total.get(), live);
+  else if (j.usage_total) *info.mutable_usage() = *j.usage_total;
   info.set_image_digest(j.image_digest);
   info.set_expected_start(j.expected_start);
   info.set_priority(static_cast<double>(j.priority));

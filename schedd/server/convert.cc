@@ -134,6 +134,7 @@ v1::JobInfo JobInfoFromRow(const JobRow& row) {
   info.set_preempt_count(row.preempt_count);
   info.set_evictions(row.evictions);
   info.set_image_digest(row.image_digest);
+  if (!row.usage.empty()) info.mutable_usage()->ParseFromString(row.usage);
   v1::Placement p;
   if (p.ParseFromString(row.placement)) *info.mutable_tasks() = p.tasks();
   return info;

@@ -124,7 +124,7 @@ class Stmt {
 
 constexpr const char* kJobColumns =
     "id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time, exit_code, attempt, "
-    "requeue_count, placement, preempt_count, evictions, image_digest";
+    "requeue_count, placement, preempt_count, evictions, image_digest, usage";
 
 JobRow ReadJob(Stmt& s) {
   JobRow r;
@@ -145,6 +145,7 @@ JobRow ReadJob(Stmt& s) {
   r.preempt_count = static_cast<int32_t>(s.Int(14));
   r.evictions = static_cast<int32_t>(s.Int(15));
   r.image_digest = s.Blob(16);
+  r.usage = s.Blob(17);
   return r;
 }
 
@@ -202,7 +203,8 @@ const char* const kMigrations[] = {
     "ALTER TABLE attempts ADD COLUMN gpu_seconds REAL NOT NULL DEFAULT 0;"
     "ALTER TABLE attempts ADD COLUMN gpu_busy_seconds REAL NOT NULL DEFAULT 0;"
     "ALTER TABLE attempts ADD COLUMN gpu_energy_joules REAL NOT NULL DEFAULT 0;"
-    "ALTER TABLE attempts ADD COLUMN oom_kills INTEGER NOT NULL DEFAULT 0;",
+    "ALTER TABLE attempts ADD COLUMN oom_kills INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN usage BLOB NOT NULL DEFAULT x'';",
 };
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
@@ -435,12 +437,12 @@ std::future<void> SqliteStore::UpdateJob(const JobRow& row, std::string event_ki
         Stmt s(db,
                "UPDATE jobs SET state=?, reason=?, start_time=?, end_time=?, exit_code=?, attempt=?, "
                "requeue_count=?, placement=?, spec=CASE WHEN length(?)>0 THEN ? ELSE spec END, "
-               "preempt_count=?, evictions=?, image_digest=? WHERE id=?",
+               "preempt_count=?, evictions=?, image_digest=?, usage=? WHERE id=?",
                kCache);
         s.BindText(1, row.state).BindText(2, row.reason).Bind(3, row.start_time).Bind(4, row.end_time)
             .Bind(5, row.exit_code).Bind(6, row.attempt).Bind(7, row.requeue_count).Bind(8, row.placement)
             .Bind(9, row.spec).Bind(10, row.spec).Bind(11, row.preempt_count).Bind(12, row.evictions)
-            .BindText(13, row.image_digest).Bind(14, row.id);
+            .BindText(13, row.image_digest).Bind(14, row.usage).Bind(15, row.id);
         s.Step();
         if (!event_kind.empty()) {
           Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (strftime('%s','now'),?,'',?,?)", kCache);
@@ -768,8 +770,8 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
        cursor = std::move(cursor)](sqlite3* db) {
         Stmt j(db,
                "INSERT OR REPLACE INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time,"
-               " exit_code, attempt, requeue_count, placement, preempt_count, evictions, image_digest)"
-               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+               " exit_code, attempt, requeue_count, placement, preempt_count, evictions, image_digest, usage)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
         Stmt a(db, kInsertAttempt);
         Stmt st(db, kInsertStep);
         for (const auto& [r, attempts, steps] : jobs) {
@@ -782,7 +784,7 @@ std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std:
           j.Bind(1, r.id).Bind(2, r.spec).BindText(3, r.user).Bind(4, r.uid).Bind(5, r.gid).BindText(6, r.state)
               .BindText(7, r.reason).Bind(8, r.submit_time).Bind(9, r.start_time).Bind(10, r.end_time)
               .Bind(11, r.exit_code).Bind(12, r.attempt).Bind(13, r.requeue_count).Bind(14, r.placement)
-              .Bind(15, r.preempt_count).Bind(16, r.evictions).BindText(17, r.image_digest);
+              .Bind(15, r.preempt_count).Bind(16, r.evictions).BindText(17, r.image_digest).Bind(18, r.usage);
           j.Step();
           for (const auto& x : attempts) {
             a.Reset();

@@ -39,6 +39,7 @@ struct JobRow {
   int32_t preempt_count = 0;  // QoS preemptions so far
   int32_t evictions = 0;      // spot evictions so far
   std::string image_digest;   // containers: "sha256:<hex>" the last attempt ran ("" = none yet)
+  std::string usage;          // serialized mlsched.v1.JobUsage: what its ended attempts used in all ("" = nothing measured)
   std::string submission_key;  // insert only: the client's idempotency key ("" = none)
 };
 

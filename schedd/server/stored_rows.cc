@@ -20,6 +20,7 @@ v1::StoredJob ToStored(const JobRow& r) {
   s.set_preempt_count(r.preempt_count);
   s.set_evictions(r.evictions);
   s.set_image_digest(r.image_digest);
+  s.set_usage(r.usage);
   return s;
 }
 
@@ -41,6 +42,7 @@ JobRow FromStored(const v1::StoredJob& s) {
   r.preempt_count = s.preempt_count();
   r.evictions = s.evictions();
   r.image_digest = s.image_digest();
+  r.usage = s.usage();
   return r;
 }
 
