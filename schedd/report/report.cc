@@ -112,6 +112,14 @@ Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::
     double gpu_h = hours * static_cast<double>(a.gpus);
     u.cpu_hours += cpu_h;
     if (a.gpus > 0) u.gpu_hours[a.gpu_type] += gpu_h;
+    // Measured use, scaled to the attempt's part inside the period.
+    const int64_t a_len = a_end - a.start_time;
+    const double share = a_len > 0 ? static_cast<double>(std::max<int64_t>(0, std::min(a_end, end) - std::max(a.start_time, start))) /
+                                         static_cast<double>(a_len)
+                                   : 0;
+    if (a.cpu_usec > 0) u.cpu_used_hours += share * static_cast<double>(a.cpu_usec) / 3.6e9;
+    u.gpu_busy_hours += share * a.gpu_busy_seconds / 3600.0;
+    u.gpu_idle_hours += share * std::max(0.0, a.gpu_seconds - a.gpu_busy_seconds) / 3600.0;
     if (auto pp = pricing.pools.find(a.pool); pp != pricing.pools.end()) {
       u.cost += cpu_h * pp->second.cpu_hour;
       if (auto g = pp->second.gpu_hour.find(a.gpu_type); a.gpus > 0 && g != pp->second.gpu_hour.end())
@@ -166,15 +174,16 @@ std::string FormatTable(const Report& r) {
   std::ostringstream o;
   char buf[512];
   o << "Usage " << FormatTimestamp(r.start) << " - " << FormatTimestamp(r.end) << "\n";
-  std::snprintf(buf, sizeof buf, "%-14s %-10s %5s %10s %-22s %9s %6s %6s %6s %9s %9s %6s\n", "ACCOUNT", "USER", "JOBS",
-                "CPU_HOURS", "GPU_HOURS", "COST", "PREEMPT", "EVICT", "NODEF", "LOST_CPUH", "LOST_GPUH", "FALLBK");
+  std::snprintf(buf, sizeof buf, "%-14s %-10s %5s %10s %-22s %9s %6s %6s %6s %9s %9s %6s %9s %9s %9s\n", "ACCOUNT", "USER", "JOBS",
+                "CPU_HOURS", "GPU_HOURS", "COST", "PREEMPT", "EVICT", "NODEF", "LOST_CPUH", "LOST_GPUH", "FALLBK", "CPU_USEDH",
+                "GPU_BUSYH", "GPU_IDLEH");
   o << buf;
   for (const auto& u : r.usage) {
     std::string g = GpuHours(u.gpu_hours, ",");
-    std::snprintf(buf, sizeof buf, "%-14s %-10s %5lld %10.3f %-22s %9.2f %6lld %6lld %6lld %9.3f %9.3f %6lld\n",
+    std::snprintf(buf, sizeof buf, "%-14s %-10s %5lld %10.3f %-22s %9.2f %6lld %6lld %6lld %9.3f %9.3f %6lld %9.3f %9.3f %9.3f\n",
                   u.account.c_str(), u.user.c_str(), (long long)u.jobs, u.cpu_hours, g.empty() ? "-" : g.c_str(), u.cost,
                   (long long)u.preemptions, (long long)u.evictions, (long long)u.node_failures, u.lost_cpu_hours,
-                  u.lost_gpu_hours, (long long)u.fallbacks);
+                  u.lost_gpu_hours, (long long)u.fallbacks, u.cpu_used_hours, u.gpu_busy_hours, u.gpu_idle_hours);
     o << buf;
   }
   o << "\nQueue wait (jobs first started in the period)\n";
@@ -192,17 +201,17 @@ std::string FormatTable(const Report& r) {
 std::string FormatCsv(const Report& r) {
   std::ostringstream o;
   o << "section,account,user,jobs,cpu_hours,gpu_hours,cost,preemptions,evictions,node_failures,lost_cpu_hours,"
-       "lost_gpu_hours,fallbacks,partition,accelerator,mean_wait_s,p95_wait_s\n";
+       "lost_gpu_hours,fallbacks,partition,accelerator,mean_wait_s,p95_wait_s,cpu_used_hours,gpu_busy_hours,gpu_idle_hours\n";
   char buf[512];
   for (const auto& u : r.usage) {
-    std::snprintf(buf, sizeof buf, "usage,%s,%s,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,%.6f,%.6f,%lld,,,,\n", u.account.c_str(),
-                  u.user.c_str(), (long long)u.jobs, u.cpu_hours, GpuHours(u.gpu_hours, ";").c_str(), u.cost,
+    std::snprintf(buf, sizeof buf, "usage,%s,%s,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,%.6f,%.6f,%lld,,,,,%.6f,%.6f,%.6f\n",
+                  u.account.c_str(), u.user.c_str(), (long long)u.jobs, u.cpu_hours, GpuHours(u.gpu_hours, ";").c_str(), u.cost,
                   (long long)u.preemptions, (long long)u.evictions, (long long)u.node_failures, u.lost_cpu_hours,
-                  u.lost_gpu_hours, (long long)u.fallbacks);
+                  u.lost_gpu_hours, (long long)u.fallbacks, u.cpu_used_hours, u.gpu_busy_hours, u.gpu_idle_hours);
     o << buf;
   }
   for (const auto& w : r.waits) {
-    std::snprintf(buf, sizeof buf, "wait,,,%lld,,,,,,,,,,%s,%s,%.1f,%.1f\n", (long long)w.jobs, w.partition.c_str(),
+    std::snprintf(buf, sizeof buf, "wait,,,%lld,,,,,,,,,,%s,%s,%.1f,%.1f,,,\n", (long long)w.jobs, w.partition.c_str(),
                   w.accelerator.c_str(), w.mean_wait_s, w.p95_wait_s);
     o << buf;
   }
@@ -219,7 +228,8 @@ std::string FormatJson(const Report& r) {
                           {"gpu_hours", u.gpu_hours}, {"cost", u.cost}, {"preemptions", u.preemptions},
                           {"evictions", u.evictions}, {"node_failures", u.node_failures},
                           {"lost_cpu_hours", u.lost_cpu_hours}, {"lost_gpu_hours", u.lost_gpu_hours},
-                          {"fallbacks", u.fallbacks}});
+                          {"fallbacks", u.fallbacks}, {"cpu_used_hours", u.cpu_used_hours},
+                          {"gpu_busy_hours", u.gpu_busy_hours}, {"gpu_idle_hours", u.gpu_idle_hours}});
   j["waits"] = nlohmann::json::array();
   for (const auto& w : r.waits)
     j["waits"].push_back({{"partition", w.partition}, {"accelerator", w.accelerator}, {"jobs", w.jobs},

@@ -39,6 +39,11 @@ struct UsageRow {
   double lost_cpu_hours = 0;                 // core-hours of work lost to requeues
   double lost_gpu_hours = 0;                 // GPU-hours of work lost to requeues
   int64_t fallbacks = 0;                     // starts on a lower accelerator tier
+  // Efficiency (accounting, issue 34): what the attempts used, from their agents' cgroup and NVML
+  // samples (AttemptRow), each attempt's figures scaled to the part of it inside the period.
+  double cpu_used_hours = 0;                 // CPU-hours the tasks' processes used (cgroups)
+  double gpu_busy_hours = 0;                 // GPU-hours weighted by NVML utilization
+  double gpu_idle_hours = 0;                 // GPU-hours sampled but not busy (the waste)
 };
 
 /// Queue wait of jobs whose first start falls in the period.
