@@ -276,9 +276,25 @@ bool Controller::OnAgentMessageLocked(const std::string& node, const v1::AgentMe
   return true;
 }
 
+namespace {
+
+// The task of `rank` in `p`: placements list ranks in order, so tasks(rank) first, then a scan.
+const v1::TaskPlacement* RankTask(const v1::Placement& p, int32_t rank) {
+  if (rank >= 0 && rank < p.tasks_size() && p.tasks(rank).rank() == rank) return &p.tasks(rank);
+  for (const auto& t : p.tasks())
+    if (t.rank() == rank) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
 bool Controller::PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const {
+  if (rank >= 0) {
+    const v1::TaskPlacement* t = RankTask(j.placement, rank);
+    return t && t->node() == node;
+  }
   for (const auto& t : j.placement.tasks())
-    if (t.node() == node && (rank < 0 || t.rank() == rank)) return true;
+    if (t.node() == node) return true;
   return false;
 }
 
@@ -459,8 +475,9 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
       const core::WatchdogPolicy& wp = policy_.watchdog;
       if (r.step() > 0 && (wp.stall_after > 0 || wp.straggler_ratio > 0) && PlacedOn(*j, node, r.rank()))
         watchdog_.Observe(j->id, r.attempt(), r.rank(), node, r.step(), r.has_compute_ms() ? r.compute_ms() : -1, now);
-      for (const auto& t : j->placement.tasks())  // an agent speaks for its own ranks only
-        if (t.rank() == r.rank() && t.node() == node) attempt_usage_.OnRunning(r, t.gpu_indices_size(), now);
+      // An agent speaks for its own ranks only.
+      if (const v1::TaskPlacement* t = RankTask(j->placement, r.rank()); t && t->node() == node)
+        attempt_usage_.OnRunning(r, t->gpu_indices_size(), now);
     }
   }
   // A started task missing from two consecutive heartbeats of its node is lost, unless reports
