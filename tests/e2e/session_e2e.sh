@@ -122,6 +122,9 @@ fi
 keys 'sleep 100' Enter
 sleep 1
 keys C-c
+# The shell's fresh prompt first: keys typed before it arrive as typeahead and print their output
+# after the prompt, on its line (a loaded CI machine showed exactly that).
+wait_pane '^remote> *$' "Ctrl-C did not interrupt the remote sleep (no fresh prompt)"
 keys 'echo "survived $((40 + 2))"' Enter
 wait_pane '^survived 42' "Ctrl-C did not interrupt the remote sleep, or the shell did not survive"
 keys 'exit 3' Enter
