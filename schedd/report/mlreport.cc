@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
                "Exit codes: 0 ok, 1 state/policy unreadable, 2 usage error."};
   std::string state_dir = "/var/lib/mlsched", start_s = "-1d", end_s = "now", policy;
   bool csv = false, json = false;
+  std::string format;
+  size_t top = 10;
   app.add_option("--state-dir", state_dir, "schedd's state directory (state.db is read, never written)");
   std::string ha, ha_prefix = "/mlsched/";
   app.add_option("--ha", ha, "Read the records from HA mode's etcd (etcd://HOST:PORT,...; read only), plus the history "
@@ -72,6 +74,9 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "Policy file with [pricing.POOL] tables (default /etc/mlsched/policy.toml if present)");
   app.add_flag("--csv", csv, "CSV with stable columns");
   app.add_flag("--json", json, "JSON");
+  app.add_option("--format", format, "text (the default), csv or json (as --csv, --json)")
+      ->check(CLI::IsMember({"text", "csv", "json"}));
+  app.add_option("--top", top, "Users listed in the top idle GPU-hours (the top wasters)")->check(CLI::Range(0, 10000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,10 +86,12 @@ int main(int argc, char** argv) {
     std::cerr << "mlreport: --ha: " << err << "\n";
     return 2;
   }
-  if (csv && json) {
-    std::cerr << "mlreport: --csv and --json are exclusive\n";
+  if (int(csv) + int(json) + int(!format.empty()) > 1) {
+    std::cerr << "mlreport: --csv, --json and --format are exclusive\n";
     return 2;
   }
+  csv |= format == "csv";
+  json |= format == "json";
   int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   int64_t start = 0, end = 0;
   if (!ParseWhen(start_s, now, &start)) {
@@ -125,7 +132,7 @@ int main(int argc, char** argv) {
     auto jobs = store->LoadJobs(0);  // every job's spec: live ones and finished ones alike
     if (!ha.empty() && std::filesystem::exists(std::filesystem::path(state_dir) / "state.db"))
       MergeArchivedHistory(*mlsched::server::SqliteStore::OpenReadOnly(state_dir), start, end, &jobs, &attempts);
-    auto r = mlsched::report::Build(jobs, attempts, pricing, start, end, now);
+    auto r = mlsched::report::Build(jobs, attempts, pricing, start, end, now, top);
     std::cout << (json ? FormatJson(r) : csv ? FormatCsv(r) : FormatTable(r));
   } catch (const std::exception& e) {
     std::cerr << "mlreport: " << e.what() << "\n";

@@ -71,17 +71,17 @@ std::optional<Pricing> LoadPricing(const std::string& path, std::string* error) 
 
 namespace {
 
-double P95(std::vector<double> v) {
+// Nearest-rank percentile q (0..1] of sorted `v`.
+double Percentile(const std::vector<double>& v, double q) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t idx = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(v.size()))) - 1;
-  return v[std::min(idx, v.size() - 1)];
+  size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(idx == 0 ? 0 : idx - 1, v.size() - 1)];
 }
 
 }  // namespace
 
 Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::AttemptRow>& attempts,
-             const Pricing& pricing, int64_t start, int64_t end, int64_t now) {
+             const Pricing& pricing, int64_t start, int64_t end, int64_t now, size_t top) {
   struct JobMeta {
     std::string account, user, partition;
     int64_t submit = 0;
@@ -111,7 +111,10 @@ Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::
     double cpu_h = hours * static_cast<double>(a.cpu_millis) / 1000.0;
     double gpu_h = hours * static_cast<double>(a.gpus);
     u.cpu_hours += cpu_h;
-    if (a.gpus > 0) u.gpu_hours[a.gpu_type] += gpu_h;
+    if (a.gpus > 0) {
+      u.gpu_hours[a.gpu_type] += gpu_h;
+      u.pool_gpu_hours[a.pool.empty() ? "unknown" : a.pool] += gpu_h;
+    }
     // Measured use, scaled to the attempt's part inside the period.
     const int64_t a_len = a_end - a.start_time;
     const double share = a_len > 0 ? static_cast<double>(std::max<int64_t>(0, std::min(a_end, end) - std::max(a.start_time, start))) /
@@ -132,6 +135,8 @@ Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::
       double lost_h = static_cast<double>(a.lost_work_s) / 3600.0;
       u.lost_cpu_hours += lost_h * static_cast<double>(a.cpu_millis) / 1000.0;
       u.lost_gpu_hours += lost_h * static_cast<double>(a.gpus);
+      if (a.gpus > 0 && a.lost_work_s > 0)
+        u.pool_lost_gpu_hours[a.pool.empty() ? "unknown" : a.pool] += lost_h * static_cast<double>(a.gpus);
     }
     // A start on another accelerator than the first one asked for (a fallback tier), or on CPUs.
     if (a.start_time >= start && a.start_time < end && m->second.wants_gpus &&
@@ -149,10 +154,16 @@ Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::
     if (u.jobs > 0) r.usage.push_back(u);
   }
   for (auto& [key, v] : waits) {
-    WaitRow w{key.first, key.second, static_cast<int64_t>(v.size()), 0, P95(v)};
+    std::sort(v.begin(), v.end());
+    WaitRow w{key.first, key.second, static_cast<int64_t>(v.size()), 0, Percentile(v, 0.95), Percentile(v, 0.5), Percentile(v, 0.9)};
     for (double x : v) w.mean_wait_s += x / static_cast<double>(v.size());
     r.waits.push_back(w);
   }
+  for (const auto& u : r.usage)
+    if (u.gpu_idle_hours > 0) r.top_idle.push_back(u);
+  std::stable_sort(r.top_idle.begin(), r.top_idle.end(),
+                   [](const UsageRow& a, const UsageRow& b) { return a.gpu_idle_hours > b.gpu_idle_hours; });
+  if (r.top_idle.size() > top) r.top_idle.resize(top);
   return r;
 }
 
@@ -186,12 +197,39 @@ std::string FormatTable(const Report& r) {
                   u.lost_gpu_hours, (long long)u.fallbacks, u.cpu_used_hours, u.gpu_busy_hours, u.gpu_idle_hours);
     o << buf;
   }
+  o << "\nGPU-hours by pool (allocated / lost to requeues)\n";
+  std::snprintf(buf, sizeof buf, "%-14s %-10s %10s %10s %10s %11s %11s\n", "ACCOUNT", "USER", "OD_GPUH", "SPOT_GPUH", "RESV_GPUH",
+                "OD_LOSTH", "SPOT_LOSTH");
+  o << buf;
+  auto of = [](const std::map<std::string, double>& m, const char* k) { return m.count(k) ? m.at(k) : 0.0; };
+  for (const auto& u : r.usage) {
+    if (u.pool_gpu_hours.empty()) continue;
+    std::snprintf(buf, sizeof buf, "%-14s %-10s %10.3f %10.3f %10.3f %11.3f %11.3f\n", u.account.c_str(), u.user.c_str(),
+                  of(u.pool_gpu_hours, "on-demand"), of(u.pool_gpu_hours, "spot"), of(u.pool_gpu_hours, "reserved"),
+                  of(u.pool_lost_gpu_hours, "on-demand"), of(u.pool_lost_gpu_hours, "spot"));
+    o << buf;
+  }
+  o << "\nTop idle GPU-hours (GPUs held but not busy, NVML)\n";
+  std::snprintf(buf, sizeof buf, "%4s %-14s %-10s %10s %10s %10s %6s\n", "RANK", "ACCOUNT", "USER", "GPU_HOURS", "GPU_BUSYH",
+                "GPU_IDLEH", "IDLE%");
+  o << buf;
+  int rank = 0;
+  for (const auto& u : r.top_idle) {
+    const double sampled = u.gpu_busy_hours + u.gpu_idle_hours;
+    std::snprintf(buf, sizeof buf, "%4d %-14s %-10s %10.3f %10.3f %10.3f %6.1f\n", ++rank, u.account.c_str(), u.user.c_str(),
+                  of(u.pool_gpu_hours, "on-demand") + of(u.pool_gpu_hours, "spot") + of(u.pool_gpu_hours, "reserved") +
+                      of(u.pool_gpu_hours, "unknown"),
+                  u.gpu_busy_hours, u.gpu_idle_hours, sampled > 0 ? 100 * u.gpu_idle_hours / sampled : 0.0);
+    o << buf;
+  }
   o << "\nQueue wait (jobs first started in the period)\n";
-  std::snprintf(buf, sizeof buf, "%-14s %-12s %6s %12s %12s\n", "PARTITION", "ACCELERATOR", "JOBS", "MEAN_WAIT", "P95_WAIT");
+  std::snprintf(buf, sizeof buf, "%-14s %-12s %6s %12s %12s %12s %12s\n", "PARTITION", "ACCELERATOR", "JOBS", "MEAN_WAIT", "P50_WAIT",
+                "P90_WAIT", "P95_WAIT");
   o << buf;
   for (const auto& w : r.waits) {
-    std::snprintf(buf, sizeof buf, "%-14s %-12s %6lld %12s %12s\n", w.partition.c_str(), w.accelerator.c_str(),
+    std::snprintf(buf, sizeof buf, "%-14s %-12s %6lld %12s %12s %12s %12s\n", w.partition.c_str(), w.accelerator.c_str(),
                   (long long)w.jobs, FormatDuration(std::llround(w.mean_wait_s)).c_str(),
+                  FormatDuration(std::llround(w.p50_wait_s)).c_str(), FormatDuration(std::llround(w.p90_wait_s)).c_str(),
                   FormatDuration(std::llround(w.p95_wait_s)).c_str());
     o << buf;
   }
@@ -201,20 +239,26 @@ std::string FormatTable(const Report& r) {
 std::string FormatCsv(const Report& r) {
   std::ostringstream o;
   o << "section,account,user,jobs,cpu_hours,gpu_hours,cost,preemptions,evictions,node_failures,lost_cpu_hours,"
-       "lost_gpu_hours,fallbacks,partition,accelerator,mean_wait_s,p95_wait_s,cpu_used_hours,gpu_busy_hours,gpu_idle_hours\n";
-  char buf[512];
-  for (const auto& u : r.usage) {
-    std::snprintf(buf, sizeof buf, "usage,%s,%s,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,%.6f,%.6f,%lld,,,,,%.6f,%.6f,%.6f\n",
+       "lost_gpu_hours,fallbacks,partition,accelerator,mean_wait_s,p95_wait_s,cpu_used_hours,gpu_busy_hours,gpu_idle_hours,"
+       "p50_wait_s,p90_wait_s,gpu_hours_by_pool,lost_gpu_hours_by_pool,rank\n";
+  char buf[1024];
+  auto usage_row = [&](const char* section, const UsageRow& u, int rank) {
+    std::snprintf(buf, sizeof buf, "%s,%s,%s,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,%.6f,%.6f,%lld,,,,,%.6f,%.6f,%.6f,,,%s,%s,%s\n", section,
                   u.account.c_str(), u.user.c_str(), (long long)u.jobs, u.cpu_hours, GpuHours(u.gpu_hours, ";").c_str(), u.cost,
                   (long long)u.preemptions, (long long)u.evictions, (long long)u.node_failures, u.lost_cpu_hours,
-                  u.lost_gpu_hours, (long long)u.fallbacks, u.cpu_used_hours, u.gpu_busy_hours, u.gpu_idle_hours);
+                  u.lost_gpu_hours, (long long)u.fallbacks, u.cpu_used_hours, u.gpu_busy_hours, u.gpu_idle_hours,
+                  GpuHours(u.pool_gpu_hours, ";").c_str(), GpuHours(u.pool_lost_gpu_hours, ";").c_str(),
+                  rank > 0 ? std::to_string(rank).c_str() : "");
     o << buf;
-  }
+  };
+  for (const auto& u : r.usage) usage_row("usage", u, 0);
   for (const auto& w : r.waits) {
-    std::snprintf(buf, sizeof buf, "wait,,,%lld,,,,,,,,,,%s,%s,%.1f,%.1f,,,\n", (long long)w.jobs, w.partition.c_str(),
-                  w.accelerator.c_str(), w.mean_wait_s, w.p95_wait_s);
+    std::snprintf(buf, sizeof buf, "wait,,,%lld,,,,,,,,,,%s,%s,%.1f,%.1f,,,,%.1f,%.1f,,,\n", (long long)w.jobs, w.partition.c_str(),
+                  w.accelerator.c_str(), w.mean_wait_s, w.p95_wait_s, w.p50_wait_s, w.p90_wait_s);
     o << buf;
   }
+  int rank = 0;
+  for (const auto& u : r.top_idle) usage_row("top_idle", u, ++rank);
   return o.str();
 }
 
@@ -229,11 +273,17 @@ std::string FormatJson(const Report& r) {
                           {"evictions", u.evictions}, {"node_failures", u.node_failures},
                           {"lost_cpu_hours", u.lost_cpu_hours}, {"lost_gpu_hours", u.lost_gpu_hours},
                           {"fallbacks", u.fallbacks}, {"cpu_used_hours", u.cpu_used_hours},
-                          {"gpu_busy_hours", u.gpu_busy_hours}, {"gpu_idle_hours", u.gpu_idle_hours}});
+                          {"gpu_busy_hours", u.gpu_busy_hours}, {"gpu_idle_hours", u.gpu_idle_hours},
+                          {"gpu_hours_by_pool", u.pool_gpu_hours}, {"lost_gpu_hours_by_pool", u.pool_lost_gpu_hours}});
   j["waits"] = nlohmann::json::array();
   for (const auto& w : r.waits)
     j["waits"].push_back({{"partition", w.partition}, {"accelerator", w.accelerator}, {"jobs", w.jobs},
-                          {"mean_wait_s", w.mean_wait_s}, {"p95_wait_s", w.p95_wait_s}});
+                          {"mean_wait_s", w.mean_wait_s}, {"p50_wait_s", w.p50_wait_s}, {"p90_wait_s", w.p90_wait_s},
+                          {"p95_wait_s", w.p95_wait_s}});
+  j["top_idle"] = nlohmann::json::array();
+  for (const auto& u : r.top_idle)
+    j["top_idle"].push_back({{"account", u.account}, {"user", u.user}, {"gpu_busy_hours", u.gpu_busy_hours},
+                             {"gpu_idle_hours", u.gpu_idle_hours}});
   return j.dump(2) + "\n";
 }
 

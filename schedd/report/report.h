@@ -44,6 +44,10 @@ struct UsageRow {
   double cpu_used_hours = 0;                 // CPU-hours the tasks' processes used (cgroups)
   double gpu_busy_hours = 0;                 // GPU-hours weighted by NVML utilization
   double gpu_idle_hours = 0;                 // GPU-hours sampled but not busy (the waste)
+  // Spot vs on-demand (by the pool of each attempt's rank-0 node: on-demand, spot, reserved):
+  // GPU-hours allocated and GPU-hours of work lost to requeues.
+  std::map<std::string, double> pool_gpu_hours;
+  std::map<std::string, double> pool_lost_gpu_hours;
 };
 
 /// Queue wait of jobs whose first start falls in the period.
@@ -51,17 +55,21 @@ struct WaitRow {
   std::string partition, accelerator;        // accelerator: GPU type, or "cpu"
   int64_t jobs = 0;
   double mean_wait_s = 0, p95_wait_s = 0;
+  double p50_wait_s = 0, p90_wait_s = 0;     // nearest-rank percentiles
 };
 
 struct Report {
   int64_t start = 0, end = 0;
   std::vector<UsageRow> usage;               // sorted by (account, user)
   std::vector<WaitRow> waits;                // sorted by (partition, accelerator)
+  /// The top wasters: usage rows with idle GPU-hours, most idle first (at most `top` of Build).
+  std::vector<UsageRow> top_idle;
 };
 
-/// Builds the report for [start, end). `now` closes attempts that are still running.
+/// Builds the report for [start, end). `now` closes attempts that are still running; `top` bounds
+/// Report::top_idle.
 Report Build(const std::vector<server::JobRow>& jobs, const std::vector<server::AttemptRow>& attempts,
-             const Pricing& pricing, int64_t start, int64_t end, int64_t now);
+             const Pricing& pricing, int64_t start, int64_t end, int64_t now, size_t top = 10);
 
 /// Output formats with stable columns.
 std::string FormatTable(const Report& r);
