@@ -381,6 +381,19 @@ v1::AgentMessage Agent::MakeHeartbeat() const {
     m.mutable_heartbeat()->set_image_cache_images(static_cast<uint32_t>(images_->Images()));
   }
   FillRunning(driver_->Running(), &progress_, m.mutable_heartbeat()->mutable_running());
+  if (metrics_) {
+    AgentMetrics::TaskUsage u;
+    double util = 0;
+    int with_gpus = 0;
+    for (const auto& t : m.heartbeat().running()) {
+      u.memory_bytes += static_cast<double>(std::max<int64_t>(0, t.rss_bytes()));
+      u.cpu_seconds += static_cast<double>(std::max<int64_t>(0, t.cpu_usec())) / 1e6;
+      u.gpu_power_watts += static_cast<double>(std::max<int64_t>(0, t.gpu_power_mw())) / 1000.0;
+      if (t.has_gpu_util_percent()) util += t.gpu_util_percent(), ++with_gpus;
+    }
+    if (with_gpus > 0) u.gpu_util_percent = util / with_gpus;
+    metrics_->SetTaskUsage(u);
+  }
   if (health_) {
     v1::NodeHealth h;
     health_->Fill(&h);
@@ -400,6 +413,7 @@ void Agent::HandleMessage(const v1::SchedulerMessage& msg, Connection& conn) {
     case v1::SchedulerMessage::kAck: outbox_.Ack(msg.ack().seq()); break;
     case v1::SchedulerMessage::kOpenSession: sessions_->Open(msg.open_session()); break;
     case v1::SchedulerMessage::kCollectStacks: HandleCollectStacks(msg.collect_stacks()); break;
+    case v1::SchedulerMessage::kNotice: HandleNotice(msg.notice()); break;
     default: spdlog::warn("ignoring an empty or unknown message from schedd"); break;
   }
 }

@@ -181,6 +181,10 @@ class Agent {
   /// The gang watchdog's request (stacks.h): traces taken on a thread of their own, answered with
   /// StacksCollected.
   void HandleCollectStacks(const v1::CollectStacks& c);
+  /// schedd's Notice (the idle-GPU policy's warning): the line appended, as each task's user, to
+  /// the stderr file of every live task of the attempt here (agent_stacks.cc).
+  void HandleNotice(const v1::Notice& n);
+  void AppendNotice(const v1::Notice& n);
   void CollectStacks(const v1::CollectStacks& c);
   void Terminate(const AttemptKey& key, std::chrono::milliseconds grace, const std::string& why);
   void DropPrepared(const AttemptKey& key, const std::string& why);

@@ -1,7 +1,10 @@
-// Agent: the gang watchdog's CollectStacks (stacks.h): every live rank of the attempt here is
+// Agent: schedd's Notice (a line into the tasks' stderr, as their user) and the gang watchdog's
+// CollectStacks (stacks.h): every live rank of the attempt here is
 // traced as its user on a thread of its own, the traces written into the job's working directory,
 // and the answer (files, summaries, whether a thread waits in a collective) sent to schedd.
 #include <spdlog/spdlog.h>
+
+#include <set>
 
 #include "agentd/agent.h"
 
@@ -22,6 +25,44 @@ void Agent::HandleCollectStacks(const v1::CollectStacks& c) {
                                 *done = true;
                               }),
                               done);
+}
+
+namespace {
+
+constexpr size_t kMaxNoticeBytes = 512;  // agent.proto Notice.text
+
+}  // namespace
+
+void Agent::HandleNotice(const v1::Notice& n) {
+  std::lock_guard lk(pull_mu_);
+  std::erase_if(stack_threads_, [](auto& t) {
+    if (!t.second->load()) return false;
+    t.first.join();
+    return true;
+  });
+  // On a helper thread: the stderr file may sit on a slow file system. At most 8 at once.
+  if (stopping_ || stack_threads_.size() >= 8) return;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  stack_threads_.emplace_back(std::thread([this, n, done] {
+                                AppendNotice(n);
+                                *done = true;
+                              }),
+                              done);
+}
+
+void Agent::AppendNotice(const v1::Notice& n) {
+  // Printable text only, bounded: the user's terminal may show the file.
+  std::string text = n.text().substr(0, kMaxNoticeBytes);
+  for (char& c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  text = "mlsched: " + text + "\n";
+  std::set<std::string> done;  // ranks sharing one file get the line once
+  for (const TaskKey& key : attempts_.LiveTasks(AttemptKey{n.job_id(), n.attempt()})) {
+    auto req = attempts_.LiveRequest(key);
+    if (!req || req->stderr_path.empty() || !done.insert(req->stderr_path).second) continue;
+    const std::string err = AppendToFileAsUser(req->stderr_path, text, ToolUser{req->uid, req->gid, req->groups});
+    if (!err.empty()) spdlog::warn("job {}: notice not written for rank {}: {}", AttemptKey{n.job_id(), n.attempt()}.ToString(), key.rank, err);
+  }
 }
 
 void Agent::CollectStacks(const v1::CollectStacks& c) {

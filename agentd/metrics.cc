@@ -30,6 +30,7 @@ AgentMetrics::AgentMetrics(const NodeIdentity& node)
   health_failures_ = &prometheus::BuildCounter().Name("mlsched_node_health_failures_total")
                           .Help("Rounds of health checks in which a check failed, by check (gpu, ecc, xid, disk, clock, program)")
                           .Labels(labels).Register(*registry_);
+  for (const char* c : {"gpu", "ecc", "xid", "disk", "clock", "program"}) health_failures_->Add({{"check", c}});
   healthy_ = &prometheus::BuildGauge().Name("mlsched_node_healthy")
                   .Help("1 when the last round of health checks passed, 0 when one failed")
                   .Labels(labels).Register(*registry_).Add({});
@@ -38,11 +39,31 @@ AgentMetrics::AgentMetrics(const NodeIdentity& node)
                     .Labels(labels).Register(*registry_).Add({});
   running_ = &prometheus::BuildGauge().Name("mlsched_agent_running_tasks").Help("Tasks running now")
                   .Labels(labels).Register(*registry_).Add({});
+  task_memory_ = &prometheus::BuildGauge().Name("mlsched_agent_tasks_memory_bytes")
+                     .Help("Anonymous memory of the running tasks at the last heartbeat (their cgroups), summed")
+                     .Labels(labels).Register(*registry_).Add({});
+  task_cpu_ = &prometheus::BuildGauge().Name("mlsched_agent_tasks_cpu_seconds")
+                  .Help("CPU time the running tasks have used so far (their cgroups), summed")
+                  .Labels(labels).Register(*registry_).Add({});
+  gpu_util_ = &prometheus::BuildGauge().Name("mlsched_agent_gpu_utilization_percent")
+                  .Help("Mean NVML utilization of the running tasks' GPUs at the last heartbeat (-1: none measured)")
+                  .Labels(labels).Register(*registry_).Add({});
+  gpu_util_->Set(-1);
+  gpu_power_ = &prometheus::BuildGauge().Name("mlsched_agent_gpu_power_watts")
+                   .Help("Power drawn by the running tasks' GPUs at the last heartbeat (NVML), summed")
+                   .Labels(labels).Register(*registry_).Add({});
   auto& cap = prometheus::BuildGauge().Name("mlsched_agent_capacity").Help("Resources this node offers, by resource")
                   .Labels(labels).Register(*registry_);
   cap.Add({{"resource", "cpu_millicores"}}).Set(static_cast<double>(node.cpu_millis));
   cap.Add({{"resource", "memory_bytes"}}).Set(static_cast<double>(node.memory_bytes));
   for (const auto& g : node.gpus) cap.Add({{"resource", "gpu:" + g.type}}).Set(static_cast<double>(g.count));
+}
+
+void AgentMetrics::SetTaskUsage(const TaskUsage& u) {
+  task_memory_->Set(u.memory_bytes);
+  task_cpu_->Set(u.cpu_seconds);
+  gpu_util_->Set(u.gpu_util_percent);
+  gpu_power_->Set(u.gpu_power_watts);
 }
 
 void AgentMetrics::CountTaskStarted() { started_->Increment(); }

@@ -38,6 +38,13 @@ class AgentMetrics {
   void SetHealthy(bool healthy);
   /// The highest controller epoch seen.
   void SetEpoch(int64_t epoch);
+  /// What the running tasks use, from a heartbeat's samples (cgroups, NVML): their memory
+  /// (bytes, summed), CPU time so far (seconds, summed), the mean GPU utilization of those with
+  /// GPUs (percent; -1 = none measured) and their GPUs' power (watts, summed).
+  struct TaskUsage {
+    double memory_bytes = 0, cpu_seconds = 0, gpu_util_percent = -1, gpu_power_watts = 0;
+  };
+  void SetTaskUsage(const TaskUsage& u);
   /// Sets the per-scrape gauges and returns the text exposition of every metric.
   std::string Render(bool connected, size_t running_tasks);
 
@@ -55,6 +62,10 @@ class AgentMetrics {
   prometheus::Counter* pull_seconds_;
   prometheus::Gauge* connected_;
   prometheus::Gauge* running_;
+  prometheus::Gauge* task_memory_;
+  prometheus::Gauge* task_cpu_;
+  prometheus::Gauge* gpu_util_;
+  prometheus::Gauge* gpu_power_;
   std::string node_, pool_;
   std::mutex mu_;
 };

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,14 +205,20 @@ std::string TakeTraces(const StackTools& tools, const std::vector<pid_t>& pids, 
   return out;
 }
 
-std::string WriteFileAsUser(const std::string& dir, const std::string& name, const std::string& text, const ToolUser& user) {
-  if (dir.empty() || dir[0] != '/' || name.empty() || name.find('/') != std::string::npos) return "bad path " + dir + "/" + name;
+namespace {
+
+// Writes `text` as `user` in a helper process: a new file `name` in `dir` (O_EXCL), or, with
+// `append`, the end of the existing regular file `dir` (a path; O_APPEND). The child only makes
+// system calls (no allocation after fork in a threaded process): it reports the failing stage and
+// errno through the pipe.
+std::string WriteAsUser(const std::string& dir, const std::string& name, const std::string& text, const ToolUser& user,
+                        bool append) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) < 0) return std::string("pipe2: ") + std::strerror(errno);
-  // The child only makes system calls (no allocation after fork in a threaded process): it
-  // reports the failing stage and errno through the pipe.
   const int dir_flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
   const int file_flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  // O_NONBLOCK: a FIFO in the file's place must not hold the helper (refused as not regular).
+  const int append_flags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
   const pid_t pid = ForkHelper();
   if (pid == 0) {
     close(fds[0]);
@@ -223,10 +230,21 @@ std::string WriteFileAsUser(const std::string& dir, const std::string& name, con
     };
     if (getuid() == 0 && (setgroups(user.groups.size(), user.groups.data()) != 0 || setgid(user.gid) != 0 || setuid(user.uid) != 0))
       die(0);
-    const int d = open(dir.c_str(), dir_flags);
-    if (d < 0) die(1);
-    const int f = openat(d, name.c_str(), file_flags, 0600);
-    if (f < 0) die(2);
+    int f = -1;
+    if (append) {
+      f = open(dir.c_str(), append_flags);
+      if (f < 0) die(2);
+      struct stat st;
+      if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+        errno = EINVAL;
+        die(4);
+      }
+    } else {
+      const int d = open(dir.c_str(), dir_flags);
+      if (d < 0) die(1);
+      f = openat(d, name.c_str(), file_flags, 0600);
+      if (f < 0) die(2);
+    }
     for (size_t off = 0; off < text.size();) {
       const ssize_t n = write(f, text.data() + off, text.size() - off);
       if (n < 0 && errno == EINTR) continue;
@@ -249,9 +267,23 @@ std::string WriteFileAsUser(const std::string& dir, const std::string& name, con
   const int status = WaitHelper(pid);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   static const char* const kStage[] = {"cannot switch to the job's user", "cannot open the directory", "cannot create the file",
-                                       "cannot write the file"};
-  if (got != static_cast<ssize_t>(sizeof report) || report[0] < 0 || report[0] > 3) return "the writer failed";
-  return std::string(kStage[report[0]]) + " " + dir + "/" + name + ": " + std::strerror(report[1]);
+                                       "cannot write the file", "not a regular file:"};
+  const std::string path = append ? dir : dir + "/" + name;
+  if (got != static_cast<ssize_t>(sizeof report) || report[0] < 0 || report[0] > 4) return "the writer failed";
+  const std::string stage = append && report[0] == 2 ? "cannot open the file" : kStage[report[0]];
+  return stage + " " + path + ": " + std::strerror(report[1]);
+}
+
+}  // namespace
+
+std::string WriteFileAsUser(const std::string& dir, const std::string& name, const std::string& text, const ToolUser& user) {
+  if (dir.empty() || dir[0] != '/' || name.empty() || name.find('/') != std::string::npos) return "bad path " + dir + "/" + name;
+  return WriteAsUser(dir, name, text, user, false);
+}
+
+std::string AppendToFileAsUser(const std::string& path, const std::string& text, const ToolUser& user) {
+  if (path.empty() || path[0] != '/') return "bad path " + path;
+  return WriteAsUser(path, "", text, user, true);
 }
 
 }  // namespace mlsched::agent

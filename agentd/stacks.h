@@ -55,5 +55,9 @@ std::string TakeTraces(const StackTools& tools, const std::vector<pid_t>& pids, 
 /// root never writes into the user's directory): created new (O_EXCL, O_NOFOLLOW), mode 0600.
 /// Returns "" or the error.
 std::string WriteFileAsUser(const std::string& dir, const std::string& name, const std::string& text, const ToolUser& user);
+/// Appends `text` to the existing regular file `path` (absolute) as `user`, in the same kind of
+/// helper: O_APPEND, O_NOFOLLOW, O_NONBLOCK (a FIFO or a device in its place is refused, never
+/// waited on); never created. Returns "" or the error.
+std::string AppendToFileAsUser(const std::string& path, const std::string& text, const ToolUser& user);
 
 }  // namespace mlsched::agent

@@ -73,6 +73,12 @@ std::string FormatExplain(const v1::ExplainJobResponse& r) {
   }
   if (!j.resize().empty()) line("Resized:", SafeText(j.resize()));
   if (!j.stall().empty()) line("Watchdog:", SafeText(j.stall()));
+  if (j.idle_gpus_since() > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "IDLE: its GPUs %.1f %% busy since %s (the policy's [idle])", j.idle_gpu_util(),
+                  FormatTimestamp(j.idle_gpus_since()).c_str());
+    line("Idle GPUs:", buf);
+  }
   if (j.has_usage() && j.usage().ranks() > 0) line("Usage:", UsageText(j.usage()));
   std::string order = Shown(r.queue_order(), "fifo");
   if (order == "fifo") order += " (the queue is ordered by submit time; priority is informational)";

@@ -18,7 +18,7 @@ struct FieldDef {
   const char* title;
 };
 
-constexpr std::array<FieldDef, 34> kFields{{
+constexpr std::array<FieldDef, 35> kFields{{
     {'i', "JOBID"},     {'j', "NAME"},        {'u', "USER"},        {'a', "ACCOUNT"},     {'P', "PARTITION"},
     {'q', "QOS"},       {'T', "STATE"},       {'t', "ST"},          {'M', "TIME"},        {'l', "TIME_LIMIT"},
     {'L', "TIME_LEFT"}, {'D', "NODES"},       {'A', "TASKS"},       {'C', "CPUS"},        {'m', "MIN_MEMORY"},
@@ -26,7 +26,7 @@ constexpr std::array<FieldDef, 34> kFields{{
     {'V', "SUBMIT_TIME"}, {'e', "END_TIME"},  {'Q', "PRIORITY"},    {'Z', "WORK_DIR"},    {'y', "NICE"},
     {'o', "COMMAND"},   {'F', "ARRAY_JOB_ID"}, {'K', "ARRAY_TASK_ID"}, {'E', "DEPENDENCY"},
     {'g', "POOL"},      {'G', "ACCEL"},       {'w', "PREEMPT/EVICT"},
-    {'I', "IMAGE"},     {'J', "DIGEST"},
+    {'I', "IMAGE"},     {'J', "DIGEST"},      {'X', "IDLE"},
 }};
 
 const FieldDef* FindField(char code) {
@@ -235,7 +235,15 @@ std::string JobField(char code, const v1::JobInfo& job, int64_t now) {
     case 'R':
       if (job.state() == v1::PENDING || job.tasks().empty())
         return "(" + (job.reason().empty() ? std::string("None") : job.reason()) + ")";
-      return CompressHostlist(JobNodes(job));
+      // The idle-GPU policy's flag ([idle]) follows the node list of a running job.
+      return CompressHostlist(JobNodes(job)) + (job.idle_gpus_since() > 0 ? " (IDLE)" : "");
+    case 'X': {
+      if (job.idle_gpus_since() <= 0) return "-";
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s:%.1f%%", FormatDuration(std::max<int64_t>(0, now - job.idle_gpus_since())).c_str(),
+                    job.idle_gpu_util());
+      return buf;
+    }
     case 'N': return CompressHostlist(JobNodes(job));
     case 'r': return job.reason().empty() ? "None" : job.reason();
     case 'S': return FormatTimestamp(job.start_time() > 0 ? job.start_time() : job.expected_start());
@@ -308,6 +316,8 @@ nlohmann::json JobJson(const v1::JobInfo& job, int64_t now) {
       {"resize", job.resize()},
       {"stall", job.stall()},
       {"usage", UsageJson(job)},
+      {"idle_gpus", job.idle_gpus_since() > 0 ? nlohmann::json{{"since", job.idle_gpus_since()}, {"gpu_util_percent", job.idle_gpu_util()}}
+                                               : nlohmann::json()},
       {"array_job_id", s.array_index().array_job_id()},
       {"array_task_id", s.array_index().array_job_id() ? nlohmann::json(s.array_index().task_id()) : nlohmann::json()},
   };

@@ -31,10 +31,17 @@ double BillingRate(const JobSpec& spec, const FairsharePolicy& policy) {
 
 double RunningBillingRate(const Job& job, const FairsharePolicy& policy) {
   const int32_t running = RunningTasks(job);
-  if (running == job.spec.ntasks) return BillingRate(job.spec, policy);
+  const bool busy = policy.charge == FairsharePolicy::Charge::kBusy && job.gpu_busy_fraction >= 0;
+  if (running == job.spec.ntasks && !busy) return BillingRate(job.spec, policy);
   JobSpec at_size = job.spec;
   at_size.ntasks = running;
-  return BillingRate(at_size, policy);
+  const double all = BillingRate(at_size, policy);
+  if (!busy) return all;
+  // The GPU part charged at its measured utilization; CPU and memory as allocated.
+  JobSpec no_gpus = at_size;
+  no_gpus.per_task.gpus.clear();
+  const double rest = BillingRate(no_gpus, policy);
+  return rest + (all - rest) * std::clamp(job.gpu_busy_fraction, 0.0, 1.0);
 }
 
 void AccrueUsage(std::map<std::string, double>& usage, const std::vector<Job>& jobs,

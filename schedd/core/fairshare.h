@@ -18,7 +18,8 @@ std::string UsageKey(const std::string& account, const std::string& user);
 /// (Slurm TRESBillingWeights): cores x "cpu", GiB x "mem", GPUs x ("gpu:TYPE" or "gpu").
 double BillingRate(const JobSpec& spec, const FairsharePolicy& policy);
 /// BillingRate of a running job at the size it runs (RunningTasks: an elastic gang may run below
-/// its largest size), per second.
+/// its largest size), per second; with FairsharePolicy::Charge::kBusy its GPUs' part is scaled by
+/// job.gpu_busy_fraction when that is known (>= 0).
 double RunningBillingRate(const Job& job, const FairsharePolicy& policy);
 
 /// Decays every usage value by 2^(-(to-from)/half_life) (Slurm PriorityDecayHalfLife), then adds

@@ -123,6 +123,31 @@ std::optional<BackfillMode> ParseBackfillMode(const std::string& s) {
 const char* PreemptModeName(PreemptMode m) { return NameOf(kPreemptModes, m); }
 std::optional<PreemptMode> ParsePreemptMode(const std::string& s) { return ParseName(kPreemptModes, s); }
 
+const char* IdleActionName(IdleRule::Action a) {
+  switch (a) {
+    case IdleRule::Action::kNotify: return "notify";
+    case IdleRule::Action::kRequeue: return "requeue";
+    case IdleRule::Action::kCancel: return "cancel";
+  }
+  return "?";
+}
+
+std::optional<IdleRule> IdleRuleFor(const PolicySet& policy, const JobSpec& spec) {
+  const IdlePolicy& p = policy.idle;
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  const std::string& qos = spec.qos.empty() ? policy.default_qos : spec.qos;
+  const std::string& partition = spec.partition.empty() ? policy.default_partition : spec.partition;
+  if (listed(p.exempt_users, spec.user) || listed(p.exempt_accounts, spec.account) || listed(p.exempt_qos, qos))
+    return std::nullopt;
+  IdleRule rule = p.rule;
+  if (auto it = p.qos.find(qos); it != p.qos.end()) rule = it->second;
+  else if (auto pt = p.partitions.find(partition); pt != p.partitions.end()) rule = pt->second;
+  if (rule.gpu_util_below <= 0) return std::nullopt;
+  return rule;
+}
+
 const char* FairshareAlgorithmName(FairshareAlgorithm a) { return NameOf(kFairshare, a); }
 std::optional<FairshareAlgorithm> ParseFairshareAlgorithm(const std::string& s) {
   return ParseName(kFairshare, s);

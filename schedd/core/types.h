@@ -206,6 +206,9 @@ struct Job {
   /// (then start_time stands for it). ElasticPolicy::min_resize_interval counts from here, so the
   /// time an attempt spends pulling its image or launching is not counted as running.
   Timestamp running_since = 0;
+  /// Running jobs: the mean utilization of its GPUs at their latest samples (0..1, NVML through
+  /// its agents); < 0 = not measured. Only FairsharePolicy::Charge::kBusy reads it.
+  double gpu_busy_fraction = -1;
 };
 
 /// Seconds `job`'s current attempt has run at `now`: from running_since (or start_time when that
@@ -361,6 +364,12 @@ struct FairsharePolicy {
   /// "mem" (per GiB), "gpu" (any type) or "gpu:TYPE" (overrides "gpu"). Missing = 0, except
   /// "cpu" which defaults to 1 when the map is empty.
   std::map<std::string, double> billing_weights;
+  /// What a running job's GPUs are charged: kAllocated (every GPU it holds, as Slurm and every
+  /// peer do) or kBusy (each GPU-second x its measured utilization, Job::gpu_busy_fraction, when
+  /// known): a team pays for the work its GPUs did; alone it makes idle holding free, so sites
+  /// pair it with an IdlePolicy rule that requeues or cancels. CPU and memory: as allocated.
+  enum class Charge { kAllocated, kBusy };
+  Charge charge = Charge::kAllocated;
 };
 
 /// What happens to a preempted job (Slurm PreemptMode, set on the victim's QoS): kRequeue: SIGTERM,
@@ -546,6 +555,30 @@ struct WatchdogPolicy {
   SourceLines source;                // lines of the table and its keys
 };
 
+/// The idle-GPU policy (the policy's [idle]; schedd/server/idle_gpus.h): a running job whose GPUs'
+/// mean utilization (NVML, sampled by its agents) stays below gpu_util_below percent for `after`
+/// seconds is idle: kNotify records an IDLE event, counts it in the metrics, flags it in mlq and
+/// appends a warning to its tasks' stderr; kRequeue also checkpoint-requeues it (SIGTERM,
+/// requeue_grace, SIGKILL); kCancel cancels it (reason IdleGPUs). After Princeton's
+/// job_defense_shield and the "requests GPUs and runs nothing on them" pattern of issue 34.
+struct IdleRule {
+  enum class Action { kNotify, kRequeue, kCancel };
+  double gpu_util_below = 5;   // percent (0..100); 0 = off
+  Duration after = 1800;       // seconds below it, continuously
+  Action action = Action::kNotify;
+};
+/// [idle] holds the default rule; [idle.partitions.NAME] and [idle.qos.NAME] override any of its
+/// keys (a job's QoS over its partition over the default); exempt_* name jobs it never touches.
+struct IdlePolicy {
+  IdleRule rule;
+  std::map<std::string, IdleRule> partitions;  // overrides, complete (defaults filled in)
+  std::map<std::string, IdleRule> qos;
+  std::vector<std::string> exempt_accounts, exempt_users, exempt_qos;
+  Duration requeue_grace = 60;  // seconds from SIGTERM to SIGKILL for kRequeue
+  SourceLines source;           // lines of the table and its keys
+};
+const char* IdleActionName(IdleRule::Action a);
+
 /// Elastic gangs (the policy's [elastic]; elastic.h): how an elastic job starts, and when a running
 /// one below its largest size (or on a fallback tier) is asked to checkpoint and restart.
 struct ElasticPolicy {
@@ -634,9 +667,14 @@ struct PolicySet {
   InteractivePolicy interactive;        // [interactive]
   HealthPolicy health;                  // [health]
   WatchdogPolicy watchdog;              // [watchdog]
+  IdlePolicy idle;                      // [idle]
   std::vector<ProvisioningPolicy> provisioning;  // [provisioning.POOL], at most one per pool
   NodeInventory inventory;              // [inventory], [[nodes]]
 };
+
+/// The idle-GPU rule for a job (its QoS's override, else its partition's, empty names meaning the
+/// defaults, else [idle]'s); nullopt when the job is exempt or the rule is off (gpu_util_below 0).
+std::optional<IdleRule> IdleRuleFor(const PolicySet& policy, const JobSpec& spec);
 
 /// The partition a job named (empty = policy.default_partition), or null when there is none.
 const PartitionPolicy* FindPartition(const PolicySet& policy, const std::string& name);

@@ -136,7 +136,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   CheckKeys(root, {"default_partition", "default_qos", "operators", "enforce_associations", "scheduler", "backfill",
                    "priority", "fairshare", "partitions", "qos", "accounts", "users", "pricing", "placement",
                    "preemption", "warm_pools", "limits", "simulation", "prediction", "elastic", "provisioning",
-                   "inventory", "nodes", "interactive", "health", "watchdog"},
+                   "inventory", "nodes", "interactive", "health", "watchdog", "idle"},
             "the top level");  // [pricing.POOL] is also read by mlreport (schedd/report)
   Str(root, "default_partition", p.default_partition, "the top level");
   Str(root, "default_qos", p.default_qos, "the top level");
@@ -162,6 +162,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   section("interactive", [&](const toml::table& t) { ReadInteractive(t, p.interactive); });
   section("health", [&](const toml::table& t) { ReadHealth(t, p.health); });
   section("watchdog", [&](const toml::table& t) { ReadWatchdog(t, p.watchdog); });
+  section("idle", [&](const toml::table& t) { ReadIdle(t, p.idle); });
   EachTable(root, "nodes", [&](const toml::table& t, const std::string& ctx) {
     ReadNodeDeclaration(t, ctx, p.inventory);
   });
@@ -210,6 +211,7 @@ core::PolicySet PolicyReader::Read(const toml::table& root) {
   });
   CheckReferences(root, p);
   CheckInteractive(root, p);
+  CheckIdle(root, p);
   CheckAssociations(root, p);
   CheckProvisioning(root, p);
   return p;
@@ -301,7 +303,14 @@ void PolicyReader::ReadPriority(const toml::table& t, core::PriorityWeights& w) 
 
 void PolicyReader::ReadFairshare(const toml::table& t, core::FairsharePolicy& f) {
   const std::string ctx = "[fairshare]";
-  CheckKeys(t, {"algorithm", "half_life", "billing_weights"}, ctx);
+  CheckKeys(t, {"algorithm", "half_life", "billing_weights", "charge"}, ctx);
+  std::string charge;
+  Str(t, "charge", charge, ctx);
+  if (const toml::node* n = t.get("charge"); n && n->is_string()) {
+    if (charge == "allocated") f.charge = core::FairsharePolicy::Charge::kAllocated;
+    else if (charge == "busy") f.charge = core::FairsharePolicy::Charge::kBusy;
+    else Error(n->source(), "'charge' in [fairshare]: expected \"allocated\" or \"busy\", got \"" + charge.substr(0, 64) + "\"");
+  }
   std::string alg;
   Str(t, "algorithm", alg, ctx);
   if (!alg.empty()) {

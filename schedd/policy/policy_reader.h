@@ -90,6 +90,12 @@ class PolicyReader {
   /// [watchdog]: stall_after, straggler_ratio, straggler_window, drain_after, suspect_window,
   /// requeue_grace (health_reader.cc).
   void ReadWatchdog(const toml::table& t, core::WatchdogPolicy& p);
+  // idle_reader.cc
+  /// [idle]: the default rule, exempt_accounts, exempt_users, exempt_qos, requeue_grace, and
+  /// [idle.partitions.NAME] / [idle.qos.NAME] overrides; CheckIdle: those names are defined.
+  void ReadIdle(const toml::table& t, core::IdlePolicy& p);
+  void ReadIdleRule(const toml::table& t, core::IdleRule& r, const std::string& ctx);
+  void CheckIdle(const toml::table& root, const core::PolicySet& p);
   // simulation_reader.cc
   void ReadSimulation(const toml::table& t, SimulationSettings& s);
   /// [prediction]: enabled, predictor (a known name), history (1..64).

@@ -29,6 +29,7 @@
 #include "schedd/server/admission.h"
 #include "schedd/server/attempt_usage.h"
 #include "schedd/server/gang_watchdog.h"
+#include "schedd/server/idle_gpus.h"
 #include "schedd/server/metrics.h"
 #include "schedd/server/provision_runner.h"
 #include "schedd/server/inventory.h"
@@ -424,6 +425,11 @@ class Controller {
   /// Adds `node` to j's exclude_nodes (in memory: a schedd restart forgets it).
   void ExcludeNodeLocked(JobRec& j, const std::string& node);
   void CheckStragglersLocked(int64_t now);
+  // controller_idle.cc: the idle-GPU policy ([idle]; idle_gpus.h).
+  /// Feeds a heartbeat's GPU sample of a rank of `j` holding `gpus` GPUs to idle_gpus_.
+  void ObserveGpuUtilLocked(JobRec& j, const v1::RunningTask& r, int32_t gpus, int64_t now);
+  /// Runs the rule's action for every attempt idle for its `after`, once per idle period.
+  void CheckIdleGpusLocked(int64_t now);
   /// Applies a core PreemptDecision: SIGTERM to every task of the victim with the QoS grace time.
   void PreemptLocked(const core::PreemptDecision& d, int64_t now);
   /// Applies a core ResizeDecision: SIGTERM to every task with the reason "resize" and the kill grace;
@@ -522,6 +528,8 @@ class Controller {
   // Spot eviction rates learned from evictions per node-hour of up nodes (fed to the core).
   GangWatchdog watchdog_;  // running gangs' progress and suspected nodes ([watchdog])
   AttemptUsage attempt_usage_;  // what running attempts used so far (accounting, issue 34)
+  IdleGpus idle_gpus_;          // running attempts' GPU utilization against [idle]
+  int64_t last_tick_ = 0;       // `now` of the latest Tick (the gauges' freshness of samples)
   std::set<int64_t> stalls_open_;  // jobs whose stall diagnosis waits for stack traces (JobRec::stall_at)
   int64_t stragglers_checked_at_ = 0;  // the watchdog's straggler check runs every kStragglerCheckEvery s
   core::EvictionRateEstimator eviction_rates_;  // ended jobs, no longer in jobs_, that jobs depend on

@@ -199,6 +199,7 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   // What the attempt used (its agents' samples and the ranks' final figures).
   v1::JobUsage used = attempt_usage_.Of(j.id, j.attempt);
   attempt_usage_.Forget(j.id, j.attempt);
+  idle_gpus_.Forget(j.id, j.attempt);
   used.set_wall_seconds(std::max<int64_t>(0, now - j.start_time));
   acct.cpu_usec = used.cpu_usec();
   acct.max_rss_bytes = used.max_rss_bytes();
@@ -212,6 +213,11 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   // attempt started); none when the tasks stopped with exit 75, which means "checkpointed".
   if (final_state == core::JobState::kPending && any_committed && !j.clean_stop)
     acct.lost_work_s = now - std::max(j.start_time, j.last_checkpoint);
+  if (metrics_ && acct.lost_work_s > 0) {
+    int64_t gpus = 0;
+    for (const auto& t : j.placement.tasks()) gpus += t.gpu_indices_size();
+    metrics_->CountLostWork(reason, static_cast<double>(acct.lost_work_s), static_cast<double>(acct.lost_work_s * gpus));
+  }
   j.clean_stop = false;
   j.last_checkpoint = 0;
   // Memory first, then the store: if a write fails, memory is whole and is written again later
@@ -476,8 +482,10 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
       if (r.step() > 0 && (wp.stall_after > 0 || wp.straggler_ratio > 0) && PlacedOn(*j, node, r.rank()))
         watchdog_.Observe(j->id, r.attempt(), r.rank(), node, r.step(), r.has_compute_ms() ? r.compute_ms() : -1, now);
       // An agent speaks for its own ranks only.
-      if (const v1::TaskPlacement* t = RankTask(j->placement, r.rank()); t && t->node() == node)
+      if (const v1::TaskPlacement* t = RankTask(j->placement, r.rank()); t && t->node() == node) {
         attempt_usage_.OnRunning(r, t->gpu_indices_size(), now);
+        ObserveGpuUtilLocked(*j, r, t->gpu_indices_size(), now);
+      }
     }
   }
   // A started task missing from two consecutive heartbeats of its node is lost, unless reports
@@ -530,7 +538,9 @@ void Controller::TickLocked(int64_t now) {
       spdlog::warn("{} job(s) still not written to the store: {}", unpersisted_jobs_.size(), e.what());
     }
   }
+  last_tick_ = std::max(last_tick_, now);
   WatchGangsLocked(now);
+  CheckIdleGpusLocked(now);
   for (auto& [name, n] : nodes_) {
     // An agent cut off from every controller stops its tasks within its cutoff (its kill grace
     // included); its tasks count as lost only after that, so two attempts never run at once.

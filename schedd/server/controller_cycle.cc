@@ -202,7 +202,12 @@ void Controller::AccrueUsageLocked(const core::ClusterState& snap, int64_t now) 
   if (now == usage_until_) return;
   std::vector<core::Job> running;
   for (const auto& j : snap.jobs)
-    if (j.id > 0 && j.state == core::JobState::kRunning) running.push_back(j);  // ghosts have ids < 0
+    if (j.id > 0 && j.state == core::JobState::kRunning) {  // ghosts have ids < 0
+      running.push_back(j);
+      // [fairshare] charge = "busy": its GPUs charged at their measured utilization.
+      if (policy_.fairshare.charge == core::FairsharePolicy::Charge::kBusy)
+        if (auto util = idle_gpus_.MeanUtil(j.id, j.attempt, now)) running.back().gpu_busy_fraction = *util / 100.0;
+    }
   core::AccrueUsage(usage_, running, policy_.fairshare, usage_until_, now);
   usage_until_ = now;
   if (now - usage_saved_at_ >= kUsageSaveEvery) {
@@ -325,7 +330,15 @@ SchedMetrics::Gauges Controller::CollectGauges() {
     if (j.state != core::JobState::kRunning) continue;
     for (const auto& t : j.placement.tasks()) {
       auto it = nodes_.find(t.node());
-      if (it != nodes_.end()) g.running_gpus[core::PoolName(it->second.node.pool)] += t.gpu_indices_size();
+      if (it == nodes_.end()) continue;
+      const std::string pool = core::PoolName(it->second.node.pool);
+      g.running_gpus[pool] += t.gpu_indices_size();
+      if (t.gpu_indices_size() == 0) continue;
+      if (auto util = idle_gpus_.RankUtil(id, j.attempt, t.rank(), last_tick_)) g.busy_gpus[pool] += t.gpu_indices_size() * *util / 100.0;
+    }
+    if (auto idle = idle_gpus_.Flagged(id, j.attempt)) {
+      g.idle_gpu_jobs += 1;
+      g.idle_gpus += idle->gpus;
     }
   }
   for (const auto& n : provisioned_.nodes) g.provisioned[{core::PoolName(n.pool), n.registered ? "registered" : "requested"}] += 1;

@@ -88,6 +88,11 @@ v1::JobInfo Controller::ToInfo(const JobRec& j) const {
   if (j.state == core::JobState::kRunning) live = attempt_usage_.Of(j.id, j.attempt);  // wall_seconds: ended attempts
   if (live.ranks() > 0) *info.mutable_usage() = AddUsage(j.usage_total.get(), live);
   else if (j.usage_total) *info.mutable_usage() = *j.usage_total;
+  if (j.state == core::JobState::kRunning)
+    if (auto idle = idle_gpus_.Flagged(j.id, j.attempt)) {
+      info.set_idle_gpus_since(idle->since);
+      info.set_idle_gpu_util(idle->util);
+    }
   info.set_image_digest(j.image_digest);
   info.set_expected_start(j.expected_start);
   info.set_priority(static_cast<double>(j.priority));

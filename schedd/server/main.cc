@@ -328,6 +328,7 @@ int main(int argc, char** argv) {
     });
     ctl.SetProvisionRunner(&provision_runner);
     if (!estore) ctl.Recover(WallNow());
+    std::atomic<bool> leading{!estore};  // HA: the loop runs only on the leader, after its state is loaded
     std::unique_ptr<mlsched::MetricsHttpServer> metrics_http;
     // Set once the session components exist, cleared before they go (the scrape runs on its own thread).
     std::atomic<SessionRelay*> sessions_seen{nullptr};
@@ -337,6 +338,7 @@ int main(int argc, char** argv) {
         SchedMetrics::Gauges g = ctl.CollectGauges();
         if (SessionRelay* s = sessions_seen.load()) g.sessions_open = static_cast<double>(s->Open());
         if (AllocationWatch* w = watch_seen.load()) g.allocations_watched = static_cast<double>(w->Watched());
+        g.leader = leading.load() ? 1 : 0;
         return metrics.Render(g);
       });
       spdlog::info("metrics on http://{}:{}/metrics", metrics_host, metrics_http->Port());
@@ -401,7 +403,6 @@ int main(int argc, char** argv) {
                  state_dir);
 
     std::atomic<bool> stop{false};
-    std::atomic<bool> leading{!estore};  // HA: the loop runs only on the leader, after its state is loaded
     if (estore) StartHa(*leadership, *estore, *gate, gateway, ctl, admin, *etcd, advertise, ha_cfg, leading);
     // HA: history leaves etcd for this replica's SQLite in --state-dir (etcd_archive.h); jobs still
     // listed (--min-job-age) are never moved.

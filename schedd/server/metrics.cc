@@ -21,6 +21,8 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
   health_drains_ = &prometheus::BuildCounter().Name("mlsched_node_health_drains_total")
                        .Help("Nodes drained because their agent's health checks failed, by failing check")
                        .Register(*registry_);
+  // Every check's series from the start at 0 (a dashboard's rate() has data before the first drain).
+  for (const char* c : {"gpu", "ecc", "xid", "disk", "clock", "program"}) health_drains_->Add({{"check", c}});
   evictions_ = &prometheus::BuildCounter().Name("mlsched_evictions_total").Help("Spot eviction notices handled")
                     .Register(*registry_).Add({});
   preemptions_ = &prometheus::BuildCounter().Name("mlsched_preemptions_total")
@@ -54,6 +56,31 @@ SchedMetrics::SchedMetrics() : registry_(std::make_shared<prometheus::Registry>(
                         .Register(*registry_);
   session_bytes_->Add({{"direction", "in"}});
   session_bytes_->Add({{"direction", "out"}});
+  idle_actions_ = &prometheus::BuildCounter().Name("mlsched_idle_gpu_actions_total")
+                       .Help("Jobs the idle-GPU policy ([idle]) acted on, by action (notify, requeue, cancel)")
+                       .Register(*registry_);
+  for (const char* a : {"notify", "requeue", "cancel"}) idle_actions_->Add({{"action", a}});
+  lost_work_ = &prometheus::BuildCounter().Name("mlsched_lost_work_seconds_total")
+                    .Help("Seconds of work requeues lost (since each job's last checkpoint), by requeue reason")
+                    .Register(*registry_);
+  lost_gpu_work_ = &prometheus::BuildCounter().Name("mlsched_lost_gpu_seconds_total")
+                        .Help("GPU-seconds of work requeues lost (lost seconds x the GPUs the job held), by requeue reason")
+                        .Register(*registry_);
+  for (const char* r : {"Preempted", "Evicted", "NodeFail"}) {
+    lost_work_->Add({{"reason", r}});
+    lost_gpu_work_->Add({{"reason", r}});
+  }
+  leader_ = &prometheus::BuildGauge().Name("mlsched_leader")
+                 .Help("1 while this schedd serves: the only one, or in HA the elected leader with its state loaded; 0 on a standby")
+                 .Register(*registry_).Add({});
+  busy_gpus_ = &prometheus::BuildGauge().Name("mlsched_busy_gpus")
+                    .Help("GPUs held by running tasks times their utilization at the latest sample (NVML through the agents), by pool")
+                    .Register(*registry_);
+  idle_gpu_jobs_ = &prometheus::BuildGauge().Name("mlsched_idle_gpu_jobs")
+                        .Help("Running jobs the idle-GPU policy ([idle]) flagged: GPUs below gpu_util_below for its `after`")
+                        .Register(*registry_).Add({});
+  idle_gpus_ = &prometheus::BuildGauge().Name("mlsched_idle_gpus").Help("GPUs held by the jobs of mlsched_idle_gpu_jobs")
+                    .Register(*registry_).Add({});
   sessions_open_ = &prometheus::BuildGauge().Name("mlsched_sessions_open")
                         .Help("Interactive sessions (mlrun) relayed now").Register(*registry_).Add({});
   allocations_watched_ = &prometheus::BuildGauge().Name("mlsched_allocations_watched")
@@ -77,6 +104,11 @@ void SchedMetrics::CountJobEnd(const std::string& state) { job_ends_->Add({{"sta
 void SchedMetrics::CountQuarantined() { quarantined_->Increment(); }
 void SchedMetrics::CountRejected(const std::string& reason) { rejected_->Add({{"reason", reason}}).Increment(); }
 void SchedMetrics::CountInternalError() { internal_errors_->Increment(); }
+void SchedMetrics::CountLostWork(const std::string& reason, double seconds, double gpu_seconds) {
+  lost_work_->Add({{"reason", reason}}).Increment(seconds);
+  lost_gpu_work_->Add({{"reason", reason}}).Increment(gpu_seconds);
+}
+void SchedMetrics::CountIdleGpuAction(const std::string& action) { idle_actions_->Add({{"action", action}}).Increment(); }
 void SchedMetrics::ObserveCycle(double seconds) { cycle_->Observe(seconds); }
 void SchedMetrics::CountProvision(const std::string& pool, const std::string& event, double nodes) {
   provision_->Add({{"pool", pool}, {"event", event}}).Increment(nodes);
@@ -85,7 +117,7 @@ void SchedMetrics::CountProvision(const std::string& pool, const std::string& ev
 std::string SchedMetrics::Render(const Gauges& g) {
   std::lock_guard lk(mu_);
   // Label sets that disappeared must read 0, not their last value: reset everything, then refill.
-  for (auto* fam : {jobs_, gpus_, nodes_, provisioned_, provision_cost_})
+  for (auto* fam : {jobs_, gpus_, busy_gpus_, nodes_, provisioned_, provision_cost_})
     for (auto& mf : fam->Collect())
       for (auto& m : mf.metric) {
         std::map<std::string, std::string> labels;
@@ -94,6 +126,10 @@ std::string SchedMetrics::Render(const Gauges& g) {
       }
   for (const auto& [key, v] : g.jobs) jobs_->Add({{"state", key.first}, {"partition", key.second}}).Set(v);
   for (const auto& [pool, v] : g.running_gpus) gpus_->Add({{"pool", pool}}).Set(v);
+  for (const auto& [pool, v] : g.busy_gpus) busy_gpus_->Add({{"pool", pool}}).Set(v);
+  idle_gpu_jobs_->Set(g.idle_gpu_jobs);
+  idle_gpus_->Set(g.idle_gpus);
+  leader_->Set(g.leader);
   for (const auto& [state, v] : g.nodes) nodes_->Add({{"state", state}}).Set(v);
   for (const auto& [key, v] : g.provisioned) provisioned_->Add({{"pool", key.first}, {"state", key.second}}).Set(v);
   for (const auto& [pool, v] : g.provision_cost) provision_cost_->Add({{"pool", pool}}).Set(v);

@@ -43,10 +43,19 @@ class SchedMetrics {
   void CountProvision(const std::string& pool, const std::string& event, double nodes);
   /// Bytes an interactive session relayed: direction "in" (to the remote process) or "out".
   void CountSessionBytes(const std::string& direction, double bytes);
+  /// Work a requeue lost (since the job's last checkpoint), by requeue reason: seconds of the job
+  /// and GPU-seconds (those seconds x the GPUs it held).
+  void CountLostWork(const std::string& reason, double seconds, double gpu_seconds);
+  /// The idle-GPU policy ([idle]) acted on a job: action = notify, requeue or cancel.
+  void CountIdleGpuAction(const std::string& action);
   /// Gauges: replaced wholesale at each scrape.
   struct Gauges {
     std::map<std::pair<std::string, std::string>, double> jobs;  // (state, partition) -> count
     std::map<std::string, double> running_gpus;                 // pool -> GPUs held by running tasks
+    std::map<std::string, double> busy_gpus;                    // pool -> those GPUs x their NVML utilization
+    double idle_gpu_jobs = 0;        // running jobs the idle-GPU policy flagged (mlq's IDLE)
+    double idle_gpus = 0;            // GPUs those jobs hold
+    double leader = 1;               // 1: this schedd serves (HA: the elected leader, its state loaded)
     std::map<std::string, double> nodes;                        // node state -> count
     std::map<std::pair<std::string, std::string>, double> provisioned;  // (pool, requested|registered) -> nodes
     std::map<std::string, double> provision_cost;               // pool -> cost per hour of its created nodes
@@ -75,6 +84,13 @@ class SchedMetrics {
   prometheus::Family<prometheus::Gauge>* provisioned_;
   prometheus::Family<prometheus::Gauge>* provision_cost_;
   prometheus::Family<prometheus::Counter>* session_bytes_;
+  prometheus::Family<prometheus::Counter>* idle_actions_;
+  prometheus::Family<prometheus::Counter>* lost_work_;
+  prometheus::Family<prometheus::Counter>* lost_gpu_work_;
+  prometheus::Gauge* leader_;
+  prometheus::Family<prometheus::Gauge>* busy_gpus_;
+  prometheus::Gauge* idle_gpu_jobs_;
+  prometheus::Gauge* idle_gpus_;
   prometheus::Gauge* sessions_open_;
   prometheus::Gauge* allocations_watched_;
   std::mutex mu_;  // Render: the gauge reset + refill is one step

@@ -3,10 +3,11 @@
 // order: "MINOR UTIL_PERCENT MEMORY_USED MEMORY_TOTAL [ECC_UNCORRECTED RETIRED_PENDING PCI LOST [POWER_MW]]"
 // (bytes; PCI as "0000:3b:00"; LOST 1 = the GPU has fallen off the bus: its queries fail with
 // NVML_ERROR_GPU_IS_LOST; without POWER_MW nvmlDeviceGetPowerUsage is NOT_SUPPORTED). A missing
-// file: nvmlInit fails.
+// file: nvmlInit fails. "%n" in the path: the agent's --name (one file per node).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace {
 
@@ -18,9 +19,30 @@ struct Dev {
 };
 Dev g_devs[16];
 
+// "%n" in $MLSCHED_FAKE_NVML becomes the value of the process' --name argument (agentd's node
+// name, read from /proc/self/cmdline): agents of one local cluster each read a file of their own.
+std::string PathOf(const char* pattern) {
+  std::string path = pattern;
+  const size_t at = path.find("%n");
+  if (at == std::string::npos) return path;
+  std::string name, cmdline;
+  if (FILE* c = std::fopen("/proc/self/cmdline", "r")) {
+    char buf[4096];
+    size_t n = std::fread(buf, 1, sizeof buf, c);
+    cmdline.assign(buf, n);
+    std::fclose(c);
+  }
+  for (size_t i = 0; i < cmdline.size();) {
+    const std::string arg = cmdline.c_str() + i;
+    i += arg.size() + 1;
+    if (arg == "--name" && i < cmdline.size()) name = cmdline.c_str() + i;
+  }
+  return path.replace(at, 2, name);
+}
+
 int Load() {
-  const char* path = std::getenv("MLSCHED_FAKE_NVML");
-  FILE* f = path ? std::fopen(path, "r") : nullptr;
+  const char* pattern = std::getenv("MLSCHED_FAKE_NVML");
+  FILE* f = pattern ? std::fopen(PathOf(pattern).c_str(), "r") : nullptr;
   if (!f) return -1;
   int n = 0;
   char line[256];

@@ -2,6 +2,7 @@
 // a real process traced as its user (eu-stack or gdb), and the file written as the user, never
 // through a link the user planted.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,4 +113,51 @@ TEST_CASE("the traces are written as the user, never through a planted link", "[
   chmod(dir.Str().c_str(), 0755);
   CHECK_THAT(WriteFileAsUser(dir.Str(), "other.txt", "x", nobody), Catch::Contains("Permission denied"));
   CHECK_THAT(WriteFileAsUser(dir.Str(), "../escape.txt", "x", nobody), Catch::Contains("bad path"));
+}
+
+TEST_CASE("a notice is appended to a task's stderr as its user; a planted link, FIFO or foreign file is refused at once",
+          "[stacks][security][idle]") {
+  if (geteuid() != 0) {
+    WARN("skipped: switching users needs root");
+    return;
+  }
+  testing::TempDir dir;
+  chmod(dir.Str().c_str(), 0777);
+  const ToolUser nobody{65534, 65534, {}};
+  const std::string err = dir.Str("job.err");
+  std::ofstream(err) << "epoch 1\n";
+  REQUIRE(chown(err.c_str(), 65534, 65534) == 0);
+  REQUIRE(AppendToFileAsUser(err, "mlsched: WARNING: idle\n", nobody) == "");
+  auto body = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  CHECK(body(err) == "epoch 1\nmlsched: WARNING: idle\n");
+  // Never created: a stderr file the user removed stays removed.
+  CHECK_THAT(AppendToFileAsUser(dir.Str("gone.err"), "x\n", nobody), Catch::Contains("cannot open the file"));
+  CHECK(access(dir.Str("gone.err").c_str(), F_OK) != 0);
+  // The attacks: the user replaces its stderr by a link to root's file, or by a FIFO nobody reads
+  // (the agent's helper must not wait on it), or names a file only root may write.
+  const std::string target = dir.Str("root-owned");
+  std::ofstream(target) << "root's\n";
+  chmod(target.c_str(), 0644);
+  REQUIRE(symlink(target.c_str(), dir.Str("link.err").c_str()) == 0);
+  CHECK_THAT(AppendToFileAsUser(dir.Str("link.err"), "owned\n", nobody), Catch::Contains("cannot open the file"));
+  CHECK_THAT(AppendToFileAsUser(target, "owned\n", nobody), Catch::Contains("Permission denied"));
+  CHECK(body(target) == "root's\n");
+  REQUIRE(mkfifo(dir.Str("fifo.err").c_str(), 0666) == 0);
+  chmod(dir.Str("fifo.err").c_str(), 0666);  // the user's own FIFO, past the umask
+  CHECK_THAT(AppendToFileAsUser(dir.Str("fifo.err"), "x\n", nobody), Catch::Contains("cannot open the file"));  // ENXIO: no reader
+  std::string fifo_reader_error;
+  {
+    // With a reader it opens, and is still refused: not a regular file.
+    const int rd = open(dir.Str("fifo.err").c_str(), O_RDONLY | O_NONBLOCK);
+    REQUIRE(rd >= 0);
+    fifo_reader_error = AppendToFileAsUser(dir.Str("fifo.err"), "x\n", nobody);
+    close(rd);
+  }
+  CHECK_THAT(fifo_reader_error, Catch::Contains("not a regular file"));
+  CHECK_THAT(AppendToFileAsUser("relative.err", "x", nobody), Catch::Contains("bad path"));
 }

@@ -183,7 +183,7 @@ TEST_CASE("every error is reported as FILE:LINE:COL and no policy comes back", "
        {"p.toml:2:1: unknown key 'backfil' in the top level; expected one of: default_partition, default_qos, "
         "operators, enforce_associations, scheduler, backfill, priority, fairshare, partitions, qos, accounts, "
         "users, pricing, placement, preemption, warm_pools, limits, simulation, prediction, elastic, provisioning, "
-        "inventory, nodes, interactive, health, watchdog"}},
+        "inventory, nodes, interactive, health, watchdog, idle"}},
       {"unknown [prediction] key", "[prediction]\nenabled = true\nhistroy = 3\n",
        {"p.toml:3:1: unknown key 'histroy' in [prediction]; expected one of: enabled, predictor, history, correction, history_by"}},
       {"bad [prediction] values",
