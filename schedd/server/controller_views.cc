@@ -164,10 +164,16 @@ Status Controller::List(const Caller& caller, const v1::ListJobsRequest& req, in
   }
   if (req.include_all_finished() && ids.empty()) {
     const int64_t since = req.finished_since() > 0 ? req.finished_since() : now - kDefaultFinishedWindowS;
+    Store::FinishedFilter filter;  // what the store can select by index; `keep` checks everything
+    filter.users.assign(users.begin(), users.end());
+    for (int st : states)
+      if (st == v1::COMPLETED || st == v1::FAILED || st == v1::CANCELLED || st == v1::TIMEOUT)
+        filter.states.push_back(v1::JobState_Name(static_cast<v1::JobState>(st)));
+    if (!states.empty() && filter.states.empty()) filter.states.push_back("-");  // only live states: no finished job
     ListSource disk;
     int64_t cursor = *after;
     for (size_t scanned = 0; !full(disk);) {
-      auto rows = store_.LoadFinishedJobsPage(since, cursor, static_cast<size_t>(page));
+      auto rows = store_.LoadFinishedJobsPage(since, cursor, static_cast<size_t>(page), filter);
       for (const auto& row : rows) add(disk, JobInfoFromRow(row));
       scanned += rows.size();
       if (rows.size() < static_cast<size_t>(page)) break;  // the store has no more

@@ -661,7 +661,12 @@ std::vector<JobRow> EtcdStore::LoadFinishedJobs(int64_t start, int64_t end) {
   return out;
 }
 
-std::vector<JobRow> EtcdStore::LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) {
+std::vector<JobRow> EtcdStore::LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit,
+                                                    const FinishedFilter& filter) {
+  auto in = [](const std::vector<std::string>& names, const std::string& name) {
+    return names.empty() || names.size() > FinishedFilter::kMaxFilterNames ||
+           std::find(names.begin(), names.end(), name) != names.end();
+  };
   std::vector<JobRow> out;
   etcdpb::RangeRequest req;
   req.set_key(JobKey(after_id + 1));
@@ -671,7 +676,8 @@ std::vector<JobRow> EtcdStore::LoadFinishedJobsPage(int64_t since, int64_t after
     auto resp = etcd_.Range(req);
     for (const auto& kv : resp.kvs()) {
       JobRow r = FromStored(Parse<v1::StoredJob>(kv.value(), kv.key()));
-      if (IsFinal(r.state) && r.end_time >= since) out.push_back(std::move(r));
+      if (IsFinal(r.state) && r.end_time >= since && in(filter.users, r.user) && in(filter.states, r.state))
+        out.push_back(std::move(r));
       if (out.size() == limit) break;
     }
     if (!resp.more() || resp.kvs_size() == 0) break;

@@ -92,7 +92,8 @@ class EtcdStore final : public Store {
   std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) override;
   std::optional<JobRow> LoadJob(int64_t id) override;
   std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) override;
-  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) override;
+  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit,
+                                           const FinishedFilter& filter) override;
   std::vector<NodeRow> LoadNodes() override;
   std::optional<std::string> LoadSpec(int64_t id) override;
   /// One job's spec must fit one etcd request with room for its row: 1 MiB.

@@ -187,9 +187,18 @@ class Store {
   virtual std::optional<JobRow> LoadJob(int64_t id) = 0;
   /// Every job that ended in [start, end), for reports.
   virtual std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) = 0;
+  /// Which finished jobs a page holds (ListJobs' filters the store can apply): their users and
+  /// their final states ("COMPLETED", ...); empty = any. Longer lists than kMaxFilterNames are not
+  /// applied by the store (the caller filters anyway).
+  struct FinishedFilter {
+    std::vector<std::string> users, states;
+    static constexpr size_t kMaxFilterNames = 64;
+  };
   /// One page of finished jobs (final states) that ended at or after `since` (seconds since
-  /// epoch), with ids above `after_id`, in id order, at most `limit` of them (mlq -a pages).
-  virtual std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) = 0;
+  /// epoch), with ids above `after_id`, in id order, at most `limit` of them (mlq -a, mlacct),
+  /// of `filter`'s users and states.
+  virtual std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit,
+                                                   const FinishedFilter& filter) = 0;
   virtual std::vector<NodeRow> LoadNodes() = 0;
   /// The stored JobSpec blob of a job (kept out of memory for pending jobs).
   virtual std::optional<std::string> LoadSpec(int64_t id) = 0;
@@ -237,7 +246,8 @@ class SqliteStore final : public Store {
   std::optional<int64_t> LookupSubmission(const std::string& user, uint32_t uid, const std::string& key) override;
   std::optional<JobRow> LoadJob(int64_t id) override;
   std::vector<JobRow> LoadFinishedJobs(int64_t start, int64_t end) override;
-  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit) override;
+  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit,
+                                           const FinishedFilter& filter) override;
   std::vector<NodeRow> LoadNodes() override;
   std::optional<std::string> LoadSpec(int64_t id) override;
 

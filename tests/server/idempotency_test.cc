@@ -60,8 +60,8 @@ struct LostAnswerStore final : Store {
   }
   std::optional<JobRow> LoadJob(int64_t id) override { return s.LoadJob(id); }
   std::vector<JobRow> LoadFinishedJobs(int64_t a, int64_t b) override { return s.LoadFinishedJobs(a, b); }
-  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after, size_t limit) override {
-    return s.LoadFinishedJobsPage(since, after, limit);
+  std::vector<JobRow> LoadFinishedJobsPage(int64_t since, int64_t after, size_t limit, const FinishedFilter& f) override {
+    return s.LoadFinishedJobsPage(since, after, limit, f);
   }
   std::vector<NodeRow> LoadNodes() override { return s.LoadNodes(); }
   std::optional<std::string> LoadSpec(int64_t id) override { return s.LoadSpec(id); }

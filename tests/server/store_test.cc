@@ -83,6 +83,47 @@ TEST_CASE("store keeps finished jobs out of the live load unless recent", "[stor
   CHECK(nodes[0].reason == "maintenance");
 }
 
+TEST_CASE("store pages finished jobs by user and state through its index (mlacct -u), in id order", "[store][accounting]") {
+  TempDir dir;
+  SqliteStore s(dir.path.string());
+  // 30 jobs of alice, bob and carol in turn; every third ended FAILED, the others COMPLETED; one running.
+  for (int i = 0; i < 30; ++i) {
+    JobRow r;
+    r.spec = "x";
+    r.user = i % 3 == 0 ? "alice" : i % 3 == 1 ? "bob" : "carol";
+    JobRow done = *s.LoadJob(s.InsertJob(r).get().id);
+    done.state = i % 2 == 0 ? "FAILED" : "COMPLETED";
+    done.end_time = 1000 + i;
+    s.UpdateJob(done).get();
+  }
+  JobRow live;
+  live.user = "alice";
+  s.InsertJob(live).get();
+  auto users = [](const std::vector<JobRow>& rows) {
+    std::set<std::string> out;
+    for (const auto& r : rows) out.insert(r.user);
+    return out;
+  };
+  auto alice = s.LoadFinishedJobsPage(0, 0, 100, {{"alice"}, {}});
+  CHECK(alice.size() == 10);
+  CHECK(users(alice) == std::set<std::string>{"alice"});
+  CHECK(std::is_sorted(alice.begin(), alice.end(), [](const JobRow& a, const JobRow& b) { return a.id < b.id; }));
+  // Paged: ids above the last one seen, the window's start honoured.
+  auto page = s.LoadFinishedJobsPage(0, alice[3].id, 2, {{"alice"}, {}});
+  REQUIRE(page.size() == 2);
+  CHECK(page[0].id == alice[4].id);
+  CHECK(s.LoadFinishedJobsPage(1015, 0, 100, {{"alice"}, {}}).size() == 5);
+  auto failed = s.LoadFinishedJobsPage(0, 0, 100, {{"alice", "bob"}, {"FAILED"}});
+  CHECK(failed.size() == 10);  // alice's 0, 6, ... and bob's 4, 10, ... (i even)
+  for (const auto& r : failed) CHECK(r.state == "FAILED");
+  CHECK(s.LoadFinishedJobsPage(0, 0, 100, {}).size() == 30);
+  CHECK(s.LoadFinishedJobsPage(0, 0, 100, {{"dave"}, {}}).empty());
+  // A list longer than the store applies is not applied (the caller filters).
+  Store::FinishedFilter many;
+  for (size_t i = 0; i <= Store::FinishedFilter::kMaxFilterNames; ++i) many.users.push_back("u" + std::to_string(i));
+  CHECK(s.LoadFinishedJobsPage(0, 0, 100, many).size() == 30);
+}
+
 TEST_CASE("store array inserts get consecutive ids even beside other inserts", "[store]") {
   TempDir dir;
   SqliteStore s(dir.path.string());
