@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "cli/acct_format.h"
 #include "cli/job_format.h"
 #include "cli/job_states.h"
 #include "common/safe_text.h"
@@ -181,6 +182,14 @@ std::string FormatJobDetail(const v1::JobInfo& job, int64_t now) {
     placement += (placement.empty() ? "" : " ") + std::to_string(t.rank()) + ":" + t.node() + (gpus.empty() ? "" : "[" + gpus + "]");
   }
   lines.push_back({{"Tasks", placement}});
+  // What it used so far (accounting: its agents' cgroup and NVML samples; sacct's names).
+  if (job.has_usage() && job.usage().ranks() > 0) {
+    std::vector<std::pair<std::string, std::string>> used;
+    for (const char* field : {"TotalCPU", "CPUEff", "MaxRSS", "GPUHours", "GPUUtil", "EnergyKWh", "OOMKills"})
+      used.emplace_back(field, AcctField(field, job, now));
+    if (job.idle_gpus_since() > 0) used.emplace_back("IdleGPUs", f('X'));
+    lines.push_back(used);
+  }
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i) out += "   ";

@@ -111,6 +111,20 @@ TEST_CASE("show job prints every field", "[cli][admin]") {
   CHECK(j["placement"][1]["node"] == "n2");
   CHECK(j["placement"][1]["gpu_indices"] == nlohmann::json::array({1}));
   CHECK(j["job_id"] == 42);
+  CHECK_THAT(text, !Catch::Contains("TotalCPU="));  // nothing measured yet: no usage line
+  // Live usage (its agents' samples) and the idle-GPU flag.
+  job.set_start_time(1000);
+  auto* u = job.mutable_usage();
+  u->set_ranks(2);
+  u->set_cpu_usec(int64_t{7200} * 1'000'000);
+  u->set_max_rss_bytes(int64_t{3} << 30);
+  u->set_gpu_seconds(7200);
+  u->set_gpu_busy_seconds(720);
+  job.set_idle_gpus_since(2800);
+  job.set_idle_gpu_util(1.5);
+  text = FormatJobDetail(job, 4600);
+  for (const char* part : {"TotalCPU=2:00:00 CPUEff=50.0%", "MaxRSS=3G", "GPUHours=2.00", "GPUUtil=10.0%", "IdleGPUs=30:00:1.5%"})
+    CHECK_THAT(text, Catch::Contains(part));
 }
 
 TEST_CASE("show job shows a job's container: image, digest, mounts, workdir, env, writable, home", "[cli][admin][container]") {
