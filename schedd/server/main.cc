@@ -26,6 +26,8 @@
 #include "schedd/server/etcd_flags.h"
 #include "schedd/server/etcd_store.h"
 #include "schedd/server/leader.h"
+#include "schedd/server/retention.h"
+#include "common/units.h"
 #include "schedd/server/agent_gateway.h"
 #include "schedd/server/services.h"
 #include "schedd/server/store.h"
@@ -208,6 +210,10 @@ int main(int argc, char** argv) {
                  "Seconds added to the prepare of a job in a container image, for its nodes to pull it");
   app.add_option("--kill-grace", cfg.kill_grace_s, "Seconds between SIGTERM and SIGKILL");
   app.add_option("--min-job-age", cfg.min_job_age_s, "Seconds finished jobs stay listed by default");
+  std::string retention_text;
+  app.add_option("--accounting-retention", retention_text,
+                 "Delete finished jobs, their attempts, events and steps this long after they ended (slurmdbd's "
+                 "PurgeJobAfter): e.g. 365d; at least 1d; default: keep forever. HA mode: this replica's history");
   app.add_option("--max-array-size", cfg.max_array_size, "Most elements of one job array (--array)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--requeue-backoff", cfg.requeue_backoff_s, "Seconds before a failed launch is retried");
@@ -230,6 +236,15 @@ int main(int argc, char** argv) {
   if (listen.rfind("unix:", 0) != 0) {
     std::cerr << "schedd: --listen must be unix:PATH (got '" << listen << "')\n";
     return 2;
+  }
+  int64_t retention_s = 0;
+  if (!retention_text.empty()) {
+    auto r = mlsched::ParseDuration(retention_text);
+    if (!r || *r.value < 86400) {
+      std::cerr << "schedd: --accounting-retention '" << retention_text << "': " << (r ? "at least 1d" : r.error) << "\n";
+      return 2;
+    }
+    retention_s = *r.value;
   }
   if (!token_file.empty()) {
     std::cerr << "schedd: --token-file was removed: TCP users prove who they are with MUNGE and agents with node "
@@ -417,6 +432,15 @@ int main(int argc, char** argv) {
       spdlog::info("HA: history older than {} s moves to {}/state.db (archive kept in etcd {} s)", archive.after_s,
                    state_dir, archive.retention_s);
     }
+    // Accounting retention: the store itself, or in HA mode this replica's history.
+    std::unique_ptr<RetentionPurger> retention;
+    if (retention_s > 0) {
+      SqliteStore* target = estore ? history.get() : dynamic_cast<SqliteStore*>(&store);
+      if (target) {
+        retention = std::make_unique<RetentionPurger>(*target, retention_s, std::chrono::hours(1), [] { return WallNow(); });
+        spdlog::info("accounting retention: finished jobs are deleted {} s after they ended", retention_s);
+      }
+    }
     std::thread loop([&] {
       while (!stop) {
         ctl.WaitForWork(cycle_ms);
@@ -455,6 +479,7 @@ int main(int argc, char** argv) {
     ctl.Trigger();
     loop.join();
     archiver.reset();
+    retention.reset();
     if (estore) {
       estore->Drain();  // every accepted write is committed (or refused) before the lease goes
       leadership->Resign();

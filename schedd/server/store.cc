@@ -542,6 +542,28 @@ std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids,
   return out;
 }
 
+std::future<int64_t> SqliteStore::PurgeFinished(int64_t cutoff, int64_t max_jobs) {
+  auto p = std::make_shared<std::promise<int64_t>>();
+  auto purged = std::make_shared<int64_t>(0);
+  Enqueue(
+      [cutoff, max_jobs, purged](sqlite3* db) {
+        Exec(db, "CREATE TEMP TABLE IF NOT EXISTS purge_ids (id INTEGER PRIMARY KEY); DELETE FROM purge_ids;");
+        Stmt pick(db,
+                  "INSERT INTO purge_ids SELECT id FROM jobs WHERE end_time > 0 AND end_time < ? AND state IN "
+                  "('COMPLETED','FAILED','CANCELLED','TIMEOUT') ORDER BY end_time LIMIT ?");
+        pick.Bind(1, cutoff).Bind(2, max_jobs).Step();
+        Exec(db,
+             "DELETE FROM attempts WHERE job_id IN (SELECT id FROM purge_ids);"
+             "DELETE FROM events WHERE job_id IN (SELECT id FROM purge_ids);"
+             "DELETE FROM steps WHERE job_id IN (SELECT id FROM purge_ids);"
+             "DELETE FROM jobs WHERE id IN (SELECT id FROM purge_ids);");
+        *purged = sqlite3_changes(db);
+        Exec(db, "DELETE FROM purge_ids;");
+      },
+      [p, purged](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*purged); });
+  return p->get_future();
+}
+
 std::future<void> SqliteStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(

@@ -263,6 +263,11 @@ class SqliteStore final : public Store {
   /// The position ImportHistory last recorded for `stream` ("" = none). (reader connection)
   std::string HistoryCursor(const std::string& stream);
 
+  /// Accounting retention (slurmdbd's PurgeJobAfter): deletes at most `max_jobs` finished jobs
+  /// (final states) that ended before `cutoff` (seconds since epoch), oldest first, with their
+  /// attempts, events and steps, in one transaction. The future gives how many jobs went.
+  std::future<int64_t> PurgeFinished(int64_t cutoff, int64_t max_jobs);
+
   /// While `refuse` is true, SQLite itself refuses every write on the writer connection (PRAGMA
   /// query_only: "attempt to write a readonly database"), and each write's future carries that
   /// StoreError. It is how tests play a full or read-only disk; reads keep working. Applied before

@@ -124,6 +124,52 @@ TEST_CASE("store pages finished jobs by user and state through its index (mlacct
   CHECK(s.LoadFinishedJobsPage(0, 0, 100, many).size() == 30);
 }
 
+TEST_CASE("accounting retention deletes finished jobs ended before the cutoff with their attempts, events and steps",
+          "[store][accounting]") {
+  TempDir dir;
+  SqliteStore s(dir.path.string());
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    JobRow r;
+    r.spec = "x";
+    r.user = "alice";
+    const int64_t id = s.InsertJob(r).get().id;
+    ids.push_back(id);
+    JobRow done = *s.LoadJob(id);
+    done.state = i == 4 ? "RUNNING" : "COMPLETED";  // the last one still runs
+    done.end_time = i == 4 ? 0 : 1000 * (i + 1);   // ended at 1000, 2000, 3000, 4000
+    AttemptRow a;
+    a.job_id = id;
+    a.attempt = 1;
+    a.start_time = done.end_time - 100;
+    a.end_time = done.end_time;
+    s.UpdateJob(done, "end", "done").get();
+    s.SaveAttempt(a).get();
+    StepRow step;
+    step.job_id = id;
+    step.name = "hostname";
+    s.SaveStep(step).get();
+  }
+  CHECK(s.LoadAttempts(0, 10000).size() == 5);
+  // Cutoff 2500: the jobs ended at 1000 and 2000 go, oldest first, at most 1 per call.
+  CHECK(s.PurgeFinished(2500, 1).get() == 1);
+  CHECK_FALSE(s.LoadJob(ids[0]));
+  CHECK(s.LoadJob(ids[1]));
+  CHECK(s.PurgeFinished(2500, 100).get() == 1);
+  CHECK(s.PurgeFinished(2500, 100).get() == 0);
+  CHECK_FALSE(s.LoadJob(ids[1]));
+  for (size_t i = 2; i < 5; ++i) CHECK(s.LoadJob(ids[i]));
+  auto attempts = s.LoadAttempts(0, 10000);
+  CHECK(attempts.size() == 3);
+  for (const auto& a : attempts) CHECK(a.job_id >= ids[2]);
+  CHECK(mlsched::server::testing::EventsOf(dir, ids[0]).empty());
+  CHECK_FALSE(mlsched::server::testing::EventsOf(dir, ids[2]).empty());
+  CHECK(s.LoadSteps({ids[0], ids[1], ids[2]}, 10).size() == 1);
+  // A running job is never purged, however old its start.
+  CHECK(s.PurgeFinished(1'000'000, 100).get() == 2);
+  CHECK(s.LoadJob(ids[4]));
+}
+
 TEST_CASE("store array inserts get consecutive ids even beside other inserts", "[store]") {
   TempDir dir;
   SqliteStore s(dir.path.string());
