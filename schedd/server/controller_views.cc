@@ -121,7 +121,7 @@ Status Controller::List(const Caller& caller, const v1::ListJobsRequest& req, in
   // Each source: the first `page` kept jobs above the token, in id order (ListSource).
   auto add = [&](ListSource& src, v1::JobInfo info) {
     if (!keep(info)) return;
-    if (!MaySeeDetails(caller, info.uid(), info.user())) RedactJobDetails(info.mutable_spec());
+    if (!MaySeeDetails(caller, info.uid(), info.user())) RedactJobInfo(&info);
     Summarize(info.mutable_spec());
     src.jobs.push_back(std::move(info));
   };
@@ -198,7 +198,7 @@ Status Controller::Get(const Caller& caller, int64_t job_id, v1::JobInfo* out) {
   if (!row) return {Status::kNotFound, "job " + std::to_string(job_id) + ": no such job"};
   if (out->job_id() == 0) *out = JobInfoFromRow(*row);
   out->mutable_spec()->ParseFromString(row->spec);  // the full spec for `show job`
-  if (!MaySeeDetails(caller, out->uid(), out->user())) RedactJobDetails(out->mutable_spec());
+  if (!MaySeeDetails(caller, out->uid(), out->user())) RedactJobInfo(out);
   return {};
 }
 

@@ -112,6 +112,11 @@ void RedactJobDetails(v1::JobSpec* spec) {
   spec->clear_argv();
 }
 
+void RedactJobInfo(v1::JobInfo* info) {
+  RedactJobDetails(info->mutable_spec());
+  info->clear_usage();
+}
+
 v1::JobInfo JobInfoFromRow(const JobRow& row) {
   v1::JobInfo info;
   info.set_job_id(row.id);

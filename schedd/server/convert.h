@@ -25,6 +25,9 @@ mlsched::v1::JobState ToProtoState(core::JobState s);
 /// Removes what only a job's owner and operators may see: environment, script and argv (these
 /// carry secrets, e.g. an exported AWS_SECRET_ACCESS_KEY). The rest is public, as in squeue.
 void RedactJobDetails(mlsched::v1::JobSpec* spec);
+/// RedactJobDetails on the job's spec, and its usage cleared (what its processes used, as
+/// Slurm's PrivateData=usage): for callers who are neither its owner nor an operator.
+void RedactJobInfo(mlsched::v1::JobInfo* info);
 /// A job row read from disk, for jobs no longer held in memory (without environment and script).
 mlsched::v1::JobInfo JobInfoFromRow(const JobRow& row);
 

@@ -116,3 +116,28 @@ TEST_CASE("the controller shows a running attempt's usage and stores it with the
   CHECK(rows[0].max_rss_bytes == 300 << 20);
   CHECK(rows[0].oom_kills == 0);
 }
+
+TEST_CASE("what a job used is its owner's and the operators' to see (Slurm's PrivateData=usage)",
+          "[controller][accounting][security]") {
+  NodesWorld w(1, 4);
+  const int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  v1::AgentMessage m = Heartbeat({{id, 1, 0}});
+  m.mutable_heartbeat()->mutable_running(0)->set_cpu_usec(5'000'000);
+  m.mutable_heartbeat()->mutable_running(0)->set_max_rss_bytes(64 << 20);
+  w.ctl->OnAgentMessage("n1", m, w.now + 10);
+  auto seen_by = [&](const Caller& who) {
+    v1::JobInfo info;
+    REQUIRE(w.ctl->Get(who, id, &info).ok());
+    v1::ListJobsRequest req;
+    v1::ListJobsResponse resp;
+    REQUIRE(w.ctl->List(who, req, w.now + 11, &resp).ok());
+    REQUIRE(resp.jobs_size() == 1);
+    CHECK(resp.jobs(0).has_usage() == info.has_usage());
+    return info.has_usage() ? info.usage().cpu_usec() : -2;
+  };
+  CHECK(seen_by(w.alice) == 5'000'000);
+  CHECK(seen_by(Root()) == 5'000'000);
+  CHECK(seen_by(User("bob", 1002)) == -2);
+}
