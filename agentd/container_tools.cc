@@ -63,9 +63,10 @@ pid_t SpawnRegistered(const std::function<pid_t()>& spawn) {
   return pid;
 }
 
-int WaitHelper(pid_t pid) {
+int WaitHelper(pid_t pid, struct rusage* usage) {
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  struct rusage ignored;
+  while (wait4(pid, &status, 0, usage ? usage : &ignored) < 0 && errno == EINTR) {
   }
   std::lock_guard lk(helpers_mu);
   helpers.erase(pid);

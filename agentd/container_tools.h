@@ -5,6 +5,7 @@
 // process group) and a bounded capture of what they print.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -71,7 +72,8 @@ pid_t ForkHelper();
 /// helper registry locked, and registers the pid before the orphan reaper can see it (an
 /// interactive session's process). Reap it with WaitHelper.
 pid_t SpawnRegistered(const std::function<pid_t()>& spawn);
-/// waitpid() for a ForkHelper child, then unregisters it. Returns the wait status.
-int WaitHelper(pid_t pid);
+/// wait4() for a ForkHelper child, then unregisters it. Returns the wait status; `usage` (when
+/// given) gets what the child and the descendants it waited for used.
+int WaitHelper(pid_t pid, struct rusage* usage = nullptr);
 
 }  // namespace mlsched::agent

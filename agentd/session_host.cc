@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <termios.h>
@@ -139,12 +140,17 @@ void WriteAll(int fd, const std::string& data, const std::atomic<bool>& exited) 
   }
 }
 
-v1::SessionFrame ExitFrame(int code, bool signaled, const std::string& error) {
+v1::SessionFrame ExitFrame(int code, bool signaled, const std::string& error, const struct rusage* usage = nullptr) {
   v1::SessionFrame f;
   auto* e = f.mutable_output()->mutable_exit();
   e->set_exit_code(code);
   e->set_signaled(signaled);
   e->set_error(error);
+  if (usage) {  // the process and the descendants it waited for (ru_maxrss: KiB on Linux)
+    auto usec = [](const timeval& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000 + t.tv_usec; };
+    e->set_cpu_usec(usec(usage->ru_utime) + usec(usage->ru_stime));
+    e->set_max_rss_bytes(static_cast<int64_t>(usage->ru_maxrss) * 1024);
+  }
   return f;
 }
 
@@ -315,11 +321,12 @@ void SessionHost::Run(std::shared_ptr<Live> live, v1::OpenSession msg) {
     live->exited = true;
     for (size_t i = 0; i + 1 < polls.size(); ++i)
       if (polls[i].fd >= 0) drain(polls[i]);
-    const ExitReport r = DecodeWaitStatus(WaitHelper(pid));
+    struct rusage usage {};
+    const ExitReport r = DecodeWaitStatus(WaitHelper(pid, &usage));
     kill(-pid, SIGHUP);  // what is left of its session
     live->pgid = 0;
     spdlog::info("{}: pid {} exited {}", tag, pid, r.exit_code);
-    if (streaming) stream->Write(ExitFrame(r.exit_code, r.signaled, ""));
+    if (streaming) stream->Write(ExitFrame(r.exit_code, r.signaled, "", &usage));
     stream->WritesDone();
   });
 

@@ -112,6 +112,12 @@ const std::vector<std::pair<std::string, Getter>>& Fields() {
          return HasUsage(j) ? Printf("%.2f", (j.usage().gpu_seconds() - j.usage().gpu_busy_seconds()) / 3600) : "";
        }},
       {"GPUUtil", [](const v1::JobInfo& j, int64_t) { return Percent(GpuUtil(j)); }},
+      {"MaxGPUUtil", [](const v1::JobInfo& j, int64_t) {
+         return HasUsage(j) && j.usage().gpu_seconds() > 0 ? std::to_string(j.usage().gpu_util_max_percent()) + "%" : "";
+       }},
+      {"MaxGPUMem", [](const v1::JobInfo& j, int64_t) {
+         return HasUsage(j) && j.usage().gpu_memory_max_bytes() > 0 ? FormatBytes(j.usage().gpu_memory_max_bytes()) : "";
+       }},
       {"EnergyKWh", [](const v1::JobInfo& j, int64_t) { return HasUsage(j) ? Printf("%.3f", j.usage().gpu_energy_joules() / 3.6e6) : ""; }},
       {"OOMKills", [](const v1::JobInfo& j, int64_t) { return HasUsage(j) ? std::to_string(j.usage().oom_kills()) : ""; }},
       {"Attempts", [](const v1::JobInfo& j, int64_t) { return std::to_string(j.attempt()); }},
@@ -257,6 +263,11 @@ std::string FormatEfficiency(const v1::JobInfo& j, int64_t now) {
                                     : Percent(util) + " busy over " + Printf("%.2f", j.usage().gpu_seconds() / 3600) +
                                           " GPU-hours (" + Printf("%.2f", (j.usage().gpu_seconds() - j.usage().gpu_busy_seconds()) / 3600) +
                                           " idle)");
+    if (HasUsage(j) && j.usage().gpu_seconds() > 0)
+      line("GPU Peaks", std::to_string(j.usage().gpu_util_max_percent()) + " % utilization" +
+                            (j.usage().gpu_memory_max_bytes() > 0 ? ", " + FormatBytes(j.usage().gpu_memory_max_bytes()) +
+                                                                        " GPU memory (largest task)"
+                                                                  : ""));
     if (HasUsage(j) && j.usage().gpu_energy_joules() > 0) line("GPU Energy", Printf("%.3f kWh", j.usage().gpu_energy_joules() / 3.6e6));
   }
   // The verdict: the largest waste first.

@@ -45,6 +45,8 @@ nlohmann::json UsageJson(const v1::JobInfo& job) {
           {"gpu_busy_s", u.gpu_busy_seconds()},
           {"gpu_util_percent", u.gpu_seconds() > 0 ? nlohmann::json(100.0 * u.gpu_busy_seconds() / u.gpu_seconds()) : nlohmann::json()},
           {"gpu_energy_j", u.gpu_energy_joules()},
+          {"gpu_util_max_percent", u.gpu_seconds() > 0 ? nlohmann::json(u.gpu_util_max_percent()) : nlohmann::json()},
+          {"gpu_memory_max_bytes", u.gpu_memory_max_bytes() > 0 ? nlohmann::json(u.gpu_memory_max_bytes()) : nlohmann::json()},
           {"oom_kills", u.oom_kills()},
           {"ranks", u.ranks()}};
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/safe_text.h"
+#include "common/units.h"
 
 namespace mlsched::cli {
 
@@ -35,13 +36,14 @@ std::string FormatStepTable(const std::vector<v1::StepInfo>& steps, int64_t now,
   std::string out;
   if (!noheader)
     out += Pad("STEPID", 12) + Pad("NAME", 16) + Pad("STATE", 10) + Pad("TASKS", 5) + Pad("EXIT", 4) + Pad("ELAPSED", 10) +
-           Pad("USER", 10) + "NODES\n";
+           Pad("USER", 10) + Pad("TOTALCPU", 10) + Pad("MAXRSS", 7) + "NODES\n";
   for (const auto& s : steps) {
     const bool running = s.state() == "RUNNING";
     out += Pad(std::to_string(s.job_id()) + "." + std::to_string(s.step_id()), 12) + Pad(SafeText(s.name()), 16) +
            Pad(SafeText(s.state()), 10) + Pad(std::to_string(s.ntasks()), 5) +
            Pad(running ? "-" : std::to_string(s.exit_code()), 4) + Pad(Clock(Elapsed(s, now)), 10) + Pad(SafeText(s.user()), 10) +
-           SafeText(s.nodes()) + "\n";
+           Pad(s.cpu_usec() >= 0 && !running ? Clock(s.cpu_usec() / 1'000'000) : "-", 10) +
+           Pad(s.max_rss_bytes() > 0 && !running ? FormatBytes(s.max_rss_bytes()) : "-", 7) + SafeText(s.nodes()) + "\n";
   }
   return out;
 }
@@ -66,6 +68,9 @@ nlohmann::json StepJson(const v1::StepInfo& s, int64_t now) {
           {"end_time", s.end_time()},
           {"elapsed_s", Elapsed(s, now)},
           {"user", SafeText(s.user())},
+          // What its tasks' processes used (their agents' getrusage); null while unknown.
+          {"cpu_s", s.cpu_usec() >= 0 && s.end_time() > 0 ? nlohmann::json(s.cpu_usec() / 1e6) : nlohmann::json()},
+          {"max_rss_bytes", s.max_rss_bytes() > 0 && s.end_time() > 0 ? nlohmann::json(s.max_rss_bytes()) : nlohmann::json()},
           {"nodes", nodes}};
 }
 

@@ -30,6 +30,9 @@ void AttemptUsage::OnRunning(const v1::RunningTask& t, int32_t gpus, int64_t now
   if (t.has_max_rss_bytes()) r->max_rss = std::max(r->max_rss, std::clamp<int64_t>(t.max_rss_bytes(), 0, kMaxBytes));
   if (t.has_rss_bytes()) r->max_rss = std::max(r->max_rss, std::clamp<int64_t>(t.rss_bytes(), 0, kMaxBytes));
   gpus = std::clamp(gpus, 0, kMaxGpus);
+  if (gpus > 0 && t.has_gpu_util_percent()) a->gpu_util_max = std::max(a->gpu_util_max, std::clamp(t.gpu_util_percent(), 0, 100));
+  if (gpus > 0 && t.has_gpu_memory_bytes())
+    a->gpu_memory_max = std::max(a->gpu_memory_max, std::clamp<int64_t>(t.gpu_memory_bytes(), 0, kMaxBytes));
   if (r->last_at >= 0 && now > r->last_at && now - r->last_at <= kMaxGapS && gpus > 0 && t.has_gpu_util_percent()) {
     const double dt = static_cast<double>(now - r->last_at);
     a->gpu_seconds += gpus * dt;
@@ -65,6 +68,8 @@ v1::JobUsage AttemptUsage::Of(int64_t job, int32_t attempt) const {
   u.set_gpu_seconds(a.gpu_seconds);
   u.set_gpu_busy_seconds(a.gpu_busy_seconds);
   u.set_gpu_energy_joules(a.gpu_energy_joules);
+  u.set_gpu_util_max_percent(a.gpu_util_max);
+  u.set_gpu_memory_max_bytes(a.gpu_memory_max);
   u.set_ranks(static_cast<int32_t>(a.ranks.size()));
   return u;
 }
@@ -80,6 +85,8 @@ v1::JobUsage AddUsage(const v1::JobUsage* total, const v1::JobUsage& more) {
   u.set_gpu_busy_seconds(u.gpu_busy_seconds() + more.gpu_busy_seconds());
   u.set_gpu_energy_joules(u.gpu_energy_joules() + more.gpu_energy_joules());
   u.set_oom_kills(u.oom_kills() + more.oom_kills());
+  u.set_gpu_util_max_percent(std::max(u.gpu_util_max_percent(), more.gpu_util_max_percent()));
+  u.set_gpu_memory_max_bytes(std::max(u.gpu_memory_max_bytes(), more.gpu_memory_max_bytes()));
   u.set_ranks(std::max(u.ranks(), more.ranks()));
   u.set_wall_seconds(u.wall_seconds() + more.wall_seconds());
   return u;

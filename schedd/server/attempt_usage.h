@@ -42,6 +42,8 @@ class AttemptUsage {
   struct Attempt {
     std::map<int32_t, Rank> ranks;
     double gpu_seconds = 0, gpu_busy_seconds = 0, gpu_energy_joules = 0;
+    int32_t gpu_util_max = 0;    // percent, over every rank's samples
+    int64_t gpu_memory_max = 0;  // bytes, the most one rank's GPUs held at a sample
   };
   Rank* RankOf(int64_t job, int32_t attempt, int32_t rank, Attempt** a);
   std::map<std::pair<int64_t, int32_t>, Attempt> attempts_;

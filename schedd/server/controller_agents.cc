@@ -207,6 +207,8 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   acct.gpu_busy_seconds = used.gpu_busy_seconds();
   acct.gpu_energy_joules = used.gpu_energy_joules();
   acct.oom_kills = used.oom_kills();
+  acct.gpu_util_max_percent = used.gpu_util_max_percent();
+  acct.gpu_memory_max_bytes = used.gpu_memory_max_bytes();
   if (used.ranks() > 0) j.usage_total = std::make_shared<const v1::JobUsage>(AddUsage(j.usage_total.get(), used));
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
   // Work lost to a requeue: the time since the last checkpoint its tasks reported (or since the

@@ -197,6 +197,8 @@ grpc::Status JobServiceImpl::ListSteps(grpc::ServerContext* ctx, const v1::ListS
       s->set_exit_code(r.exit_code);
       s->set_start_time(r.start_time);
       s->set_end_time(r.end_time);
+      s->set_cpu_usec(r.cpu_usec);
+      s->set_max_rss_bytes(r.max_rss_bytes);
     }
     return grpc::Status::OK;
   });

@@ -221,7 +221,9 @@ void SessionRelay::EndStepTask(Session& s, const std::string& why_no_exit) {
     std::lock_guard lk(s.mu);
     exit = s.exit;
   }
-  if (exit) steps_->TaskEnded(s.job_id, s.step_id, s.step_task, exit->exit_code(), exit->signaled(), exit->error());
+  if (exit)
+    steps_->TaskEnded(s.job_id, s.step_id, s.step_task, exit->exit_code(), exit->signaled(), exit->error(),
+                      exit->has_cpu_usec() ? exit->cpu_usec() : -1, exit->has_max_rss_bytes() ? exit->max_rss_bytes() : -1);
   else steps_->TaskEnded(s.job_id, s.step_id, s.step_task, 255, false, why_no_exit);
 }
 

@@ -107,7 +107,7 @@ StepRow StepBook::Finish(Live& s, const std::string& state, int64_t now) {
 }
 
 void StepBook::TaskEnded(int64_t job_id, int32_t step_id, int32_t task, int32_t exit_code, bool signaled,
-                         const std::string& error) {
+                         const std::string& error, int64_t cpu_usec, int64_t max_rss) {
   std::vector<StepRow> rows;
   {
     std::lock_guard lk(mu_);
@@ -118,6 +118,9 @@ void StepBook::TaskEnded(int64_t job_id, int32_t step_id, int32_t task, int32_t 
     s.signaled |= signaled;
     s.failed |= !error.empty();
     s.lost |= error.rfind(kSessionLostPrefix, 0) == 0;
+    constexpr int64_t kMaxCpuUsec = int64_t{1} << 52, kMaxBytes = int64_t{1} << 50;  // beyond any task
+    if (cpu_usec >= 0) s.row.cpu_usec = std::max<int64_t>(s.row.cpu_usec, 0) + std::min(cpu_usec, kMaxCpuUsec);
+    if (max_rss >= 0) s.row.max_rss_bytes = std::max(s.row.max_rss_bytes, std::min(max_rss, kMaxBytes));
     if (static_cast<int32_t>(s.ended.size()) == s.row.ntasks) {
       rows.push_back(Finish(s, "", WallNow()));
       live_.erase(it);

@@ -47,8 +47,11 @@ class StepBook {
   /// FAILED_PRECONDITION otherwise.
   grpc::Status Join(int64_t job_id, int32_t step_id, int32_t task, const Caller& caller, const std::string& node);
   /// A task's session ended: `exit_code` (128 + signal when `signaled`), or `error` when the
-  /// process never started or the session broke (kSessionLostPrefix: NODE_FAIL).
-  void TaskEnded(int64_t job_id, int32_t step_id, int32_t task, int32_t exit_code, bool signaled, const std::string& error);
+  /// process never started or the session broke (kSessionLostPrefix: NODE_FAIL); what its
+  /// processes used as its agent reported it (`cpu_usec` microseconds, `max_rss` bytes; -1 =
+  /// unknown; clamped).
+  void TaskEnded(int64_t job_id, int32_t step_id, int32_t task, int32_t exit_code, bool signaled, const std::string& error,
+                 int64_t cpu_usec = -1, int64_t max_rss = -1);
   /// The steps of these jobs (those running now with their live state), by job and step id;
   /// OUT_OF_RANGE when they have more than kMaxListedSteps (nothing larger is read).
   grpc::Status List(const std::vector<int64_t>& job_ids, std::vector<StepRow>* out);

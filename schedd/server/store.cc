@@ -469,14 +469,15 @@ std::future<void> SqliteStore::SaveNode(NodeRow row) {
 namespace {
 const char* const kInsertAttempt =
     "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type,"
-    " pool, nodes, lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    " pool, nodes, lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills,"
+    " gpu_util_max, gpu_memory_max_bytes)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
 void BindAttempt(Stmt& s, const AttemptRow& a) {
   s.Bind(1, a.job_id).Bind(2, a.attempt).Bind(3, a.start_time).Bind(4, a.end_time).BindText(5, a.outcome)
       .Bind(6, a.ntasks).Bind(7, a.cpu_millis).Bind(8, a.gpus).BindText(9, a.gpu_type).BindText(10, a.pool)
       .BindText(11, a.nodes).Bind(12, a.lost_work_s).Bind(13, a.cpu_usec).Bind(14, a.max_rss_bytes)
       .BindDouble(15, a.gpu_seconds).BindDouble(16, a.gpu_busy_seconds).BindDouble(17, a.gpu_energy_joules)
-      .Bind(18, a.oom_kills);
+      .Bind(18, a.oom_kills).Bind(19, a.gpu_util_max_percent).Bind(20, a.gpu_memory_max_bytes);
 }
 }  // namespace
 
@@ -495,10 +496,11 @@ std::future<void> SqliteStore::SaveAttempt(AttemptRow a) {
 namespace {
 const char* const kInsertStep =
     "INSERT OR REPLACE INTO steps(job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time,"
-    " end_time) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+    " end_time, cpu_usec, max_rss_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
 void BindStep(Stmt& s, const StepRow& r) {
   s.Bind(1, r.job_id).Bind(2, r.step_id).BindText(3, r.name).Bind(4, r.ntasks).BindText(5, r.nodes).Bind(6, r.uid)
-      .BindText(7, r.user).BindText(8, r.state).Bind(9, r.exit_code).Bind(10, r.start_time).Bind(11, r.end_time);
+      .BindText(7, r.user).BindText(8, r.state).Bind(9, r.exit_code).Bind(10, r.start_time).Bind(11, r.end_time)
+      .Bind(12, r.cpu_usec).Bind(13, r.max_rss_bytes);
 }
 }  // namespace
 
@@ -517,7 +519,8 @@ std::future<void> SqliteStore::SaveStep(StepRow r) {
 std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_,
-         "SELECT job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time, end_time FROM steps"
+         "SELECT job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time, end_time, cpu_usec,"
+         " max_rss_bytes FROM steps"
          " WHERE job_id=? ORDER BY step_id");
   std::vector<StepRow> out;
   for (int64_t id : job_ids) {
@@ -536,6 +539,8 @@ std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids,
       r.exit_code = static_cast<int32_t>(s.Int(8));
       r.start_time = s.Int(9);
       r.end_time = s.Int(10);
+      r.cpu_usec = s.Int(11);
+      r.max_rss_bytes = s.Int(12);
       out.push_back(std::move(r));
     }
   }
@@ -633,8 +638,8 @@ std::vector<AttemptRow> SqliteStore::LoadAttempts(int64_t start, int64_t end) {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_,
          "SELECT job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type, pool, nodes,"
-         " lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills"
-         " FROM attempts WHERE start_time < ? AND (end_time = 0 OR end_time >= ?) ORDER BY job_id, attempt");
+         " lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills,"
+         " gpu_util_max, gpu_memory_max_bytes FROM attempts WHERE start_time < ? AND (end_time = 0 OR end_time >= ?) ORDER BY job_id, attempt");
   s.Bind(1, end).Bind(2, start);
   std::vector<AttemptRow> out;
   while (s.Step()) {
@@ -657,6 +662,8 @@ std::vector<AttemptRow> SqliteStore::LoadAttempts(int64_t start, int64_t end) {
     a.gpu_busy_seconds = s.Double(15);
     a.gpu_energy_joules = s.Double(16);
     a.oom_kills = s.Int(17);
+    a.gpu_util_max_percent = static_cast<int32_t>(s.Int(18));
+    a.gpu_memory_max_bytes = s.Int(19);
     out.push_back(std::move(a));
   }
   return out;

@@ -74,6 +74,8 @@ struct AttemptRow {
   int64_t max_rss_bytes = -1;
   double gpu_seconds = 0, gpu_busy_seconds = 0, gpu_energy_joules = 0;
   int64_t oom_kills = 0;
+  int32_t gpu_util_max_percent = 0;      // the highest NVML utilization a rank's GPUs reported
+  int64_t gpu_memory_max_bytes = 0;      // the most GPU memory a rank's GPUs held (bytes)
 };
 
 /// One step of a job (srun's JOB.STEP, mlrun inside a running job): written when it starts
@@ -89,6 +91,8 @@ struct StepRow {
   std::string state;                     // RUNNING, COMPLETED, FAILED, CANCELLED, NODE_FAIL
   int32_t exit_code = 0;                 // the highest of its tasks' (128 + signal when killed)
   int64_t start_time = 0, end_time = 0;  // seconds since epoch; end 0 while running
+  int64_t cpu_usec = -1;                 // its tasks' processes' CPU time, summed (getrusage); -1 = unknown
+  int64_t max_rss_bytes = -1;            // the largest task's MaxRSS (bytes); -1 = unknown
 };
 
 /// A finished job moved out of HA mode's etcd into a replica's history (etcd_archive.h), with its

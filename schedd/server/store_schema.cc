@@ -64,6 +64,12 @@ const char* const kMigrations[] = {
     // 13: one user's finished jobs over a window (mlacct -u, sacct's common query) by index: 20 s
     // over 1 M jobs without it (bench/server/acct_bench.sh).
     "CREATE INDEX jobs_by_user_end ON jobs(user, end_time);",
+    // 14: accounting peaks per attempt (the GPUs' highest utilization and memory) and what each
+    // step's processes used (getrusage of their reaped tasks).
+    "ALTER TABLE attempts ADD COLUMN gpu_util_max INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE attempts ADD COLUMN gpu_memory_max_bytes INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE steps ADD COLUMN cpu_usec INTEGER NOT NULL DEFAULT -1;"
+    "ALTER TABLE steps ADD COLUMN max_rss_bytes INTEGER NOT NULL DEFAULT -1;",
 };
 
 }  // namespace

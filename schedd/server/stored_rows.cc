@@ -66,6 +66,8 @@ v1::StoredAttempt ToStored(const AttemptRow& r) {
   s.set_gpu_busy_seconds(r.gpu_busy_seconds);
   s.set_gpu_energy_joules(r.gpu_energy_joules);
   s.set_oom_kills(r.oom_kills);
+  s.set_gpu_util_max_percent(r.gpu_util_max_percent);
+  s.set_gpu_memory_max_bytes(r.gpu_memory_max_bytes);
   return s;
 }
 
@@ -89,6 +91,8 @@ AttemptRow FromStored(const v1::StoredAttempt& s) {
   r.gpu_busy_seconds = s.gpu_busy_seconds();
   r.gpu_energy_joules = s.gpu_energy_joules();
   r.oom_kills = s.oom_kills();
+  r.gpu_util_max_percent = s.gpu_util_max_percent();
+  r.gpu_memory_max_bytes = s.gpu_memory_max_bytes();
   return r;
 }
 
@@ -105,6 +109,8 @@ v1::StoredStep ToStored(const StepRow& r) {
   s.set_exit_code(r.exit_code);
   s.set_start_time(r.start_time);
   s.set_end_time(r.end_time);
+  if (r.cpu_usec >= 0) s.set_cpu_usec(r.cpu_usec);
+  if (r.max_rss_bytes >= 0) s.set_max_rss_bytes(r.max_rss_bytes);
   return s;
 }
 
@@ -121,6 +127,8 @@ StepRow FromStored(const v1::StoredStep& s) {
   r.exit_code = s.exit_code();
   r.start_time = s.start_time();
   r.end_time = s.end_time();
+  r.cpu_usec = s.has_cpu_usec() ? s.cpu_usec() : -1;
+  r.max_rss_bytes = s.has_max_rss_bytes() ? s.max_rss_bytes() : -1;
   return r;
 }
 

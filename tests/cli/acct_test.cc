@@ -38,6 +38,8 @@ v1::JobInfo Finished() {
   u->set_gpu_seconds(8 * 2 * 3600.0);               // 8 GPUs x 2 h
   u->set_gpu_busy_seconds(8 * 2 * 3600.0 * 0.03);   // 3 % busy
   u->set_gpu_energy_joules(3.6e6 * 1.5);
+  u->set_gpu_util_max_percent(41);
+  u->set_gpu_memory_max_bytes(int64_t{6} << 30);
   return j;
 }
 
@@ -70,6 +72,9 @@ TEST_CASE("mlacct figures: TotalCPU, CPUEff, MaxRSS, MemEff, GPU hours and utili
   CHECK(AcctField("GPUHoursIdle", j, kNow) == "15.52");
   CHECK(AcctField("GPUUtil", j, kNow) == "3.0%");
   CHECK(AcctField("EnergyKWh", j, kNow) == "1.500");
+  CHECK(AcctField("MaxGPUUtil", j, kNow) == "41%");
+  CHECK(AcctField("MaxGPUMem", j, kNow) == "6G");
+  CHECK_THAT(FormatEfficiency(j, kNow), Catch::Contains("GPU Peaks: 41 % utilization, 6G GPU memory (largest task)"));
   // A signal death is sacct's 0:SIGNAL; nothing measured leaves the usage fields blank.
   v1::JobInfo killed = Finished();
   killed.set_exit_code(128 + 9);

@@ -85,9 +85,16 @@ s = json.load(sys.stdin)
 assert [x["step_id"] for x in s] == [sys.argv[1] + ".0", sys.argv[1] + ".1"], s
 assert s[1]["exit_code"] == 3 and s[1]["state"] == "FAILED" and s[0]["ntasks"] == 2 and len(s[0]["nodes"]) >= 1, s
 assert all(x["user"] == "nobody" and x["end_time"] >= x["start_time"] > 0 for x in s), s' "$alloc" || fail "mlq --steps --json"
+# A step's accounting: what its process used (getrusage of the reaped task, via its agent).
+as_nobody "$BIN/cli/mlrun" --jobid "$batch" --overlap sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i + 1)); done' >/dev/null
+"$BIN/cli/mlq" --steps --json -j "$batch" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert len(s) == 2 and s[1]["name"] == "sh" and s[1]["state"] == "COMPLETED", s
+assert s[1]["cpu_s"] >= 0.1 and s[1]["max_rss_bytes"] > 0, s' || fail "the CPU-bound step's usage: $("$BIN/cli/mlq" --steps --json -j "$batch")"
 setpriv --reuid=1 --regid=1 --clear-groups "$BIN/cli/mlq" --steps -h -j "$alloc" > "$OUT/other"
 [ ! -s "$OUT/other" ] || fail "another user sees nobody's steps: $(cat "$OUT/other")"
-say "steps: $alloc.0 (2 tasks) COMPLETED, $alloc.1 FAILED 3, $batch.0 in a batch job; --json; hidden from other users"
+say "steps: $alloc.0 (2 tasks) COMPLETED, $alloc.1 FAILED 3, $batch.0 in a batch job; --json; a step's CPU time and MaxRSS; hidden from other users"
 
 # Idle release, in parallel: (a) a silent sleep is released, (b) a silent CPU-bound step and (c)
 # steps printing every 2 s are not.

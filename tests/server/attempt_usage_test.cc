@@ -141,3 +141,25 @@ TEST_CASE("what a job used is its owner's and the operators' to see (Slurm's Pri
   CHECK(seen_by(Root()) == 5'000'000);
   CHECK(seen_by(User("bob", 1002)) == -2);
 }
+
+TEST_CASE("AttemptUsage: the GPUs' peak utilization and memory per attempt, and over attempts", "[accounting]") {
+  AttemptUsage u;
+  v1::RunningTask t = Sample(0, 1, 1, 35, -1);
+  t.set_gpu_memory_bytes(int64_t{20} << 30);
+  u.OnRunning(t, 2, 1000);
+  t.set_gpu_util_percent(90);
+  t.set_gpu_memory_bytes(int64_t{12} << 30);
+  u.OnRunning(t, 2, 1030);
+  v1::RunningTask cpu_only = Sample(1, 1, 1, 100, -1);  // a rank without GPUs says nothing of them
+  cpu_only.set_gpu_memory_bytes(int64_t{1} << 40);
+  u.OnRunning(cpu_only, 0, 1030);
+  v1::JobUsage a = u.Of(7, 1);
+  CHECK(a.gpu_util_max_percent() == 90);
+  CHECK(a.gpu_memory_max_bytes() == int64_t{20} << 30);
+  v1::JobUsage later;
+  later.set_gpu_util_max_percent(40);
+  later.set_gpu_memory_max_bytes(int64_t{30} << 30);
+  const v1::JobUsage both = AddUsage(&a, later);
+  CHECK(both.gpu_util_max_percent() == 90);
+  CHECK(both.gpu_memory_max_bytes() == int64_t{30} << 30);
+}

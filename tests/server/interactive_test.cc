@@ -167,7 +167,10 @@ TEST_CASE("the store keeps steps by job, across reopen", "[store][steps]") {
     r.state = "FAILED";
     r.exit_code = 3;
     r.end_time = 160;
+    r.cpu_usec = 2'500'000;  // what its tasks' processes used (getrusage)
+    r.max_rss_bytes = 300 << 20;
     s.SaveStep(r).get();  // the end replaces the start
+    r.cpu_usec = r.max_rss_bytes = -1;
     r.step_id = 1;
     r.state = "COMPLETED";
     r.exit_code = 0;
@@ -184,7 +187,10 @@ TEST_CASE("the store keeps steps by job, across reopen", "[store][steps]") {
   CHECK(steps[0].end_time == 160);
   CHECK(steps[0].nodes == "a,b");
   CHECK(steps[0].user == "nobody");
+  CHECK(steps[0].cpu_usec == 2'500'000);
+  CHECK(steps[0].max_rss_bytes == 300 << 20);
   CHECK(steps[1].state == "COMPLETED");
+  CHECK(steps[1].cpu_usec == -1);  // unknown stays unknown
   CHECK(s.LoadSteps({12, 13}, 100).size() == 3);
   CHECK(s.LoadSteps({12, 13}, 2).size() == 2);  // the limit holds across jobs
   CHECK(s.LoadSteps({14}, 100).empty());
