@@ -121,6 +121,12 @@ const std::vector<std::pair<std::string, Getter>>& Fields() {
       {"EnergyKWh", [](const v1::JobInfo& j, int64_t) { return HasUsage(j) ? Printf("%.3f", j.usage().gpu_energy_joules() / 3.6e6) : ""; }},
       {"OOMKills", [](const v1::JobInfo& j, int64_t) { return HasUsage(j) ? std::to_string(j.usage().oom_kills()) : ""; }},
       {"Attempts", [](const v1::JobInfo& j, int64_t) { return std::to_string(j.attempt()); }},
+      {"Preemptions", [](const v1::JobInfo& j, int64_t) { return std::to_string(j.preempt_count()); }},
+      {"Evictions", [](const v1::JobInfo& j, int64_t) { return std::to_string(j.evictions()); }},
+      {"LostWork", [](const v1::JobInfo& j, int64_t) {
+         return j.has_usage() && j.usage().lost_work_seconds() > 0 ? FormatDuration(j.usage().lost_work_seconds()) : "0:00";
+       }},
+      {"Cost", [](const v1::JobInfo& j, int64_t) { return j.has_usage() ? Printf("%.2f", j.usage().cost()) : ""; }},
   };
   return fields;
 }

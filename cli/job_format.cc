@@ -37,7 +37,8 @@ const FieldDef* FindField(char code) {
 
 // What the job's running (or last) attempt used, for --json; null when nothing was reported.
 nlohmann::json UsageJson(const v1::JobInfo& job) {
-  if (!job.has_usage() || job.usage().ranks() <= 0) return nullptr;
+  if (!job.has_usage() || (job.usage().ranks() <= 0 && job.usage().cost() == 0 && job.usage().lost_work_seconds() == 0))
+    return nullptr;
   const v1::JobUsage& u = job.usage();
   return {{"cpu_s", u.cpu_usec() >= 0 ? nlohmann::json(static_cast<double>(u.cpu_usec()) / 1e6) : nlohmann::json()},
           {"max_rss_bytes", u.max_rss_bytes() >= 0 ? nlohmann::json(u.max_rss_bytes()) : nlohmann::json()},
@@ -48,6 +49,8 @@ nlohmann::json UsageJson(const v1::JobInfo& job) {
           {"gpu_util_max_percent", u.gpu_seconds() > 0 ? nlohmann::json(u.gpu_util_max_percent()) : nlohmann::json()},
           {"gpu_memory_max_bytes", u.gpu_memory_max_bytes() > 0 ? nlohmann::json(u.gpu_memory_max_bytes()) : nlohmann::json()},
           {"oom_kills", u.oom_kills()},
+          {"lost_work_s", u.lost_work_seconds()},
+          {"cost", u.cost()},
           {"ranks", u.ranks()}};
 }
 

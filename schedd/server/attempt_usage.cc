@@ -89,7 +89,22 @@ v1::JobUsage AddUsage(const v1::JobUsage* total, const v1::JobUsage& more) {
   u.set_gpu_memory_max_bytes(std::max(u.gpu_memory_max_bytes(), more.gpu_memory_max_bytes()));
   u.set_ranks(std::max(u.ranks(), more.ranks()));
   u.set_wall_seconds(u.wall_seconds() + more.wall_seconds());
+  u.set_lost_work_seconds(u.lost_work_seconds() + more.lost_work_seconds());
+  u.set_cost(u.cost() + more.cost());
   return u;
+}
+
+double AttemptCost(const AttemptRow& a, const std::map<std::string, core::PoolPricing>& pricing) {
+  auto pool = pricing.find(a.pool);
+  if (pool == pricing.end() || a.end_time <= a.start_time) return 0;
+  const double hours = static_cast<double>(a.end_time - a.start_time) / 3600.0;
+  double per_hour = static_cast<double>(a.cpu_millis) / 1000.0 * pool->second.cpu_hour;
+  if (a.gpus > 0) {
+    auto g = pool->second.gpu_hour.find(a.gpu_type);
+    if (g == pool->second.gpu_hour.end()) g = pool->second.gpu_hour.find("");
+    if (g != pool->second.gpu_hour.end()) per_hour += static_cast<double>(a.gpus) * g->second;
+  }
+  return per_hour * hours;
 }
 
 }  // namespace mlsched::server

@@ -11,6 +11,8 @@
 
 #include "mlsched/v1/agent.pb.h"
 #include "mlsched/v1/types.pb.h"
+#include "schedd/core/types.h"
+#include "schedd/server/store.h"
 
 namespace mlsched::server {
 
@@ -52,5 +54,10 @@ class AttemptUsage {
 /// `total` (null: nothing yet) plus attempt `more`: CPU, GPU-seconds, energy and OOM kills summed
 /// (an unknown CPU time stays unknown only when both are), MaxRSS and ranks the larger.
 v1::JobUsage AddUsage(const v1::JobUsage* total, const v1::JobUsage& more);
+
+/// The price of what an ended attempt held (end_time - start_time) at `pricing` (the policy's
+/// [pricing.POOL], by the pool of its rank-0 node): cores x cpu_hour + GPUs x gpu_hour of its GPU
+/// type (else the pool's "" price), per hour; 0 without a price for its pool. As mlreport's Cost.
+double AttemptCost(const AttemptRow& a, const std::map<std::string, core::PoolPricing>& pricing);
 
 }  // namespace mlsched::server

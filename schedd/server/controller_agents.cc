@@ -209,12 +209,15 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
   acct.oom_kills = used.oom_kills();
   acct.gpu_util_max_percent = used.gpu_util_max_percent();
   acct.gpu_memory_max_bytes = used.gpu_memory_max_bytes();
-  if (used.ranks() > 0) j.usage_total = std::make_shared<const v1::JobUsage>(AddUsage(j.usage_total.get(), used));
+  used.set_cost(AttemptCost(acct, policy_.placement.pricing));
   acct.outcome = final_state == core::JobState::kPending ? reason : core::JobStateName(final_state);
   // Work lost to a requeue: the time since the last checkpoint its tasks reported (or since the
   // attempt started); none when the tasks stopped with exit 75, which means "checkpointed".
   if (final_state == core::JobState::kPending && any_committed && !j.clean_stop)
     acct.lost_work_s = now - std::max(j.start_time, j.last_checkpoint);
+  used.set_lost_work_seconds(acct.lost_work_s);
+  if (used.ranks() > 0 || used.cost() > 0 || used.lost_work_seconds() > 0)
+    j.usage_total = std::make_shared<const v1::JobUsage>(AddUsage(j.usage_total.get(), used));
   if (metrics_ && acct.lost_work_s > 0) {
     int64_t gpus = 0;
     for (const auto& t : j.placement.tasks()) gpus += t.gpu_indices_size();

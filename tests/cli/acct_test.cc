@@ -39,6 +39,9 @@ v1::JobInfo Finished() {
   u->set_gpu_busy_seconds(8 * 2 * 3600.0 * 0.03);   // 3 % busy
   u->set_gpu_energy_joules(3.6e6 * 1.5);
   u->set_gpu_util_max_percent(41);
+  u->set_lost_work_seconds(1800);
+  u->set_cost(12.5);
+  j.set_preempt_count(1);
   u->set_gpu_memory_max_bytes(int64_t{6} << 30);
   return j;
 }
@@ -73,6 +76,10 @@ TEST_CASE("mlacct figures: TotalCPU, CPUEff, MaxRSS, MemEff, GPU hours and utili
   CHECK(AcctField("GPUUtil", j, kNow) == "3.0%");
   CHECK(AcctField("EnergyKWh", j, kNow) == "1.500");
   CHECK(AcctField("MaxGPUUtil", j, kNow) == "41%");
+  CHECK(AcctField("LostWork", j, kNow) == "30:00");
+  CHECK(AcctField("Cost", j, kNow) == "12.50");
+  CHECK(AcctField("Preemptions", j, kNow) == "1");
+  CHECK(AcctField("Evictions", j, kNow) == "0");
   CHECK(AcctField("MaxGPUMem", j, kNow) == "6G");
   CHECK_THAT(FormatEfficiency(j, kNow), Catch::Contains("GPU Peaks: 41 % utilization, 6G GPU memory (largest task)"));
   // A signal death is sacct's 0:SIGNAL; nothing measured leaves the usage fields blank.

@@ -163,3 +163,44 @@ TEST_CASE("AttemptUsage: the GPUs' peak utilization and memory per attempt, and 
   CHECK(both.gpu_util_max_percent() == 90);
   CHECK(both.gpu_memory_max_bytes() == int64_t{30} << 30);
 }
+
+TEST_CASE("AttemptCost: core-hours and GPU-hours of an ended attempt at its pool's [pricing] (mlreport's Cost)", "[accounting]") {
+  std::map<std::string, core::PoolPricing> pricing;
+  pricing["on-demand"].cpu_hour = 0.05;
+  pricing["on-demand"].gpu_hour["h100"] = 4.0;
+  pricing["spot"].gpu_hour[""] = 1.5;  // any type
+  AttemptRow a;
+  a.start_time = 1000;
+  a.end_time = 1000 + 7200;  // 2 h
+  a.cpu_millis = 16000;      // 16 cores
+  a.gpus = 8;
+  a.gpu_type = "h100";
+  a.pool = "on-demand";
+  CHECK(AttemptCost(a, pricing) == Approx(2 * (16 * 0.05 + 8 * 4.0)));
+  a.pool = "spot";
+  CHECK(AttemptCost(a, pricing) == Approx(2 * 8 * 1.5));
+  a.pool = "reserved";  // no price: free
+  CHECK(AttemptCost(a, pricing) == 0);
+  a.pool = "on-demand";
+  a.end_time = 0;  // not ended
+  CHECK(AttemptCost(a, pricing) == 0);
+}
+
+TEST_CASE("a job's usage totals its attempts' cost and the work its requeues lost", "[controller][accounting]") {
+  NodesWorld w(1, 4);
+  w.ctl->SetPolicy(PolicyFromText("[pricing.on-demand]\ncpu_hour = 0.5\n", "p.toml"));
+  const int64_t id = w.Submit(Spec(1, 2), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  // A checkpoint at +600, then the node's task is lost at +1800: 1,200 s of work lost, requeued.
+  v1::AgentMessage beat = Heartbeat({{id, 1, 0}});
+  beat.mutable_heartbeat()->mutable_running(0)->set_last_checkpoint_time(w.now + 600);
+  w.ctl->OnAgentMessage("n1", beat, w.now + 600);
+  w.ctl->OnAgentMessage("n1", Heartbeat({}), w.now + 1200);  // the task is gone from its node's reports
+  w.ctl->OnAgentMessage("n1", Heartbeat({}), w.now + 1800);
+  const v1::JobInfo info = w.Job(id);
+  REQUIRE(info.state() == v1::PENDING);
+  REQUIRE(info.has_usage());
+  CHECK(info.usage().lost_work_seconds() == 1200);
+  CHECK(info.usage().cost() == Approx(2 * 0.5 * 0.5));  // 2 cores x 0.5 h x 0.5
+}
