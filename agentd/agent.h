@@ -184,6 +184,10 @@ class Agent {
   /// schedd's Notice (the idle-GPU policy's warning): the line appended, as each task's user, to
   /// the stderr file of every live task of the attempt here (agent_stacks.cc).
   void HandleNotice(const v1::Notice& n);
+  /// Runs `work` on a thread of its own (stack traces, notices: slow file systems and tracers must
+  /// not hold the stream); at most kMaxHelperThreads at once, false (not run) beyond or stopping.
+  bool RunOnHelperThread(std::function<void()> work);
+  static constexpr size_t kMaxHelperThreads = 8;
   void AppendNotice(const v1::Notice& n);
   void CollectStacks(const v1::CollectStacks& c);
   void Terminate(const AttemptKey& key, std::chrono::milliseconds grace, const std::string& why);

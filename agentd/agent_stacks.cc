@@ -10,21 +10,26 @@
 
 namespace mlsched::agent {
 
-void Agent::HandleCollectStacks(const v1::CollectStacks& c) {
+bool Agent::RunOnHelperThread(std::function<void()> work) {
   std::lock_guard lk(pull_mu_);
   std::erase_if(stack_threads_, [](auto& t) {
     if (!t.second->load()) return false;
     t.first.join();
     return true;
   });
-  // At most 8 at once (each traces up to 64 ranks); beyond, schedd concludes without this answer.
-  if (stopping_ || stack_threads_.size() >= 8) return;
+  if (stopping_ || stack_threads_.size() >= kMaxHelperThreads) return false;
   auto done = std::make_shared<std::atomic<bool>>(false);
-  stack_threads_.emplace_back(std::thread([this, c, done] {
-                                CollectStacks(c);
+  stack_threads_.emplace_back(std::thread([work = std::move(work), done] {
+                                work();
                                 *done = true;
                               }),
                               done);
+  return true;
+}
+
+void Agent::HandleCollectStacks(const v1::CollectStacks& c) {
+  // Each traces up to 64 ranks; beyond kMaxHelperThreads, schedd concludes without this answer.
+  if (!RunOnHelperThread([this, c] { CollectStacks(c); })) spdlog::warn("job {}: stack traces not taken: busy", c.job_id());
 }
 
 namespace {
@@ -34,20 +39,8 @@ constexpr size_t kMaxNoticeBytes = 512;  // agent.proto Notice.text
 }  // namespace
 
 void Agent::HandleNotice(const v1::Notice& n) {
-  std::lock_guard lk(pull_mu_);
-  std::erase_if(stack_threads_, [](auto& t) {
-    if (!t.second->load()) return false;
-    t.first.join();
-    return true;
-  });
-  // On a helper thread: the stderr file may sit on a slow file system. At most 8 at once.
-  if (stopping_ || stack_threads_.size() >= 8) return;
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  stack_threads_.emplace_back(std::thread([this, n, done] {
-                                AppendNotice(n);
-                                *done = true;
-                              }),
-                              done);
+  // On a helper thread: the stderr file may sit on a slow file system.
+  if (!RunOnHelperThread([this, n] { AppendNotice(n); })) spdlog::warn("job {}: notice dropped: busy", n.job_id());
 }
 
 void Agent::AppendNotice(const v1::Notice& n) {
