@@ -12,145 +12,13 @@
 #include <mutex>
 #include <utility>
 
+#include "schedd/server/sqlite_stmt.h"
 #include "schedd/server/store_schema.h"
 
 namespace mlsched::server {
 namespace {
 
-void Check(sqlite3* db, int rc, const char* what) {
-  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW)
-    throw StoreError(std::string("sqlite: ") + what + ": " + sqlite3_errmsg(db));
-}
-
-void Exec(sqlite3* db, const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    throw StoreError(std::string("sqlite: ") + msg + " in: " + sql);
-  }
-}
-
-// A prepared statement with RAII finalization and typed binding helpers.
-// Prepared statements kept per connection and SQL literal (its address), so a hot statement is
-// compiled once, not on every write: preparing took ~18% of schedd's CPU with 20,000 starts on
-// 1,000 nodes (issue 30). A connection is used by one thread at a time; the map's own lock only
-// guards lookups. A statement already in use (nested) gets a fresh one, finalized after use.
-struct CachedStmt {
-  sqlite3_stmt* st = nullptr;
-  bool in_use = false;
-};
-std::mutex g_stmt_mu;
-std::map<std::pair<sqlite3*, const char*>, CachedStmt> g_stmts;
-
-// Finalizes the cached statements of `db`; before sqlite3_close.
-void FinalizeCached(sqlite3* db) {
-  std::lock_guard lk(g_stmt_mu);
-  for (auto it = g_stmts.begin(); it != g_stmts.end();) {
-    if (it->first.first == db) {
-      sqlite3_finalize(it->second.st);
-      it = g_stmts.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-/// Stmt's second argument: keep the compiled statement for the next use. Only for SQL given as
-/// a string literal: the cache is keyed by the text's address.
-constexpr bool kCache = true;
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql, bool cache = false) : db_(db) {
-    if (cache) {
-      std::lock_guard lk(g_stmt_mu);
-      auto& c = g_stmts[{db, sql}];
-      if (c.st && !c.in_use) {
-        c.in_use = true;
-        cached_ = &c;
-        st_ = c.st;
-        return;
-      }
-      if (!c.st) {
-        Check(db, sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &c.st, nullptr), sql);
-        c.in_use = true;
-        cached_ = &c;
-        st_ = c.st;
-        return;
-      }
-    }
-    Check(db, sqlite3_prepare_v2(db, sql, -1, &st_, nullptr), sql);  // nested use of the same SQL
-  }
-  ~Stmt() {
-    if (!cached_) {
-      sqlite3_finalize(st_);
-      return;
-    }
-    sqlite3_reset(st_);
-    sqlite3_clear_bindings(st_);
-    std::lock_guard lk(g_stmt_mu);
-    cached_->in_use = false;
-  }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  Stmt& Bind(int i, int64_t v) { Check(db_, sqlite3_bind_int64(st_, i, v), "bind"); return *this; }
-  Stmt& Bind(int i, const std::string& v) {
-    Check(db_, sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), "bind");
-    return *this;
-  }
-  Stmt& BindText(int i, const std::string& v) {
-    Check(db_, sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), "bind");
-    return *this;
-  }
-  Stmt& BindDouble(int i, double v) { Check(db_, sqlite3_bind_double(st_, i, v), "bind"); return *this; }
-  /// Makes the statement ready to run again (bindings are replaced by the next Bind calls).
-  void Reset() { sqlite3_reset(st_); }
-  bool Step() {
-    int rc = sqlite3_step(st_);
-    Check(db_, rc, sqlite3_sql(st_));
-    return rc == SQLITE_ROW;
-  }
-  int64_t Int(int c) { return sqlite3_column_int64(st_, c); }
-  double Double(int c) { return sqlite3_column_double(st_, c); }
-  std::string Blob(int c) {
-    const void* p = sqlite3_column_blob(st_, c);
-    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* st_ = nullptr;
-  CachedStmt* cached_ = nullptr;  // from g_stmts (std::map: its address is stable)
-};
-
-constexpr const char* kJobColumns =
-    "id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time, exit_code, attempt, "
-    "requeue_count, placement, preempt_count, evictions, image_digest, usage";
-
-JobRow ReadJob(Stmt& s) {
-  JobRow r;
-  r.id = s.Int(0);
-  r.spec = s.Blob(1);
-  r.user = s.Blob(2);
-  r.uid = static_cast<uint32_t>(s.Int(3));
-  r.gid = static_cast<uint32_t>(s.Int(4));
-  r.state = s.Blob(5);
-  r.reason = s.Blob(6);
-  r.submit_time = s.Int(7);
-  r.start_time = s.Int(8);
-  r.end_time = s.Int(9);
-  r.exit_code = static_cast<int32_t>(s.Int(10));
-  r.attempt = static_cast<int32_t>(s.Int(11));
-  r.requeue_count = static_cast<int32_t>(s.Int(12));
-  r.placement = s.Blob(13);
-  r.preempt_count = static_cast<int32_t>(s.Int(14));
-  r.evictions = static_cast<int32_t>(s.Int(15));
-  r.image_digest = s.Blob(16);
-  r.usage = s.Blob(17);
-  return r;
-}
-
+using namespace sqlite;  // Check, Exec, Stmt, ReadJob (sqlite_stmt.h)
 
 // In the writer's transaction: the job an earlier submission with row's key created, if any; else
 // records `id` for the key (and forgets keys older than kSubmissionKeyTtl).
@@ -466,109 +334,6 @@ std::future<void> SqliteStore::SaveNode(NodeRow row) {
   return p->get_future();
 }
 
-namespace {
-const char* const kInsertAttempt =
-    "INSERT OR REPLACE INTO attempts(job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type,"
-    " pool, nodes, lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills,"
-    " gpu_util_max, gpu_memory_max_bytes)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
-void BindAttempt(Stmt& s, const AttemptRow& a) {
-  s.Bind(1, a.job_id).Bind(2, a.attempt).Bind(3, a.start_time).Bind(4, a.end_time).BindText(5, a.outcome)
-      .Bind(6, a.ntasks).Bind(7, a.cpu_millis).Bind(8, a.gpus).BindText(9, a.gpu_type).BindText(10, a.pool)
-      .BindText(11, a.nodes).Bind(12, a.lost_work_s).Bind(13, a.cpu_usec).Bind(14, a.max_rss_bytes)
-      .BindDouble(15, a.gpu_seconds).BindDouble(16, a.gpu_busy_seconds).BindDouble(17, a.gpu_energy_joules)
-      .Bind(18, a.oom_kills).Bind(19, a.gpu_util_max_percent).Bind(20, a.gpu_memory_max_bytes);
-}
-}  // namespace
-
-std::future<void> SqliteStore::SaveAttempt(AttemptRow a) {
-  auto p = std::make_shared<std::promise<void>>();
-  Enqueue(
-      [a = std::move(a)](sqlite3* db) {
-        Stmt s(db, kInsertAttempt, kCache);
-        BindAttempt(s, a);
-        s.Step();
-      },
-      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
-  return p->get_future();
-}
-
-namespace {
-const char* const kInsertStep =
-    "INSERT OR REPLACE INTO steps(job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time,"
-    " end_time, cpu_usec, max_rss_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
-void BindStep(Stmt& s, const StepRow& r) {
-  s.Bind(1, r.job_id).Bind(2, r.step_id).BindText(3, r.name).Bind(4, r.ntasks).BindText(5, r.nodes).Bind(6, r.uid)
-      .BindText(7, r.user).BindText(8, r.state).Bind(9, r.exit_code).Bind(10, r.start_time).Bind(11, r.end_time)
-      .Bind(12, r.cpu_usec).Bind(13, r.max_rss_bytes);
-}
-}  // namespace
-
-std::future<void> SqliteStore::SaveStep(StepRow r) {
-  auto p = std::make_shared<std::promise<void>>();
-  Enqueue(
-      [r = std::move(r)](sqlite3* db) {
-        Stmt s(db, kInsertStep, kCache);
-        BindStep(s, r);
-        s.Step();
-      },
-      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
-  return p->get_future();
-}
-
-std::vector<StepRow> SqliteStore::LoadSteps(const std::vector<int64_t>& job_ids, size_t limit) {
-  std::lock_guard lk(rmu_);
-  Stmt s(rdb_,
-         "SELECT job_id, step_id, name, ntasks, nodes, uid, user, state, exit_code, start_time, end_time, cpu_usec,"
-         " max_rss_bytes FROM steps"
-         " WHERE job_id=? ORDER BY step_id");
-  std::vector<StepRow> out;
-  for (int64_t id : job_ids) {
-    s.Reset();
-    s.Bind(1, id);
-    while (out.size() < limit && s.Step()) {
-      StepRow r;
-      r.job_id = s.Int(0);
-      r.step_id = static_cast<int32_t>(s.Int(1));
-      r.name = s.Blob(2);
-      r.ntasks = static_cast<int32_t>(s.Int(3));
-      r.nodes = s.Blob(4);
-      r.uid = static_cast<uint32_t>(s.Int(5));
-      r.user = s.Blob(6);
-      r.state = s.Blob(7);
-      r.exit_code = static_cast<int32_t>(s.Int(8));
-      r.start_time = s.Int(9);
-      r.end_time = s.Int(10);
-      r.cpu_usec = s.Int(11);
-      r.max_rss_bytes = s.Int(12);
-      out.push_back(std::move(r));
-    }
-  }
-  return out;
-}
-
-std::future<int64_t> SqliteStore::PurgeFinished(int64_t cutoff, int64_t max_jobs) {
-  auto p = std::make_shared<std::promise<int64_t>>();
-  auto purged = std::make_shared<int64_t>(0);
-  Enqueue(
-      [cutoff, max_jobs, purged](sqlite3* db) {
-        Exec(db, "CREATE TEMP TABLE IF NOT EXISTS purge_ids (id INTEGER PRIMARY KEY); DELETE FROM purge_ids;");
-        Stmt pick(db,
-                  "INSERT INTO purge_ids SELECT id FROM jobs WHERE end_time > 0 AND end_time < ? AND state IN "
-                  "('COMPLETED','FAILED','CANCELLED','TIMEOUT') ORDER BY end_time LIMIT ?");
-        pick.Bind(1, cutoff).Bind(2, max_jobs).Step();
-        Exec(db,
-             "DELETE FROM attempts WHERE job_id IN (SELECT id FROM purge_ids);"
-             "DELETE FROM events WHERE job_id IN (SELECT id FROM purge_ids);"
-             "DELETE FROM steps WHERE job_id IN (SELECT id FROM purge_ids);"
-             "DELETE FROM jobs WHERE id IN (SELECT id FROM purge_ids);");
-        *purged = sqlite3_changes(db);
-        Exec(db, "DELETE FROM purge_ids;");
-      },
-      [p, purged](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(*purged); });
-  return p->get_future();
-}
-
 std::future<void> SqliteStore::SaveUsage(std::map<std::string, double> usage, int64_t accrued_until) {
   auto p = std::make_shared<std::promise<void>>();
   Enqueue(
@@ -634,41 +399,6 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> SqliteStore::LoadRunti
   return out;
 }
 
-std::vector<AttemptRow> SqliteStore::LoadAttempts(int64_t start, int64_t end) {
-  std::lock_guard lk(rmu_);
-  Stmt s(rdb_,
-         "SELECT job_id, attempt, start_time, end_time, outcome, ntasks, cpu_millis, gpus, gpu_type, pool, nodes,"
-         " lost_work_s, cpu_usec, max_rss_bytes, gpu_seconds, gpu_busy_seconds, gpu_energy_joules, oom_kills,"
-         " gpu_util_max, gpu_memory_max_bytes FROM attempts WHERE start_time < ? AND (end_time = 0 OR end_time >= ?) ORDER BY job_id, attempt");
-  s.Bind(1, end).Bind(2, start);
-  std::vector<AttemptRow> out;
-  while (s.Step()) {
-    AttemptRow a;
-    a.job_id = s.Int(0);
-    a.attempt = static_cast<int32_t>(s.Int(1));
-    a.start_time = s.Int(2);
-    a.end_time = s.Int(3);
-    a.outcome = s.Blob(4);
-    a.ntasks = static_cast<int32_t>(s.Int(5));
-    a.cpu_millis = s.Int(6);
-    a.gpus = s.Int(7);
-    a.gpu_type = s.Blob(8);
-    a.pool = s.Blob(9);
-    a.nodes = s.Blob(10);
-    a.lost_work_s = s.Int(11);
-    a.cpu_usec = s.Int(12);
-    a.max_rss_bytes = s.Int(13);
-    a.gpu_seconds = s.Double(14);
-    a.gpu_busy_seconds = s.Double(15);
-    a.gpu_energy_joules = s.Double(16);
-    a.oom_kills = s.Int(17);
-    a.gpu_util_max_percent = static_cast<int32_t>(s.Int(18));
-    a.gpu_memory_max_bytes = s.Int(19);
-    out.push_back(std::move(a));
-  }
-  return out;
-}
-
 std::vector<JobRow> SqliteStore::LoadJobs(int64_t finished_since) {
   std::lock_guard lk(rmu_);
   std::string sql = std::string("SELECT ") + kJobColumns +
@@ -698,50 +428,6 @@ std::optional<JobRow> SqliteStore::LoadJob(int64_t id) {
   return ReadJob(s);
 }
 
-std::vector<JobRow> SqliteStore::LoadFinishedJobs(int64_t start, int64_t end) {
-  std::lock_guard lk(rmu_);
-  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE end_time >= ? AND end_time < ? ORDER BY id";
-  Stmt s(rdb_, sql.c_str());
-  s.Bind(1, start).Bind(2, end);
-  std::vector<JobRow> out;
-  while (s.Step()) out.push_back(ReadJob(s));
-  return out;
-}
-
-std::vector<JobRow> SqliteStore::LoadFinishedJobsPage(int64_t since, int64_t after_id, size_t limit,
-                                                      const FinishedFilter& filter) {
-  std::lock_guard lk(rmu_);
-  // end_time > 0 for every final state (EndAttempt sets it); live jobs have 0. A user filter
-  // uses the index jobs_by_user_end (one user's month among a million jobs: milliseconds).
-  auto applied = [](const std::vector<std::string>& names) {
-    return !names.empty() && names.size() <= FinishedFilter::kMaxFilterNames;
-  };
-  auto marks = [](size_t n) {
-    std::string m;
-    for (size_t i = 0; i < n; ++i) m += i ? ",?" : "?";
-    return m;
-  };
-  std::string sql = std::string("SELECT ") + kJobColumns +
-                    " FROM jobs WHERE id > ? AND end_time > 0 AND end_time >= ? AND state IN "
-                    "('COMPLETED','FAILED','CANCELLED','TIMEOUT')";
-  if (applied(filter.users)) sql += " AND user IN (" + marks(filter.users.size()) + ")";
-  // Unary +: the state is checked row by row, never chosen as the index (jobs_by_state would
-  // walk every FAILED job of every user).
-  if (applied(filter.states)) sql += " AND +state IN (" + marks(filter.states.size()) + ")";
-  sql += " ORDER BY id LIMIT ?";
-  Stmt s(rdb_, sql.c_str());
-  s.Bind(1, after_id).Bind(2, since);
-  int i = 3;
-  if (applied(filter.users))
-    for (const auto& u : filter.users) s.BindText(i++, u);
-  if (applied(filter.states))
-    for (const auto& st : filter.states) s.BindText(i++, st);
-  s.Bind(i, static_cast<int64_t>(limit));
-  std::vector<JobRow> out;
-  while (s.Step()) out.push_back(ReadJob(s));
-  return out;
-}
-
 std::vector<NodeRow> SqliteStore::LoadNodes() {
   std::lock_guard lk(rmu_);
   Stmt s(rdb_, "SELECT name, info, drained, reason FROM nodes ORDER BY name");
@@ -755,57 +441,6 @@ std::optional<std::string> SqliteStore::LoadSpec(int64_t id) {
   Stmt s(rdb_, "SELECT spec FROM jobs WHERE id=?", kCache);
   s.Bind(1, id);
   if (!s.Step()) return std::nullopt;
-  return s.Blob(0);
-}
-
-std::future<void> SqliteStore::ImportHistory(std::vector<ArchivedJob> jobs, std::vector<EventRow> events,
-                                             std::string stream, std::string cursor) {
-  auto p = std::make_shared<std::promise<void>>();
-  Enqueue(
-      [jobs = std::move(jobs), events = std::move(events), stream = std::move(stream),
-       cursor = std::move(cursor)](sqlite3* db) {
-        Stmt j(db,
-               "INSERT OR REPLACE INTO jobs(id, spec, user, uid, gid, state, reason, submit_time, start_time, end_time,"
-               " exit_code, attempt, requeue_count, placement, preempt_count, evictions, image_digest, usage)"
-               " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        Stmt a(db, kInsertAttempt);
-        Stmt st(db, kInsertStep);
-        for (const auto& [r, attempts, steps] : jobs) {
-          for (const auto& x : steps) {
-            st.Reset();
-            BindStep(st, x);
-            st.Step();
-          }
-          j.Reset();
-          j.Bind(1, r.id).Bind(2, r.spec).BindText(3, r.user).Bind(4, r.uid).Bind(5, r.gid).BindText(6, r.state)
-              .BindText(7, r.reason).Bind(8, r.submit_time).Bind(9, r.start_time).Bind(10, r.end_time)
-              .Bind(11, r.exit_code).Bind(12, r.attempt).Bind(13, r.requeue_count).Bind(14, r.placement)
-              .Bind(15, r.preempt_count).Bind(16, r.evictions).BindText(17, r.image_digest).Bind(18, r.usage);
-          j.Step();
-          for (const auto& x : attempts) {
-            a.Reset();
-            BindAttempt(a, x);
-            a.Step();
-          }
-        }
-        Stmt e(db, "INSERT INTO events(time, job_id, node, kind, detail) VALUES (?,?,?,?,?)");
-        for (const auto& ev : events) {
-          e.Reset();
-          e.Bind(1, ev.time).Bind(2, ev.job_id).BindText(3, ev.node).BindText(4, ev.kind).BindText(5, ev.detail);
-          e.Step();
-        }
-        Stmt c(db, "INSERT OR REPLACE INTO history_cursor(stream, cursor) VALUES (?,?)");
-        c.BindText(1, stream).BindText(2, cursor).Step();
-      },
-      [p](std::exception_ptr e) { e ? p->set_exception(e) : p->set_value(); });
-  return p->get_future();
-}
-
-std::string SqliteStore::HistoryCursor(const std::string& stream) {
-  std::lock_guard lk(rmu_);
-  Stmt s(rdb_, "SELECT cursor FROM history_cursor WHERE stream=?");
-  s.BindText(1, stream);
-  if (!s.Step()) return "";
   return s.Blob(0);
 }
 
