@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 if [ "${DEMO_SKIP_SETUP:-0}" != 1 ]; then
   bash scripts/install-deps.sh
-  bash scripts/build.sh
+  # Only what the demo runs (daemons, tools, mltrain); the test command builds the rest.
+  MLSCHED_BUILD_TARGETS="schedd agentd mlsub mlq mlcancel mladmin mlacct mlreport mltrain" bash scripts/build.sh
 fi
 BIN="${MLSCHED_BUILD_DIR:-$ROOT/build}"
 EPOCHS="${DEMO_EPOCHS:-8}"
