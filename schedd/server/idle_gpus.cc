@@ -1,12 +1,26 @@
 #include "schedd/server/idle_gpus.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace mlsched::server {
 
 namespace {
 
 constexpr int32_t kMaxGpus = 4096;  // per rank
+
+std::string Percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+// "10m", "2h", "45s": the policy's own spelling of the span.
+std::string Span(int64_t s) {
+  if (s >= 3600 && s % 3600 == 0) return std::to_string(s / 3600) + "h";
+  if (s >= 60 && s % 60 == 0) return std::to_string(s / 60) + "m";
+  return std::to_string(s) + "s";
+}
 
 }  // namespace
 
@@ -83,6 +97,24 @@ std::optional<IdleGpus::Idle> IdleGpus::Flagged(int64_t job, int32_t attempt) co
 
 void IdleGpus::Flag(int64_t job, int32_t attempt) {
   if (auto it = attempts_.find({job, attempt}); it != attempts_.end() && it->second.below_since >= 0) it->second.flagged = true;
+}
+
+std::vector<IdleGpus::Due> IdleGpus::TakeDue(
+    int64_t now, const std::function<std::optional<core::IdleRule>(int64_t, int32_t)>& rule_of) {
+  std::vector<Due> due;
+  for (auto& [key, a] : attempts_) {
+    if (a.flagged) continue;
+    auto idle = IdleOf(key.first, key.second, a, now);
+    if (!idle) continue;
+    const std::optional<core::IdleRule> rule = rule_of(key.first, key.second);
+    if (!rule || now - idle->since < rule->after) continue;
+    a.flagged = true;
+    due.push_back({*idle, *rule,
+                   std::to_string(idle->gpus) + " GPU(s) " + Percent(idle->util) + " % busy (below " +
+                       Percent(rule->gpu_util_below) + " %) for " + Span(now - idle->since) + "; policy [idle] action " +
+                       core::IdleActionName(rule->action)});
+  }
+  return due;
 }
 
 void IdleGpus::Forget(int64_t job, int32_t attempt) { attempts_.erase({job, attempt}); }

@@ -7,10 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "schedd/core/types.h"
 
 namespace mlsched::server {
 
@@ -46,6 +50,19 @@ class IdleGpus {
   std::optional<Idle> Flagged(int64_t job, int32_t attempt) const;
   /// Marks the attempt's current idle period as acted upon (cleared when it is busy again).
   void Flag(int64_t job, int32_t attempt);
+
+  /// An idle period whose rule's time has come: what to do and the words for the event, the
+  /// metric's label and the job's stderr ("2 GPU(s) 3.0 % busy (below 5.0 %) for 10m; policy
+  /// [idle] action notify").
+  struct Due {
+    Idle idle;
+    core::IdleRule rule;
+    std::string what;
+  };
+  /// The attempts idle at `now` for at least their rule's `after` and not acted on in this idle
+  /// period, each flagged as acted on. `rule_of(job, attempt)` gives the job's rule, or nullopt
+  /// when it is not to be judged now (exempt, no longer running that attempt, being stopped).
+  std::vector<Due> TakeDue(int64_t now, const std::function<std::optional<core::IdleRule>(int64_t, int32_t)>& rule_of);
   /// Forgets an attempt (it ended).
   void Forget(int64_t job, int32_t attempt);
   size_t Attempts() const { return attempts_.size(); }

@@ -52,6 +52,38 @@ TEST_CASE("IdleGpus: a GPU-weighted mean below the threshold from the first such
   CHECK(g.Attempts() == 0);
 }
 
+TEST_CASE("IdleGpus::TakeDue: an idle period past its rule's `after` is due once, with its words; ineligible ones wait",
+          "[idle]") {
+  IdleGpus g;
+  g.OnSample(7, 1, 0, 4, 2, 5, 1000);
+  g.OnSample(8, 1, 0, 2, 0, 5, 1000);
+  core::IdleRule rule;
+  rule.after = 600;
+  rule.action = core::IdleRule::Action::kRequeue;
+  bool eligible8 = false;
+  auto rule_of = [&](int64_t job, int32_t) -> std::optional<core::IdleRule> {
+    if (job == 8 && !eligible8) return std::nullopt;
+    return rule;
+  };
+  g.OnSample(7, 1, 0, 4, 2, 5, 1599);
+  g.OnSample(8, 1, 0, 2, 0, 5, 1599);
+  CHECK(g.TakeDue(1599, rule_of).empty());  // 599 s: not yet
+  g.OnSample(7, 1, 0, 4, 2, 5, 1600);
+  g.OnSample(8, 1, 0, 2, 0, 5, 1600);
+  auto due = g.TakeDue(1600, rule_of);
+  REQUIRE(due.size() == 1);
+  CHECK(due[0].idle.job == 7);
+  CHECK(due[0].rule.action == core::IdleRule::Action::kRequeue);
+  CHECK(due[0].what == "4 GPU(s) 2.0 % busy (below 5.0 %) for 10m; policy [idle] action requeue");
+  CHECK(g.Flagged(7, 1));
+  CHECK(g.TakeDue(1601, rule_of).empty());  // once per idle period; job 8 still not judged
+  eligible8 = true;
+  due = g.TakeDue(1601, rule_of);
+  REQUIRE(due.size() == 1);
+  CHECK(due[0].idle.job == 8);
+  CHECK(due[0].what == "2 GPU(s) 0.0 % busy (below 5.0 %) for 601s; policy [idle] action requeue");
+}
+
 TEST_CASE("[idle] is read with its overrides; the rule of a job is its QoS's, else its partition's; exemptions", "[policy][idle]") {
   const std::string text =
       "[[partitions]]\nname = \"default\"\n[[partitions]]\nname = \"batch\"\n"
