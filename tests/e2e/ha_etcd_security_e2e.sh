@@ -264,8 +264,13 @@ for kind in "a lease-less" "an unparsable"; do
       fail "cannot write the leader key"
   fi
   took=$(new_leader "$epoch" 10) || fail "($kind leader key) no leader served within 10 s"
-  lease=$(etcd_ctl get /mlsched/leader -w json | jq -r '.kvs[0].lease // 0')
-  [ "$lease" != 0 ] || fail "($kind leader key) the leader key has no lease after the takeover"
+  # The new leader's own key (with its lease) may land a moment after it serves: wait up to 10 s.
+  for _ in $(seq 1 100); do
+    lease=$(etcd_ctl get /mlsched/leader -w json | jq -r '.kvs[0].lease // 0')
+    [ "$lease" != 0 ] && break
+    sleep 0.1
+  done
+  [ "$lease" != 0 ] || fail "($kind leader key) the leader key has no lease 10 s after the takeover"
   say "(g) $kind leader key: a new leader serves after $took s"
 done
 "$BIN/cli/mlcancel" "$held" "$f1" "$f2" >/dev/null 2>&1 || true
