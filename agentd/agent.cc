@@ -349,10 +349,15 @@ v1::AgentMessage Agent::MakeRegister() const {
   r->set_isolation(isolation_);
   r->set_root_jobs(RunsRootJobs());
   r->set_container_runtime(ContainerRuntime());
-  // The seconds after which a cut-off agent has stopped every task: the bound plus the kill grace
-  // (RegisterNode.cutoff_timeout_s); schedd waits longer than that before requeueing them.
+  // The seconds after its last heartbeat by which a cut-off agent has stopped every task
+  // (RegisterNode.cutoff_timeout_s): noticing the dead stream (keepalive: a ping after
+  // keepalive_time, unanswered for keepalive_timeout; a silent partition is seen no sooner), then
+  // the bound, then the kill grace. schedd waits longer than that before requeueing them. Leaving
+  // out the keepalive let schedd requeue a job while its task still ran behind a partition (the
+  // partition test of tests/e2e/hosts_e2e.sh found it).
   if (cfg_.cutoff_timeout.count() > 0)
-    r->set_cutoff_timeout_s(static_cast<int32_t>((cfg_.cutoff_timeout + cfg_.kill_grace).count() + 999) / 1000);
+    r->set_cutoff_timeout_s(static_cast<int32_t>(
+        (cfg_.keepalive_time + cfg_.keepalive_timeout + cfg_.cutoff_timeout + cfg_.kill_grace).count() + 999) / 1000);
   FillRunning(driver_->Running(), nullptr, r->mutable_running());
   return m;
 }

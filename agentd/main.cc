@@ -31,8 +31,11 @@ void ReserveStandardDescriptors() {
     if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
 }
 
-/// Largest --cutoff-timeout (seconds): one week; schedd stores it as int32 seconds.
-constexpr int kMaxCutoffTimeoutS = 7 * 24 * 3600;
+/// Largest time after its last heartbeat by which a cut-off agent has stopped its tasks, seconds
+/// (keepalive time + keepalive timeout + --cutoff-timeout + --kill-grace, sent in
+/// RegisterNode.cutoff_timeout_s): schedd refuses a registration above one day
+/// (Limits::kMaxCutoffSeconds), so agentd refuses to start with it.
+constexpr int kMaxCutoffTimeoutS = 24 * 3600;
 
 int Fail(const std::string& msg) {
   std::cerr << "agentd: " << msg << "\n";
@@ -208,6 +211,9 @@ int main(int argc, char** argv) {
     return Fail("--keepalive-time and --keepalive-timeout must be from 1 to 3600 seconds");
   cfg.keepalive_time = std::chrono::milliseconds(static_cast<int64_t>(keepalive_time_s * 1000));
   cfg.keepalive_timeout = std::chrono::milliseconds(static_cast<int64_t>(keepalive_timeout_s * 1000));
+  if (cutoff_timeout_s > 0 && keepalive_time_s + keepalive_timeout_s + cutoff_timeout_s + kill_grace_s > kMaxCutoffTimeoutS)
+    return Fail("--keepalive-time + --keepalive-timeout + --cutoff-timeout + --kill-grace must be at most " +
+                std::to_string(kMaxCutoffTimeoutS) + " seconds (one day: the time by which a cut-off node's tasks are gone)");
   auto cgroup_mode = agent::ParseCgroupMode(cgroups);
   if (!cgroup_mode) return Fail("--cgroups must be auto, required or off (got '" + cgroups + "')");
   if (task_pids_max < 0) return Fail("--task-pids-max must be >= 0");

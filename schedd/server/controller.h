@@ -105,9 +105,9 @@ struct ControllerConfig {
   std::function<std::string(uint32_t)> user_of_uid;
 };
 
-/// Seconds schedd waits beyond an agent's RegisterNode.cutoff_timeout_s (the time by which a cut-off
-/// agent has stopped its tasks) before it declares the node's tasks lost: the agent notices a dead
-/// stream only through gRPC keepalive (2 s ping + 2 s timeout), plus delays and clock rates.
+/// Seconds schedd waits beyond an agent's RegisterNode.cutoff_timeout_s (the time after its last
+/// heartbeat by which a cut-off agent has stopped its tasks, its keepalive detection included)
+/// before it declares the node's tasks lost: delays of the last heartbeat and clock rates.
 inline constexpr int64_t kCutoffMargin = 10;
 
 class Controller {

@@ -399,7 +399,11 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     return;
   }
   JobRec* j = Find(t.job_id());
-  if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) return;
+  if (!j || j->state != core::JobState::kRunning || j->attempt != t.attempt()) {
+    // An ended attempt's exit, e.g. from an agent back from a partition: it changes nothing.
+    if (j) spdlog::info("job {}: exit of attempt {} rank {} on {} ignored: that attempt has ended", j->id, t.attempt(), t.rank(), node);
+    return;
+  }
   if (!PlacedOn(*j, node, t.rank()))
     return RejectAgentMessage(node, "task-exited for job " + std::to_string(j->id) + " rank " + std::to_string(t.rank()));
   if (t.rank() < 0) {

@@ -112,8 +112,11 @@ TEST_CASE("cut off longer than --cutoff-timeout the agent stops its tasks and re
   agent.Start();
   auto reg = schedd->WaitFor(Registers());
   REQUIRE(reg);
-  // The bound plus the kill grace: when its tasks are surely gone.
-  CHECK(reg->register_().cutoff_timeout_s() == 2 + (cfg.kill_grace.count() + 999) / 1000);
+  // Seconds after the last heartbeat by which every task is gone, rounded up: keepalive (ping +
+  // answer timeout, how long a silent partition takes to notice) + the bound + the kill grace.
+  const auto gone = cfg.keepalive_time + cfg.keepalive_timeout + cfg.cutoff_timeout + cfg.kill_grace;
+  CHECK(reg->register_().cutoff_timeout_s() == (gone.count() + 999) / 1000);
+  CHECK(reg->register_().cutoff_timeout_s() > 2 + (cfg.kill_grace.count() + 999) / 1000);
   // A task that checkpoints on SIGTERM and exits 75 (preempted), as mltrain does.
   const int32_t pid = Launch(*schedd, dir, 70,
                              "trap 'echo term > term.txt; exit 75' TERM; echo ready > ready.txt; "
