@@ -668,6 +668,9 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
   if (j.state == core::JobState::kRunning) {
     // Assume running until the agents say otherwise (see OnRegister / OnHeartbeat).
     j.tasks.assign(j.placement.tasks_size(), TaskRt{Phase::kRunning, 0, 0});
+    // Ranks whose exit was stored while the others ran (OnTaskExited) stay ended.
+    for (int i = 0; i < j.placement.tasks_size(); ++i)
+      if (j.placement.tasks(i).exited()) j.tasks[i] = TaskRt{Phase::kExited, j.placement.tasks(i).exit_code(), 0};
   }
   return j;
 }

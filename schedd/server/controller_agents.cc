@@ -468,9 +468,15 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     EndAttempt(*j, core::JobState::kFailed, why, t.exit_code(), now, oom ? "out-of-memory" : "failed");
     return;
   }
-  for (const auto& rt : j->tasks)
-    if (rt.phase != Phase::kExited) return;
-  EndAttempt(*j, core::JobState::kCompleted, "None", 0, now, "completed");
+  if (std::all_of(j->tasks.begin(), j->tasks.end(), [](const TaskRt& rt) { return rt.phase == Phase::kExited; })) {
+    EndAttempt(*j, core::JobState::kCompleted, "None", 0, now, "completed");
+    return;
+  }
+  // Others still run: the exit goes to the store before its report is acknowledged, so that a
+  // restarted or new leader knows this rank ended (RecFromRow) instead of finding it "vanished".
+  j->placement.mutable_tasks(idx)->set_exited(true);
+  j->placement.mutable_tasks(idx)->set_exit_code(t.exit_code());
+  Persist(*j, "", "");
 }
 
 void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, int64_t now) {

@@ -206,6 +206,52 @@ TEST_CASE("a message from a DOWN node is not acted upon and asks for its stream 
   CHECK(w.ctl->OnAgentMessage("n1", Heartbeat({}), later + 3));
 }
 
+TEST_CASE("restart: a rank's acknowledged exit survives it; the gang completes once, not requeued as vanished",
+          "[controller][recovery]") {
+  // Found by the partition test of issue 35 (tests/e2e/hosts_ha_e2e.sh): rank 1 exited 0 and its
+  // report was acknowledged, but only memory knew; the leader changed before rank 0 exited, the new
+  // one thought rank 1 still ran, its node re-registered without it ("vanished"), and the job that
+  // had finished was requeued and run again.
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(2, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  w.PrepareAndStartAll();
+  v1::JobInfo info = w.Job(id);
+  REQUIRE(info.tasks_size() == 2);
+  const std::string node0 = info.tasks(0).node(), node1 = info.tasks(1).node();
+  // rank 1 finishes first; the agent gateway acknowledges the report once this returns
+  REQUIRE(w.ctl->OnAgentMessage(node1, Exited(id, 1, info.tasks(1).rank(), 0), w.now + 5));
+  REQUIRE(w.Job(id).state() == v1::RUNNING);
+  // schedd dies (or another replica takes over): a new controller on the same store
+  w.ctl.reset();
+  w.store.reset();
+  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
+  w.sink.Clear();
+  Controller ctl(*w.store, w.sink, core::PolicySet{}, w.cfg);
+  ctl.Recover(w.now + 10);
+  // both agents come back: rank 1's node runs nothing (its task ended), rank 0 still runs
+  auto reg0 = NodeReg(node0, 1);
+  auto* r = reg0.add_running();
+  r->set_job_id(id);
+  r->set_attempt(1);
+  r->set_rank(info.tasks(0).rank());
+  ctl.OnRegister(reg0, w.now + 11);
+  ctl.OnRegister(NodeReg(node1, 1), w.now + 11);
+  for (int t = 12; t < 16; ++t) {
+    ctl.OnAgentMessage(node1, Heartbeat({}), w.now + t);
+    ctl.OnAgentMessage(node0, Heartbeat({{id, 1, info.tasks(0).rank()}}), w.now + t);
+  }
+  v1::JobInfo mid;
+  REQUIRE(ctl.Get(Root(), id, &mid).ok());
+  CHECK(mid.state() == v1::RUNNING);  // not requeued: rank 1's exit was durable
+  CHECK(mid.requeue_count() == 0);
+  ctl.OnAgentMessage(node0, Exited(id, 1, info.tasks(0).rank(), 0), w.now + 20);
+  v1::JobInfo done;
+  REQUIRE(ctl.Get(Root(), id, &done).ok());
+  CHECK(done.state() == v1::COMPLETED);
+  CHECK(done.attempt() == 1);
+}
+
 TEST_CASE("restart: running jobs are recovered and reconciled with the agents", "[controller]") {
   World w(2, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);
