@@ -18,12 +18,14 @@
 #   on HOST CMD...               runs CMD inside HOST (its root, network, host name)
 #   unit_start HOST UNIT         starts UNIT's ExecStart as the unit file in HOST says; logs in
 #                                $HOSTS_STATE/logs/HOST-UNIT.log; pid in $HOSTS_STATE/pids/HOST-UNIT
+#                                (Restart=always|on-failure: run again after RestartSec, as systemd)
 #   unit_stop HOST UNIT [SIG]    stops it (default SIGTERM; waits up to 10 s, then SIGKILL)
 #   link_cut HOST [in|out|both]  drops HOST's packets from the bridge (in), to it (out) or both
 #                                (iptables on the bridge's port of HOST); link_heal HOST undoes it
 #   link_loss PERCENT            drops PERCENT % of packets on every port of the bridge
 #   hosts_down                   stops every process of the hosts and removes the namespaces
-declare -A HOST_IP=([ctl]=10.213.0.10 [gpu-a]=10.213.0.21 [gpu-b]=10.213.0.22 [cpu-a]=10.213.0.23 [login]=10.213.0.30)
+declare -A HOST_IP=([ctl]=10.213.0.10 [ctl1]=10.213.0.11 [ctl2]=10.213.0.12 [ctl3]=10.213.0.13
+                    [gpu-a]=10.213.0.21 [gpu-b]=10.213.0.22 [cpu-a]=10.213.0.23 [login]=10.213.0.30)
 HOSTS_STATE=${HOSTS_STATE:?set HOSTS_STATE}
 
 hosts_base() {
@@ -109,7 +111,7 @@ on() {
 # word-split as systemd does; the environment file is read as a shell would (KEY="value" lines).
 unit_start() {
   local h=$1 unit=$2
-  on "$h" bash -ec '
+  setsid nsenter -t "$(cat "$HOSTS_STATE/pids/$h")" -m -u -n -i -r -w bash -ec '
     u=/lib/systemd/system/$1.service
     [ -f "$u" ] || { echo "no unit $u" >&2; exit 1; }
     key() { sed -n "s/^$1=//p" "$u" | tail -1; }
@@ -122,8 +124,18 @@ unit_start() {
     [ -z "$st" ] || { mkdir -p "/var/lib/$st"; chown "${user:-root}:${group:-root}" "/var/lib/$st"; chmod "${stm:-0755}" "/var/lib/$st"; }
     cmd=$(awk "/^ExecStart=/ {on = 1; sub(/^ExecStart=/, \"\")} on {c = sub(/\\\\\$/, \"\"); printf \"%s \", \$0; if (!c) exit}" "$u")
     eval "set -- $cmd"
-    if [ -n "$user" ]; then exec setpriv --reuid="$user" --regid="${group:-$user}" --init-groups -- "$@"; fi
-    exec "$@"
+    [ -z "$user" ] || set -- setpriv --reuid="$user" --regid="${group:-$user}" --init-groups -- "$@"
+    restart=$(key Restart); sec=$(key RestartSec)
+    case "$restart" in
+      always|on-failure)  # as systemd: run again after RestartSec (on-failure: a non-zero exit)
+        while :; do
+          rc=0; "$@" || rc=$?
+          [ "$restart" = always ] || [ "$rc" != 0 ] || exit 0
+          echo "[hosts_lib] $1 exited with status $rc; restarting in ${sec:-1} s (Restart=$restart)"
+          sleep "${sec:-1}"
+        done ;;
+      *) exec "$@" ;;
+    esac
   ' _ "$unit" >> "$HOSTS_STATE/logs/$h-$unit.log" 2>&1 < /dev/null &
   disown; echo $! > "$HOSTS_STATE/pids/$h-$unit"
 }
@@ -132,9 +144,10 @@ unit_stop() {
   local f=$HOSTS_STATE/pids/$1-$2 pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
-  kill -"${3:-TERM}" "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
+  # the unit's processes: nsenter, the restart loop and the daemon (their process group)
+  kill -"${3:-TERM}" -- "-$pid" 2>/dev/null || kill -"${3:-TERM}" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 -- "-$pid" 2>/dev/null || true
   rm -f "$f"
 }
 
