@@ -1,5 +1,5 @@
 # Installation (`cmake --install build`, GNUInstallDirs) and the Debian packages CPack makes from it
-# (`scripts/package.sh`, docs/operations.md "Install from the packages"). One component per package,
+# (`scripts/package.sh`, docs/operations.md "Install on real nodes"). One component per package,
 # split as admins deploy them:
 #   schedd  -> mlsched-schedd   schedd, mlreport, mlsched-certs, the unit, the `mlsched` system user
 #                               (sysusers.d), /etc/mlsched/{policy.toml,schedd.env} (conffiles)
