@@ -16,7 +16,7 @@
 #   3. partition (c): an asymmetric cut (the agent's packets reach schedd, schedd's do not reach
 #      it) is handled as (b); (d) 20 % packet loss on every link for a minute under submissions:
 #      no node given up, every job runs once, mlsub latency reported; (e) the single schedd cut
-#      off from every host for ~45 s while a job runs: the agents stop its tasks before schedd
+#      off from every host for ~40 s while a job runs: the agents stop its tasks before schedd
 #      gives the nodes up, a submission meanwhile is not acknowledged, the job resumes and completes.
 # Prints the counts: jobs acknowledged, completed, lost, run twice.
 # Needs root, iproute2, util-linux, iptables and overlayfs; packages from scripts/package.sh
@@ -73,7 +73,7 @@ for n in $NODES; do
     install -m 0644 /mnt/xfer/ca.pem /etc/mlsched/tls/ca.pem
     install -m 0644 /mnt/xfer/nodes/$n.pem /etc/mlsched/tls/node.pem
     install -m 0600 /mnt/xfer/nodes/$n.key /etc/mlsched/tls/node.key
-    sed -i 's/^AGENTD_ARGS=.*/AGENTD_ARGS=\"--server ctl:7070 --pool $pool --region lab --zone lab-a --domain rack-$i --cpus 2 --mem 4G --metrics-port 9466 --cutoff-timeout 5 --kill-grace 5\"/' /etc/mlsched/agentd.env"
+    sed -i 's/^AGENTD_ARGS=.*/AGENTD_ARGS=\"--server ctl:7070 --pool $pool --region lab --zone lab-a --domain rack-$i --cpus 2 --mem 4G --metrics-port 9466 --cutoff-timeout 5 --kill-grace 5 --keepalive-time 2 --keepalive-timeout 3\"/' /etc/mlsched/agentd.env"
 done
 on login sh -ec 'install -d -m 0755 /etc/mlsched/tls; install -m 0644 /mnt/xfer/ca.pem /etc/mlsched/tls/ca.pem'
 
@@ -116,6 +116,7 @@ wait_job() {  # JOB STATE SECONDS
   for _ in $(seq 1 $(( $3 * 2 ))); do
     s=$(as_alice mlq -j "$1" -h -o %T 2>/dev/null || true)
     [ "$s" = "$2" ] && return 0
+    case "$s" in FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac  # ended otherwise
     sleep 0.5
   done
   as_alice mlq -j "$1" >&2 || true
@@ -263,7 +264,7 @@ JOB
 NOT_ACKED=0
 lossy_minute
 
-# (e) schedd (single, SQLite) cut off from every agent and user for 45 s while a job runs: the
+# (e) schedd (single, SQLite) cut off from every agent and user for 40 s while a job runs: the
 # agents stop their tasks before schedd gives the nodes up; a submission during the partition is
 # not acknowledged (and so may be lost); healed, the job resumes from its checkpoint and completes.
 controller_cut() {
@@ -278,14 +279,14 @@ controller_cut() {
   skip_schedd=$(wc -l < "$HOSTS_STATE/logs/ctl-mlsched-schedd.log")
   declare -A skip_agent
   for n in $nodes; do skip_agent[$n]=$(wc -l < "$HOSTS_STATE/logs/$n-mlsched-agentd.log"); done
-  say "(e) job $j runs on $nodes; cutting ctl (schedd) off from every host for 45 s"
+  say "(e) job $j runs on $nodes; cutting ctl (schedd) off from every host for 40 s"
   t0=$(date +%s.%N)
   link_cut ctl both
   sleep 5
   if as_alice sh -c 'cd /shared/alice && timeout 20 mlsub --parsable short.sh' >/dev/null 2>&1; then
     fail "(e) a submission was acknowledged while schedd was unreachable"
   fi
-  while [ "$(date +%s)" -lt "${t0%.*}" ] || python3 -c "import sys,time; sys.exit(0 if time.time() < $t0 + 45 else 1)"; do sleep 0.5; done
+  while [ "$(date +%s)" -lt "${t0%.*}" ] || python3 -c "import sys,time; sys.exit(0 if time.time() < $t0 + 40 else 1)"; do sleep 0.5; done
   link_heal ctl
   say "(e) healed at +$(rel "$(date +%s.%N)") s"
   for _ in $(seq 1 120); do

@@ -182,7 +182,11 @@ mapfile -t ACKED < <(grep -E '^[0-9]+$' "$MLSCHED_STATE/acked")
 lost=0 twice=0 done=0
 for j in "${ACKED[@]}" "$TRAIN"; do
   s=""
-  for _ in $(seq 1 240); do s=$(as_alice mlq -j "$j" -h -o %T 2>/dev/null || echo MISSING); [ "$s" = COMPLETED ] && break; sleep 0.5; done
+  for _ in $(seq 1 240); do
+    s=$(as_alice mlq -j "$j" -h -o %T 2>/dev/null || echo MISSING)
+    case "$s" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac
+    sleep 0.5
+  done
   if [ "$s" = COMPLETED ]; then done=$((done + 1)); else lost=$((lost + 1)); say "job $j: $s"; fi
 done
 for j in "${ACKED[@]}"; do
