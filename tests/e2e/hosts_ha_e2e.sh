@@ -89,18 +89,10 @@ say "etcd RBAC: root, a role with readwrite on /mlsched/ only for the user sched
 } > "$HOSTS_STATE/logs/etcd-rbac.log" 2>&1 || fail "etcd RBAC setup failed"
 
 for n in $NODES; do
-  on "$n" sh -ec "
-    install -d -m 0755 /etc/mlsched/tls
-    install -m 0644 /mnt/xfer/ca.pem /etc/mlsched/tls/ca.pem
-    install -m 0644 /mnt/xfer/nodes/$n.pem /etc/mlsched/tls/node.pem
-    install -m 0600 /mnt/xfer/nodes/$n.key /etc/mlsched/tls/node.key
-    sed -i 's/^AGENTD_ARGS=.*/AGENTD_ARGS=\"--server $SERVERS --pool on-demand --region lab --zone lab-a --domain rack-1 --cpus 2 --mem 4G --cutoff-timeout 20\"/' /etc/mlsched/agentd.env"
+  agent_configure "$n" "--server $SERVERS --pool on-demand --region lab --zone lab-a --domain rack-1 --cpus 2 --mem 4G --cutoff-timeout 20"
 done
-on login sh -ec 'install -d -m 0755 /etc/mlsched/tls; install -m 0644 /mnt/xfer/ca.pem /etc/mlsched/tls/ca.pem'
-for h in $CTLS $NODES login; do unit_start "$h" munge; done
-for h in $CTLS $NODES login; do
-  for _ in $(seq 1 50); do on "$h" test -S /run/munge/munge.socket.2 && break; sleep 0.1; done
-done
+client_configure login
+munge_up $CTLS $NODES login || fail "munged did not start"
 for h in $CTLS; do unit_start "$h" mlsched-schedd; done
 for n in $NODES; do unit_start "$n" mlsched-agentd; done
 
@@ -109,7 +101,6 @@ as_admin() { on login env MLSCHED_SERVER=$SERVERS "$@"; }
 ha_json() { as_admin mladmin ha status --json 2>/dev/null || true; }
 leader() { ha_json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("leader", ""))' 2>/dev/null || true; }
 epoch() { ha_json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("epoch", 0))' 2>/dev/null || echo 0; }
-up_nodes() { as_admin mladmin nodes --json 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n.get("state") in ("IDLE", "MIXED", "ALLOCATED")))' 2>/dev/null || echo 0; }
 for _ in $(seq 1 150); do [ "$(up_nodes)" -ge 3 ] && break; sleep 0.2; done
 [ "$(up_nodes)" -ge 3 ] || fail "the agents did not register with the HA leader"
 L=$(leader) E=$(epoch)

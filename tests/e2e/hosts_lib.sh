@@ -16,6 +16,7 @@
 #   hosts_base DEB...            the base layer: dpkg -i of DEB..., a fresh MUNGE key, user alice
 #   hosts_up HOST...             starts the hosts and the bridge (HOST_IP names their addresses)
 #   on HOST CMD...               runs CMD inside HOST (its root, network, host name)
+#   agent_configure NODE ARGS, client_configure HOST, munge_up HOST..., up_nodes: see below
 #   unit_start HOST UNIT         starts UNIT's ExecStart as the unit file in HOST says; logs in
 #                                $HOSTS_STATE/logs/HOST-UNIT.log; pid in $HOSTS_STATE/pids/HOST-UNIT
 #                                (Restart=always|on-failure: run again after RestartSec, as systemd)
@@ -100,6 +101,40 @@ hosts_up() {
     nsenter -t "$pid" -n sh -ec "ip link set h$i name eth0; ip addr add ${HOST_IP[$h]}/24 dev eth0; ip link set eth0 up"
     nsenter -t "$(cat "$S/pids/sw")" -n sh -ec "ip link set p-$h master br0; ip link set p-$h up"
   done
+}
+
+# agent_configure NODE ARGS: what the admin copies to a compute node (docs/operations.md, steps 3
+# and 5): the cluster CA, the node's certificate and key from the CA host (/mnt/xfer), and ARGS as
+# AGENTD_ARGS in its agentd.env. client_configure HOST: the CA, where users run the tools.
+agent_configure() {
+  on "$1" sh -ec "
+    install -d -m 0755 /etc/mlsched/tls
+    install -m 0644 /mnt/xfer/ca.pem /etc/mlsched/tls/ca.pem
+    install -m 0644 /mnt/xfer/nodes/$1.pem /etc/mlsched/tls/node.pem
+    install -m 0600 /mnt/xfer/nodes/$1.key /etc/mlsched/tls/node.key
+    sed -i 's|^AGENTD_ARGS=.*|AGENTD_ARGS=\"$2\"|' /etc/mlsched/agentd.env"
+}
+client_configure() {
+  on "$1" sh -ec 'install -d -m 0755 /etc/mlsched/tls; install -m 0644 /mnt/xfer/ca.pem /etc/mlsched/tls/ca.pem'
+}
+
+# munge_up HOST...: munged on each HOST from Debian's unit; returns 1 (saying which) when one has no
+# socket within 5 s.
+munge_up() {
+  local h
+  for h; do unit_start "$h" munge; done
+  for h; do
+    for _ in $(seq 1 50); do on "$h" test -S /run/munge/munge.socket.2 && break; sleep 0.1; done
+    on "$h" test -S /run/munge/munge.socket.2 || { echo "munged did not start on $h" >&2; return 1; }
+  done
+}
+
+# up_nodes: how many nodes serve (IDLE, MIXED or ALLOCATED) as `mladmin nodes` on login says; needs
+# the caller's as_admin (the tool on login with the caller's MLSCHED_SERVER).
+up_nodes() {
+  as_admin mladmin nodes --json 2>/dev/null |
+    python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n.get("state") in ("IDLE", "MIXED", "ALLOCATED")))' 2>/dev/null ||
+    echo 0
 }
 
 on() {
