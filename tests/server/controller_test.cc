@@ -223,12 +223,8 @@ TEST_CASE("restart: a rank's acknowledged exit survives it; the gang completes o
   REQUIRE(w.ctl->OnAgentMessage(node1, Exited(id, 1, info.tasks(1).rank(), 0), w.now + 5));
   REQUIRE(w.Job(id).state() == v1::RUNNING);
   // schedd dies (or another replica takes over): a new controller on the same store
-  w.ctl.reset();
-  w.store.reset();
-  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
-  w.sink.Clear();
-  Controller ctl(*w.store, w.sink, core::PolicySet{}, w.cfg);
-  ctl.Recover(w.now + 10);
+  w.RestartController(w.now + 10);
+  Controller& ctl = *w.ctl;
   // both agents come back: rank 1's node runs nothing (its task ended), rank 0 still runs
   auto reg0 = NodeReg(node0, 1);
   auto* r = reg0.add_running();
@@ -259,12 +255,8 @@ TEST_CASE("restart: running jobs are recovered and reconciled with the agents", 
   w.ctl->RunCycle(w.now);
   w.PrepareAndStartAll();
   // schedd dies: a new controller on the same store.
-  w.ctl.reset();
-  w.store.reset();
-  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
-  w.sink.Clear();
-  Controller ctl(*w.store, w.sink, core::PolicySet{}, w.cfg);
-  ctl.Recover(w.now + 10);
+  w.RestartController(w.now + 10);
+  Controller& ctl = *w.ctl;
   v1::JobInfo info;
   REQUIRE(ctl.Get(Root(), id, &info).ok());
   CHECK(info.state() == v1::RUNNING);
@@ -476,11 +468,8 @@ TEST_CASE("fairshare usage accrues while jobs run and survives a restart", "[con
   CHECK(before > 150);
   CHECK(before <= 200);
   w.ctl->OnAgentMessage("n1", Exited(id, 1, 0, 0), w.now + 100);
-  w.ctl.reset();
-  w.store.reset();  // flushes the writer queue
-  w.store = std::make_unique<SqliteStore>(w.dir.path.string());
-  Controller again(*w.store, w.sink, core::PolicySet{}, w.cfg);
-  again.Recover(w.now + 101);
+  w.RestartController(w.now + 101);  // closing the store flushes the writer queue
+  Controller& again = *w.ctl;
   CHECK(again.Usage()["physics/alice"] == Approx(before));
 }
 

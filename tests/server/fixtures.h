@@ -87,6 +87,16 @@ struct ControllerWorld {
   std::unique_ptr<Controller> ctl;
   int64_t now = 1'000'000;
   void Start(core::PolicySet policy) { ctl = std::make_unique<Controller>(*store, sink, std::move(policy), cfg); }
+  /// schedd dies (or another replica takes over): the store is closed (its writes flushed) and
+  /// opened again, the messages sent so far forgotten, and a new controller recovers at `at`.
+  void RestartController(int64_t at, core::PolicySet policy = {}) {
+    ctl.reset();
+    store.reset();
+    store = std::make_unique<SqliteStore>(dir.path.string());
+    sink.Clear();
+    Start(std::move(policy));
+    ctl->Recover(at);
+  }
 };
 
 /// "kind|detail" (with_node: "kind|node|detail") of every event of `job` (0: node events), in
