@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ with clang-14 (ASan + UBSan) in build-fuzz/ and runs each
-# for SECONDS (default 20) from its seed corpus, one target at a time with one job.
+# for SECONDS (default 20) from its seed corpus, one target per CPU at a time, each with one job.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]        e.g. scripts/fuzz.sh 20; scripts/fuzz.sh 600 policy
 # New inputs go to build-fuzz/corpus/TARGET (fuzz/corpus/ is only read), crash reproducers to
 # build-fuzz/crashes/TARGET/, each run's log to build-fuzz/logs/TARGET.log. Prints executions,
 # executions/s and coverage per target; exits 1 when any target crashed. Without clang++-14 or its
 # fuzzer runtime (Debian: clang-14, libclang-rt-14-dev) it says so and exits 0.
-# Environment: MLSCHED_FUZZ_BUILD_DIR (build-fuzz), MLSCHED_FUZZ_JOBS (build jobs, 1),
+# Environment: MLSCHED_FUZZ_BUILD_DIR (build-fuzz), MLSCHED_FUZZ_JOBS (build jobs, nproc),
+# MLSCHED_FUZZ_PARALLEL (targets run at once, nproc),
 # MLSCHED_FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +40,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   ninja -C "$BUILD_DIR" build.ninja >/dev/null  # re-runs CMake when fuzz/CMakeLists.txt changed
   read -r -a targets <"$BUILD_DIR/fuzz_targets.txt"
 fi
-ninja -C "$BUILD_DIR" -j"${MLSCHED_FUZZ_JOBS:-1}" "${targets[@]/%/_fuzz}"
+ninja -C "$BUILD_DIR" -j"${MLSCHED_FUZZ_JOBS:-$(nproc)}" "${targets[@]/%/_fuzz}"
 built=$(date +%s)
 echo "fuzz.sh: built ${#targets[@]} targets in $((built - start)) s; running each for ${SECS} s"
 
@@ -47,19 +48,38 @@ echo "fuzz.sh: built ${#targets[@]} targets in $((built - start)) s; running eac
 final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
 last_cov() { { grep -o 'cov: [0-9]*' "$1" || true; } | tail -1 | cut -d' ' -f2; }
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-  corpus="$BUILD_DIR/corpus/$t" crashes="$BUILD_DIR/crashes/$t" log="$BUILD_DIR/logs/$t.log"
-  mkdir -p "$corpus" "$crashes" "$BUILD_DIR/logs"
-  args=(-max_total_time="$SECS" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$crashes/")
+# Runs target $1 for SECS seconds; its exit status and seconds go to $BUILD_DIR/logs/$1.result.
+run_target() {
+  local t=$1 corpus="$BUILD_DIR/corpus/$1" crashes="$BUILD_DIR/crashes/$1" log="$BUILD_DIR/logs/$1.log"
+  mkdir -p "$corpus" "$crashes"
+  local args=(-max_total_time="$SECS" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$crashes/")
   [ -f "fuzz/dict/$t.dict" ] && args+=(-dict="fuzz/dict/$t.dict")
   # shellcheck disable=SC2206
   args+=(${MLSCHED_FUZZ_ARGS:-})
+  local t0 rc=0
   t0=$(date +%s)
-  rc=0
   "$BUILD_DIR/fuzz/${t}_fuzz" "${args[@]}" "$corpus" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
-  secs=$(($(date +%s) - t0))
+  echo "$rc $(($(date +%s) - t0))" >"$BUILD_DIR/logs/$t.result"
+}
+
+# MLSCHED_FUZZ_PARALLEL targets at a time (default: one per CPU), each a single libFuzzer job.
+parallel="${MLSCHED_FUZZ_PARALLEL:-$(nproc)}"
+mkdir -p "$BUILD_DIR/logs"
+running=0
+for t in "${targets[@]}"; do
+  rm -f "$BUILD_DIR/logs/$t.result"
+  if [ "$running" -ge "$parallel" ]; then wait -n || true; running=$((running - 1)); fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait || true
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  log="$BUILD_DIR/logs/$t.log" crashes="$BUILD_DIR/crashes/$t"
+  rc=1 secs=?
+  [ -f "$BUILD_DIR/logs/$t.result" ] && read -r rc secs <"$BUILD_DIR/logs/$t.result"
   execs=$(final_stat number_of_executed_units "$log")
   rate=$(final_stat average_exec_per_sec "$log")
   cov=$(last_cov "$log")
