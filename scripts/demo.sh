@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 if [ "${DEMO_SKIP_SETUP:-0}" != 1 ]; then
-  bash scripts/install-deps.sh
+  # Only the demo's packages (the test command installs the rest).
+  if [ "${DEMO_CONTAINER:-0}" = 1 ]; then bash scripts/install-deps.sh demo containers; else bash scripts/install-deps.sh demo; fi
   # Only what the demo runs (daemons, tools, mltrain); the test command builds the rest.
   MLSCHED_BUILD_TARGETS="schedd agentd mlsub mlq mlcancel mladmin mlacct mlreport mltrain" bash scripts/build.sh
 fi
