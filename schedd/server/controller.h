@@ -283,6 +283,11 @@ class Controller {
     core::Duration restart_cost = 0;
     std::string provision_note;  // the latest provisioning decision for it: "requested 2 nodes from pool spot (...)"
     int32_t spec_bytes = 0;      // its stored spec's size ([limits] max_pending_bytes_per_user)
+    // A rank failed while this node of the gang was silent (AwaitSilentPeerLocked): the verdict
+    // waits for that node, and the job is requeued (NodeFail) when it is DOWN or speaks again,
+    // never failed for a peer's partition. "" = no verdict waits. Memory only: recovery sets it
+    // again from the stored failed exits.
+    std::string awaiting_node;
   };
   /// One user's pending jobs, as admission counts them.
   struct PendingUse {
@@ -388,6 +393,19 @@ class Controller {
   void NoteResizeLocked(JobRec& j, int prev_size, int size, const std::string& requeue_reason);
   /// True when `node` holds a task of `j`'s current placement (of `rank`, or any rank when rank < 0).
   bool PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const;
+  /// Whether `node` has said nothing for more than two heartbeat intervals (plus a second), or
+  /// its stream is down: its ranks may be cut off behind a partition.
+  bool SilentLocked(const std::string& node, int64_t now);
+  /// A node other than `except` holding a still-running rank of j's attempt that is silent now
+  /// (SilentLocked); "" when none.
+  std::string SilentPeerLocked(const JobRec& j, const std::string& except, int64_t now);
+  /// Called for rank `idx` of j failing on `node` (`why`: "rank 1 exited 76"): when another node
+  /// of the gang is silent (or a verdict already waits on one), keeps the exit, records
+  /// AWAIT_NODE and returns true; false when the failure is the rank's own (every peer speaks).
+  bool AwaitSilentPeerLocked(JobRec& j, const std::string& node, int idx, const std::string& why, int64_t now);
+  /// Ends j's attempt as NodeFail (requeued) because a rank failed while `j.awaiting_node` was
+  /// silent; `why` says what happened since.
+  void RequeueForSilentNodeLocked(JobRec& j, const std::string& why, int64_t now);
   /// Logs and counts (mlsched_rejected_requests_total{reason="agent_message"}) a report from an
   /// agent about a task that is not placed on its node; the report changes nothing.
   void RejectAgentMessage(const std::string& node, const std::string& what);

@@ -190,6 +190,7 @@ void Controller::EndAttempt(JobRec& j, core::JobState final_state, const std::st
     SendToNodes(j, m);
   }
   j.tasks.clear();
+  j.awaiting_node.clear();  // a verdict waits only within its attempt
   ObserveRuntimeLocked(j, final_state, now);
   // A stop that a resize or an eviction asked for ends here; the restart's launch is measured next.
   j.stop_seconds = final_state == core::JobState::kPending && j.stop_requested_at > 0 ? now - j.stop_requested_at : -1;
@@ -458,6 +459,11 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     EndAttempt(*j, core::JobState::kPending, j->evicting ? "Evicted" : "Preempted", 0, now, "requeue");
     return;
   }
+  if (!j->awaiting_node.empty() && (node == j->awaiting_node || !SilentLocked(j->awaiting_node, now))) {
+    // A verdict waited on this node (or it spoke again since): the gang broke with the partition.
+    RequeueForSilentNodeLocked(*j, "rank " + std::to_string(t.rank()) + " on " + node + " exited " + std::to_string(t.exit_code()), now);
+    return;
+  }
   if (t.exit_code() != 0) {
     std::string why = t.error().empty() ? "rank " + std::to_string(t.rank()) + " exited " + std::to_string(t.exit_code())
                                         : "rank " + std::to_string(t.rank()) + ": " + t.error();
@@ -465,6 +471,7 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     // the reason OutOfMemory and the agent's text ("... more than its 64 MiB memory limit ...").
     const bool oom = t.error().rfind("OUT_OF_MEMORY", 0) == 0;
     if (oom) why = "OutOfMemory: " + why;
+    if (!oom && AwaitSilentPeerLocked(*j, node, idx, why, now)) return;
     EndAttempt(*j, core::JobState::kFailed, why, t.exit_code(), now, oom ? "out-of-memory" : "failed");
     return;
   }
@@ -541,6 +548,48 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
   }
 }
 
+bool Controller::SilentLocked(const std::string& node, int64_t now) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.down || !it->second.connected) return true;
+  const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
+  return now - heard > 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+}
+
+std::string Controller::SilentPeerLocked(const JobRec& j, const std::string& except, int64_t now) {
+  for (size_t i = 0; i < j.tasks.size() && i < static_cast<size_t>(j.placement.tasks_size()); ++i) {
+    const std::string& n = j.placement.tasks(static_cast<int>(i)).node();
+    if (n != except && j.tasks[i].phase != Phase::kExited && SilentLocked(n, now)) return n;
+  }
+  return "";
+}
+
+bool Controller::AwaitSilentPeerLocked(JobRec& j, const std::string& node, int idx, const std::string& why, int64_t now) {
+  if (j.awaiting_node.empty()) {
+    j.awaiting_node = SilentPeerLocked(j, node, now);
+    if (j.awaiting_node.empty()) return false;  // every peer speaks: the rank's own failure
+    // A rank whose peer went silent often fails first ("peer lost", a broken collective): failing
+    // the job would turn one node's partition into a user's failure, and requeueing it now could
+    // start a second attempt beside ranks still running behind the partition. Wait for the node.
+    spdlog::warn("job {} attempt {}: {} on {} while node {} is silent: the verdict waits for {} (requeued when it is "
+                 "DOWN or speaks again)", j.id, j.attempt, why, node, j.awaiting_node, j.awaiting_node);
+    Await(store_.AppendEvent(j.id, node, "AWAIT_NODE", why + " while node " + j.awaiting_node + " is silent"));
+  }
+  // Waiting: this exit is kept (stored, so a restarted controller knows the verdict waits).
+  j.placement.mutable_tasks(idx)->set_exited(true);
+  j.placement.mutable_tasks(idx)->set_exit_code(j.tasks[static_cast<size_t>(idx)].exit_code);
+  Persist(j, "", "");
+  return true;
+}
+
+void Controller::RequeueForSilentNodeLocked(JobRec& j, const std::string& why, int64_t now) {
+  const std::string detail = "a rank failed while node " + j.awaiting_node + " was silent; then " + why;
+  spdlog::warn("job {} attempt {}: requeued: {}", j.id, j.attempt, detail);
+  Await(store_.AppendEvent(j.id, j.awaiting_node, "NODE_FAIL", detail));
+  if (j.stop_cause.empty()) j.stop_cause = "silence of node " + j.awaiting_node;
+  j.awaiting_node.clear();
+  EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "requeue");
+}
+
 void Controller::Tick(int64_t now) {
   Batched([&] { TickLocked(now); });
 }
@@ -570,6 +619,10 @@ void Controller::TickLocked(int64_t now) {
   std::vector<int64_t> expired;
   for (auto& [id, j] : jobs_) {
     if (j.state == core::JobState::kRunning) {
+      if (!j.awaiting_node.empty() && !SilentLocked(j.awaiting_node, now)) {
+        RequeueForSilentNodeLocked(j, "node " + j.awaiting_node + " speaks again", now);
+        continue;
+      }
       bool launching = false;
       for (const auto& t : j.tasks) launching |= t.phase == Phase::kPreparing || t.phase == Phase::kPrepared;
       if (launching && now > j.launch_deadline) {
