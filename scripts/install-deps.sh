@@ -23,10 +23,10 @@ CONTAINER_PKGS="runc skopeo umoci tini docker-registry busybox-static"
 # The tests only: clang-14 and its fuzzer runtime (scripts/fuzz.sh), etcd for HA, python3-torch for
 # the image that runs an unchanged PyTorch DDP script (tests/e2e/container_pytorch_e2e.sh), tmux for
 # the interactive sessions' terminal test, gdb (the watchdog's other stack tool), prometheus for
-# promtool (the shipped alert rules), lintian (the Debian packages), iproute2 and iptables (the
-# multi-host tests in network namespaces).
+# promtool (the shipped alert rules), lintian (the Debian packages), iproute2, iptables and
+# libnetfilter-queue-dev (the multi-host tests in network namespaces: links cut, lossy, delayed).
 TEST_PKGS="clang-14 libclang-rt-14-dev etcd-server etcd-client python3-torch tmux gdb prometheus \
-lintian iproute2 iptables"
+lintian iproute2 iptables libnetfilter-queue-dev"
 case "${1:-all}" in
   all) PKGS="$DEMO_PKGS $CONTAINER_PKGS $TEST_PKGS" ;;
   demo) PKGS="$DEMO_PKGS"; [ "${2:-}" = containers ] && PKGS="$PKGS $CONTAINER_PKGS" ;;

@@ -201,9 +201,26 @@ link_heal() {
   while on_sw iptables -D FORWARD -m physdev --physdev-in "p-$h" -j DROP 2>/dev/null; do :; done
   while on_sw iptables -D FORWARD -m physdev --physdev-out "p-$h" -j DROP 2>/dev/null; do :; done
 }
+# link_loss PERCENT [DELAY_MS]: every bridged packet is dropped with probability PERCENT %, and
+# every other one held DELAY_MS ms (as sch_netem's delay would, which some kernels lack) by the
+# test tool nfq_delay ($NFQ_DELAY) on NFQUEUE 0 in the bridge's namespace; link_loss 0 undoes both.
 link_loss() {
+  local pct=$1 delay=${2:-0} f="$HOSTS_STATE/pids/nfq-delay" pid
   on_sw iptables -F FORWARD
-  [ "$1" = 0 ] || on_sw iptables -A FORWARD -m statistic --mode random --probability "$(awk -v p="$1" 'BEGIN{print p/100}')" -j DROP
+  if [ -f "$f" ]; then  # after the flush: it lets what it holds go, then exits
+    pid=$(cat "$f"); kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    rm -f "$f"
+  fi
+  [ "$pct" = 0 ] || on_sw iptables -A FORWARD -m statistic --mode random --probability "$(awk -v p="$pct" 'BEGIN{print p/100}')" -j DROP
+  if [ "$delay" != 0 ]; then
+    [ -x "${NFQ_DELAY:-}" ] || { echo "link_loss: NFQ_DELAY ('${NFQ_DELAY:-}') is not a program" >&2; return 1; }
+    nsenter -t "$(cat "$HOSTS_STATE/pids/sw")" -n "$NFQ_DELAY" 0 "$delay" >> "$HOSTS_STATE/logs/nfq-delay.log" 2>&1 &
+    echo $! > "$f"
+    for _ in $(seq 1 50); do grep -q 'holding each packet' "$HOSTS_STATE/logs/nfq-delay.log" && break; sleep 0.1; done
+    kill -0 "$(cat "$f")" 2>/dev/null || { echo "link_loss: nfq_delay did not start: $(tail -2 "$HOSTS_STATE/logs/nfq-delay.log")" >&2; return 1; }
+    on_sw iptables -A FORWARD -j NFQUEUE --queue-num 0 --queue-bypass
+  fi
 }
 on_sw() { nsenter -t "$(cat "$HOSTS_STATE/pids/sw")" -n "$@"; }
 
