@@ -14,12 +14,14 @@
 #      the other nodes and completes; when the link heals, the agent's stale attempt is refused
 #      (the job is not started twice).
 #   3. partition (c): an asymmetric cut (the agent's packets reach schedd, schedd's do not reach
-#      it) is handled as (b); (d) 20 % packet loss on every link for a minute under submissions:
-#      no node given up, every job runs once, mlsub latency reported; (e) the single schedd cut
+#      it) is handled as (b), and a rank failing because its peer went silent does not fail the
+#      job; (d) 20 % packet loss and 200 ms delay (nfq_delay) on every link for a minute under
+#      submissions: no node given up, every job runs once, mlsub latency reported; (e) the single schedd cut
 #      off from every host for ~40 s while a job runs: the agents stop its tasks before schedd
 #      gives the nodes up, a submission meanwhile is not acknowledged, the job resumes and completes.
 # Prints the counts: jobs acknowledged, completed, lost, run twice.
-# Needs root, iproute2, util-linux, iptables and overlayfs; packages from scripts/package.sh
+# Needs root, iproute2, util-linux, iptables and overlayfs (and the test tool nfq_delay for the
+# delay); packages from scripts/package.sh
 # (MLSCHED_PACKAGES, default $MLSCHED_BUILD_DIR/packages; made when missing).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
