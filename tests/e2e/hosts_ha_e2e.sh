@@ -137,6 +137,12 @@ SUBMITTER=$!
 sleep 5
 LH=${L%%:*}
 skip_old=$(wc -l < "$HOSTS_STATE/logs/$LH-mlsched-schedd.log")
+# Which host's etcd member leads Raft now (the latest "became leader"): when it is $LH too, etcd
+# elects a new Raft leader first, and that one gives every lease its whole TTL again (etcd's lessor
+# on promotion), so the takeover is slower.
+RAFT_HOST=$(for h in ctl1 ctl2 ctl3; do { grep -h 'became leader' "$HOSTS_STATE/logs/$h-etcd.log" || true; } | tail -1 | sed "s/\$/ $h/"; done |
+  sort | tail -1 | awk '{print $NF}')
+[ -n "$RAFT_HOST" ] || RAFT_HOST="no host (no 'became leader' in the etcd logs)"
 say "(a) cutting the leader's host $LH off from every other host (etcd minority, agents and users unreachable)"
 t0=$(date +%s.%N)
 link_cut "$LH" both
@@ -148,7 +154,7 @@ for _ in $(seq 1 120); do
 done
 [ "$NE" -gt "$E" ] || fail "(a) no new leader on the majority side"
 took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
-say "(a) $NL leads at epoch $NE, $took s after the cut"
+say "(a) $NL leads at epoch $NE, $took s after the cut (etcd's Raft leader was on $RAFT_HOST)"
 for _ in $(seq 1 60); do
   tail -n +"$((skip_old + 1))" "$HOSTS_STATE/logs/$LH-mlsched-schedd.log" | grep -q 'HA: stepping down\|lost leadership' && break; sleep 0.5
 done
