@@ -307,6 +307,7 @@ class Controller {
     v1::NodeInfo info;
     core::Node node;
     bool connected = false;
+    bool registered = false;       // its agent registered with this controller since it started
     bool down = false;
     bool drained = false;
     bool health_failing = false;   // its agent's last health verdict had failing checks
@@ -394,8 +395,13 @@ class Controller {
   /// True when `node` holds a task of `j`'s current placement (of `rank`, or any rank when rank < 0).
   bool PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const;
   /// Whether `node` has said nothing for more than two heartbeat intervals (plus a second), or
-  /// its stream is down: its ranks may be cut off behind a partition.
+  /// its stream went down: its ranks may be cut off behind a partition. A node recovered from the
+  /// store that has not registered yet counts from the recovery (a restart is not a silence).
   bool SilentLocked(const std::string& node, int64_t now);
+  /// Whether `node`'s agent is registered with this controller, connected and heard within two
+  /// heartbeat intervals (plus a second): a verdict waiting on it can be given (not merely "not
+  /// silent": a recovered node that has not registered again is neither).
+  bool SpeaksLocked(const std::string& node, int64_t now);
   /// A node other than `except` holding a still-running rank of j's attempt that is silent now
   /// (SilentLocked); "" when none.
   std::string SilentPeerLocked(const JobRec& j, const std::string& except, int64_t now);

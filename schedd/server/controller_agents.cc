@@ -459,7 +459,7 @@ void Controller::OnTaskExited(const std::string& node, const v1::TaskExited& t, 
     EndAttempt(*j, core::JobState::kPending, j->evicting ? "Evicted" : "Preempted", 0, now, "requeue");
     return;
   }
-  if (!j->awaiting_node.empty() && (node == j->awaiting_node || !SilentLocked(j->awaiting_node, now))) {
+  if (!j->awaiting_node.empty() && (node == j->awaiting_node || SpeaksLocked(j->awaiting_node, now))) {
     // A verdict waited on this node (or it spoke again since): the gang broke with the partition.
     RequeueForSilentNodeLocked(*j, "rank " + std::to_string(t.rank()) + " on " + node + " exited " + std::to_string(t.exit_code()), now);
     return;
@@ -550,9 +550,17 @@ void Controller::OnHeartbeat(const std::string& node, const v1::Heartbeat& hb, i
 
 bool Controller::SilentLocked(const std::string& node, int64_t now) {
   auto it = nodes_.find(node);
-  if (it == nodes_.end() || it->second.down || !it->second.connected) return true;
+  if (it == nodes_.end() || it->second.down) return true;
+  if (!it->second.connected && it->second.registered) return true;  // its stream went down
   const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
   return now - heard > 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+}
+
+bool Controller::SpeaksLocked(const std::string& node, int64_t now) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.down || !it->second.registered || !it->second.connected) return false;
+  const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
+  return now - heard <= 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
 }
 
 std::string Controller::SilentPeerLocked(const JobRec& j, const std::string& except, int64_t now) {
@@ -619,7 +627,7 @@ void Controller::TickLocked(int64_t now) {
   std::vector<int64_t> expired;
   for (auto& [id, j] : jobs_) {
     if (j.state == core::JobState::kRunning) {
-      if (!j.awaiting_node.empty() && !SilentLocked(j.awaiting_node, now)) {
+      if (!j.awaiting_node.empty() && SpeaksLocked(j.awaiting_node, now)) {
         RequeueForSilentNodeLocked(j, "node " + j.awaiting_node + " speaks again", now);
         continue;
       }

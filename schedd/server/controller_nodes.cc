@@ -58,6 +58,7 @@ v1::Registered Controller::OnRegisterLocked(const v1::RegisterNode& reg, int64_t
   n.info.set_root_jobs(reg.root_jobs());
   n.info.set_container_runtime(reg.container_runtime());
   n.connected = true;
+  n.registered = true;
   n.down = false;
   n.last_heartbeat = now;
   Await(store_.SaveNode(NodeRow{reg.name(), n.info.SerializeAsString(), n.drained, n.info.reason()}));

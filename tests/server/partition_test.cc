@@ -154,3 +154,28 @@ TEST_CASE("restart: a verdict waiting on a silent node waits again and requeues 
   CHECK(after.state() == v1::PENDING);
   CHECK(after.reason() == "NodeFail");
 }
+
+TEST_CASE("restart: a rank's failure reported before its peers registered again is its own: the job fails",
+          "[controller][partition]") {
+  Gang g;
+  g.w.RestartController(g.w.now + 8);
+  // rank 0's agent registers first and reports the failure it kept in its outbox meanwhile;
+  // rank 1's agent has not registered yet, which is a restart, not a silence.
+  auto reg = NodeReg(g.node0, 1);
+  g.w.ctl->OnRegister(reg, g.w.now + 9);
+  g.w.ctl->OnAgentMessage(g.node0, Exited(g.id, 1, g.Rank(0), 1), g.w.now + 9);
+  CHECK(g.w.Job(g.id).state() == v1::COMPLETING);  // failed; rank 1 is being stopped
+}
+
+TEST_CASE("an agent whose stream drops counts as silent at once: its peer's failure waits for it", "[controller][partition]") {
+  Gang g;
+  g.w.ctl->OnDisconnect(g.node1, g.w.now + 6);  // its agent died: its rank dies with it
+  g.w.ctl->OnAgentMessage(g.node0, Exited(g.id, 1, g.Rank(0), kPeerLost), g.w.now + 7);
+  CHECK(g.w.Job(g.id).state() == v1::RUNNING);
+  // The agent is back (restarted by systemd) without the rank: the job is requeued, not failed.
+  g.w.ctl->OnRegister(NodeReg(g.node1, 1), g.w.now + 9);
+  g.w.ctl->Tick(g.w.now + 9);
+  auto after = g.w.Job(g.id);
+  CHECK(after.state() == v1::PENDING);
+  CHECK(after.reason() == "NodeFail");
+}
