@@ -67,12 +67,19 @@ on ctl sh -ec '
   # the TCP line of the shipped schedd.env, and (for this test) heartbeats every second
   sed -i -e "/^SCHEDD_ARGS=/d" -e "s/^#SCHEDD_ARGS=\"\(.*\)\"/SCHEDD_ARGS=\"\1 --heartbeat-interval 1 --heartbeat-timeout 6\"/" /etc/mlsched/schedd.env
   grep -q "^SCHEDD_ARGS=\"--listen-tcp" /etc/mlsched/schedd.env'
-i=0
-for n in $NODES; do
-  i=$((i + 1))
-  pool=on-demand; [ "$n" = cpu-a ] && pool=spot
-  agent_configure "$n" "--server ctl:7070 --pool $pool --region lab --zone lab-a --domain rack-$i --cpus 2 --mem 4G --metrics-port 9466 --cutoff-timeout 5 --kill-grace 5 --keepalive-time 2 --keepalive-timeout 3"
-done
+# Every agent's AGENTD_ARGS: its place in the cluster, then BOUNDS. The partition cases run with
+# short bounds (a cut agent stops its tasks within 2 + 3 + 5 + 5 s); (d) with the shipped ones.
+FAST_BOUNDS="--cutoff-timeout 5 --kill-grace 5 --keepalive-time 2 --keepalive-timeout 3"
+SHIPPED_BOUNDS="--cutoff-timeout 20"  # deploy/systemd/agentd.env; keepalive and kill grace: agentd's defaults
+agents_configure() {  # BOUNDS
+  local i=0 n pool
+  for n in $NODES; do
+    i=$((i + 1))
+    pool=on-demand; [ "$n" = cpu-a ] && pool=spot
+    agent_configure "$n" "--server ctl:7070 --pool $pool --region lab --zone lab-a --domain rack-$i --cpus 2 --mem 4G --metrics-port 9466 $1"
+  done
+}
+agents_configure "$FAST_BOUNDS"
 client_configure login
 
 say "starting munged on every host, schedd on ctl, agentd on $NODES (their installed units)"
@@ -234,6 +241,25 @@ partition_case c out
 
 # (d) 20 % of the packets on every link dropped, and every other one delayed 200 ms, for a minute
 # while alice submits: no node is given up, every job runs once.
+# agents_restart BOUNDS: the agents' bounds changed and the agents restarted (their units), all
+# registered again before it returns.
+agents_restart() {
+  local n before=() i=0 ok
+  agents_configure "$1"
+  for n in $NODES; do
+    before+=("$(grep -c 'registered with schedd' "$HOSTS_STATE/logs/$n-mlsched-agentd.log" || true)")
+    unit_stop "$n" mlsched-agentd; unit_start "$n" mlsched-agentd
+  done
+  for n in $NODES; do
+    ok=0
+    for _ in $(seq 1 150); do
+      [ "$(grep -c 'registered with schedd' "$HOSTS_STATE/logs/$n-mlsched-agentd.log" || true)" -gt "${before[$i]}" ] && { ok=1; break; }
+      sleep 0.2
+    done
+    [ "$ok" = 1 ] || fail "the agent on $n did not register again with bounds '$1'"
+    i=$((i + 1))
+  done
+}
 lossy_minute() {
   local skip_schedd t_end lat=() jobs=() j t1 t2 rc delay=200 what
   if [ ! -x "$NFQ_DELAY" ]; then
@@ -241,6 +267,10 @@ lossy_minute() {
     say "(d) no delay: $NFQ_DELAY was not built (libnetfilter-queue-dev missing)"
   fi
   what="20 % loss$([ "$delay" = 0 ] || echo " and $delay ms delay")"
+  # The agents' shipped bounds (keepalive 5 + 10 s): the test's short ones (2 + 3 s) drop streams
+  # whose pings a 400 ms round trip with 20 % loss delays past 3 s, and their reconnections, each
+  # cut by the same watchdog, outlast the short cut-off bound. No task runs between the cases.
+  agents_restart "$SHIPPED_BOUNDS"
   skip_schedd=$(wc -l < "$HOSTS_STATE/logs/ctl-mlsched-schedd.log")
   cat > "$MLSCHED_STATE/shared/alice/short.sh" <<'JOB'
 #!/bin/sh
@@ -267,6 +297,7 @@ JOB
     [ "$(grep -c "^ran $j\$" "$MLSCHED_STATE/shared/alice/short-$j.out")" = 1 ] || RAN_TWICE=$((RAN_TWICE + 1))
   done
   ! tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep 'DOWN:' || fail "(d) a node was given up under $what"
+  agents_restart "$FAST_BOUNDS"
   say "(d) $what for 60 s: ${#jobs[@]} submissions acknowledged, $NOT_ACKED refused or timed out (not acknowledged), no node DOWN; mlsub latency ms: $(printf '%s\n' "${lat[@]}" | sort -n | awk '{a[NR]=$1} END {printf "p50 %d, p90 %d, max %d", a[int((NR+1)/2)], a[int(NR*0.9+0.5)], a[NR]}')"
 }
 NOT_ACKED=0
