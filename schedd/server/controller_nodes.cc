@@ -196,4 +196,55 @@ std::vector<int64_t> Controller::RunningOnLocked(const std::string& node) {
   return out;
 }
 
+// A rank that fails while another node of its gang is silent (docs/operations.md, partition (c)).
+bool Controller::SilentLocked(const std::string& node, int64_t now) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.down) return true;
+  if (!it->second.connected && it->second.registered) return true;  // its stream went down
+  const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
+  return now - heard > 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+}
+
+bool Controller::SpeaksLocked(const std::string& node, int64_t now) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.down || !it->second.registered || !it->second.connected) return false;
+  const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
+  return now - heard <= 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+}
+
+std::string Controller::SilentPeerLocked(const JobRec& j, const std::string& except, int64_t now) {
+  for (size_t i = 0; i < j.tasks.size() && i < static_cast<size_t>(j.placement.tasks_size()); ++i) {
+    const std::string& n = j.placement.tasks(static_cast<int>(i)).node();
+    if (n != except && j.tasks[i].phase != Phase::kExited && SilentLocked(n, now)) return n;
+  }
+  return "";
+}
+
+bool Controller::AwaitSilentPeerLocked(JobRec& j, const std::string& node, int idx, const std::string& why, int64_t now) {
+  if (j.awaiting_node.empty()) {
+    j.awaiting_node = SilentPeerLocked(j, node, now);
+    if (j.awaiting_node.empty()) return false;  // every peer speaks: the rank's own failure
+    // A rank whose peer went silent often fails first ("peer lost", a broken collective): failing
+    // the job would turn one node's partition into a user's failure, and requeueing it now could
+    // start a second attempt beside ranks still running behind the partition. Wait for the node.
+    spdlog::warn("job {} attempt {}: {} on {} while node {} is silent: the verdict waits for {} (requeued when it is "
+                 "DOWN or speaks again)", j.id, j.attempt, why, node, j.awaiting_node, j.awaiting_node);
+    Await(store_.AppendEvent(j.id, node, "AWAIT_NODE", why + " while node " + j.awaiting_node + " is silent"));
+  }
+  // Waiting: this exit is kept (stored, so a restarted controller knows the verdict waits).
+  j.placement.mutable_tasks(idx)->set_exited(true);
+  j.placement.mutable_tasks(idx)->set_exit_code(j.tasks[static_cast<size_t>(idx)].exit_code);
+  Persist(j, "", "");
+  return true;
+}
+
+void Controller::RequeueForSilentNodeLocked(JobRec& j, const std::string& why, int64_t now) {
+  const std::string detail = "a rank failed while node " + j.awaiting_node + " was silent; then " + why;
+  spdlog::warn("job {} attempt {}: requeued: {}", j.id, j.attempt, detail);
+  Await(store_.AppendEvent(j.id, j.awaiting_node, "NODE_FAIL", detail));
+  if (j.stop_cause.empty()) j.stop_cause = "silence of node " + j.awaiting_node;
+  j.awaiting_node.clear();
+  EndAttempt(j, core::JobState::kPending, "NodeFail", 0, now, "requeue");
+}
+
 }  // namespace mlsched::server
