@@ -671,15 +671,15 @@ Controller::JobRec Controller::RecFromRow(const JobRow& row) {
     // Ranks whose exit was stored while the others ran (OnTaskExited) stay ended.
     for (int i = 0; i < j.placement.tasks_size(); ++i)
       if (j.placement.tasks(i).exited()) j.tasks[i] = TaskRt{Phase::kExited, j.placement.tasks(i).exit_code(), 0};
-    // A stored failed exit means a verdict waited on a silent node: it waits again, for the first
-    // node still running a rank (every node is silent until it registers again).
-    const auto& tasks = j.placement.tasks();
-    if (std::any_of(tasks.begin(), tasks.end(), [](const auto& t) { return t.exited() && t.exit_code() != 0; }))
-      for (const auto& t : tasks)
-        if (!t.exited()) {
+    // A stored failed exit means a verdict waited on a silent node: it waits again, for a node
+    // still running a rank, one without a failed rank when there is one (the silent one then).
+    std::set<std::string> failed_on;
+    for (const auto& t : j.placement.tasks())
+      if (t.exited() && t.exit_code() != 0) failed_on.insert(t.node());
+    if (!failed_on.empty())
+      for (const auto& t : j.placement.tasks())
+        if (!t.exited() && (j.awaiting_node.empty() || (failed_on.count(j.awaiting_node) && !failed_on.count(t.node()))))
           j.awaiting_node = t.node();
-          break;
-        }
   }
   return j;
 }

@@ -394,6 +394,9 @@ class Controller {
   void NoteResizeLocked(JobRec& j, int prev_size, int size, const std::string& requeue_reason);
   /// True when `node` holds a task of `j`'s current placement (of `rank`, or any rank when rank < 0).
   bool PlacedOn(const JobRec& j, const std::string& node, int32_t rank) const;
+  /// Whether `node` (record `n`) was heard, by heartbeat or any message, within two heartbeat
+  /// intervals plus a second.
+  bool HeardLatelyLocked(const std::string& node, const NodeRec& n, int64_t now);
   /// Whether `node` has said nothing for more than two heartbeat intervals (plus a second), or
   /// its stream went down: its ranks may be cut off behind a partition. A node recovered from the
   /// store that has not registered yet counts from the recovery (a restart is not a silence).

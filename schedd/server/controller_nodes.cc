@@ -197,19 +197,22 @@ std::vector<int64_t> Controller::RunningOnLocked(const std::string& node) {
 }
 
 // A rank that fails while another node of its gang is silent (docs/operations.md, partition (c)).
+bool Controller::HeardLatelyLocked(const std::string& node, const NodeRec& n, int64_t now) {
+  const int64_t heard = std::max(n.last_heartbeat, sink_.LastHeard(node, now));
+  return now - heard <= 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+}
+
 bool Controller::SilentLocked(const std::string& node, int64_t now) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.down) return true;
   if (!it->second.connected && it->second.registered) return true;  // its stream went down
-  const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
-  return now - heard > 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+  return !HeardLatelyLocked(node, it->second, now);
 }
 
 bool Controller::SpeaksLocked(const std::string& node, int64_t now) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.down || !it->second.registered || !it->second.connected) return false;
-  const int64_t heard = std::max(it->second.last_heartbeat, sink_.LastHeard(node, now));
-  return now - heard <= 2 * int64_t{cfg_.heartbeat_interval_s} + 1;
+  return HeardLatelyLocked(node, it->second, now);
 }
 
 std::string Controller::SilentPeerLocked(const JobRec& j, const std::string& except, int64_t now) {
