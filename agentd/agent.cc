@@ -76,8 +76,11 @@ v1::AgentMessage TaskExitedMessage(const TaskKey& key, const ExitReport& report)
 }  // namespace
 
 Agent::Agent(AgentConfig config)
-    : Agent(std::move(config), [](TaskDriver::StartedFn started, TaskDriver::ExitedFn exited) {
-        return std::make_unique<ProcessSupervisor>(std::move(started), std::move(exited), /*adopt_orphans=*/true);
+    : Agent(std::move(config), [this](TaskDriver::StartedFn started, TaskDriver::ExitedFn exited) {
+        // Called by the constructor below, once cfg_ is set.
+        auto driver = std::make_unique<ProcessSupervisor>(std::move(started), std::move(exited), /*adopt_orphans=*/true);
+        if (cfg_.tasks_on_caller) driver->RunOnCaller();
+        return driver;
       }, true) {}
 
 Agent::Agent(AgentConfig config, const DriverFactory& make_driver, bool containers)
@@ -189,8 +192,13 @@ void Agent::PrepareWorkDir() {
   if (lock_fd_ < 0) throw std::runtime_error("cannot open " + lock + ": " + std::strerror(errno));
   if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
     throw std::runtime_error("work directory " + cfg_.work_dir + " is in use by another agentd (" + lock + " is locked)");
-  // No task survives its agent (PR_SET_PDEATHSIG), so attempt directories left here are stale.
+  // No task survives its agent (PR_SET_PDEATHSIG), so attempt directories left here are stale,
+  // but those of tasks a reload in place handed over.
+  std::set<std::string> reloaded;
+  if (reloaded_)
+    for (const auto& a : reloaded_->attempts) reloaded.insert(a.key.ToString());
   for (const auto& entry : fs::directory_iterator(fs::path(cfg_.work_dir) / "jobs", ec)) {
+    if (reloaded.count(entry.path().filename().string())) continue;
     if (entry.path().extension() == ".shm") {  // a container job's /dev/shm (a tmpfs)
       RemoveJobShm(entry.path().string());
       continue;
@@ -216,7 +224,10 @@ void Agent::SetUpCgroups() {
     return;
   }
   auto cgroups = std::make_unique<Cgroups>(layout, Cgroups::BaseName(cfg_.node.name, cfg_.work_dir));
-  if (std::string err = cgroups->Init(); !err.empty()) {
+  std::set<TaskKey> keep;  // the cgroups of tasks a reload in place handed over
+  if (reloaded_)
+    for (const auto& t : reloaded_->tasks) keep.insert(t.key);
+  if (std::string err = cgroups->Init(keep); !err.empty()) {
     if (required) throw std::runtime_error("--cgroups required: " + err);
     spdlog::warn("cgroups: cannot use {} ({}): tasks run without memory/CPU/device limits", layout.Summary(), err);
     return;
@@ -232,6 +243,7 @@ void Agent::SetUpCgroups() {
 void Agent::Start() {
   if (started_) return;
   if (cfg_.servers.empty()) throw std::runtime_error("no schedd address given");
+  reloaded_ = TakeReloadState();
   PrepareWorkDir();
   outbox_.Load();  // reports a previous agent left unacknowledged go out first
   epoch_file_ = std::make_unique<EpochFile>(cfg_.work_dir);
@@ -260,6 +272,10 @@ void Agent::Start() {
   health_->Start();
   started_ = true;
   disconnected_since_ = std::chrono::steady_clock::now();
+  if (reloaded_ && reloaded_->disconnected_since_ms)  // the cut-off bound runs on across the exec
+    disconnected_since_ = std::chrono::steady_clock::time_point(std::chrono::milliseconds(*reloaded_->disconnected_since_ms));
+  if (reloaded_) AdoptReloaded(*reloaded_);
+  reloaded_.reset();
   driver_->Start();
   if (cfg_.read_task_progress) progress_.Start();
   session_ = std::thread([this] { SessionLoop(); });
@@ -460,6 +476,7 @@ void Agent::HandlePrepare(const v1::Prepare& p) {
   if (error.empty() && !attempts_.Known(key)) {
     auto plan = PlanAttempt(p, plan_ctx_);
     if (!plan) error = plan.error;
+    else plan.value->prepare = p.SerializeAsString();  // a reload in place plans it again from this
     if (plan && !plan.value->ranks.empty()) {
       const LaunchRequest& first = plan.value->ranks.front().request;  // every rank has the same
       user = {first.uid, first.gid, first.groups};

@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "agentd/node_info.h"
 #include "agentd/metrics.h"
 #include "agentd/outbox.h"
+#include "agentd/reload_state.h"
 #include "agentd/stacks.h"
 #include "agentd/supervisor.h"
 #include "agentd/task_driver.h"
@@ -51,7 +53,7 @@ struct AgentConfig {
   TlsFiles tls;                                   // on TCP: the node certificate and key, the cluster CA
   NodeIdentity node;
   std::string work_dir;                           // per-agent; attempts live in <work_dir>/jobs
-  std::string version = "0.1.0";
+  std::string version = "0.2.0";
   std::string eviction_url;                       // empty = no polling
   std::chrono::milliseconds eviction_interval{5000};
   std::chrono::milliseconds kill_grace{10000};    // abort, kill with grace_s 0, shutdown
@@ -105,6 +107,9 @@ struct AgentConfig {
   /// Node health checks (agentd --health-*; health.h); interval 0 = none (hollow agents). The
   /// work and image-cache directories and the registered GPUs are added by the agent.
   HealthConfig health;
+  /// The task driver's loop runs on the thread that calls RunTasks() (agentd: its main thread)
+  /// instead of one of its own; a reload in place (Reload()) needs it.
+  bool tasks_on_caller = false;
 };
 
 class Agent {
@@ -128,6 +133,18 @@ class Agent {
   /// Terminates every task (SIGTERM, kill_grace, SIGKILL), reports their exits, closes the stream
   /// and stops all threads. Idempotent.
   void Shutdown();
+  /// With AgentConfig::tasks_on_caller: runs the task driver's loop on this thread until
+  /// Shutdown() or Reload() ends it. Otherwise returns at once.
+  void RunTasks() { driver_->Run(); }
+  /// Prepares a reload in place (agentd's SIGHUP): ends the stream and every thread but leaves
+  /// the tasks running, writes what the new image needs (<work_dir>/reload.state, reload_state.h)
+  /// and ends RunTasks(); the caller then execve()s agentd with kReloadStateEnv set, and the new
+  /// image's Start() adopts the tasks. Returns "" or why not, the agent then running on as before:
+  /// not tasks_on_caller, stopping, a container task or an interactive session running (their
+  /// bundles and terminals live in this process's memory), or the state file not written.
+  std::string Reload();
+  /// True once Reload() passed its point of no return (the threads ended): the caller must exec.
+  bool ReloadPending() const { return reload_pending_; }
   /// True while registered on a live stream.
   bool Connected() const { return connected_; }
   /// The isolation registered with schedd: CgroupLayout::Summary() ("v1:memory,cpu,pids,devices,freezer"),
@@ -202,6 +219,15 @@ class Agent {
   v1::AgentMessage MakeRegister() const;
   v1::AgentMessage MakeHeartbeat() const;
   void PrepareWorkDir();
+  /// The state a reload left (kReloadStateEnv names it), read and removed; nullopt on a plain start
+  /// (a stale file is removed) or when it cannot be read (logged: the tasks then die with the
+  /// previous image, as after a crash).
+  std::optional<ReloadState> TakeReloadState();
+  /// Plans the reloaded attempts again and hands their tasks to the driver (agent_reload.cc).
+  void AdoptReloaded(const ReloadState& state);
+  /// Reload()'s second half: every thread but the driver's ended, the driver detached; writes the
+  /// state file.
+  std::string WriteReloadState();
   /// How containers holding GPUs get them: the node's CDI specs when there are some of GPUs,
   /// else the driver's files found through ldconfig.
   void PassGpus(ContainerDriver* driver) const;
@@ -263,6 +289,8 @@ class Agent {
   std::shared_ptr<Connection> current_;
   bool session_done_ = false;
   bool started_ = false;
+  std::atomic<bool> reload_pending_{false};
+  std::optional<ReloadState> reloaded_;    // Start(): what a reload handed over, until adopted
   int lock_fd_ = -1;
   std::thread session_;
   std::thread cutoff_;

@@ -134,6 +134,45 @@ std::map<int32_t, TaskKey> AttemptTable::HeldGpus() const {
   return gpu_holder_;
 }
 
+std::vector<AttemptTable::Committed> AttemptTable::CommittedAttempts() const {
+  std::lock_guard lk(mu_);
+  std::vector<Committed> out;
+  for (const auto& [key, e] : attempts_) {
+    if (e.phase != Phase::kCommitted || e.live.empty()) continue;
+    bool container = false;
+    for (const auto& r : e.plan.ranks) container |= r.request.container != nullptr;
+    out.push_back({key, e.plan.prepare, e.master_port, e.live, container});
+  }
+  return out;
+}
+
+bool AttemptTable::AnyPrepared() const {
+  std::lock_guard lk(mu_);
+  for (const auto& [key, e] : attempts_)
+    if (e.phase == Phase::kPrepared) return true;
+  return false;
+}
+
+std::string AttemptTable::Restore(PlannedAttempt plan, const std::set<int32_t>& live, int32_t master_port) {
+  std::lock_guard lk(mu_);
+  if (attempts_.count(plan.key) || finished_.count(plan.key)) return "attempt " + plan.key.ToString() + " is known";
+  for (const auto& r : plan.ranks) {
+    if (!live.count(r.rank)) continue;
+    for (int32_t g : r.gpus)
+      if (gpu_holder_.count(g)) return "GPU " + std::to_string(g) + " is held twice";
+  }
+  Entry e{std::move(plan), Phase::kCommitted, {}, master_port};
+  for (const auto& r : e.plan.ranks) {
+    if (!live.count(r.rank)) continue;
+    e.live.insert(r.rank);
+    for (int32_t g : r.gpus) gpu_holder_[g] = TaskKey{e.plan.key.job_id, e.plan.key.attempt, r.rank};
+  }
+  e.plan.rendezvous.reset();  // handed to rank 0 long ago
+  AttemptKey key = e.plan.key;
+  attempts_[key] = std::move(e);
+  return "";
+}
+
 void AttemptTable::ReleaseGpus(const TaskKey& task) {
   std::erase_if(gpu_holder_, [&](const auto& kv) { return kv.second == task; });
 }

@@ -62,6 +62,23 @@ class AttemptTable {
   /// Devices currently reserved, as index -> holder.
   std::map<int32_t, TaskKey> HeldGpus() const;
 
+  /// A committed attempt as a reload in place hands it over (reload_state.h).
+  struct Committed {
+    AttemptKey key;
+    std::string prepare;     // PlannedAttempt::prepare
+    int32_t master_port = 0;
+    std::set<int32_t> live;  // ranks not yet exited
+    bool container = false;  // its ranks run in an image
+  };
+  /// Every committed attempt with a live rank.
+  std::vector<Committed> CommittedAttempts() const;
+  /// True while a prepared (not yet committed) attempt is here.
+  bool AnyPrepared() const;
+  /// Puts a committed attempt back after a reload in place: `plan` is planned again from its
+  /// Prepare; only the `live` ranks count as alive and hold their devices; `master_port` as its
+  /// commit gave. Error when the attempt is known or a device is held by another.
+  std::string Restore(PlannedAttempt plan, const std::set<int32_t>& live, int32_t master_port);
+
  private:
   struct Entry {
     PlannedAttempt plan;

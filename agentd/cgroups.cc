@@ -308,6 +308,23 @@ std::unique_ptr<TaskCgroup> Cgroups::Paths(const TaskKey& key) const {
   return cg;
 }
 
+std::unique_ptr<TaskCgroup> Cgroups::Attach(const TaskKey& key) const {
+  if (layout_.version == 0) return nullptr;
+  auto cg = Paths(key);
+  struct stat st{};
+  if (cg->track_dir_.empty() || stat(cg->track_dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return nullptr;
+  if (!cg->memory_dir_.empty()) {
+    const std::string file = cg->memory_dir_ + (layout_.version == 2 ? "/memory.max" : "/memory.limit_in_bytes");
+    const std::string text = ReadFile(file).value_or("");
+    try {
+      const long long v = std::stoll(text);
+      if (v > 0 && v < (int64_t{1} << 60)) cg->memory_limit_ = v;  // "max" or v1's huge value: none
+    } catch (const std::exception&) {
+    }
+  }
+  return cg;
+}
+
 std::string Cgroups::EnableV2Controllers() {
   std::string ctl;
   for (const char* c : {"memory", "cpu", "pids"})
@@ -328,7 +345,7 @@ std::string Cgroups::EnableV2Controllers() {
   return WriteFile(layout_.v2_dir + "/" + base_ + "/cgroup.subtree_control", ctl);
 }
 
-std::string Cgroups::Init() {
+std::string Cgroups::Init(const std::set<TaskKey>& keep) {
   if (layout_.version == 0) return "";
   for (const auto& d : BaseDirs())
     if (auto err = MakeDir(d, true); !err.empty()) return err;
@@ -336,7 +353,7 @@ std::string Cgroups::Init() {
     if (auto err = EnableV2Controllers(); !err.empty()) return err;
     if (CanFilterDevices()) layout_.controllers.insert("devices");  // an eBPF program per task cgroup
   }
-  if (int left = Clear(2000, false)) spdlog::warn("cgroups: {} stale task cgroup(s) could not be removed", left);
+  if (int left = Clear(2000, false, keep)) spdlog::warn("cgroups: {} stale task cgroup(s) could not be removed", left);
   return "";
 }
 
@@ -444,12 +461,12 @@ std::optional<TaskKey> Cgroups::TaskOf(pid_t pid) const {
   return text ? TaskOfCgroupFile(*text) : std::nullopt;
 }
 
-int Cgroups::Clear(int wait_ms, bool remove_base) {
+int Cgroups::Clear(int wait_ms, bool remove_base, const std::set<TaskKey>& keep) {
   std::set<TaskKey> keys;
   for (const auto& base : BaseDirs())
     for (const auto& attempt : SubDirs(base)) {
       for (const auto& rank : SubDirs(base + "/" + attempt))
-        if (auto key = ParseTaskDir(attempt + "/" + rank)) keys.insert(*key);
+        if (auto key = ParseTaskDir(attempt + "/" + rank); key && !keep.count(*key)) keys.insert(*key);
       rmdir((base + "/" + attempt).c_str());  // an empty attempt directory
     }
   std::vector<std::unique_ptr<TaskCgroup>> left;

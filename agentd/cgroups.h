@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,9 +109,9 @@ class Cgroups {
   /// delegate controllers: agentd then moves itself into a leaf "<own>/agentd" (the only process
   /// must be agentd, e.g. a systemd service with Delegate=yes); a layout detected from inside that
   /// leaf is taken as its parent.
-  /// Task cgroups left by a previous agent with the same base are killed and removed. Returns ""
-  /// or an error naming the file.
-  std::string Init();
+  /// Task cgroups left by a previous agent with the same base are killed and removed, but those of
+  /// `keep` (tasks adopted after a reload in place). Returns "" or an error naming the file.
+  std::string Init(const std::set<TaskKey>& keep = {});
 
   /// Creates the task's cgroup, writes `limits` and opens its join descriptors. Errors name the
   /// file, e.g. "write 67108864 to /sys/fs/cgroup/.../memory.max: Device or resource busy".
@@ -121,10 +122,14 @@ class Cgroups {
   /// TaskOf for the text of a /proc/PID/cgroup file.
   std::optional<TaskKey> TaskOfCgroupFile(const std::string& proc_cgroup) const;
 
-  /// Kills every process in every task cgroup under <base> and removes them, waiting up to
-  /// `wait_ms` for the processes to go; then <base> itself when `remove_base`. Returns how many task
-  /// cgroups could not be removed.
-  int Clear(int wait_ms, bool remove_base);
+  /// Kills every process in every task cgroup under <base> but those of `keep` and removes them,
+  /// waiting up to `wait_ms` for the processes to go; then <base> itself when `remove_base`. Returns
+  /// how many task cgroups could not be removed.
+  int Clear(int wait_ms, bool remove_base, const std::set<TaskKey>& keep = {});
+
+  /// The existing cgroup of task `key` (a task adopted after a reload in place), its memory limit
+  /// read back; nullptr when it has none.
+  std::unique_ptr<TaskCgroup> Attach(const TaskKey& key) const;
 
   /// The task's directory in the hierarchy of `controller` (any name on v2: the unified one); ""
   /// when that controller is not used.

@@ -84,6 +84,16 @@ void ContainerDriver::Stop() {
   ended_.clear();  // never started (Start not called): torn down here
 }
 
+void ContainerDriver::Detach() {
+  inner_->Detach();
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  teardown_cv_.notify_all();
+  if (teardown_.joinable()) teardown_.join();
+}
+
 bool ContainerDriver::WaitIdle(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!inner_->WaitIdle(timeout)) return false;

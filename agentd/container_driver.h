@@ -58,6 +58,15 @@ class ContainerDriver final : public TaskDriver {
   bool WaitIdle(std::chrono::milliseconds timeout) override;
   /// Stops the inner driver, then tears down what is left and ends the teardown thread.
   void Stop() override;
+  void Run() override { inner_->Run(); }
+  /// Bare tasks only: a container's bundle and image pin live in this driver's memory, so agentd
+  /// refuses a reload while container tasks run (agent_reload.cc).
+  std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) override {
+    return inner_->Adopt(key, pid, max_rss_bytes);
+  }
+  /// Detaches the inner driver, then tears down the bundles of the tasks that ended before and
+  /// ends the teardown thread.
+  void Detach() override;
   /// A session in a container task is a `runc exec` into its container (container_exec.h); one
   /// in a bare task runs on the node (the inner driver's).
   std::string PrepareExec(const TaskKey& key, ExecRequest want, ExecPlan* plan) override;

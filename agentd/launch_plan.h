@@ -57,6 +57,9 @@ struct PlannedAttempt {
   /// and its port, reported in PrepareResult.master_port.
   std::shared_ptr<const OwnedFd> rendezvous;
   int32_t rendezvous_port = 0;
+  /// The v1::Prepare it was planned from, serialized (set by the agent): a reload in place plans
+  /// the attempt again from it (reload_state.h).
+  std::string prepare;
   /// True when rank 0 is among this node's ranks.
   bool HasRank0() const;
 };

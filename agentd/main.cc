@@ -3,9 +3,14 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <linux/close_range.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
 #include <csignal>
 #include <ctime>
 #include <iostream>
@@ -91,6 +96,31 @@ std::string ApplyHealthFlags(const HealthFlags& f, agent::HealthConfig* out) {
   out->fatal_xids = std::set<int32_t>(f.fatal_xids.begin(), f.fatal_xids.end());
   out->max_clock_skew_s = static_cast<int64_t>(f.max_clock_skew_s);
   return "";
+}
+
+/// This binary's path as started (/proc/self/exe), "" when unreadable: a reload execs what is
+/// there then, the upgraded binary after a package upgrade.
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string path(buf, static_cast<size_t>(n));
+  const std::string deleted = " (deleted)";
+  if (path.size() > deleted.size() && path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    path.resize(path.size() - deleted.size());
+  return path;
+}
+
+/// The reload's execve, on the main thread (the parent of every task): the same arguments, the
+/// state file named by kReloadStateEnv; every descriptor of this image closed. Returns only on
+/// failure.
+void ExecReloaded(const std::string& self, char** argv, const std::string& state_file) {
+  setenv(agent::kReloadStateEnv, state_file.c_str(), 1);
+  syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  spdlog::info("reload: exec {}", self);
+  spdlog::default_logger()->flush();
+  execv(self.c_str(), argv);
+  std::cerr << "agentd: reload: exec " << self << ": " << std::strerror(errno) << "\n";
 }
 
 }  // namespace
@@ -268,11 +298,15 @@ int main(int argc, char** argv) {
   const bool loopback = std::all_of(cfg.servers.begin(), cfg.servers.end(), agent::IsLoopbackServer);
   cfg.node.address = !address.empty() ? address : loopback ? "127.0.0.1" : agent::Hostname();
 
-  // SIGTERM/SIGINT are taken by sigwait below; every thread started later inherits the mask.
+  // SIGTERM/SIGINT (stop) and SIGHUP (reload in place) are taken by sigwait below; every thread
+  // started later inherits the mask.
+  cfg.tasks_on_caller = true;  // the tasks are the main thread's children (reload_state.h)
+  const std::string self = SelfPath();
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   ReserveStandardDescriptors();
@@ -292,10 +326,35 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return Fail(e.what());
   }
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  spdlog::info("received {}: stopping", strsignal(sig));
-  agent.Shutdown();
+  // Signals on a thread of their own: the main thread runs the tasks' supervisor (RunTasks), so
+  // that after a reload it is still their parent and can exec.
+  std::thread signals([&] {
+    for (;;) {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      if (sig == SIGHUP) {
+        spdlog::info("received SIGHUP: reloading in place (the tasks keep running)");
+        if (self.empty()) {
+          spdlog::error("reload refused: this binary's path is unknown (/proc/self/exe)");
+          continue;
+        }
+        std::string why = agent.Reload();
+        if (why.empty() || agent.ReloadPending()) return;
+        spdlog::warn("reload refused: {}; agentd runs on (send SIGHUP again later)", why);
+        continue;
+      }
+      spdlog::info("received {}: stopping", strsignal(sig));
+      agent.Shutdown();
+      return;
+    }
+  });
+  agent.RunTasks();
+  signals.join();
+  if (agent.ReloadPending()) {
+    metrics_http.reset();
+    ExecReloaded(self, argv, cfg.work_dir + "/" + agent::kReloadStateFileName);
+    return 1;  // the tasks end with this process (PR_SET_PDEATHSIG)
+  }
   curl_global_cleanup();
   return 0;
 }

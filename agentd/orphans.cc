@@ -80,4 +80,17 @@ std::optional<int64_t> ProcessCpuUsec(pid_t pid) {
   return CpuUsecFromStat(text, sysconf(_SC_CLK_TCK));
 }
 
+pid_t ParentPid(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!f || !std::getline(f, text)) return -1;
+  const size_t close = text.rfind(')');  // fields count from the last ')' (CpuUsecFromStat)
+  if (close == std::string::npos) return -1;
+  std::istringstream in(text.substr(close + 1));
+  std::string state;
+  long ppid = -1;
+  if (!(in >> state >> ppid)) return -1;
+  return static_cast<pid_t>(ppid);
+}
+
 }  // namespace mlsched::agent

@@ -22,6 +22,10 @@ std::vector<pid_t> ListChildren();
 /// in its environment block `environ` (NUL-separated KEY=VALUE, as in /proc/PID/environ).
 std::optional<TaskKey> TaskFromEnviron(const std::string& environ);
 
+/// The parent of `pid` (the ppid field of /proc/PID/stat, proc(5)); -1 when the process is gone or
+/// the file is unreadable.
+pid_t ParentPid(pid_t pid);
+
 /// TaskFromEnviron of /proc/PID/environ; nullopt when unreadable or not a task's descendant.
 std::optional<TaskKey> TaskOfProcess(pid_t pid);
 

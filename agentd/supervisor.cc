@@ -30,12 +30,65 @@ ProcessSupervisor::~ProcessSupervisor() {
 }
 
 void ProcessSupervisor::Start() {
-  if (thread_.joinable()) return;
+  if (started_) return;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
   if (adopt_orphans_ && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
     throw std::system_error(errno, std::generic_category(), "prctl(PR_SET_CHILD_SUBREAPER)");
-  thread_ = std::thread([this] { Loop(); });
+  started_ = true;
+  if (!on_caller_) thread_ = std::thread([this] { Loop(); });
+}
+
+void ProcessSupervisor::Run() {
+  if (!on_caller_ || !started_) return;
+  Loop();
+  std::lock_guard lk(mu_);
+  loop_done_ = true;
+  loop_cv_.notify_all();
+}
+
+void ProcessSupervisor::WaitLoop() {
+  if (thread_.joinable()) {
+    thread_.join();
+    return;
+  }
+  std::unique_lock lk(mu_);
+  loop_cv_.wait(lk, [&] { return loop_done_; });
+}
+
+std::string ProcessSupervisor::Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) {
+  if (ParentPid(pid) != getpid())
+    return "pid " + std::to_string(pid) + " is not a child of this agentd (pid " + std::to_string(getpid()) + ")";
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno);
+  std::unique_ptr<TaskCgroup> cgroup = cgroups_ ? cgroups_->Attach(key) : nullptr;
+  std::string where = cgroup ? ", cgroup " + cgroup->Dir() : "";
+  {
+    std::lock_guard lk(mu_);
+    if (children_.count(key)) {
+      close(pidfd);
+      return "task " + key.ToString() + " is already supervised";
+    }
+    children_[key] = Child{pid, pidfd, std::nullopt, std::move(cgroup), max_rss_bytes};
+  }
+  spdlog::info("task {}: pid {} adopted after a reload{}", key.ToString(), pid, where);
+  if (wake_fd_ >= 0) Wake();
+  return "";
+}
+
+void ProcessSupervisor::Detach() {
+  {
+    std::lock_guard lk(mu_);
+    if (!started_ || stopped_ || detaching_) return;
+    detaching_ = true;
+  }
+  Wake();
+  WaitLoop();
+  std::lock_guard lk(mu_);
+  for (auto& [k, c] : children_) {
+    close(c.pidfd);
+    c.pidfd = -1;
+  }
 }
 
 void ProcessSupervisor::Wake() {
@@ -123,7 +176,8 @@ bool ProcessSupervisor::WaitIdle(std::chrono::milliseconds timeout) {
 void ProcessSupervisor::Stop() {
   {
     std::lock_guard lk(mu_);
-    if (!thread_.joinable()) return;
+    if (!started_ || stopped_ || detaching_) return;
+    stopped_ = true;
     stopping_ = true;
     for (auto& [k, c] : children_) {
       kill(-c.pid, SIGKILL);
@@ -131,7 +185,7 @@ void ProcessSupervisor::Stop() {
     }
   }
   Wake();
-  thread_.join();
+  WaitLoop();
   if (adopt_orphans_) ReapOrphans();
   for (int i = 0; i < 200 && !unremoved_.empty(); ++i) {  // up to 2 s for killed processes to go
     RetryCgroupRemovals();
@@ -331,6 +385,7 @@ void ProcessSupervisor::Loop() {
     {
       std::lock_guard lk(mu_);
       if (stopping_ && children_.empty() && launching_ == 0) break;
+      if (detaching_ && queue_.empty()) break;  // queued launches first: their commits were taken
       batch.swap(queue_);
       launching_ += batch.size();
       fds.push_back({wake_fd_, POLLIN, 0});

@@ -48,8 +48,21 @@ class ProcessSupervisor final : public TaskDriver {
   /// cgroup is reported with OutOfMemoryError(). Orphans are then attributed by cgroup membership
   /// instead of their environment (which a process can forge).
   void UseCgroups(Cgroups* cgroups) override { cgroups_ = cgroups; }
-  /// Starts the supervisor thread; throws std::system_error if the wake-up eventfd fails.
+  /// Runs the loop on the thread that calls Run() instead of a thread of its own (before Start()).
+  /// The tasks are then children of that thread, and a child's parent-death signal follows the
+  /// thread that forked it: agentd runs the loop on its main thread, the one thread that survives
+  /// its execve, so a reload in place keeps the tasks (reload_state.h).
+  void RunOnCaller() { on_caller_ = true; }
+  /// Starts the supervisor thread (or, with RunOnCaller, only what Run() needs); throws
+  /// std::system_error if the wake-up eventfd fails.
   void Start() override;
+  /// With RunOnCaller: the loop, until Stop() or Detach(). Otherwise returns at once.
+  void Run() override;
+  /// Takes over `pid`, a child of this process (checked in /proc/PID/stat: its pid cannot be
+  /// reused before this process reaps it), and its cgroup when it has one.
+  std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) override;
+  /// Ends the loop once queued launches are done; the tasks keep running, their cgroups stay.
+  void Detach() override;
   /// Queues a launch. A key that is already running or queued is ignored (false).
   bool Spawn(const TaskKey& key, LaunchRequest request) override;
   /// SIGTERM to the task's process group now, SIGKILL after `grace`. A queued launch is dropped and
@@ -83,6 +96,8 @@ class ProcessSupervisor final : public TaskDriver {
   };
 
   void Loop();
+  /// Waits until the loop has ended (joins its thread, or waits for Run() to return).
+  void WaitLoop();
   void Wake();
   void LaunchQueued(std::deque<Queued> batch);
   SpawnResult LaunchOne(const Queued& q, std::unique_ptr<TaskCgroup>* cgroup, int* pidfd);
@@ -108,6 +123,12 @@ class ProcessSupervisor final : public TaskDriver {
   // task whose exit schedd has not heard of (two such heartbeats make schedd requeue the job).
   std::map<TaskKey, pid_t> reporting_;
   bool stopping_ = false;
+  bool stopped_ = false;    // Stop() ran
+  bool started_ = false;    // Start() ran
+  bool detaching_ = false;  // Detach(): the loop ends, the tasks stay
+  bool on_caller_ = false;  // RunOnCaller()
+  bool loop_done_ = false;  // Run() returned
+  std::condition_variable loop_cv_;
   bool adopt_orphans_ = false;
   Cgroups* cgroups_ = nullptr;
   std::vector<std::unique_ptr<TaskCgroup>> unremoved_;  // ended tasks' cgroups not yet empty; supervisor thread

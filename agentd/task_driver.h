@@ -78,6 +78,19 @@ class TaskDriver {
   virtual bool WaitIdle(std::chrono::milliseconds timeout) = 0;
   /// Ends every task at once (reporting the exits) and joins the driver's threads. Idempotent.
   virtual void Stop() = 0;
+  /// Runs the driver's loop on the calling thread until Stop() or Detach(), for drivers told to
+  /// (ProcessSupervisor::RunOnCaller); the others return at once.
+  virtual void Run() {}
+  /// Takes over a task that a previous image of this agentd started (a reload in place,
+  /// reload_state.h): `pid` must be a child of this process; `max_rss_bytes` the most memory seen
+  /// so far (-1 unknown). Before Run(). Returns "" or why not.
+  virtual std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) {
+    (void)key, (void)pid, (void)max_rss_bytes;
+    return "this task driver cannot adopt tasks";
+  }
+  /// Ends the driver's loop and leaves every task running (a reload in place follows): nothing is
+  /// signalled, reaped or reported from now on, and Running() still lists the tasks. Idempotent.
+  virtual void Detach() {}
   /// How to run `want` inside running task `key` (Nomad's exec): "" and `*plan`, or why not. The
   /// default runs the session's process as it is, on the node (the task's cgroup is joined by the
   /// caller); the container driver makes it a runtime's exec into the task's container.

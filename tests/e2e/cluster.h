@@ -52,6 +52,8 @@ class Cluster {
   void StartAgent(const std::string& name, int cpus, const std::string& pool = "on-demand",
                   const std::string& domain = "d1");
   void KillAgent(const std::string& name, int sig);
+  /// The pid of agent `name` (started by StartAgent).
+  pid_t AgentPid(const std::string& name) const { return agents_.at(name); }
   /// A tool of ours (mlsub, mlq, mlcancel, mladmin) with --server set.
   RunResult Tool(const std::string& tool, std::vector<std::string> args, int timeout_s = 60);
   /// The same tool run as `uid` (gid = uid, no supplementary groups) through setpriv.

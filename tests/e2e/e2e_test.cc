@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -189,6 +190,74 @@ TEST_CASE("a killed agent's job is requeued and completes on the other agents", 
   for (const auto& n : c.Nodes())
     if (n["name"] == victim) down = n["state"] == "DOWN";
   CHECK(down);
+}
+
+TEST_CASE("agentd reloaded in place (SIGHUP) keeps its tasks: same pids, signals and exits still theirs, nothing "
+          "requeued", "[e2e][reload]") {
+  Cluster c;
+  c.StartAgent("a1", 4);
+  fs::path out = c.Dir() / "out";
+  fs::create_directories(out);
+  // Each task records its pid and runs until its file appears; then exits with its own code.
+  auto wait_for = [&](const std::string& name, int code) {
+    return c.Submit({"-n", "1", "-D", out.string(), "--wrap",
+                     "echo $$ >> pid-" + name + "-$MLSCHED_ATTEMPT; while [ ! -e go-" + name +
+                         " ]; do sleep 0.1; done; exit " + std::to_string(code)});
+  };
+  int64_t failing = wait_for("a", 3), cancelled = wait_for("b", 0), racing = wait_for("c", 0);
+  std::map<std::string, pid_t> pids;
+  REQUIRE(WaitFor([&] {
+    for (auto n : {"a", "b", "c"})
+      if (ReadFile(out / ("pid-" + std::string(n) + "-1")).empty()) return false;
+    return true;
+  }, 20));
+  for (auto n : {"a", "b", "c"}) pids[n] = std::stoi(ReadFile(out / ("pid-" + std::string(n) + "-1")));
+  const pid_t agent = c.AgentPid("a1");
+  const fs::path log = c.Dir() / "a1.log";
+  auto adoptions = [&] {
+    const std::string text = ReadFile(log);
+    size_t n = 0;
+    for (size_t at = text.find("adopted after a reload"); at != std::string::npos;
+         at = text.find("adopted after a reload", at + 1))
+      ++n;
+    return n;
+  };
+  // Task c ends at about the moment of the reload: whichever image reaps it reports it.
+  std::ofstream(out / "go-c").put('\n');
+  REQUIRE(kill(agent, SIGHUP) == 0);
+  REQUIRE(WaitFor([&] { return adoptions() >= 2; }, 20));
+  REQUIRE(c.WaitState(racing, "COMPLETED", 20));
+  CHECK(Alive(agent));  // the same process, a new image
+  CHECK(Alive(pids["a"]));
+  CHECK(Alive(pids["b"]));
+  // A second reload: the tasks forked before the first and a new one forked after it.
+  int64_t later = wait_for("d", 0);
+  REQUIRE(WaitFor([&] { return !ReadFile(out / "pid-d-1").empty(); }, 20));
+  const size_t before = adoptions();
+  REQUIRE(kill(agent, SIGHUP) == 0);
+  REQUIRE(WaitFor([&] { return adoptions() >= before + 3; }, 20));
+  // Registered again, the node is up and schedd kept every job running.
+  REQUIRE(WaitFor([&] {
+    for (const auto& n : c.Nodes())
+      if (n["name"] == "a1") return n["state"] != "DOWN";
+    return false;
+  }, 20));
+  for (int64_t id : {failing, cancelled, later}) CHECK(c.State(id) == "RUNNING");
+  // Signals still reach an adopted task; exits are still theirs.
+  CHECK(c.Tool("mlcancel", {std::to_string(cancelled)}).exit_code == 0);
+  REQUIRE(c.WaitState(cancelled, "CANCELLED", 20));
+  CHECK(WaitFor([&] { return !Alive(pids["b"]); }, 10));
+  std::ofstream(out / "go-a").put('\n');
+  std::ofstream(out / "go-d").put('\n');
+  REQUIRE(c.WaitState(failing, "FAILED", 20));
+  CHECK(c.Job(failing).value("exit_code", 0) == 3);
+  REQUIRE(c.WaitState(later, "COMPLETED", 20));
+  for (int64_t id : {failing, cancelled, racing, later}) CHECK(c.Job(id).value("attempt", 0) == 1);
+  for (auto n : {"a", "b", "c", "d"}) {  // each ran once: one pid line, no second attempt
+    CHECK(Lines(ReadFile(out / ("pid-" + std::string(n) + "-1"))).size() == 1);
+    CHECK_FALSE(fs::exists(out / ("pid-" + std::string(n) + "-2")));
+  }
+  CHECK(Alive(agent));
 }
 
 TEST_CASE("bad input gets a clear error and changes nothing", "[e2e]") {

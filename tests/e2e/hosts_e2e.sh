@@ -5,9 +5,10 @@
 # One MUNGE key for all, a munged per host, certificates made by the packaged mlsched-certs for the
 # real host names. Then:
 #   1. mltrain as a gang of 3 ranks across gpu-a, gpu-b and cpu-a, submitted by alice on login
-#      (ranks rendezvous over the bridge; completes); then the packages upgraded to 0.1.1 on every
-#      host (dpkg -i) while such a job runs: schedd restarts, the agents keep running, the job
-#      completes in its first attempt, the admins' configuration files are kept;
+#      (ranks rendezvous over the bridge; completes); then the packages upgraded to 0.2.1 on every
+#      host (dpkg -i) while such a job runs: schedd restarts, each agent reloads in place into the
+#      new binary (the same process, its rank adopted), the job completes in its first attempt,
+#      the admins' configuration files are kept;
 #   2. partition (b): a 2-rank job; the link of one of its nodes is cut both ways for longer than
 #      the agent's cut-off bound. The agent stops its task by itself (its log) before schedd gives
 #      the node up and requeues the job (schedd's log), the job resumes from its checkpoint on
@@ -134,34 +135,45 @@ say "job $J1: $acc"
 DONE=1
 
 # ---- package upgrade under load ------------------------------------------------------------
-# Version 0.1.1 of the packages (the same build, repackaged); a 3-rank job runs while ctl and the
-# nodes upgrade with dpkg -i. schedd is restarted as its postinst asks systemd to; the agents are
-# not (their postinst leaves a running agentd alone: its tasks would end with it).
+# Version 0.2.1 of the packages (the same build, repackaged); a 3-rank job runs while ctl and the
+# nodes upgrade with dpkg -i. schedd is restarted as its postinst asks systemd to; each agent is
+# reloaded in place as its postinst asks systemd to (the unit's ExecReload: SIGHUP), so it execs
+# the new binary and keeps its rank.
 upgrade_under_load() {
-  local j v pids_before pids_after
-  (cd "$BIN" && cpack -G DEB -B "$MLSCHED_STATE/xfer/upgrade" -D CPACK_PACKAGE_VERSION=0.1.1 \
+  local j v n pids_before pids_after exe
+  (cd "$BIN" && cpack -G DEB -B "$MLSCHED_STATE/xfer/upgrade" -D CPACK_PACKAGE_VERSION=0.2.1 \
      -D "CPACK_COMPONENTS_ALL=schedd;agentd;client" > "$HOSTS_STATE/logs/cpack-upgrade.log" 2>&1) ||
-    fail "repackaging as 0.1.1 failed"
+    fail "repackaging as 0.2.1 failed"
   j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=12 mlsub --parsable -n 3 --export ALL train.sh') || fail "mlsub failed"
   ACK=$((ACK + 1))
   wait_job "$j" RUNNING 60
   for _ in $(seq 1 120); do ls "$MLSCHED_STATE/shared/alice/ckpt-$j"/* >/dev/null 2>&1 && break; sleep 0.5; done
-  pids_before=$(for n in $NODES; do cat "$HOSTS_STATE/pids/$n-mlsched-agentd"; done)
-  on ctl dpkg -i --force-confold /mnt/xfer/upgrade/mlsched-schedd_0.1.1_amd64.deb /mnt/xfer/upgrade/mlsched-client_0.1.1_amd64.deb \
-    > "$HOSTS_STATE/logs/ctl-upgrade.log" 2>&1 || fail "dpkg -i of 0.1.1 on ctl failed"
+  pids_before=$(for n in $NODES; do unit_mainpid "$n" mlsched-agentd; done)
+  on ctl dpkg -i --force-confold /mnt/xfer/upgrade/mlsched-schedd_0.2.1_amd64.deb /mnt/xfer/upgrade/mlsched-client_0.2.1_amd64.deb \
+    > "$HOSTS_STATE/logs/ctl-upgrade.log" 2>&1 || fail "dpkg -i of 0.2.1 on ctl failed"
   unit_stop ctl mlsched-schedd; unit_start ctl mlsched-schedd  # the postinst's restart
   for n in $NODES login; do
-    on "$n" dpkg -i --force-confold /mnt/xfer/upgrade/mlsched-agentd_0.1.1_amd64.deb /mnt/xfer/upgrade/mlsched-client_0.1.1_amd64.deb \
-      > "$HOSTS_STATE/logs/$n-upgrade.log" 2>&1 || fail "dpkg -i of 0.1.1 on $n failed"
+    on "$n" dpkg -i --force-confold /mnt/xfer/upgrade/mlsched-agentd_0.2.1_amd64.deb /mnt/xfer/upgrade/mlsched-client_0.2.1_amd64.deb \
+      > "$HOSTS_STATE/logs/$n-upgrade.log" 2>&1 || fail "dpkg -i of 0.2.1 on $n failed"
+    [ "$n" = login ] && continue
+    exe=$(readlink "/proc/$(unit_mainpid "$n" mlsched-agentd)/exe")
+    case "$exe" in *" (deleted)") ;; *) fail "agentd on $n does not run the replaced binary before its reload ($exe)";; esac
+    unit_reload "$n" mlsched-agentd  # the postinst's reload
+  done
+  for n in $NODES; do
+    for _ in $(seq 1 100); do grep -q "adopted after a reload" "$HOSTS_STATE/logs/$n-mlsched-agentd.log" && break; sleep 0.1; done
+    grep -q "task $j\.1/[0-9]*: pid [0-9]* adopted after a reload" "$HOSTS_STATE/logs/$n-mlsched-agentd.log" ||
+      fail "agentd on $n did not adopt the rank of job $j after its reload"
+    exe=$(readlink "/proc/$(unit_mainpid "$n" mlsched-agentd)/exe")
+    case "$exe" in *" (deleted)") fail "agentd on $n still runs the old binary after its reload";; esac
   done
   v=$(on ctl dpkg-query -W -f '${Version}' mlsched-schedd)
-  [ "$v" = 0.1.1 ] || fail "mlsched-schedd is $v after the upgrade"
+  [ "$v" = 0.2.1 ] || fail "mlsched-schedd is $v after the upgrade"
   on ctl grep -q '^SCHEDD_ARGS="--listen-tcp' /etc/mlsched/schedd.env || fail "the upgrade replaced the admin's schedd.env"
   on gpu-a grep -q '^AGENTD_ARGS="--server ctl:7070' /etc/mlsched/agentd.env || fail "the upgrade replaced the admin's agentd.env"
-  pids_after=$(for n in $NODES; do cat "$HOSTS_STATE/pids/$n-mlsched-agentd"; done)
-  [ "$pids_before" = "$pids_after" ] && for n in $NODES; do kill -0 "$(cat "$HOSTS_STATE/pids/$n-mlsched-agentd")"; done ||
-    fail "an agent was restarted or died during the upgrade"
-  say "upgraded ctl, $NODES and login to 0.1.1 with job $j running (schedd restarted, agents kept running, conffiles kept)"
+  pids_after=$(for n in $NODES; do unit_mainpid "$n" mlsched-agentd; done)
+  [ "$pids_before" = "$pids_after" ] || fail "an agent was restarted or died during the upgrade ($pids_before -> $pids_after)"
+  say "upgraded ctl, $NODES and login to 0.2.1 with job $j running (schedd restarted, agents reloaded in place into the new binary, same pids, conffiles kept)"
   wait_job "$j" COMPLETED 300
   DONE=$((DONE + 1))
   [ "$(as_alice mlacct -j "$j" -n -P -o Attempts)" = 1 ] || fail "job $j was restarted by the upgrade"

@@ -21,6 +21,8 @@
 #                                $HOSTS_STATE/logs/HOST-UNIT.log; pid in $HOSTS_STATE/pids/HOST-UNIT
 #                                (Restart=always|on-failure: run again after RestartSec, as systemd)
 #   unit_stop HOST UNIT [SIG]    stops it (default SIGTERM; waits up to 10 s, then SIGKILL)
+#   unit_reload HOST UNIT        runs its ExecReload with $MAINPID (systemctl reload)
+#   unit_mainpid HOST UNIT       the daemon's pid
 #   link_cut HOST [in|out|both]  drops HOST's packets from the bridge (in), to it (out) or both
 #                                (iptables on the bridge's port of HOST); link_heal HOST undoes it
 #   link_loss PERCENT            drops PERCENT % of packets on every port of the bridge
@@ -173,6 +175,20 @@ unit_start() {
     esac
   ' _ "$unit" >> "$HOSTS_STATE/logs/$h-$unit.log" 2>&1 < /dev/null &
   disown; echo $! > "$HOSTS_STATE/pids/$h-$unit"
+}
+
+# unit_mainpid HOST UNIT: the daemon's pid (systemd's $MAINPID): the child of unit_start's shell.
+unit_mainpid() {
+  pgrep -P "$(cat "$HOSTS_STATE/pids/$1-$2")" | head -1
+}
+
+# unit_reload HOST UNIT: the unit's ExecReload, as systemd runs it (`systemctl reload`), with
+# $MAINPID set.
+unit_reload() {
+  local h=$1 unit=$2 cmd
+  cmd=$(on "$h" sed -n 's/^ExecReload=//p' "/lib/systemd/system/$unit.service" | tail -1)
+  [ -n "$cmd" ] || { echo "$unit has no ExecReload" >&2; return 1; }
+  on "$h" bash -c "MAINPID=$(unit_mainpid "$h" "$unit"); $cmd"
 }
 
 unit_stop() {
