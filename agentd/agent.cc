@@ -194,9 +194,9 @@ void Agent::PrepareWorkDir() {
     throw std::runtime_error("work directory " + cfg_.work_dir + " is in use by another agentd (" + lock + " is locked)");
   // No task survives its agent (PR_SET_PDEATHSIG), so attempt directories left here are stale,
   // but those of tasks a reload in place handed over.
-  std::set<std::string> reloaded;
+  std::set<std::string> reloaded;  // "<job>.<attempt>" and a container job's "<job>.<attempt>.shm"
   if (reloaded_)
-    for (const auto& a : reloaded_->attempts) reloaded.insert(a.key.ToString());
+    for (const auto& a : reloaded_->attempts) reloaded.insert({a.key.ToString(), a.key.ToString() + ".shm"});
   for (const auto& entry : fs::directory_iterator(fs::path(cfg_.work_dir) / "jobs", ec)) {
     if (reloaded.count(entry.path().filename().string())) continue;
     if (entry.path().extension() == ".shm") {  // a container job's /dev/shm (a tmpfs)

@@ -139,9 +139,10 @@ class Agent {
   /// Prepares a reload in place (agentd's SIGHUP): ends the stream and every thread but leaves
   /// the tasks running, writes what the new image needs (<work_dir>/reload.state, reload_state.h)
   /// and ends RunTasks(); the caller then execve()s agentd with kReloadStateEnv set, and the new
-  /// image's Start() adopts the tasks. Returns "" or why not, the agent then running on as before:
-  /// not tasks_on_caller, stopping, a container task or an interactive session running (their
-  /// bundles and terminals live in this process's memory), or the state file not written.
+  /// image's Start() adopts the tasks (a container task with its bundle, runtime state and cached
+  /// image). Returns "" or why not, the agent then running on as before: not tasks_on_caller,
+  /// stopping, or an interactive session running (agentd holds its terminal); or, past the point
+  /// of no return (ReloadPending()), the state file not written.
   std::string Reload();
   /// True once Reload() passed its point of no return (the threads ended): the caller must exec.
   bool ReloadPending() const { return reload_pending_; }

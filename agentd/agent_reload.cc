@@ -3,6 +3,7 @@
 // thread then execs the binary; the new image's Start() reads the file, plans the attempts again
 // from their Prepares and hands the tasks, still its children, to the driver.
 #include "agentd/agent.h"
+#include "agentd/image_cache.h"
 #include "agentd/session_host.h"
 
 #include <fcntl.h>
@@ -75,13 +76,29 @@ void Agent::AdoptReloaded(const ReloadState& state) {
       error = plan.error;
     } else {
       plan.value->prepare = a.prepare;
-      error = attempts_.Restore(std::move(*plan.value), live[a.key], a.master_port);
+      std::shared_ptr<const CachedImage> image;  // the container's image, pinned again
+      if (!a.image_digest.empty()) {
+        image = images_ ? images_->Find(a.image_digest) : nullptr;
+        if (!image) error = "its image " + a.image_digest + " is not in the node's image cache";
+      }
+      for (auto& r : plan.value->ranks) {
+        if (r.request.container && !image && error.empty()) error = "it runs in an image, but no digest was handed over";
+        if (r.request.container) r.request.container->image = image;
+      }
+      if (error.empty()) error = attempts_.Restore(std::move(*plan.value), live[a.key], a.master_port);
+      if (error.empty() && image) {
+        std::lock_guard lk(pull_mu_);
+        pulled_[a.key] = image;  // as a commit leaves it: dropped when the attempt ends
+      }
     }
     if (error.empty()) planned.insert(a.key);
     else spdlog::error("job {}: cannot plan the attempt again after the reload: {}; its tasks are killed", a.key.ToString(), error);
   }
   for (const auto& t : state.tasks) {
-    if (std::string err = driver_->Adopt(t.key, t.pid, t.max_rss_bytes); !err.empty()) {
+    std::shared_ptr<ContainerLaunch> container;
+    if (planned.count(t.key.Attempt()))
+      if (auto req = attempts_.LiveRequest(t.key)) container = req->container;
+    if (std::string err = driver_->Adopt(t.key, t.pid, t.max_rss_bytes, container); !err.empty()) {
       spdlog::error("task {}: not adopted after the reload: {}", t.key.ToString(), err);
       OnTaskExited(t.key, ExitReport{128 + SIGKILL, true, "lost in agentd's reload: " + err});
       continue;
@@ -94,9 +111,8 @@ std::string Agent::Reload() {
   if (!cfg_.tasks_on_caller) return "this agent's tasks are not run from its main thread";
   if (!started_ || stopping_) return "agentd is stopping";
   for (const auto& a : attempts_.CommittedAttempts())
-    if (a.container)
-      return "job " + a.key.ToString() + " runs in a container here (its bundle lives in this process): reload once "
-             "no container task runs, or drain the node";
+    if (a.container && a.image_digest.empty())
+      return "job " + a.key.ToString() + " runs in a container whose image is not pinned";
   if (size_t n = sessions_->Running())
     return std::to_string(n) + " interactive session(s) run here (their terminals live in this process)";
   spdlog::info("reloading in place: ending the stream and the threads, the tasks keep running");
@@ -152,7 +168,7 @@ std::string Agent::WriteReloadState() {
     with_tasks.insert(r.key.Attempt());
   }
   for (auto& a : attempts_.CommittedAttempts())
-    if (with_tasks.count(a.key)) state.attempts.push_back({a.key, a.master_port, std::move(a.prepare)});
+    if (with_tasks.count(a.key)) state.attempts.push_back({a.key, a.master_port, a.image_digest, std::move(a.prepare)});
   std::set<AttemptKey> listed;
   for (const auto& a : state.attempts) listed.insert(a.key);
   std::erase_if(state.tasks, [&](const ReloadState::Task& t) {

@@ -1,4 +1,5 @@
 #include "agentd/attempts.h"
+#include "agentd/image_cache.h"
 #include "agentd/task_env.h"
 
 namespace mlsched::agent {
@@ -139,9 +140,13 @@ std::vector<AttemptTable::Committed> AttemptTable::CommittedAttempts() const {
   std::vector<Committed> out;
   for (const auto& [key, e] : attempts_) {
     if (e.phase != Phase::kCommitted || e.live.empty()) continue;
-    bool container = false;
-    for (const auto& r : e.plan.ranks) container |= r.request.container != nullptr;
-    out.push_back({key, e.plan.prepare, e.master_port, e.live, container});
+    Committed c{key, e.plan.prepare, e.master_port, e.live, false, ""};
+    for (const auto& r : e.plan.ranks) {
+      if (!r.request.container) continue;
+      c.container = true;
+      if (r.request.container->image) c.image_digest = r.request.container->image->digest;
+    }
+    out.push_back(std::move(c));
   }
   return out;
 }

@@ -69,6 +69,7 @@ class AttemptTable {
     int32_t master_port = 0;
     std::set<int32_t> live;  // ranks not yet exited
     bool container = false;  // its ranks run in an image
+    std::string image_digest;  // that image's digest ("" when bare, or not pinned yet)
   };
   /// Every committed attempt with a live rank.
   std::vector<Committed> CommittedAttempts() const;

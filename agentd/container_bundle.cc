@@ -221,6 +221,12 @@ void ContainerBundle::TearDown() {
 
 ContainerBundle::~ContainerBundle() { TearDown(); }
 
+std::unique_ptr<ContainerBundle> ContainerBundle::Adopt(const std::string& dir) {
+  std::unique_ptr<ContainerBundle> b(new ContainerBundle(dir));
+  b->mounted_ = true;
+  return b;
+}
+
 std::string MountJobShm(const std::string& dir, uid_t uid, gid_t gid) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Errno("create " + dir);
   struct stat st{}, parent{};

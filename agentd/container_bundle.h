@@ -42,6 +42,9 @@ class ContainerBundle {
   static Parsed<std::unique_ptr<ContainerBundle>> Create(const std::string& dir, const std::string& image_rootfs,
                                                          const std::vector<MountPoint>& mount_points, bool writable,
                                                          uid_t uid, gid_t gid);
+  /// The bundle in `dir` that this agentd made before a reload in place (its rootfs mounted), for
+  /// its exec sessions and its teardown.
+  static std::unique_ptr<ContainerBundle> Adopt(const std::string& dir);
   /// Binds what descriptor `fd` (opened as the user: OpenAsUser) refers to onto
   /// dir/mnt/<index>, made a directory or an empty file to match, in agentd's own mount namespace
   /// (a bind from /proc/self/fd/N works only there; runc's would be refused with EINVAL). The

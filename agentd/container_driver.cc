@@ -23,6 +23,18 @@ std::string KeyName(const TaskKey& key) {
   return std::to_string(key.job_id) + "." + std::to_string(key.attempt) + "." + std::to_string(key.rank);
 }
 
+// The task a file of the state directory belongs to: runc's state "mlsched-<key>", the logs
+// "<key>.log" and "<key>.exec.log".
+std::string StateOwner(std::string name) {
+  if (name.rfind("mlsched-", 0) == 0) name.erase(0, 8);
+  for (const std::string suffix : {".exec.log", ".log"})
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      name.resize(name.size() - suffix.size());
+      break;
+    }
+  return name;
+}
+
 std::string EnvName(const std::string& kv) { return kv.substr(0, kv.find('=')); }
 
 // Appends `dir` to the colon-separated variable `name` in `env` (set to `fallback` + dir when
@@ -84,6 +96,20 @@ void ContainerDriver::Stop() {
   ended_.clear();  // never started (Start not called): torn down here
 }
 
+std::string ContainerDriver::Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes,
+                                   std::shared_ptr<ContainerLaunch> container) {
+  const std::string dir = state_dir_ + "/bundles/" + KeyName(key);
+  struct stat st{};
+  if (container && (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+    return "its container's bundle " + dir + " is gone";
+  if (std::string err = inner_->Adopt(key, pid, max_rss_bytes, nullptr); !err.empty()) return err;
+  if (container) {
+    std::lock_guard lk(mu_);
+    live_[key] = Live{ContainerBundle::Adopt(dir), nullptr, std::move(container)};
+  }
+  return "";
+}
+
 void ContainerDriver::Detach() {
   inner_->Detach();
   {
@@ -127,8 +153,15 @@ void ContainerDriver::Start() {
     chmod(d.c_str(), 0700);
   }
   // A previous agent's bundles: their tasks were killed with their cgroups; unmount and remove.
+  // Those of tasks adopted after a reload in place stay, with their runtime state and logs.
+  std::set<std::string> adopted;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [key, live] : live_) adopted.insert(KeyName(key));
+  }
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/bundles", ec)) {
+    if (adopted.count(e.path().filename().string())) continue;
     if (!UnmountBelow(e.path().string())) {
       spdlog::warn("mounts remain below {}; leaving it in place", e.path().string());
       continue;  // never remove through a mount: a staged mount is a user's directory
@@ -136,8 +169,13 @@ void ContainerDriver::Start() {
     RemoveTree(e.path().string());
   }
   for (const char* sub : {"/runc", "/logs"}) {
-    RemoveTree(state_dir_ + sub);
-    mkdir((state_dir_ + sub).c_str(), 0700);
+    if (adopted.empty()) {
+      RemoveTree(state_dir_ + sub);
+      mkdir((state_dir_ + sub).c_str(), 0700);
+      continue;
+    }
+    for (const auto& e : std::filesystem::directory_iterator(state_dir_ + sub, ec))
+      if (!adopted.count(StateOwner(e.path().filename().string()))) RemoveTree(e.path().string());
   }
   if (!teardown_.joinable()) teardown_ = std::thread([this] { TearDownLoop(); });
   inner_->Start();

@@ -43,8 +43,8 @@ class ContainerDriver final : public TaskDriver {
   /// place of GpuDevices and the driver files; a rank the catalog cannot serve fails to start
   /// with the reason. Call before Start().
   void UseCdi(CdiCatalog catalog) { cdi_ = std::make_unique<CdiCatalog>(std::move(catalog)); }
-  /// Makes the state directories (removing a previous run's bundles), starts the teardown thread,
-  /// then the inner driver.
+  /// Makes the state directories (removing a previous run's bundles, runtime state and logs, but
+  /// those of adopted tasks), starts the teardown thread, then the inner driver.
   void Start() override;
   /// A container request is turned into a runc invocation first; a bundle that cannot be made is
   /// reported as a launch failure (exit 127 with the reason).
@@ -59,11 +59,10 @@ class ContainerDriver final : public TaskDriver {
   /// Stops the inner driver, then tears down what is left and ends the teardown thread.
   void Stop() override;
   void Run() override { inner_->Run(); }
-  /// Bare tasks only: a container's bundle and image pin live in this driver's memory, so agentd
-  /// refuses a reload while container tasks run (agent_reload.cc).
-  std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) override {
-    return inner_->Adopt(key, pid, max_rss_bytes);
-  }
+  /// The process to the inner driver; for a container task (`container` set) also its bundle in
+  /// the state directory (kept by Start(), torn down when the task ends) and its image pin.
+  std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes,
+                    std::shared_ptr<ContainerLaunch> container) override;
   /// Detaches the inner driver, then tears down the bundles of the tasks that ended before and
   /// ends the teardown thread.
   void Detach() override;

@@ -197,6 +197,14 @@ int64_t ImageCache::UsedBytes() const {
   return used_;
 }
 
+std::shared_ptr<const CachedImage> ImageCache::Find(const std::string& digest) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(digest);
+  if (it == entries_.end()) return nullptr;
+  it->second.last_used = std::chrono::steady_clock::now();
+  return it->second.image;
+}
+
 size_t ImageCache::Images() const {
   std::lock_guard lk(mu_);
   return entries_.size();

@@ -99,6 +99,10 @@ class ImageCache {
   /// one at once: agentd's shutdown.
   void Cancel() { cancelled_ = true; }
 
+  /// The cached image of `digest` (pinned while the result lives), nullptr when not cached. For a
+  /// task adopted after a reload in place: its access was checked when it was pulled.
+  std::shared_ptr<const CachedImage> Find(const std::string& digest);
+
   /// Unpacked bytes in the cache now, and the number of images.
   int64_t UsedBytes() const;
   size_t Images() const;

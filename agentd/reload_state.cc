@@ -67,7 +67,8 @@ std::string FormatReloadState(const ReloadState& state) {
   out << kHeader << "\n";
   if (state.disconnected_since_ms) out << "disconnected " << *state.disconnected_since_ms << "\n";
   for (const auto& a : state.attempts)
-    out << "attempt " << a.key.job_id << " " << a.key.attempt << " " << a.master_port << " " << Hex(a.prepare) << "\n";
+    out << "attempt " << a.key.job_id << " " << a.key.attempt << " " << a.master_port << " "
+        << (a.image_digest.empty() ? "-" : a.image_digest) << " " << Hex(a.prepare) << "\n";
   for (const auto& t : state.tasks)
     out << "task " << t.key.job_id << " " << t.key.attempt << " " << t.key.rank << " " << t.pid << " "
         << t.max_rss_bytes << "\n";
@@ -107,14 +108,19 @@ Parsed<ReloadState> ParseReloadState(const std::string& text) {
       if (s.disconnected_since_ms || !Number<int64_t>(f[1], 0, INT64_MAX, &ms))
         return fail("bad or repeated 'disconnected' '" + f[1].substr(0, 32) + "'");
       s.disconnected_since_ms = ms;
-    } else if (f[0] == "attempt" && f.size() == 5) {
+    } else if (f[0] == "attempt" && f.size() == 6) {
       ReloadState::Attempt a;
       if (!Number<int64_t>(f[1], 1, INT64_MAX, &a.key.job_id) || !Number<int32_t>(f[2], 0, INT32_MAX, &a.key.attempt))
         return fail("bad attempt key '" + f[1].substr(0, 32) + " " + f[2].substr(0, 32) + "'");
       if (!Number<int32_t>(f[3], 0, 65535, &a.master_port)) return fail("bad master port '" + f[3].substr(0, 32) + "'");
-      if (f[4].size() > 2 * kMaxReloadPrepareBytes)
-        return fail("prepare of " + std::to_string(f[4].size() / 2) + " bytes exceeds " + std::to_string(kMaxReloadPrepareBytes));
-      auto bytes = Unhex(f[4]);
+      if (f[4] != "-") {
+        if (f[4].size() != 71 || f[4].compare(0, 7, "sha256:") != 0 || !Unhex(f[4].substr(7)))
+          return fail("bad image digest '" + f[4].substr(0, 80) + "'");
+        a.image_digest = f[4];
+      }
+      if (f[5].size() > 2 * kMaxReloadPrepareBytes)
+        return fail("prepare of " + std::to_string(f[5].size() / 2) + " bytes exceeds " + std::to_string(kMaxReloadPrepareBytes));
+      auto bytes = Unhex(f[5]);
       if (!bytes) return fail("prepare is not hexadecimal");
       a.prepare = std::move(*bytes);
       if (!attempts.insert(a.key).second) return fail("attempt " + a.key.ToString() + " listed twice");

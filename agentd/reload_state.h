@@ -36,6 +36,7 @@ struct ReloadState {
   struct Attempt {
     AttemptKey key;
     int32_t master_port = 0;  // from its commit (MASTER_PORT)
+    std::string image_digest;  // its ranks run in this cached image ("sha256:<64 hex>"); "" = bare
     std::string prepare;      // the v1::Prepare it was planned from, serialized
   };
   struct Task {
@@ -50,7 +51,8 @@ struct ReloadState {
   std::vector<Task> tasks;
 };
 
-/// The file's text: a version line, then one line per field, attempt and task (a Prepare in hex).
+/// The file's text: a version line, then one line per field, attempt and task (a Prepare in hex,
+/// "-" for no image digest).
 std::string FormatReloadState(const ReloadState& state);
 
 /// Parses FormatReloadState's text. Errors name the line and what is wrong ("line 3: bad pid

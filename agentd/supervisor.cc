@@ -56,7 +56,8 @@ void ProcessSupervisor::WaitLoop() {
   loop_cv_.wait(lk, [&] { return loop_done_; });
 }
 
-std::string ProcessSupervisor::Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) {
+std::string ProcessSupervisor::Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes,
+                                     std::shared_ptr<ContainerLaunch> /*container: the container driver's*/) {
   if (ParentPid(pid) != getpid())
     return "pid " + std::to_string(pid) + " is not a child of this agentd (pid " + std::to_string(getpid()) + ")";
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));

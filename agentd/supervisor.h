@@ -60,7 +60,8 @@ class ProcessSupervisor final : public TaskDriver {
   void Run() override;
   /// Takes over `pid`, a child of this process (checked in /proc/PID/stat: its pid cannot be
   /// reused before this process reaps it), and its cgroup when it has one.
-  std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) override;
+  std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes,
+                    std::shared_ptr<ContainerLaunch> container = nullptr) override;
   /// Ends the loop once queued launches are done; the tasks keep running, their cgroups stay.
   void Detach() override;
   /// Queues a launch. A key that is already running or queued is ignored (false).

@@ -83,9 +83,11 @@ class TaskDriver {
   virtual void Run() {}
   /// Takes over a task that a previous image of this agentd started (a reload in place,
   /// reload_state.h): `pid` must be a child of this process; `max_rss_bytes` the most memory seen
-  /// so far (-1 unknown). Before Run(). Returns "" or why not.
-  virtual std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes) {
-    (void)key, (void)pid, (void)max_rss_bytes;
+  /// so far (-1 unknown); `container` its image (the cached image pinned), null for a bare task.
+  /// Before Start(). Returns "" or why not.
+  virtual std::string Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes,
+                            std::shared_ptr<ContainerLaunch> container) {
+    (void)key, (void)pid, (void)max_rss_bytes, (void)container;
     return "this task driver cannot adopt tasks";
   }
   /// Ends the driver's loop and leaves every task running (a reload in place follows): nothing is

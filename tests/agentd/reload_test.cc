@@ -23,8 +23,8 @@ namespace {
 ReloadState Sample() {
   ReloadState s;
   s.disconnected_since_ms = 123456;
-  s.attempts.push_back({{7, 2}, 29500, std::string("\x00\x01prepare\xff", 10)});
-  s.attempts.push_back({{8, 1}, 0, ""});
+  s.attempts.push_back({{7, 2}, 29500, "", std::string("\x00\x01prepare\xff", 10)});
+  s.attempts.push_back({{8, 1}, 0, "sha256:" + std::string(64, 'e'), ""});
   s.tasks.push_back({{7, 2, 0}, 4242, 1 << 20});
   s.tasks.push_back({{7, 2, 3}, 4243, -1});
   s.tasks.push_back({{8, 1, 0}, 4250, 0});
@@ -74,6 +74,8 @@ TEST_CASE("reload state: what one image writes the next reads back", "[reload]")
   CHECK(r.value->attempts[0].master_port == 29500);
   CHECK(r.value->attempts[0].prepare == s.attempts[0].prepare);  // binary bytes intact
   CHECK(r.value->attempts[1].prepare.empty());
+  CHECK(r.value->attempts[0].image_digest.empty());
+  CHECK(r.value->attempts[1].image_digest == "sha256:" + std::string(64, 'e'));
   REQUIRE(r.value->tasks.size() == 3);
   CHECK(r.value->tasks[1].key == TaskKey{7, 2, 3});
   CHECK(r.value->tasks[1].pid == 4243);
@@ -93,19 +95,22 @@ TEST_CASE("reload state: a damaged or forged file is refused with the line and t
   CHECK(Error(good.substr(0, good.size() - 4)) == "reload state ends without 'end' (cut short)");
   CHECK(Error(good + "task 7 2 9 99 0\n") == "line 9: text after 'end'");
   CHECK(Error(head + "task 7 2 0 4242 0\nend\n").find("line 2: task 7.2/0 of an attempt not listed") == 0);
-  CHECK(Error(head + "attempt 7 2 0 00\nattempt 7 2 0 00\nend\n") == "line 3: attempt 7.2 listed twice");
-  CHECK(Error(head + "attempt 7 2 0 00\ntask 7 2 0 10 0\ntask 7 2 0 11 0\nend\n") == "line 4: task 7.2/0 listed twice");
+  CHECK(Error(head + "attempt 7 2 0 - 00\nattempt 7 2 0 - 00\nend\n") == "line 3: attempt 7.2 listed twice");
+  CHECK(Error(head + "attempt 7 2 0 - 00\ntask 7 2 0 10 0\ntask 7 2 0 11 0\nend\n") == "line 4: task 7.2/0 listed twice");
   // pids: never 0 (the caller's group), 1 (init) or negative (a process group)
   for (const char* pid : {"0", "1", "-5", "x", "99999999999"})
-    CHECK(Error(head + "attempt 7 2 0 00\ntask 7 2 0 " + pid + " 0\nend\n").find("line 3: bad pid") == 0);
-  CHECK(Error(head + "attempt 7 2 70000 00\nend\n").find("line 2: bad master port") == 0);
-  CHECK(Error(head + "attempt 0 2 0 00\nend\n").find("line 2: bad attempt key") == 0);
-  CHECK(Error(head + "attempt 7 2 0 0g\nend\n") == "line 2: prepare is not hexadecimal");
-  CHECK(Error(head + "attempt 7 2 0 abc\nend\n") == "line 2: prepare is not hexadecimal");
+    CHECK(Error(head + "attempt 7 2 0 - 00\ntask 7 2 0 " + pid + " 0\nend\n").find("line 3: bad pid") == 0);
+  CHECK(Error(head + "attempt 7 2 70000 - 00\nend\n").find("line 2: bad master port") == 0);
+  CHECK(Error(head + "attempt 0 2 0 - 00\nend\n").find("line 2: bad attempt key") == 0);
+  CHECK(Error(head + "attempt 7 2 0 - 0g\nend\n") == "line 2: prepare is not hexadecimal");
+  CHECK(Error(head + "attempt 7 2 0 - abc\nend\n") == "line 2: prepare is not hexadecimal");
   CHECK(Error(head + "disconnected 5\ndisconnected 6\nend\n").find("line 3: bad or repeated 'disconnected'") == 0);
   CHECK(Error(head + "task  7 2 0 10 0\nend\n").find("line 2: unknown line") == 0);  // fields at single spaces
   CHECK(Error(head + "rm -rf /\nend\n").find("line 2: unknown line") == 0);
-  CHECK(Error(head + "attempt 7 2 0 " + std::string(2 * kMaxReloadPrepareBytes + 2, 'a') + "\nend\n")
+  CHECK(Error(head + "attempt 7 2 0 sha256:abc 00\nend\n").find("line 2: bad image digest") == 0);
+  CHECK(Error(head + "attempt 7 2 0 sha256:" + std::string(64, 'G') + " 00\nend\n").find("line 2: bad image digest") == 0);
+  CHECK(Error(head + "attempt 7 2 0 ../../etc " + "00\nend\n").find("line 2: bad image digest") == 0);
+  CHECK(Error(head + "attempt 7 2 0 - " + std::string(2 * kMaxReloadPrepareBytes + 2, 'a') + "\nend\n")
             .find("line 2: prepare of") == 0);
 }
 

@@ -100,6 +100,38 @@ say "second job ran from the cache ($pulls_after pulls in all), in a writable ov
 for _ in $(seq 1 75); do "$BIN/cli/mladmin" nodes | grep -q "runc [^ ]* (1 image, " && break; sleep 0.2; done
 "$BIN/cli/mladmin" nodes | grep -q "runc [^ ]* (1 image, " || fail "no image cache in mladmin nodes: $("$BIN/cli/mladmin" nodes)"
 
+# 2b. agentd reloads in place (SIGHUP, as `systemctl reload` on a package upgrade) while a container
+# task runs: the same agentd process adopts it (its runc state, bundle and cached image), the task
+# runs on, completes with its own exit code, and its bundle is torn down afterwards.
+mkdir -p "$OUT/r2b" && chmod 755 "$OUT/r2b"
+jobr=$(mlsub -J reload -n 1 -c 1 --container-image "$IMG" --container-mounts "$OUT/r2b:/data:ro" -o 'reload-%j.out' --wrap '
+echo "started $$"; while [ ! -e /data/go ]; do sleep 0.1; done; echo "done $$"; exit 4')
+wait_end "$jobr" RUNNING 60
+for _ in $(seq 1 100); do grep -q started "$OUT/reload-$jobr.out" 2>/dev/null && break; sleep 0.1; done
+noder=$("$BIN/cli/mladmin" show job "$jobr" | sed -n 's/^ *Tasks=//p' | cut -d: -f2 | head -1)
+[ -n "$noder" ] || fail "no node for job $jobr: $("$BIN/cli/mladmin" show job "$jobr")"
+apid=$(cat "$MLSCHED_STATE/pids/agent-$noder")
+bundle="$MLSCHED_STATE/agents/$noder/containers/bundles/$jobr.1.0"
+[ -d "$bundle/rootfs" ] || fail "no bundle at $bundle"
+kill -HUP "$apid"
+for _ in $(seq 1 100); do
+  grep -q "task $jobr\.1/0: pid [0-9]* adopted after a reload" "$MLSCHED_STATE/logs/agent-$noder.log" && break; sleep 0.1
+done
+grep -q "task $jobr\.1/0: pid [0-9]* adopted after a reload" "$MLSCHED_STATE/logs/agent-$noder.log" ||
+  fail "agentd on $noder did not adopt job $jobr's container: $(tail -20 "$MLSCHED_STATE/logs/agent-$noder.log")"
+kill -0 "$apid" || fail "agentd on $noder exited on SIGHUP"
+grep -q "$bundle/rootfs" /proc/self/mountinfo || fail "the adopted container's rootfs was unmounted"
+[ "$(field "$jobr" %T)" = RUNNING ] || fail "job $jobr is $(field "$jobr" %T) after the reload"
+touch "$OUT/r2b/go"
+for _ in $(seq 1 300); do s=$(field "$jobr" %T); [ "$s" = RUNNING ] || break; sleep 0.2; done
+[ "$(field "$jobr" %T)" = FAILED ] || fail "job $jobr ended $(field "$jobr" %T), not FAILED with its exit 4"
+"$BIN/cli/mladmin" show job "$jobr" | grep -q "ExitCode=4" || fail "job $jobr: not its own exit code: $("$BIN/cli/mladmin" show job "$jobr" | head -20)"
+[ "$(grep -c started "$OUT/reload-$jobr.out")" = 1 ] && grep -q "done" "$OUT/reload-$jobr.out" ||
+  fail "job $jobr ran other than once: $(cat "$OUT/reload-$jobr.out")"
+for _ in $(seq 1 100); do [ -e "$bundle" ] || break; sleep 0.1; done
+[ ! -e "$bundle" ] || fail "the adopted container's bundle $bundle was not torn down"
+say "agentd on $noder reloaded in place (pid $apid kept) with job $jobr's container running: adopted, exit 4 reported, bundle torn down"
+
 # 3. A missing image fails the job at once with the registry's reason; nothing retried.
 job3=$(mlsub -J missing --container-image "docker://$REGISTRY/nosuch:1" --wrap true)
 wait_end "$job3" FAILED 60
