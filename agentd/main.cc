@@ -328,19 +328,31 @@ int main(int argc, char** argv) {
   }
   // Signals on a thread of their own: the main thread runs the tasks' supervisor (RunTasks), so
   // that after a reload it is still their parent and can exec.
+  // A refused reload (an interactive session open) is tried again every second until it can be
+  // done, so a package upgrade's reload happens once the node's last session ends.
   std::thread signals([&] {
+    bool deferred = false;
     for (;;) {
       int sig = 0;
-      sigwait(&sigs, &sig);
+      if (deferred) {
+        const timespec second{1, 0};
+        sig = sigtimedwait(&sigs, nullptr, &second);
+        if (sig < 0) sig = SIGHUP;  // the second passed: try again
+      } else {
+        sigwait(&sigs, &sig);
+      }
       if (sig == SIGHUP) {
-        spdlog::info("received SIGHUP: reloading in place (the tasks keep running)");
+        if (!deferred) spdlog::info("received SIGHUP: reloading in place (the tasks keep running)");
         if (self.empty()) {
           spdlog::error("reload refused: this binary's path is unknown (/proc/self/exe)");
           continue;
         }
         std::string why = agent.Reload();
         if (why.empty() || agent.ReloadPending()) return;
-        spdlog::warn("reload refused: {}; agentd runs on (send SIGHUP again later)", why);
+        if (!deferred)
+          spdlog::warn("reload refused for now: {}; agentd runs on and reloads as soon as it can (tried every second)",
+                       why);
+        deferred = true;
         continue;
       }
       spdlog::info("received {}: stopping", strsignal(sig));

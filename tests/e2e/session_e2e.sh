@@ -195,6 +195,34 @@ for _ in $(seq 1 100); do [ "$(state_of "$orphan2")" = CANCELLED ] && break; sle
 grep -q "job $orphan: its interactive client went away" "$MLSCHED_STATE/logs/schedd.log" || fail "schedd did not say why it cancelled $orphan"
 say "allocations of a killed mlalloc ($orphan) and a killed mlrun ($orphan2) were cancelled after the 2 s grace"
 
+# A reload in place (SIGHUP, as a package upgrade's `systemctl reload`) while a session is open
+# waits for it: the session runs on undisturbed; once it ended agentd reloads and keeps the job's
+# task, and a new session joins the adopted task.
+node0=$("$BIN/cli/mladmin" show job "$job" | sed -n 's/^ *Tasks=//p' | tr ' ' '\n' | grep '^0:' | cut -d: -f2)
+apid=$(cat "$MLSCHED_STATE/pids/agent-$node0")
+alog="$MLSCHED_STATE/logs/agent-$node0.log"
+setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --rank 0 --overlap \
+  sh -c 'sleep 2.5 && echo session-done' > "$OUT/deferred.out" 2>&1 &
+client=$!
+for _ in $(seq 1 50); do pgrep -u 65534 -f '^sleep 2.5$' >/dev/null && break; sleep 0.1; done
+pgrep -u 65534 -f '^sleep 2.5$' >/dev/null || fail "the session's sleep did not start"
+kill -HUP "$apid"
+for _ in $(seq 1 50); do grep -q "reload refused for now: 1 interactive session" "$alog" && break; sleep 0.1; done
+grep -q "reload refused for now: 1 interactive session" "$alog" || fail "agentd did not defer its reload: $(tail -5 "$alog")"
+set +e
+wait "$client"; rc=$?
+set -e
+[ "$rc" = 0 ] && grep -qx session-done "$OUT/deferred.out" || fail "the session was disturbed by the reload: rc $rc, $(cat "$OUT/deferred.out")"
+for _ in $(seq 1 50); do grep -q "task $job\.1/0: pid [0-9]* adopted after a reload" "$alog" && break; sleep 0.1; done
+grep -q "task $job\.1/0: pid [0-9]* adopted after a reload" "$alog" || fail "no reload after the session ended: $(tail -5 "$alog")"
+kill -0 "$apid" || fail "agentd on $node0 is gone"
+[ "$("$BIN/cli/mlq" -j "$job" -h -o %T)" = RUNNING ] || fail "job $job is not RUNNING after the reload"
+for _ in $(seq 1 50); do
+  got=$(mlrun --jobid "$job" --rank 0 --overlap sh -c 'echo "after-reload $RANK"' 2>/dev/null) && break; sleep 0.2
+done
+[ "$got" = "after-reload 0" ] || fail "a session into the adopted task: $got"
+say "a reload with a session open waited for its end (session undisturbed), then kept the job's task; a new session joined it"
+
 # A client killed with SIGKILL: its process is hung up.
 # setpriv execs mlrun: $! is mlrun itself, not a subshell
 setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/cli/mlrun" --jobid "$job" --rank 0 --overlap sleep 4321 >/dev/null 2>&1 &
