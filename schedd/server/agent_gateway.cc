@@ -46,6 +46,12 @@ class AgentGateway::Stream final : public grpc::ServerBidiReactor<v1::AgentMessa
   void Begin(std::shared_ptr<Stream> self) {
     std::unique_lock lk(mu_);
     self_ = std::move(self);
+    if (gw_.closed_) {  // schedd is shutting down (CloseStreams)
+      closing_ = true;
+      status_ = gw_.closed_status_;
+      Pump(lk);
+      return;
+    }
     if (gw_.gate_) {
       if (auto refused = gw_.gate_->Refuse(ctx_)) {
         closing_ = true;
@@ -443,6 +449,18 @@ bool AgentGateway::Handle(const std::shared_ptr<Stream>& s, const v1::AgentMessa
   if (!applied.keep)
     spdlog::warn("node {}: a message from a node marked DOWN; closing its stream so that it registers again", s->node);
   return applied.keep;
+}
+
+size_t AgentGateway::CloseStreams(const grpc::Status& status) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  {
+    std::lock_guard lk(mu_);
+    closed_status_ = status;
+    closed_ = true;
+    for (const auto& [node, s] : sessions_) streams.push_back(s);
+  }
+  for (const auto& s : streams) s->Close(status);
+  return streams.size();
 }
 
 void AgentGateway::Forget(Stream& s) {

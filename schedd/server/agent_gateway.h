@@ -61,6 +61,11 @@ class AgentGateway final : public v1::AgentService::CallbackService, public Agen
   /// Finishes the work queued, then joins the workers. Call after the gRPC server shut down and
   /// before the Controller is destroyed. Idempotent.
   void Stop();
+  /// Ends every registered agent's stream now with `status`, and every stream that begins from now
+  /// on (schedd's shutdown, before the gRPC server's: otherwise the server waits out its whole
+  /// grace period for these calls, which never end by themselves, and for the new calls of agents
+  /// reconnecting at once on their open connections). Returns how many were ended.
+  size_t CloseStreams(const grpc::Status& status);
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(grpc::CallbackServerContext* ctx) override;
   bool Send(const std::string& node, v1::SchedulerMessage msg) override;
@@ -88,6 +93,8 @@ class AgentGateway final : public v1::AgentService::CallbackService, public Agen
   UsageBook* usage_ = nullptr;
   const Authenticator& auth_;
   const LeaderGate* gate_;
+  std::atomic<bool> closed_{false};  // CloseStreams(): new calls are ended at once
+  grpc::Status closed_status_;       // with this; written under mu_ before closed_
   std::atomic<int64_t> epoch_{0};
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Stream>> sessions_;  // guarded by mu_: the current stream per node

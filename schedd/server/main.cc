@@ -474,6 +474,10 @@ int main(int argc, char** argv) {
       spdlog::info("signal {}: shutting down", sig);
       break;
     }
+    const auto stopping = std::chrono::steady_clock::now();
+    auto since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
     if (gate) gate->Close();  // HA: clients and agents move on to the next leader from here
     stop = true;
     ctl.Trigger();
@@ -485,8 +489,16 @@ int main(int argc, char** argv) {
       leadership->Resign();
     }
     listener.Stop();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    const double loop_s = since(stopping);
+    const auto closing = std::chrono::steady_clock::now();
+    const size_t streams = gateway.CloseStreams(grpc::Status(grpc::StatusCode::UNAVAILABLE, "schedd is shutting down"));
+    const double close_s = since(closing);
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));  // the clients' calls in flight
+    const double server_s = since(closing) - close_s;
     gateway.Stop();  // its workers may still be handing messages to the controller
+    spdlog::info("stopping: the scheduling loop and the store in {:.2f} s, {} agent stream(s) closed in {:.2f} s, the "
+                 "server in {:.2f} s, the gateway in {:.2f} s",
+                 loop_s, streams, close_s, server_s, since(closing) - close_s - server_s);
     sessions_seen = nullptr;
     watch_seen = nullptr;
     metrics_http.reset();  // no scrape reaches the session components as they go

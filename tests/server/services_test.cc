@@ -285,6 +285,30 @@ TEST_CASE("agent sessions of one node replacing each other in a tight loop leave
   last.ctx.TryCancel();
 }
 
+TEST_CASE("at shutdown the gateway ends every agent stream at once and refuses new ones, so the server stops without "
+          "waiting out its grace period", "[server]") {
+  InProcessSchedd s;
+  s.ctl.Recover(WallNow());
+  AgentStream a(s, "n1"), b(s, "n2");
+  CHECK(s.gateway.CloseStreams(grpc::Status(grpc::StatusCode::UNAVAILABLE, "schedd is shutting down")) == 2);
+  for (AgentStream* x : {&a, &b}) {
+    v1::SchedulerMessage m;
+    while (x->stream->Read(&m)) {
+    }
+    grpc::Status st = x->stream->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK(st.error_message() == "schedd is shutting down");
+  }
+  // An agent reconnecting at once on its open connection is ended too, not left in flight.
+  v1::SchedulerMessage first;
+  grpc::Status again = s.Register("n1", &first);
+  CHECK(again.error_code() == grpc::StatusCode::UNAVAILABLE);
+  const auto t0 = std::chrono::steady_clock::now();
+  s.listener.Stop();
+  s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));  // nothing left to wait for
+}
+
 TEST_CASE("the Unix listener closes queued connections whose client already hung up, and still serves the live ones",
           "[services][scale]") {
   // A reconnect storm of thousands of agents: most queued connections are attempts their agent
