@@ -86,14 +86,18 @@ ContainerDriver::~ContainerDriver() {
 
 void ContainerDriver::Stop() {
   inner_->Stop();
+  EndTeardown();
+  std::lock_guard lk(mu_);
+  ended_.clear();  // never started (Start not called): torn down here
+}
+
+void ContainerDriver::EndTeardown() {
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
   }
   teardown_cv_.notify_all();
   if (teardown_.joinable()) teardown_.join();
-  std::lock_guard lk(mu_);
-  ended_.clear();  // never started (Start not called): torn down here
 }
 
 std::string ContainerDriver::Adopt(const TaskKey& key, pid_t pid, int64_t max_rss_bytes,
@@ -112,12 +116,11 @@ std::string ContainerDriver::Adopt(const TaskKey& key, pid_t pid, int64_t max_rs
 
 void ContainerDriver::Detach() {
   inner_->Detach();
-  {
-    std::lock_guard lk(mu_);
-    stopping_ = true;
-  }
-  teardown_cv_.notify_all();
-  if (teardown_.joinable()) teardown_.join();
+  EndTeardown();
+  // The running containers' bundles belong to the next image now: never torn down by this one,
+  // not even by its destructors if the exec fails.
+  std::lock_guard lk(mu_);
+  for (auto& [key, live] : live_) (void)live.bundle.release();
 }
 
 bool ContainerDriver::WaitIdle(std::chrono::milliseconds timeout) {

@@ -87,6 +87,8 @@ class ContainerDriver final : public TaskDriver {
   std::string Prepare(const TaskKey& key, const LaunchRequest& request, LaunchRequest* runc);
   /// Hands the task's bundle to the teardown thread.
   void Finished(const TaskKey& key);
+  /// Tears down the bundles handed over so far and ends the teardown thread.
+  void EndTeardown();
   void TearDownLoop();
 
   ContainerTools tools_;
