@@ -107,6 +107,7 @@ nlohmann::json NodeJson(const v1::NodeInfo& n) {
       {"domain", n.domain()},
       {"address", n.address()},
       {"isolation", n.isolation()},
+      {"agent_version", n.agent_version()},
       {"container_runtime", n.container_runtime()},
       {"image_cache_bytes", n.image_cache_bytes()},
       {"image_cache_images", n.image_cache_images()},

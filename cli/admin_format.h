@@ -27,7 +27,8 @@ std::string GpuUsage(const v1::Resources& allocated, const v1::Resources& capaci
 std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes);
 
 /// A node as JSON: name, pool, state, reason, region, zone, domain, address, isolation,
-/// rejected_reports, cutoff_timeout_s (its agent's --cutoff-timeout, 0 = never), cpu_millis,
+/// agent_version (its agentd's at registration), container_runtime, image_cache_bytes,
+/// image_cache_images, rejected_reports, cutoff_timeout_s (its agent's --cutoff-timeout, 0 = never), cpu_millis,
 /// cpu_millis_allocated, memory_bytes, memory_bytes_allocated, gpus ([{type, count, allocated}]),
 /// last_heartbeat (Unix seconds), running_jobs.
 nlohmann::json NodeJson(const v1::NodeInfo& node);

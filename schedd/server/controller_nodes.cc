@@ -57,6 +57,7 @@ v1::Registered Controller::OnRegisterLocked(const v1::RegisterNode& reg, int64_t
   n.info.set_cutoff_timeout_s(reg.cutoff_timeout_s());
   n.info.set_root_jobs(reg.root_jobs());
   n.info.set_container_runtime(reg.container_runtime());
+  n.info.set_agent_version(reg.version());
   n.connected = true;
   n.registered = true;
   n.down = false;

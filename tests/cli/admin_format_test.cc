@@ -60,6 +60,7 @@ TEST_CASE("node JSON", "[cli][admin]") {
   auto n = Node("a1", v1::POOL_RESERVED, "IDLE");
   n.add_running_jobs(7);
   n.set_isolation("none");
+  n.set_agent_version("0.2.0");
   auto* g = n.mutable_capacity()->add_gpus();
   g->set_type("l4");
   g->set_count(4);
@@ -68,6 +69,7 @@ TEST_CASE("node JSON", "[cli][admin]") {
   CHECK(j["pool"] == "reserved");
   CHECK(j["state"] == "IDLE");
   CHECK(j["isolation"] == "none");
+  CHECK(j["agent_version"] == "0.2.0");
   CHECK(j["rejected_reports"] == 0);
   CHECK(j["cutoff_timeout_s"] == 0);
   CHECK(j["cpu_millis"] == 64000);

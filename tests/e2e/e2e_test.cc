@@ -242,6 +242,8 @@ TEST_CASE("agentd reloaded in place (SIGHUP) keeps its tasks: same pids, signals
       if (n["name"] == "a1") return n["state"] != "DOWN";
     return false;
   }, 20));
+  for (const auto& n : c.Nodes())  // the version the new image registered (mladmin nodes --json)
+    if (n["name"] == "a1") CHECK(n.value("agent_version", "").find('.') != std::string::npos);
   for (int64_t id : {failing, cancelled, later}) CHECK(c.State(id) == "RUNNING");
   // Signals still reach an adopted task; exits are still theirs.
   CHECK(c.Tool("mlcancel", {std::to_string(cancelled)}).exit_code == 0);
