@@ -128,6 +128,9 @@ void ExecReloaded(const std::string& self, char** argv, const std::string& state
 int main(int argc, char** argv) {
   mlsched::DisableMutexDeadlockDetection();  // common/client.h
   CLI::App app{"agentd: the mlsched node agent"};
+  app.footer("Signals: SIGTERM or SIGINT stops agentd and ends the node's tasks; SIGHUP (systemctl reload) reloads it "
+             "in place: the same process execs its binary again (the upgraded one after a package upgrade) and keeps "
+             "the tasks (docs/operations.md, \"Upgrading\").");
   std::string server, name = agent::Hostname(), pool = "on-demand", cpus, mem, work_dir = "/var/spool/mlsched/agentd";
   std::string region, zone, domain, address, eviction_url, log_level = "info";
   std::vector<std::string> gpus;
