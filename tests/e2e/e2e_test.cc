@@ -244,6 +244,18 @@ TEST_CASE("agentd reloaded in place (SIGHUP) keeps its tasks: same pids, signals
   }, 20));
   for (const auto& n : c.Nodes())  // the version the new image registered (mladmin nodes --json)
     if (n["name"] == "a1") CHECK(n.value("agent_version", "").find('.') != std::string::npos);
+  // A third reload while schedd is down (the agent cut off, its disconnection carried across the
+  // exec): the tasks are adopted, and the restarted schedd gets them back at the registration.
+  c.StopSchedd(SIGKILL);
+  const size_t third = adoptions();
+  REQUIRE(kill(agent, SIGHUP) == 0);
+  REQUIRE(WaitFor([&] { return adoptions() >= third + 3; }, 20));
+  c.StartSchedd();
+  REQUIRE(WaitFor([&] {
+    for (const auto& n : c.Nodes())
+      if (n["name"] == "a1") return n["state"] != "DOWN";
+    return false;
+  }, 20));
   for (int64_t id : {failing, cancelled, later}) CHECK(c.State(id) == "RUNNING");
   // Signals still reach an adopted task; exits are still theirs.
   CHECK(c.Tool("mlcancel", {std::to_string(cancelled)}).exit_code == 0);
