@@ -30,4 +30,12 @@ std::string ExitCodesHelp() {
          "schedd is found through --server, else $MLSCHED_SERVER, else unix:/run/mlsched/schedd.sock.\n";
 }
 
+bool IsUnconfirmed(int grpc_code) { return grpc_code == 4 || grpc_code == 14; }
+
+std::string UnconfirmedSubmissionHelp(const std::string& submission_key) {
+  return "mlsub: the submission is not confirmed: it may have been stored after its answer was lost. Run the "
+         "same mlsub again with --submission-key " + submission_key +
+         ": schedd then answers with that job if it was stored, and stores it once otherwise";
+}
+
 }  // namespace mlsched::cli

@@ -19,6 +19,14 @@ int ExitCodeForRpc(int grpc_code);
 /// channel and threads (about a third of a one-call tool's run). The kernel closes the sockets.
 [[noreturn]] void ExitNow(int code);
 
+/// True when a submission whose call ended with `grpc_code` may still have been stored: schedd was
+/// slow or unreachable (4 DEADLINE_EXCEEDED, 14 UNAVAILABLE), so a try may have reached it and
+/// been stored after its answer was lost. Any other failure is schedd's answer: nothing stored.
+bool IsUnconfirmed(int grpc_code);
+/// What mlsub tells the user then: the submission key, and that the same mlsub run again with
+/// `--submission-key KEY` answers with the stored job, or stores it once.
+std::string UnconfirmedSubmissionHelp(const std::string& submission_key);
+
 /// The "Exit codes:" paragraph shown at the end of every tool's --help.
 std::string ExitCodesHelp();
 

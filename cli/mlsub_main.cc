@@ -91,11 +91,14 @@ int main(int argc, char** argv) {
   int64_t job_id = 0;
   // Transient failures (schedd restarting, an answer lost) are retried with the same submission
   // key, so a retry never makes a second job: $MLSCHED_RETRY seconds, default 15.
+  const std::string key = sub.value->options.submission_key.value_or(NewSubmissionKey());
   RpcStatus st = client.SubmitJob(sub.value->spec, &job_id, RetryBudgetFromEnv(), [&](const RpcStatus& failed, double wait_s) {
     std::cerr << "mlsub: " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
-  });
+  }, key);
   if (!st.ok()) {
     std::cerr << DescribeRpcError("mlsub", st, client.Address(), timeout_s) << "\n";
+    if (IsUnconfirmed(st.code))  // a try may have reached schedd and been stored after its answer was lost
+      std::cerr << UnconfirmedSubmissionHelp(key) << "\n";
     ExitNow(ExitCodeForRpc(st.code));
   }
   if (sub.value->options.parsable) std::cout << job_id << "\n";

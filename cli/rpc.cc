@@ -199,10 +199,11 @@ RpcStatus Retrying(Attempt&& attempt, double retry_s, const SchedClient::OnRetry
 
 }  // namespace
 
-RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s, const OnRetry& on_retry) {
+RpcStatus SchedClient::SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s, const OnRetry& on_retry,
+                                 const std::string& submission_key) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
-  req.set_submission_key(NewSubmissionKey());
+  req.set_submission_key(submission_key.empty() ? NewSubmissionKey() : submission_key);
   return Retrying(
       [&](int) {
         v1::SubmitJobResponse resp;

@@ -61,12 +61,13 @@ class SchedClient {
   /// Why --server / $MLSCHED_SERVER is unusable; "" when it is fine.
   const std::string& ConfigError() const;
 
-  /// Submits with a fresh random submission key (128 bits, hex) and retries UNAVAILABLE and
-  /// DEADLINE_EXCEEDED answers with the same key, backing off 0.25 s doubling to 4 s, for at most
-  /// `retry_s` seconds: schedd stores the job once however many tries reach it (a lost answer, a
-  /// restart). `on_retry(status, wait_s)` is told before each wait.
+  /// Submits under `submission_key` ("" = a fresh random one: 128 bits, hex) and retries
+  /// UNAVAILABLE and DEADLINE_EXCEEDED answers with the same key, backing off 0.25 s doubling to
+  /// 4 s, for at most `retry_s` seconds: schedd stores the job once however many tries reach it (a
+  /// lost answer, a restart). `on_retry(status, wait_s)` is told before each wait.
   using OnRetry = std::function<void(const RpcStatus&, double)>;
-  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s = 0, const OnRetry& on_retry = {});
+  RpcStatus SubmitJob(const v1::JobSpec& spec, int64_t* job_id, double retry_s = 0, const OnRetry& on_retry = {},
+                      const std::string& submission_key = "");
   RpcStatus ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   /// Cancels, retrying transient failures like SubmitJob (a cancel is idempotent): on a retry,
   /// "already CANCELLED" for a listed job means an earlier try reached schedd, so the job counts

@@ -217,6 +217,19 @@ std::vector<SubmitOptionDef> MakeTable() {
        }},
       {0, {"server"}, "ADDR", false, "schedd address: unix:PATH, or HOST:PORT,HOST:PORT,... (replicas; default: $MLSCHED_SERVER)",
        Text(&O::server)},
+      {0, {"submission-key"}, "KEY", false,
+       "submit again under the key an unconfirmed mlsub printed: the job it stored, if any, instead of a second one",
+       [](O& o, const std::string& v) {
+         const bool ok = !v.empty() && v.size() <= kMaxSubmissionKeyChars &&
+                         std::all_of(v.begin(), v.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                         });
+         if (!ok)
+           return "--submission-key must be 1 to " + std::to_string(kMaxSubmissionKeyChars) +
+                  " letters, digits, '-', '_' or '.'";
+         o.submission_key = v;
+         return std::string();
+       }},
       {'h', {"help"}, "", false, "print this help",
        [](O& o, const std::string&) {
          o.help = true;
@@ -429,6 +442,7 @@ void OverlayOptions(SubmitOptions& b, const SubmitOptions& t) {
   Take(b.container_mount_home, t.container_mount_home, "container-mount-home", b, t);
   Take(b.wrap, t.wrap, "wrap", b, t);
   Take(b.server, t.server, "server", b, t);
+  Take(b.submission_key, t.submission_key, "submission-key", b, t);
   b.parsable = b.parsable || t.parsable;
   b.help = b.help || t.help;
 }

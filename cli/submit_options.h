@@ -20,6 +20,9 @@ namespace mlsched::cli {
 /// Everything mlsub can be told, from the command line or from #MLSUB directives. A field is set
 /// only when an option named it, so command-line values can be laid over directive values.
 /// Units: CPU in millicores, memory in bytes, times in seconds.
+/// Longest submission key schedd accepts (Controller::Submit: letters, digits, '-', '_', '.').
+constexpr size_t kMaxSubmissionKeyChars = 64;
+
 struct SubmitOptions {
   std::optional<std::string> job_name;           // -J/--job-name
   std::optional<int64_t> ntasks;                 // -n/--ntasks (gang size; an elastic gang's MAX)
@@ -59,6 +62,9 @@ struct SubmitOptions {
   std::optional<bool> container_mount_home;      // --container-mount-home (true), --no-container-mount-home (false)
   std::optional<std::string> wrap;               // --wrap (command line only)
   std::optional<std::string> server;             // --server (command line only)
+  /// --submission-key (command line only): the key of an earlier mlsub whose outcome was not
+  /// confirmed; schedd answers with that job instead of storing a second one.
+  std::optional<std::string> submission_key;
   bool parsable = false;                         // --parsable (command line only)
   bool help = false;                             // -h/--help (command line only)
   /// Canonical long option name ("ntasks") -> "job.sh:3" for values that came from a directive,

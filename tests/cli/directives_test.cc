@@ -107,6 +107,8 @@ TEST_CASE("directive errors name the file, the line and the option", "[cli][dire
   CHECK(ParseError("#!/bin/sh\n#MLSUB --hold=yes\n") == "job.sh:2: option --hold takes no value in #MLSUB directive");
   CHECK(ParseError("#!/bin/sh\n#MLSUB --wrap 'echo hi'\n") == "job.sh:2: option --wrap is not allowed in #MLSUB directive");
   CHECK(ParseError("#!/bin/sh\n#MLSUB --parsable\n") == "job.sh:2: option --parsable is not allowed in #MLSUB directive");
+  CHECK(ParseError("#!/bin/sh\n#MLSUB --submission-key k1\n") ==
+        "job.sh:2: option --submission-key is not allowed in #MLSUB directive");
   CHECK(ParseError("#!/bin/sh\n#MLSUB -J 'open\n") == "job.sh:2: unterminated ' quote in #MLSUB directive");
   CHECK(ParseError("#!/bin/sh\n#MLSUB --gpu-types a,,b\n") ==
         "job.sh:2: --gpu-types in #MLSUB directive: empty GPU type in 'a,,b'");

@@ -1,6 +1,7 @@
 // mlsub's command line, payload selection, defaults and local validation.
 #include <catch2/catch.hpp>
 
+#include "cli/exit_codes.h"
 #include "cli/submission.h"
 #include "cli/submit_options.h"
 
@@ -178,6 +179,28 @@ TEST_CASE("the remaining options reach the spec", "[cli][submit]") {
   REQUIRE(sub);
   CHECK(sub.value->options.parsable);
   CHECK(*sub.value->options.server == "unix:/tmp/s.sock");
+}
+
+TEST_CASE("--submission-key takes the key an unconfirmed mlsub printed, checked as schedd checks it", "[cli][submit]") {
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  auto sub = Prepare({"--submission-key", key, "x.sh"});
+  REQUIRE(sub);
+  CHECK(*sub.value->options.submission_key == key);
+  CHECK_FALSE(Prepare({"x.sh"}).value->options.submission_key);
+  const std::string err = "--submission-key must be 1 to 64 letters, digits, '-', '_' or '.'";
+  for (const std::string& bad : {std::string(""), std::string(65, 'a'), std::string("a b"), std::string("k\x1b[2J"),
+                                std::string("../k"), std::string("k;rm")})
+    CHECK_THAT(ParseSubmitArgs({"--submission-key", bad, "x.sh"}).error, Catch::Contains(err));
+  CHECK(ParseSubmitArgs({"--submission-key", std::string(64, 'a'), "x.sh"}));
+}
+
+TEST_CASE("an unconfirmed submission is told apart from a refused one, with the key to submit it again",
+          "[cli][submit]") {
+  CHECK(IsUnconfirmed(4));   // DEADLINE_EXCEEDED
+  CHECK(IsUnconfirmed(14));  // UNAVAILABLE
+  for (int code : {0, 3, 7, 8, 9, 13})  // OK, INVALID_ARGUMENT, PERMISSION_DENIED, RESOURCE_EXHAUSTED, ..., INTERNAL
+    CHECK_FALSE(IsUnconfirmed(code));
+  CHECK_THAT(UnconfirmedSubmissionHelp("abc"), Catch::Contains("--submission-key abc"));
 }
 
 TEST_CASE("the help lists every option", "[cli][submit]") {

@@ -274,6 +274,32 @@ TEST_CASE("agentd reloaded in place (SIGHUP) keeps its tasks: same pids, signals
   CHECK(Alive(agent));
 }
 
+TEST_CASE("an unconfirmed mlsub names its submission key; submitting again under it stores the job once", "[e2e]") {
+  Cluster c;
+  c.StartAgent("a1", 1);
+  // schedd unreachable (no retries): the outcome is unknown, and mlsub says how to settle it.
+  setenv("MLSCHED_RETRY", "0", 1);
+  auto lost = c.Tool("mlsub", {"--server", "unix:" + (c.Dir() / "no-schedd.sock").string(), "--wrap", "true"});
+  unsetenv("MLSCHED_RETRY");
+  CHECK(lost.exit_code == 3);
+  const std::string marker = "--submission-key ";
+  const auto at = lost.err.find(marker);
+  REQUIRE(at != std::string::npos);
+  const std::string key = lost.err.substr(at + marker.size(), 32);
+  CHECK(key.find_first_not_of("0123456789abcdef") == std::string::npos);
+  // A refusal is schedd's answer, not an unknown outcome: no key offered.
+  auto refused = c.Tool("mlsub", {"-n", "0", "--wrap", "true"});
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.err.find(marker) == std::string::npos);
+  // The same submission again under the key: stored once, then the same job on every repeat.
+  auto first = c.Tool("mlsub", {"--parsable", "--submission-key", key, "--wrap", "sleep 1"});
+  REQUIRE(first.exit_code == 0);
+  auto again = c.Tool("mlsub", {"--parsable", "--submission-key", key, "--wrap", "sleep 1"});
+  REQUIRE(again.exit_code == 0);
+  CHECK(again.out == first.out);
+  CHECK(Lines(c.Tool("mlq", {"-h", "-o", "%i", "--all"}).out).size() == 1);
+}
+
 TEST_CASE("bad input gets a clear error and changes nothing", "[e2e]") {
   Cluster c;
   c.StartAgent("a1", 2);
