@@ -240,7 +240,7 @@ TEST_CASE("a task that allocates past its memory limit is killed and reported OU
   CHECK(WaitUntil([&] { return CgroupGone(*real.cg, {20, 1, 0}) && CgroupGone(*real.cg, {20, 1, 1}); }, 3s));
 }
 
-TEST_CASE("accounting: a task burning one CPU for 2 s shows 2 CPU-seconds; one holding 300 MB shows MaxRSS 300 MB",
+TEST_CASE("accounting: a task burning one CPU for 2 s shows 2 CPU-seconds, one holding 300 MB shows MaxRSS 300 MB",
           "[cgroup][root][accounting]") {
   RealCgroups real({"memory"});
   if (!real.skip.empty() || !HavePython()) {

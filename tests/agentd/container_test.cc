@@ -98,7 +98,7 @@ TEST_CASE("the OCI spec passes only the rank's GPUs and grants no privilege") {
   CHECK(found);
 }
 
-TEST_CASE("GPU device nodes come from the node with their numbers; missing ones are skipped") {
+TEST_CASE("GPU device nodes come from the node with their numbers, missing ones are skipped") {
   // /dev/null stands in for a GPU node: a character device that exists everywhere.
   auto devices = GpuDevices({"/dev/null", "/dev/nvidia-none-such"});
   REQUIRE_FALSE(devices.empty());

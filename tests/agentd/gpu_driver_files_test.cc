@@ -46,7 +46,7 @@ std::string ReadAll(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("ldconfig's cache is parsed with its limits; malformed lines are skipped") {
+TEST_CASE("ldconfig's cache is parsed with its limits, malformed lines are skipped") {
   auto entries = ParseLdCache(kLdCache);
   REQUIRE(entries.size() == 9);  // the header, the relative path, the "../" name and the junk are skipped
   CHECK(entries[0].name == "libz.so.1");
@@ -108,7 +108,7 @@ TEST_CASE("the driver's programs are found on the system PATH only") {
   CHECK(FindDriverPrograms(dir.Str("none")).empty());
 }
 
-TEST_CASE("a task holding GPUs finds the driver on its LD_LIBRARY_PATH and PATH; one without does not") {
+TEST_CASE("a task holding GPUs finds the driver on its LD_LIBRARY_PATH and PATH, one without does not") {
   auto image = std::make_shared<CachedImage>();
   image->env = {"PATH=/opt/conda/bin:/usr/bin"};
   LaunchRequest r;

@@ -11,7 +11,7 @@
 using mlsched::agent::GpuIndicesOf;
 using mlsched::agent::Nvml;
 
-TEST_CASE("NVML is loaded with dlopen; GPU i is the device of minor number i", "[nvml]") {
+TEST_CASE("NVML is loaded with dlopen, GPU i is the device of minor number i", "[nvml]") {
   mlsched::agent::testing::TempDir dir;
   const std::string file = dir.Str("nvml");
   // NVML's order is not the minor numbers' order.

@@ -114,7 +114,7 @@ TEST_CASE("reload state: a damaged or forged file is refused with the line and t
             .find("line 2: prepare of") == 0);
 }
 
-TEST_CASE("reload: Detach leaves the tasks running; a second supervisor adopts them, signals and reaps them",
+TEST_CASE("reload: Detach leaves the tasks running, a second supervisor adopts them, signals and reaps them",
           "[reload][process]") {
   TempDir dir;
   Exits first;

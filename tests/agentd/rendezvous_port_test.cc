@@ -89,7 +89,7 @@ TEST_CASE("a reserved port is bound, not listening, and still free for a program
   CHECK_THAT(bad.error, Catch::StartsWith("cannot reserve a rendezvous port on '192.0.2.1': bind: "));
 }
 
-TEST_CASE("rank 0 inherits the reserved socket named by MLSCHED_RENDEZVOUS_FD; the agent's copy closes after the fork",
+TEST_CASE("rank 0 inherits the reserved socket named by MLSCHED_RENDEZVOUS_FD, the agent's copy closes after the fork",
           "[rendezvous][session]") {
   TempDir dir;
   FakeSchedd schedd(dir.Str("schedd.sock"));
@@ -127,7 +127,7 @@ TEST_CASE("rank 0 inherits the reserved socket named by MLSCHED_RENDEZVOUS_FD; t
   agent.Shutdown();
 }
 
-TEST_CASE("an aborted reservation closes its socket; a commit naming another port passes none", "[rendezvous][session]") {
+TEST_CASE("an aborted reservation closes its socket, a commit naming another port passes none", "[rendezvous][session]") {
   TempDir dir;
   FakeSchedd schedd(dir.Str("schedd.sock"));
   Agent agent(Config(dir));

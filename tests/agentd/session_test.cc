@@ -371,7 +371,7 @@ TEST_CASE("as root, a batch script runs as the submitting user", "[session]") {
   CHECK(refused->prepare_result().error().find("'no-such-user-xyz'") != std::string::npos);
 }
 
-TEST_CASE("the node registers its isolation; a rank over its memory is reported OUT_OF_MEMORY", "[session][cgroup]") {
+TEST_CASE("the node registers its isolation, a rank over its memory is reported OUT_OF_MEMORY", "[session][cgroup]") {
   TempDir dir;
   {
     auto cfg = Config(dir);

@@ -115,7 +115,7 @@ TEST_CASE("the traces are written as the user, never through a planted link", "[
   CHECK_THAT(WriteFileAsUser(dir.Str(), "../escape.txt", "x", nobody), Catch::Contains("bad path"));
 }
 
-TEST_CASE("a notice is appended to a task's stderr as its user; a planted link, FIFO or foreign file is refused at once",
+TEST_CASE("a notice is appended to a task's stderr as its user, a planted link, FIFO or foreign file is refused at once",
           "[stacks][security][idle]") {
   if (geteuid() != 0) {
     WARN("skipped: switching users needs root");

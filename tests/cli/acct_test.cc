@@ -48,7 +48,7 @@ v1::JobInfo Finished() {
 
 }  // namespace
 
-TEST_CASE("mlacct fields: sacct's names, case-insensitive; unknown ones named", "[acct]") {
+TEST_CASE("mlacct fields: sacct's names, case-insensitive, unknown ones named", "[acct]") {
   auto f = ParseAcctFields("jobid,JOBNAME,maxrss,GPUUtil");
   REQUIRE(f);
   CHECK(*f.value == std::vector<std::string>{"JobID", "JobName", "MaxRSS", "GPUUtil"});
@@ -100,7 +100,7 @@ TEST_CASE("mlacct figures: TotalCPU, CPUEff, MaxRSS, MemEff, GPU hours and utili
   CHECK(AcctField("End", running, kNow) == "Unknown");
 }
 
-TEST_CASE("mlacct table: padded with a dashed line, or sacct -P's '|'; JSON numbers and nulls", "[acct]") {
+TEST_CASE("mlacct table: padded with a dashed line, or sacct -P's '|', JSON numbers and nulls", "[acct]") {
   const v1::JobInfo a = Finished();
   v1::JobInfo b = Finished();
   b.set_job_id(43);

@@ -183,7 +183,7 @@ TEST_CASE("mlq follows every page and prints hostile names escaped, one line per
   CHECK(parsed[0]["name"].get<std::string>().starts_with("\x1b]0;pwned"));
 }
 
-TEST_CASE("mlq -a asks for the last 7 days; --since and --max-jobs bound the listing", "[cli][fake]") {
+TEST_CASE("mlq -a asks for the last 7 days, --since and --max-jobs bound the listing", "[cli][fake]") {
   FakeSchedd s;
   s.jobs.total = 250;
   auto r = s.Run(kMlq, "-a -h");

@@ -174,7 +174,7 @@ TEST_CASE("cores print exactly", "[cli][format]") {
   CHECK(FormatCores(4096500) == "4096.5");
 }
 
-TEST_CASE("array elements show as ARRAY_TASK; dependencies as %E", "[cli][format]") {
+TEST_CASE("array elements show as ARRAY_TASK, dependencies as %E", "[cli][format]") {
   v1::JobInfo e = PendingJob();
   e.set_job_id(15);
   e.mutable_spec()->mutable_array_index()->set_array_job_id(12);

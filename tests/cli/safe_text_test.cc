@@ -67,7 +67,7 @@ TEST_CASE("the multi-line style keeps newlines and tabs only", "[cli][safe_text]
   CHECK(SafeText("#!/bin/sh\n\techo hi\r\n\x1b[2J", TextStyle::kMultiline) == "#!/bin/sh\n\techo hi\\x0d\n\\x1b[2J");
 }
 
-TEST_CASE("the JSON style turns what a terminal acts on into \\u escapes", "[cli][safe_text]") {
+TEST_CASE("the JSON style turns what a terminal acts on into JSON unicode escapes", "[cli][safe_text]") {
   CHECK(SafeText("\"del\x7f \xc2\x9b \xe2\x80\xae\"", TextStyle::kJson) == "\"del\\u007f \\u009b \\u202e\"");
   CHECK(SafeText("\x1b", TextStyle::kJson) == "\\u001b");
   CHECK(SafeText("\xff", TextStyle::kJson) == "\\ufffd");  // JSON cannot carry a raw byte

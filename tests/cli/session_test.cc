@@ -97,7 +97,7 @@ TEST_CASE("srun -l labels: whole lines only, across writes that cut lines") {
   CHECK(l.Label(huge) == "3: " + huge);  // a line too long to hold goes out in pieces
 }
 
-TEST_CASE("raw mode is set on a terminal and restored; not a terminal: nothing") {
+TEST_CASE("raw mode is set on a terminal and restored, not a terminal: nothing") {
   const int master = posix_openpt(O_RDWR | O_NOCTTY);
   REQUIRE(master >= 0);
   REQUIRE(grantpt(master) == 0);
@@ -154,7 +154,7 @@ TEST_CASE("mlrun's arguments: its own options anywhere before the command, mlsub
   CHECK(cli::ParseRunArgs({"--pty", "bash"}, true).error.find("unknown option '--pty'") != std::string::npos);
 }
 
-TEST_CASE("an allocation's job: mlsub's options over the hold command; batch-only options refused") {
+TEST_CASE("an allocation's job: mlsub's options over the hold command, batch-only options refused") {
   cli::SubmitContext ctx;
   ctx.cwd = "/home/u";
   auto spec_of = [&](std::vector<std::string> args) {

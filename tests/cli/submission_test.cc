@@ -181,7 +181,7 @@ TEST_CASE("the remaining options reach the spec", "[cli][submit]") {
   CHECK(*sub.value->options.server == "unix:/tmp/s.sock");
 }
 
-TEST_CASE("--submission-key takes the key an unconfirmed mlsub printed, checked as schedd checks it", "[cli][submit]") {
+TEST_CASE("mlsub --submission-key takes the key an unconfirmed mlsub printed, checked as schedd checks it", "[cli][submit]") {
   const std::string key = "0123456789abcdef0123456789abcdef";
   auto sub = Prepare({"--submission-key", key, "x.sh"});
   REQUIRE(sub);
@@ -247,7 +247,7 @@ TEST_CASE("spot, checkpoint interval and data locality go to the spec", "[cli][s
   CHECK_THAT(Error({"--region-strict"}), Catch::Contains("--region-strict needs --data-region"));
 }
 
-TEST_CASE("-n MIN-MAX[:STEP] submits an elastic gang; -n N stays rigid", "[cli][submit][elastic]") {
+TEST_CASE("mlsub -n MIN-MAX[:STEP] submits an elastic gang, and -n N stays rigid", "[cli][submit][elastic]") {
   v1::JobSpec s = Spec({"-n", "2-4", "x.sh"});
   CHECK(s.ntasks() == 4);
   CHECK(s.min_tasks() == 2);

@@ -140,7 +140,7 @@ TEST_CASE("each dependency type against each state of the job it names", "[core]
   }
 }
 
-TEST_CASE("',' needs every term, '?' any one; a purged job counts as satisfied", "[core][dependency]") {
+TEST_CASE("',' needs every term, '?' any one, a purged job counts as satisfied", "[core][dependency]") {
   ClusterState s;
   s.omitted = {{1, JobState::kCompleted}, {2, JobState::kFailed}};
   s.jobs = {JobBuilder(3).Running(0, {}).Build()};
@@ -198,7 +198,7 @@ TEST_CASE("singleton: one running job per (user, name)", "[core][dependency]") {
   CHECK(StartedIds(RunChecked(s, PolicySet{}, 12)) == std::vector<JobId>{2});
 }
 
-TEST_CASE("an array's %N throttle caps its running elements; other jobs are unaffected", "[core][array]") {
+TEST_CASE("an array's %N throttle caps its running elements, other jobs are unaffected", "[core][array]") {
   ClusterState s;
   s.nodes = ClusterBuilder().Nodes("n[1-2]").Gpus("a100", 8).Build();
   for (int32_t t = 0; t < 10; ++t) s.jobs.push_back(JobBuilder(100 + t).GpusPerTask(1).Submit(0).ArrayElement(100, t, 3).Build());

@@ -112,7 +112,7 @@ TEST_CASE("backfill at a smaller size never delays a reservation", "[core][elast
   }
 }
 
-TEST_CASE("a blocked elastic job is reserved at MAX; a smaller size that fits starts now", "[core][elastic][backfill]") {
+TEST_CASE("a blocked elastic job is reserved at MAX, a smaller size that fits starts now", "[core][elastic][backfill]") {
   ClusterState s;
   s.nodes = FourNodes();
   s.jobs = {Busy(1, {"gpu-1", "gpu-2", "gpu-3", "gpu-4"}, 100),

@@ -91,7 +91,7 @@ TEST_CASE("effective spot: prefer waits its budget, K evictions keep a job on on
   CHECK_FALSE(ParseSpotPreference("only"));
 }
 
-TEST_CASE("placement follows the tiers; a gang still spans pools when no single pool holds it", "[core][pools]") {
+TEST_CASE("placement follows the tiers, a gang still spans pools when no single pool holds it", "[core][pools]") {
   ClusterState s;
   s.nodes = TwoPools();
   PolicySet p = Priced();

@@ -274,7 +274,7 @@ TEST_CASE("agentd reloaded in place (SIGHUP) keeps its tasks: same pids, signals
   CHECK(Alive(agent));
 }
 
-TEST_CASE("an unconfirmed mlsub names its submission key; submitting again under it stores the job once", "[e2e]") {
+TEST_CASE("an unconfirmed mlsub names its submission key, submitting again under it stores the job once", "[e2e]") {
   Cluster c;
   c.StartAgent("a1", 1);
   // schedd unreachable (no retries): the outcome is unknown, and mlsub says how to settle it.

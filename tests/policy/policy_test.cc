@@ -443,7 +443,7 @@ TEST_CASE("[provisioning.POOL] errors name FILE:LINE and the limit", "[policy][p
   }
 }
 
-TEST_CASE("[inventory] and [[nodes]] declare what nodes hold; errors name FILE:LINE", "[policy][inventory]") {
+TEST_CASE("[inventory] and [[nodes]] declare what nodes hold, errors name FILE:LINE", "[policy][inventory]") {
   auto r = ParsePolicy(
       "[inventory]\nstrict = true\nover_capacity = \"clamp\"\n"
       "[[nodes]]\nnames = \"gpu-[01-03]\"\npool = \"spot\"\ncpus = 64\nmemory = \"512G\"\ngpus = \"h100:8\"\n"

@@ -94,7 +94,7 @@ bool RevokeWithOpenssl(const std::filesystem::path& dir, const std::string& node
 
 }  // namespace
 
-TEST_CASE("a CRL signed by the cluster CA revokes node certificates by serial; a foreign one is refused",
+TEST_CASE("a CRL signed by the cluster CA revokes node certificates by serial, a foreign one is refused",
           "[security][tls]") {
   TempDir dir("mlsched-crl-");
   auto d = dir.path();

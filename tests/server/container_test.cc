@@ -82,7 +82,7 @@ TEST_CASE("a container request an API client sends is checked as mlsub checks it
   CHECK(ListAll(*w.ctl, Root(), v1::ListJobsRequest{}).empty());
 }
 
-TEST_CASE("container jobs run only on nodes with a runtime; none at all refuses them at submit", "[server][container]") {
+TEST_CASE("container jobs run only on nodes with a runtime, none at all refuses them at submit", "[server][container]") {
   NodesWorld w(2, 4);  // n1, n2: no runtime
   int64_t id = 0;
   Status st = w.ctl->Submit(w.alice, ContainerSpec(), w.now, &id);

@@ -206,7 +206,7 @@ TEST_CASE("a message from a DOWN node is not acted upon and asks for its stream 
   CHECK(w.ctl->OnAgentMessage("n1", Heartbeat({}), later + 3));
 }
 
-TEST_CASE("restart: a rank's acknowledged exit survives it; the gang completes once, not requeued as vanished",
+TEST_CASE("restart: a rank's acknowledged exit survives it, the gang completes once, not requeued as vanished",
           "[controller][recovery]") {
   // Found by the partition test of issue 35 (tests/e2e/hosts_ha_e2e.sh): rank 1 exited 0 and its
   // report was acknowledged, but only memory knew; the leader changed before rank 0 exited, the new
@@ -543,7 +543,7 @@ TEST_CASE("fallback tier: a job waiting for h100 starts on a100 after its budget
   CHECK(prep[0].prepare().tasks(0).gpu_indices_size() == 8);
 }
 
-TEST_CASE("dependencies: afterok waits, starts after success, never after failure; bad ones are rejected", "[controller][dependency]") {
+TEST_CASE("dependencies: afterok waits, starts after success, never after failure, bad ones are rejected", "[controller][dependency]") {
   World w(2, 4);
   int64_t a = w.Submit(Spec(1), w.alice);
   v1::JobSpec after_ok = Spec(1);
@@ -719,7 +719,7 @@ TEST_CASE("job arrays: one spec, consecutive elements, %N running, cancel by arr
   CHECK_THAT(st.message, Catch::Contains("more than 10000 elements"));
 }
 
-TEST_CASE("spot default: allow when the job checkpoints, else never; bad values are rejected", "[controller][spot]") {
+TEST_CASE("spot default: allow when the job checkpoints, else never, bad values are rejected", "[controller][spot]") {
   World w(1, 4);
   CHECK(w.Job(w.Submit(Spec(1), w.alice)).spec().spot() == "never");
   v1::JobSpec ckpt = Spec(1);

@@ -334,7 +334,7 @@ TEST_CASE("etcd store: a leader key rewritten in place (same create revision) fe
   CHECK(s.FencedWrites() == 1);
 }
 
-TEST_CASE("leadership: a leader whose key is rewritten in place steps down; a lease-less leader key is deleted",
+TEST_CASE("leadership: a leader whose key is rewritten in place steps down, a lease-less leader key is deleted",
           "[etcd][security]") {
   EtcdProcess etcd_proc;
   EtcdClient etcd({etcd_proc.endpoint}, std::chrono::milliseconds(2000));

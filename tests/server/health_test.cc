@@ -33,7 +33,7 @@ v1::NodeInfo NodeOf(Controller& ctl, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("a failing health check drains the node with its reason; running jobs keep running by default", "[controller][health]") {
+TEST_CASE("a failing health check drains the node with its reason, running jobs keep running by default", "[controller][health]") {
   NodesWorld w(2, 1);
   int64_t id = w.Submit(Spec(1, 1), w.alice);
   w.ctl->RunCycle(w.now);
@@ -128,7 +128,7 @@ TEST_CASE("the registration answer carries schedd's clock for the agent's check"
   CHECK(reg.time() == w.now + 3);
 }
 
-TEST_CASE("[health] is read with its lines; errors name FILE:LINE", "[policy][health]") {
+TEST_CASE("[health] is read with its lines, errors name FILE:LINE", "[policy][health]") {
   auto r = mlsched::policy::ParsePolicy("[health]\naction = \"drain-and-requeue\"\nauto_resume = false\nrequeue_grace = \"2m\"\n", "p.toml");
   INFO(r.ErrorText());
   REQUIRE(r.ok());

@@ -14,7 +14,7 @@ using namespace mlsched::server;
 using namespace mlsched::server::testing;
 namespace core = mlsched::core;
 
-TEST_CASE("IdleGpus: a GPU-weighted mean below the threshold from the first such sample; busy again clears it", "[idle]") {
+TEST_CASE("IdleGpus: a GPU-weighted mean below the threshold from the first such sample, busy again clears it", "[idle]") {
   IdleGpus g;
   // Rank 0 holds 1 GPU at 100 %, rank 1 holds 3 at 0 %: 25 % busy, not below 5.
   g.OnSample(7, 1, 0, 1, 100, 5, 1000);
@@ -52,7 +52,7 @@ TEST_CASE("IdleGpus: a GPU-weighted mean below the threshold from the first such
   CHECK(g.Attempts() == 0);
 }
 
-TEST_CASE("IdleGpus::TakeDue: an idle period past its rule's `after` is due once, with its words; ineligible ones wait",
+TEST_CASE("IdleGpus::TakeDue: an idle period past its rule's `after` is due once, with its words, ineligible ones wait",
           "[idle]") {
   IdleGpus g;
   g.OnSample(7, 1, 0, 4, 2, 5, 1000);
@@ -84,7 +84,7 @@ TEST_CASE("IdleGpus::TakeDue: an idle period past its rule's `after` is due once
   CHECK(due[0].what == "2 GPU(s) 0.0 % busy (below 5.0 %) for 601s; policy [idle] action requeue");
 }
 
-TEST_CASE("[idle] is read with its overrides; the rule of a job is its QoS's, else its partition's; exemptions", "[policy][idle]") {
+TEST_CASE("[idle] is read with its overrides, the rule of a job is its QoS's, else its partition's, exemptions", "[policy][idle]") {
   const std::string text =
       "[[partitions]]\nname = \"default\"\n[[partitions]]\nname = \"batch\"\n"
       "[[qos]]\nname = \"normal\"\n[[qos]]\nname = \"scavenger\"\n[[qos]]\nname = \"debug\"\n"

@@ -43,7 +43,7 @@ v1::JobInfo Placed(int64_t job, std::vector<std::string> nodes) {
 
 }  // namespace
 
-TEST_CASE("[interactive] is read with its lines; errors name FILE:LINE", "[policy][interactive]") {
+TEST_CASE("[interactive] is read with its lines, errors name FILE:LINE", "[policy][interactive]") {
   auto r = ParsePolicy(std::string(kTwoPartitions) +
                            "[interactive]\npartitions = [\"default\"]\nmax_time = \"8h\"\nidle_timeout = \"1h\"\n"
                            "idle_warning = \"5m\"\nidle_cpu_below = 0.5\n",

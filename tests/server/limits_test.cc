@@ -72,7 +72,7 @@ TEST_CASE("an array may not multiply a large spec past max_array_bytes", "[serve
   CHECK(w.Jobs() == 10);
 }
 
-TEST_CASE("per-user pending jobs and submission rate are capped; operators are not", "[server][limits]") {
+TEST_CASE("per-user pending jobs and submission rate are capped, operators are not", "[server][limits]") {
   World w("enforce_associations = false\n[limits]\nmax_pending_jobs_per_user = 5\nsubmit_rate_per_user = 2\n"
           "submit_burst_per_user = 3\n");
   v1::JobSpec spec = Spec(1);

@@ -156,7 +156,7 @@ TEST_CASE("an operator's hold on another user's job is an admin hold its owner c
   REQUIRE(w.ctl->Hold(w.alice, id, true, w.now).ok());
 }
 
-TEST_CASE("GPU type lists are short, short-named and name types the cluster has; text fields are printable",
+TEST_CASE("GPU type lists are short, short-named and name types the cluster has, text fields are printable",
           "[server][security][limits]") {
   World w("enforce_associations = false\n", 0);
   w.ctl->OnRegister(NodeReg("g1", 4, 8, "h100"), w.now);

@@ -151,7 +151,7 @@ TEST_CASE("a stalled gang: stack traces asked for, the rank outside the collecti
   for (const auto& t : again.tasks()) CHECK(t.node() != n0);
 }
 
-TEST_CASE("without collective evidence the ranks behind are suspected; a diagnosis concludes without a silent agent",
+TEST_CASE("without collective evidence the ranks behind are suspected, a diagnosis concludes without a silent agent",
           "[controller][watchdog]") {
   WatchWorld w;
   w.ctl->SetPolicy(PolicyFromText("[watchdog]\nstall_after = \"60s\"\ndrain_after = 2\n", "w.toml"));
@@ -173,7 +173,7 @@ TEST_CASE("without collective evidence the ranks behind are suspected; a diagnos
   CHECK(w.Job(id).reason() == "Stalled");
 }
 
-TEST_CASE("one user's stalls only steer that user's job off the node; a second user's stall there drains it",
+TEST_CASE("one user's stalls only steer that user's job off the node, a second user's stall there drains it",
           "[controller][watchdog][security]") {
   WatchWorld w;
   w.ctl->SetPolicy(PolicyFromText("[watchdog]\nstall_after = \"60s\"\ndrain_after = 2\nrequeue_grace = \"20s\"\n", "w.toml"));
@@ -224,7 +224,7 @@ TEST_CASE("one user's stalls only steer that user's job off the node; a second u
   CHECK_THAT(w.Node(bad).reason(), Catch::Contains("in 2 user(s)' suspicions"));
 }
 
-TEST_CASE("[watchdog] is read with its lines; errors name FILE:LINE", "[policy][watchdog]") {
+TEST_CASE("[watchdog] is read with its lines, errors name FILE:LINE", "[policy][watchdog]") {
   auto r = mlsched::policy::ParsePolicy("[watchdog]\nstall_after = \"10m\"\ndrain_after = 3\nsuspect_window = \"1d\"\nrequeue_grace = \"2m\"\n", "p.toml");
   INFO(r.ErrorText());
   REQUIRE(r.ok());

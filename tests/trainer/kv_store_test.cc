@@ -259,7 +259,7 @@ int PortOf(int fd) {
 
 }  // namespace
 
-TEST_CASE("Rendezvous store: listens at once on agentd's reserved socket; a port someone listened on first is 'taken'",
+TEST_CASE("Rendezvous store: listens at once on agentd's reserved socket, a port someone listened on first is 'taken'",
           "[trainer][kv]") {
   KvServerOptions o = Options();
   o.listen_fd = BoundSocket(0);

@@ -159,7 +159,7 @@ TEST_CASE("A killed peer makes the other ranks exit 76 within the timeout", "[tr
   CHECK(ReadFile(dir / "run.0.log").find("peer lost") != std::string::npos);
 }
 
-TEST_CASE("Test faults: a rank hangs before step N deaf to SIGTERM; a slowed rank computes longer", "[trainer][process]") {
+TEST_CASE("Test faults: a rank hangs before step N deaf to SIGTERM, a slowed rank computes longer", "[trainer][process]") {
   if (!HaveData()) return;
   TempDir dir;
   auto args = SmallRunArgs(dir / "ckpt");
@@ -226,7 +226,7 @@ int ReservedSocket(int port, int* bound) {
 
 }  // namespace
 
-TEST_CASE("Rank 0 listens on agentd's reserved socket; a port taken first makes it exit 75 (requeue), not fail",
+TEST_CASE("Rank 0 listens on agentd's reserved socket, a port taken first makes it exit 75 (requeue), not fail",
           "[trainer][process]") {
   if (!HaveData()) return;
   TempDir dir;
