@@ -4,6 +4,7 @@
 // from their Prepares and hands the tasks, still its children, to the driver.
 #include "agentd/agent.h"
 #include "agentd/image_cache.h"
+#include "agentd/safe_files.h"
 #include "agentd/session_host.h"
 
 #include <fcntl.h>
@@ -29,27 +30,13 @@ std::optional<ReloadState> Agent::TakeReloadState() {
     if (unlink(path.c_str()) == 0) spdlog::warn("removed {} (a reload that did not happen)", path);
     return std::nullopt;
   }
+  // The previous image wrote it in the agent's own directory; read it all the same as any file:
+  // no symlink, no FIFO, bounded, and only as this user's private file.
   std::string text;
-  std::string error;
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  std::string error = ReadRegularFileAt(cfg_.work_dir, kReloadStateFileName, kMaxReloadStateBytes, &text);
   struct stat st{};
-  if (fd < 0) {
-    error = std::string("open: ") + std::strerror(errno);
-  } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    error = "not a regular file of this agentd's user with mode 0600";
-  } else if (static_cast<uint64_t>(st.st_size) > kMaxReloadStateBytes) {
-    error = std::to_string(st.st_size) + " bytes, more than " + std::to_string(kMaxReloadStateBytes);
-  } else {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < text.size()) {
-      ssize_t n = read(fd, text.data() + got, text.size() - got);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    if (got != text.size()) error = "short read";
-  }
-  if (fd >= 0) close(fd);
+  if (error.empty() && (lstat(path.c_str(), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0))
+    error = "not a file of this agentd's user with mode 0600";
   unlink(path.c_str());
   Parsed<ReloadState> state;
   if (error.empty()) state = ParseReloadState(text);
