@@ -135,14 +135,17 @@ void Agent::StartSessionHost() {
   sessions_ = std::make_unique<SessionHost>(
       cfg_.node.name, [this](std::string* server) { return SessionChannel(server); },
       [this](const TaskKey& k) -> std::optional<SessionHost::Task> {
-        // A session may arrive between the attempt's commit and its task's start (mlrun opens its
-        // sessions as soon as the allocation runs): wait for the launch, which makes the task's
-        // cgroups, up to 10 s (this is the session's own thread).
+        // A session may arrive before the attempt's commit is applied here (the stream's reader
+        // hands the commit on, this thread runs at once) or between the commit and its task's
+        // start (mlrun opens its sessions as soon as the allocation runs): wait while the
+        // attempt is prepared or its rank committed and not started, up to 10 s (this is the
+        // session's own thread). An attempt unknown here is refused at once.
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         for (;;) {
           bool started = false;
           for (const auto& r : driver_->Running()) started |= r.key == k;
-          if (started || stopping_ || std::chrono::steady_clock::now() >= until || !attempts_.LiveRequest(k)) break;
+          const bool coming = attempts_.PhaseOf(k.Attempt()) == AttemptTable::Phase::kPrepared || attempts_.LiveRequest(k);
+          if (started || stopping_ || std::chrono::steady_clock::now() >= until || !coming) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         auto req = attempts_.LiveRequest(k);
