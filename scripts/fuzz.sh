@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ with clang-14 (ASan + UBSan) in build-fuzz/ and runs each
 # for SECONDS (default 20) from its seed corpus, one target per CPU at a time, each with one job.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]        e.g. scripts/fuzz.sh 20; scripts/fuzz.sh 600 policy
+#   scripts/fuzz.sh [--build-only | --no-build] [SECONDS] [TARGET...]
+#   e.g. scripts/fuzz.sh 20; scripts/fuzz.sh 600 policy
+# --build-only configures and builds the targets and runs none; --no-build runs targets built
+# before (ctest's "fuzz:" entries: one fixture builds, then each target is a test of its own).
 # New inputs go to build-fuzz/corpus/TARGET (fuzz/corpus/ is only read), crash reproducers to
 # build-fuzz/crashes/TARGET/, each run's log to build-fuzz/logs/TARGET.log. Prints executions,
 # executions/s and coverage per target; exits 1 when any target crashed. Without clang++-14 or its
@@ -12,37 +15,64 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+mode=all
+case "${1:-}" in --build-only) mode=build; shift ;; --no-build) mode=run; shift ;; esac
 SECS="${1:-20}"
 [ $# -gt 0 ] && shift
-case "$SECS" in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2; exit 2 ;; esac
+case "$SECS" in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [--build-only | --no-build] [SECONDS] [TARGET...]" >&2; exit 2 ;; esac
+if [ "$mode" != build ] && [ "$SECS" = 0 ]; then
+  echo "fuzz.sh: 0 seconds: skipping the fuzz pass"
+  exit 0
+fi
 BUILD_DIR="${MLSCHED_FUZZ_BUILD_DIR:-build-fuzz}"
 CC_BIN=clang-14
 CXX_BIN=clang++-14
 
-if ! command -v "$CXX_BIN" >/dev/null 2>&1; then
-  echo "fuzz.sh: $CXX_BIN not found; skipping the fuzz pass (install clang-14 and libclang-rt-14-dev)"
-  exit 0
-fi
-probe_dir="$(mktemp -d)"
-trap 'rm -rf "$probe_dir"' EXIT
-echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe_dir/probe.cc"
-if ! "$CXX_BIN" -fsanitize=fuzzer,address,undefined "$probe_dir/probe.cc" -o "$probe_dir/probe" >/dev/null 2>&1; then
-  echo "fuzz.sh: $CXX_BIN cannot link -fsanitize=fuzzer,address,undefined (libclang-rt-14-dev missing?); skipping the fuzz pass"
-  exit 0
-fi
+# Exits 0 with a note (the pass is skipped) when clang-14 cannot build fuzzers here.
+need_toolchain() {
+  if ! command -v "$CXX_BIN" >/dev/null 2>&1; then
+    echo "fuzz.sh: $CXX_BIN not found; skipping the fuzz pass (install clang-14 and libclang-rt-14-dev)"
+    exit 0
+  fi
+  local probe_dir
+  probe_dir="$(mktemp -d)"
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe_dir/probe.cc"
+  if ! "$CXX_BIN" -fsanitize=fuzzer,address,undefined "$probe_dir/probe.cc" -o "$probe_dir/probe" >/dev/null 2>&1; then
+    rm -rf "$probe_dir"
+    echo "fuzz.sh: $CXX_BIN cannot link -fsanitize=fuzzer,address,undefined (libclang-rt-14-dev missing?); skipping the fuzz pass"
+    exit 0
+  fi
+  rm -rf "$probe_dir"
+}
 
 start=$(date +%s)
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  CC="$CC_BIN" CXX="$CXX_BIN" cmake -G Ninja -S . -B "$BUILD_DIR" -DMLSCHED_FUZZ=ON -DMLSCHED_WERROR=ON >/dev/null
-fi
 targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-  ninja -C "$BUILD_DIR" build.ninja >/dev/null  # re-runs CMake when fuzz/CMakeLists.txt changed
-  read -r -a targets <"$BUILD_DIR/fuzz_targets.txt"
+if [ "$mode" = run ]; then
+  for t in "${targets[@]}"; do
+    if [ ! -x "$BUILD_DIR/fuzz/${t}_fuzz" ]; then
+      need_toolchain  # not built because the toolchain is missing: skipped as the build was
+      echo "fuzz.sh: $BUILD_DIR/fuzz/${t}_fuzz is not built (scripts/fuzz.sh --build-only)" >&2
+      exit 1
+    fi
+  done
+else
+  need_toolchain
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    CC="$CC_BIN" CXX="$CXX_BIN" cmake -G Ninja -S . -B "$BUILD_DIR" -DMLSCHED_FUZZ=ON -DMLSCHED_WERROR=ON >/dev/null
+  fi
+  if [ ${#targets[@]} -eq 0 ]; then
+    ninja -C "$BUILD_DIR" build.ninja >/dev/null  # re-runs CMake when fuzz/CMakeLists.txt changed
+    read -r -a targets <"$BUILD_DIR/fuzz_targets.txt"
+  fi
+  ninja -C "$BUILD_DIR" -j"${MLSCHED_FUZZ_JOBS:-$(nproc)}" "${targets[@]/%/_fuzz}"
 fi
-ninja -C "$BUILD_DIR" -j"${MLSCHED_FUZZ_JOBS:-$(nproc)}" "${targets[@]/%/_fuzz}"
 built=$(date +%s)
-echo "fuzz.sh: built ${#targets[@]} targets in $((built - start)) s; running each for ${SECS} s"
+if [ "$mode" = build ]; then
+  echo "fuzz.sh: built ${#targets[@]} targets in $((built - start)) s"
+  exit 0
+fi
+[ ${#targets[@]} -gt 0 ] || { echo "fuzz.sh: --no-build needs the targets to run" >&2; exit 2; }
+echo "fuzz.sh: running ${#targets[@]} target(s) for ${SECS} s each"
 
 # libFuzzer's final figures: "stat::number_of_executed_units: N" and the last "cov: N" status line.
 final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }

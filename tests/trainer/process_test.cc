@@ -159,7 +159,7 @@ TEST_CASE("A killed peer makes the other ranks exit 76 within the timeout", "[tr
   CHECK(ReadFile(dir / "run.0.log").find("peer lost") != std::string::npos);
 }
 
-TEST_CASE("Test faults: a rank hangs before step N deaf to SIGTERM, a slowed rank computes longer", "[trainer][process]") {
+TEST_CASE("Test faults: a rank hangs before step N deaf to SIGTERM, a slowed rank computes longer", "[trainer][process][timing]") {
   if (!HaveData()) return;
   TempDir dir;
   auto args = SmallRunArgs(dir / "ckpt");
