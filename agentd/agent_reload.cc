@@ -33,9 +33,9 @@ std::optional<ReloadState> Agent::TakeReloadState() {
   // The previous image wrote it in the agent's own directory; read it all the same as any file:
   // no symlink, no FIFO, bounded, and only as this user's private file.
   std::string text;
-  std::string error = ReadRegularFileAt(cfg_.work_dir, kReloadStateFileName, kMaxReloadStateBytes, &text);
   struct stat st{};
-  if (error.empty() && (lstat(path.c_str(), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0))
+  std::string error = ReadRegularFileAt(cfg_.work_dir, kReloadStateFileName, kMaxReloadStateBytes, &text, &st);
+  if (error.empty() && (st.st_uid != geteuid() || (st.st_mode & 077) != 0))
     error = "not a file of this agentd's user with mode 0600";
   unlink(path.c_str());
   Parsed<ReloadState> state;

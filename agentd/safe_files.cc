@@ -94,7 +94,8 @@ std::string CreateAttemptDir(const std::string& dir, const std::string& script, 
   return "";
 }
 
-std::string ReadRegularFileAt(const std::string& dir, const std::string& name, size_t max_bytes, std::string* out) {
+std::string ReadRegularFileAt(const std::string& dir, const std::string& name, size_t max_bytes, std::string* out,
+                              struct stat* st_out) {
   Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (d.fd < 0) return Errno("cannot open", dir);
   Fd f(::openat(d.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
@@ -114,6 +115,7 @@ std::string ReadRegularFileAt(const std::string& dir, const std::string& name, s
     done += static_cast<size_t>(n);
   }
   out->resize(done);
+  if (st_out) *st_out = st;
   return "";
 }
 

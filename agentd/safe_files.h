@@ -6,6 +6,7 @@
 // CVE-2023-41914).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -27,8 +28,10 @@ std::string CreateAttemptDir(const std::string& dir, const std::string& script, 
 
 /// Reads `dir`/`name` if it is a regular file of at most `max_bytes` bytes: no symlink is followed
 /// (neither `name` nor the last component of `dir`), FIFOs and devices are refused without
-/// blocking. Returns "" with the contents in `out`, or the reason it was not read.
-std::string ReadRegularFileAt(const std::string& dir, const std::string& name, size_t max_bytes, std::string* out);
+/// blocking. Returns "" with the contents in `out`, or the reason it was not read. `st`, when
+/// given, receives the fstat of the file that was read (its owner and mode, without a second lookup).
+std::string ReadRegularFileAt(const std::string& dir, const std::string& name, size_t max_bytes, std::string* out,
+                              struct stat* st = nullptr);
 
 /// Removes `dir` and everything below it through directory fds (unlinkat/openat with O_NOFOLLOW):
 /// symlinks are removed, never followed, whatever is swapped in during the walk. Returns "" or the
