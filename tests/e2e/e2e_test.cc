@@ -292,9 +292,11 @@ TEST_CASE("an unconfirmed mlsub names its submission key, submitting again under
   CHECK(refused.exit_code != 0);
   CHECK(refused.err.find(marker) == std::string::npos);
   // The same submission again under the key: stored once, then the same job on every repeat.
-  auto first = c.Tool("mlsub", {"--parsable", "--submission-key", key, "--wrap", "sleep 1"});
+  // (-D: the job's output goes to the cluster's directory, not wherever the test was started)
+  const std::string dir = c.Dir().string();
+  auto first = c.Tool("mlsub", {"--parsable", "--submission-key", key, "-D", dir, "--wrap", "sleep 1"});
   REQUIRE(first.exit_code == 0);
-  auto again = c.Tool("mlsub", {"--parsable", "--submission-key", key, "--wrap", "sleep 1"});
+  auto again = c.Tool("mlsub", {"--parsable", "--submission-key", key, "-D", dir, "--wrap", "sleep 1"});
   REQUIRE(again.exit_code == 0);
   CHECK(again.out == first.out);
   CHECK(Lines(c.Tool("mlq", {"-h", "-o", "%i", "--all"}).out).size() == 1);
