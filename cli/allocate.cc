@@ -32,11 +32,13 @@ SubmitContext ThisProcessContext(std::error_code* cwd_error) {
 std::optional<v1::JobInfo> AllocateAndWait(SchedClient& client, const v1::JobSpec& spec, const std::string& tool,
                                            bool quiet, const std::atomic<bool>& cancel, int* code) {
   int64_t job_id = 0;
+  const std::string key = NewSubmissionKey();
   RpcStatus st = client.SubmitJob(spec, &job_id, RetryBudgetFromEnv(), [&](const RpcStatus& failed, double wait_s) {
     std::cerr << tool << ": " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
-  });
+  }, key);
   if (!st.ok()) {
     std::cerr << tool << ": " << SafeText(st.message) << "\n";
+    if (IsUnconfirmed(st.code)) std::cerr << UnconfirmedAllocationHelp(tool, key) << "\n";
     *code = ExitCodeForRpc(st.code);
     return std::nullopt;
   }

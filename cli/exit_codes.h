@@ -27,6 +27,11 @@ bool IsUnconfirmed(int grpc_code);
 /// `--submission-key KEY` answers with the stored job, or stores it once.
 std::string UnconfirmedSubmissionHelp(const std::string& submission_key);
 
+/// What an interactive tool (mlalloc, mlrun) tells its user when its allocation's submission is
+/// unconfirmed: the submission key it used, and that schedd cancels an interactive job no client
+/// watches (AllocationWatch) after its grace, so nothing stays allocated unseen.
+std::string UnconfirmedAllocationHelp(const std::string& tool, const std::string& submission_key);
+
 /// The "Exit codes:" paragraph shown at the end of every tool's --help.
 std::string ExitCodesHelp();
 

@@ -47,6 +47,8 @@ class FakeJobs final : public v1::JobService::Service {
   std::mutex mu;
   std::vector<v1::ListJobsRequest> lists;
   std::vector<int64_t> cancelled;
+  grpc::StatusCode submit_code = grpc::StatusCode::INVALID_ARGUMENT;  ///< what SubmitJob answers
+  std::vector<std::string> submission_keys;                           ///< of every SubmitJob call
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
     std::lock_guard lock(mu);
@@ -78,8 +80,11 @@ class FakeJobs final : public v1::JobService::Service {
     resp->add_errors("job 1: permission denied: owned by " + kHostileUtf8);
     return grpc::Status::OK;
   }
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override {
-    return {grpc::StatusCode::INVALID_ARGUMENT, "unknown partition '" + kHostile + "'"};
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse*) override {
+    std::lock_guard lock(mu);
+    submission_keys.push_back(req->submission_key());
+    if (submit_code == grpc::StatusCode::UNAVAILABLE) return {submit_code, "schedd is restarting"};
+    return {submit_code, "unknown partition '" + kHostile + "'"};
   }
 
   static v1::JobInfo Job(int64_t id) {
@@ -257,3 +262,28 @@ TEST_CASE("mladmin, mlq --explain and mlsub print what schedd sends escaped", "[
     CHECK_THAT(r.err, Catch::Contains(shown));
   }
 }
+
+#if defined(MLSCHED_MLALLOC_BIN) && defined(MLSCHED_MLRUN_BIN)
+TEST_CASE("mlalloc and mlrun whose allocation is unconfirmed print the submission key they sent and what becomes of it",
+          "[cli][fake]") {
+  FakeSchedd s;
+  s.jobs.submit_code = grpc::StatusCode::UNAVAILABLE;  // as if the answer was lost: it may be stored
+  for (const std::string tool : {MLSCHED_MLALLOC_BIN, MLSCHED_MLRUN_BIN}) {
+    s.jobs.submission_keys.clear();
+    auto r = s.Run(tool, "-n 1 -Q true");
+    INFO(tool << ": " << r.err);
+    CHECK(r.exit_code == 3);  // schedd unreachable
+    REQUIRE(s.jobs.submission_keys.size() == 1);  // MLSCHED_RETRY=0: one try
+    const std::string key = s.jobs.submission_keys[0];
+    CHECK(key.size() >= 16);
+    CHECK_THAT(r.err, Catch::Contains("the allocation is not confirmed"));
+    CHECK_THAT(r.err, Catch::Contains("(submission key " + key + ")"));
+    CHECK_THAT(r.err, Catch::Contains("schedd cancels it within its grace"));
+  }
+  // Refused outright (schedd answered): nothing can be stored, so no such help.
+  s.jobs.submit_code = grpc::StatusCode::INVALID_ARGUMENT;
+  auto r = s.Run(MLSCHED_MLALLOC_BIN, "-n 1 -Q true");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, !Catch::Contains("not confirmed"));
+}
+#endif
