@@ -10,5 +10,8 @@ extra=()
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra[@]}" "$@"
 fi
+# The larger test binaries use precompiled headers (tests/CMakeLists.txt): ccache caches such
+# units only with this sloppiness (ccache manual, "Precompiled headers").
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros}"
 # shellcheck disable=SC2086  # word-split: one argument per target
 ninja -C "$BUILD_DIR" -j"${MLSCHED_JOBS:-$(nproc)}" ${MLSCHED_BUILD_TARGETS:-}

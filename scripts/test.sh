@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, then runs the whole test suite through ctest, the fuzz smoke
-# pass included (its "fuzz:" entries: 20 s per target, MLSCHED_FUZZ_SECONDS=0 skips them).
+# pass included (its "fuzz:" entries: 10 s per target, MLSCHED_FUZZ_SECONDS=0 skips them).
 # ctest's slots are quarter-cores (tests/CMakeLists.txt): -j is four times the CPUs,
 # MLSCHED_TEST_JOBS overrides it.
 set -euo pipefail
