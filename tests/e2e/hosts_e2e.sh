@@ -20,7 +20,10 @@
 #      submissions: no node given up, every job runs once, mlsub latency reported; (e) the single schedd cut
 #      off from every host for ~40 s while a job runs: the agents stop its tasks before schedd
 #      gives the nodes up, a submission meanwhile is not acknowledged, the job resumes and completes.
-# Prints the counts: jobs acknowledged, completed, lost, run twice.
+# Prints the counts: jobs acknowledged, completed, lost, run twice. The jobs that must span the
+# upgrade and the cuts train 40-67 % of the epochs they used to, every rank with mltrain
+# --test-slow-factor 3 (each step sleeps twice its compute; the fault "node" is the rank's own):
+# about as long as before for half the CPU or less, which the rest of the suite shares.
 # Needs root, iproute2, util-linux, iptables and overlayfs (and the test tool nfq_delay for the
 # delay); packages from scripts/package.sh
 # (MLSCHED_PACKAGES, default $MLSCHED_BUILD_DIR/packages; made when missing).
@@ -105,8 +108,9 @@ cat > "$MLSCHED_STATE/shared/alice/train.sh" <<'JOB'
 #MLSUB -t 20:00
 #MLSUB --checkpoint-interval 10s
 #MLSUB -o train-%j-%t.out
-exec mltrain --epochs "${EPOCHS:-1}" --threads 1 --checkpoint-url "file:///shared/alice/ckpt-$MLSCHED_JOB_ID" \
-  --checkpoint-every 100 --metrics-out "metrics-$MLSCHED_JOB_ID-$RANK.json"
+exec mltrain --epochs "${EPOCHS:-1}" --threads 1 ${SLOW:+--test-slow-factor "$SLOW" --test-fault-node "$MLSCHED_NODE"} \
+  --checkpoint-url "file:///shared/alice/ckpt-$MLSCHED_JOB_ID" --checkpoint-every 100 \
+  --metrics-out "metrics-$MLSCHED_JOB_ID-$RANK.json"
 JOB
 chown -R --reference="$MLSCHED_STATE/shared/alice" "$MLSCHED_STATE/shared/alice"
 J1=$(as_alice sh -c 'cd /shared/alice && EPOCHS=1 mlsub --parsable -n 3 --export ALL train.sh') || fail "mlsub on login failed"
@@ -144,7 +148,7 @@ upgrade_under_load() {
   (cd "$BIN" && cpack -G DEB -B "$MLSCHED_STATE/xfer/upgrade" -D CPACK_PACKAGE_VERSION=0.2.1 \
      -D "CPACK_COMPONENTS_ALL=schedd;agentd;client" > "$HOSTS_STATE/logs/cpack-upgrade.log" 2>&1) ||
     fail "repackaging as 0.2.1 failed"
-  j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=12 mlsub --parsable -n 3 --export ALL train.sh') || fail "mlsub failed"
+  j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=8 SLOW=3 mlsub --parsable -n 3 --export ALL train.sh') || fail "mlsub failed"
   ACK=$((ACK + 1))
   wait_job "$j" RUNNING 60
   for _ in $(seq 1 120); do ls "$MLSCHED_STATE/shared/alice/ckpt-$j"/* >/dev/null 2>&1 && break; sleep 0.5; done
@@ -187,7 +191,7 @@ rel() { python3 -c "import sys; print(f'{float(sys.argv[1]) - float(sys.argv[2])
 stamp() { local t; t=$(sed -n 's/^\[\([0-9-]* [0-9:.]*\)\].*/\1/p' <<<"$1"); python3 -c "import datetime,sys; print(datetime.datetime.strptime(sys.argv[1], '%Y-%m-%d %H:%M:%S.%f').timestamp())" "$t"; }
 partition_case() {  # NAME DIRECTION
   local name=$1 dir=$2 j victim cut_line down_line t_cut t_down starts t0
-  j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=15 mlsub --parsable -n 2 --export ALL train.sh') || fail "mlsub failed"
+  j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=6 SLOW=3 mlsub --parsable -n 2 --export ALL train.sh') || fail "mlsub failed"
   ACK=$((ACK + 1))
   wait_job "$j" RUNNING 60
   # a checkpoint first, so that the resumed attempt has something to resume from
@@ -322,7 +326,7 @@ controller_cut() {
   local j skip_schedd t0 nodes n exit_line down_line tmax=0 tdown
   # ranks talk to each other, not through ctl: training goes on until the agents cut themselves
   # off (~20 s), so the job is longer here (~60 s) than in (b) and (c)
-  j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=60 mlsub --parsable -n 2 --export ALL train.sh') || fail "mlsub failed"
+  j=$(as_alice sh -c 'cd /shared/alice && EPOCHS=24 SLOW=3 mlsub --parsable -n 2 --export ALL train.sh') || fail "mlsub failed"
   ACK=$((ACK + 1))
   wait_job "$j" RUNNING 60
   for _ in $(seq 1 120); do ls "$MLSCHED_STATE/shared/alice/ckpt-$j"/* >/dev/null 2>&1 && break; sleep 0.5; done
