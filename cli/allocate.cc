@@ -30,9 +30,10 @@ SubmitContext ThisProcessContext(std::error_code* cwd_error) {
 }
 
 std::optional<v1::JobInfo> AllocateAndWait(SchedClient& client, const v1::JobSpec& spec, const std::string& tool,
-                                           bool quiet, const std::atomic<bool>& cancel, int* code) {
+                                           bool quiet, const std::atomic<bool>& cancel, int* code,
+                                           const std::string& submission_key) {
   int64_t job_id = 0;
-  const std::string key = NewSubmissionKey();
+  const std::string key = submission_key.empty() ? NewSubmissionKey() : submission_key;
   RpcStatus st = client.SubmitJob(spec, &job_id, RetryBudgetFromEnv(), [&](const RpcStatus& failed, double wait_s) {
     std::cerr << tool << ": " << SafeText(failed.message) << "; retrying in " << wait_s << " s\n";
   }, key);

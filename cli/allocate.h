@@ -24,9 +24,12 @@ SubmitContext ThisProcessContext(std::error_code* cwd_error = nullptr);
 /// 250 ms until it runs; while it is pending prints PendingLine to stderr on each change (not
 /// when `quiet`), each line prefixed "TOOL: ". When `cancel` turns true the job is cancelled and
 /// nullopt returned with *code 130; also nullopt when the submission fails (*code from the RPC)
-/// or the job ends before it runs (*code 1), with the reason printed.
+/// or the job ends before it runs (*code 1), with the reason printed. `submission_key` is the
+/// user's --submission-key (empty: a new one): given again after an unconfirmed try, schedd answers
+/// with the allocation that try stored, and this process binds to it.
 std::optional<v1::JobInfo> AllocateAndWait(SchedClient& client, const v1::JobSpec& spec, const std::string& tool,
-                                           bool quiet, const std::atomic<bool>& cancel, int* code);
+                                           bool quiet, const std::atomic<bool>& cancel, int* code,
+                                           const std::string& submission_key = "");
 
 /// Releases an allocation: SIGTERM to its tasks, whose hold command then exits 0 (COMPLETED).
 void ReleaseAllocation(SchedClient& client, int64_t job_id);

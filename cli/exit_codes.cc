@@ -39,10 +39,11 @@ std::string UnconfirmedSubmissionHelp(const std::string& submission_key) {
 }
 
 std::string UnconfirmedAllocationHelp(const std::string& tool, const std::string& submission_key) {
-  return tool + ": the allocation is not confirmed: it may have been stored after its answer was lost (submission key " +
-         submission_key + "). No client is bound to it, so schedd cancels it within its grace for interactive "
-         "clients (schedd --interactive-client-grace, 60 s by default) and half a minute; until then mlq lists it "
-         "and mlcancel ends it";
+  return tool + ": the allocation is not confirmed: it may have been stored after its answer was lost. Run the same " +
+         tool + " again with --submission-key " + submission_key +
+         " to get it (or one allocation, if none was stored). No client is bound to it meanwhile, so schedd "
+         "cancels it within its grace for interactive clients (schedd --interactive-client-grace, 60 s by default) "
+         "and half a minute";
 }
 
 }  // namespace mlsched::cli

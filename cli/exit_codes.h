@@ -28,7 +28,8 @@ bool IsUnconfirmed(int grpc_code);
 std::string UnconfirmedSubmissionHelp(const std::string& submission_key);
 
 /// What an interactive tool (mlalloc, mlrun) tells its user when its allocation's submission is
-/// unconfirmed: the submission key it used, and that schedd cancels an interactive job no client
+/// unconfirmed: to run it again with `--submission-key KEY` (schedd answers with the stored
+/// allocation, which the tool then binds to), and that schedd cancels an interactive job no client
 /// watches (AllocationWatch) after its grace, so nothing stays allocated unseen.
 std::string UnconfirmedAllocationHelp(const std::string& tool, const std::string& submission_key);
 

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
   int code = 0;
-  auto got = AllocateAndWait(client, *spec.value, "mlalloc", a.own.quiet, g_cancel, &code);
+  auto got = AllocateAndWait(client, *spec.value, "mlalloc", a.own.quiet, g_cancel, &code,
+                             a.submit.options.submission_key.value_or(""));
   if (!got) ExitNow(code);
   const v1::JobInfo& job = *got;
   const int64_t job_id = job.job_id();

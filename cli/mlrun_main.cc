@@ -344,7 +344,8 @@ int main(int argc, char** argv) {
     }
     int code = 0;
     control.pending = true;  // Ctrl-C now cancels the allocation
-    auto got = AllocateAndWait(client, *spec.value, "mlrun", a.own.quiet, control.cancel, &code);
+    auto got = AllocateAndWait(client, *spec.value, "mlrun", a.own.quiet, control.cancel, &code,
+                               a.submit.options.submission_key.value_or(""));
     control.pending = false;
     if (!got) ExitNow(code);
     job = *got;

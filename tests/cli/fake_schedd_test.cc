@@ -264,7 +264,7 @@ TEST_CASE("mladmin, mlq --explain and mlsub print what schedd sends escaped", "[
 }
 
 #if defined(MLSCHED_MLALLOC_BIN) && defined(MLSCHED_MLRUN_BIN)
-TEST_CASE("mlalloc and mlrun whose allocation is unconfirmed print the submission key they sent and what becomes of it",
+TEST_CASE("mlalloc and mlrun whose allocation is unconfirmed print the submission key they sent, and take it back",
           "[cli][fake]") {
   FakeSchedd s;
   s.jobs.submit_code = grpc::StatusCode::UNAVAILABLE;  // as if the answer was lost: it may be stored
@@ -277,8 +277,13 @@ TEST_CASE("mlalloc and mlrun whose allocation is unconfirmed print the submissio
     const std::string key = s.jobs.submission_keys[0];
     CHECK(key.size() >= 16);
     CHECK_THAT(r.err, Catch::Contains("the allocation is not confirmed"));
-    CHECK_THAT(r.err, Catch::Contains("(submission key " + key + ")"));
+    CHECK_THAT(r.err, Catch::Contains("again with --submission-key " + key + " "));
     CHECK_THAT(r.err, Catch::Contains("schedd cancels it within its grace"));
+    // ... and run again with it, the same key reaches schedd (the stored allocation, not a second)
+    s.jobs.submission_keys.clear();
+    r = s.Run(tool, "--submission-key " + key + " -n 1 -Q true");
+    REQUIRE(s.jobs.submission_keys.size() == 1);
+    CHECK(s.jobs.submission_keys[0] == key);
   }
   // Refused outright (schedd answered): nothing can be stored, so no such help.
   s.jobs.submit_code = grpc::StatusCode::INVALID_ARGUMENT;
