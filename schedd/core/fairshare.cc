@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
+#include <string_view>
 
 namespace mlsched::core {
 
@@ -67,42 +67,58 @@ struct TreeNode {
   bool user = false;
   double usage = 0;  // own usage, then the subtree's
   std::vector<size_t> children;
+  size_t up = 0;     // a user's account node; an account's parent is looked up in Link
+  std::map<std::string, size_t, std::less<>> users;  // an account's user leaves by user name
+  std::string account, name;  // a user's association (kept when a parent cycle moves the node)
 };
 
-// The association tree: nodes[0] is the root; accounts from the policy, the jobs and the usage;
-// users as leaves "account/user".
+// The association tree: nodes[0] is the root (also the account ""); accounts from the policy, the
+// jobs and the usage; users as leaves "account/user". Built once per priority computation, so a
+// job's user is found by two lookups of short names, without building its "account/user" key.
 struct Tree {
   std::vector<TreeNode> nodes{TreeNode{}};
-  std::map<std::string, size_t> index{{"", 0}};
+  std::map<std::string, size_t, std::less<>> accounts;
   const PolicySet* policy = nullptr;
 
-  size_t Account(const std::string& name) {
-    auto it = index.find(name);
-    if (it != index.end()) return it->second;
-    index[name] = nodes.size();
-    nodes.push_back({name, "", 1, false, 0, {}});
+  size_t Account(std::string_view name) {
+    if (name.empty()) return 0;
+    auto it = accounts.find(name);
+    if (it != accounts.end()) return it->second;
+    accounts.emplace(std::string(name), nodes.size());
+    nodes.push_back({std::string(name), "", 1, false, 0, {}, 0, {}, "", ""});
     return nodes.size() - 1;
   }
-  size_t User(const std::string& account, const std::string& user) {
-    std::string key = UsageKey(account, user);
-    auto it = index.find(key);
-    if (it != index.end()) return it->second;
-    Account(account);
+  size_t User(std::string_view account, std::string_view user) {
+    const size_t acc = Account(account);
+    if (auto it = nodes[acc].users.find(user); it != nodes[acc].users.end()) return it->second;
     int64_t shares = 1;
     for (const AccountPolicy& a : policy->accounts)
-      if (a.name == account && a.user_shares.count(user)) shares = a.user_shares.at(user);
-    index[key] = nodes.size();
-    nodes.push_back({key, account, shares, true, 0, {}});
-    return nodes.size() - 1;
+      if (a.name == account)
+        if (auto s = a.user_shares.find(std::string(user)); s != a.user_shares.end()) shares = s->second;
+    const size_t n = nodes.size();
+    nodes.push_back({UsageKey(std::string(account), std::string(user)), std::string(account), shares, true, 0, {}, acc,
+                     {}, std::string(account), std::string(user)});
+    nodes[acc].users.emplace(std::string(user), n);
+    return n;
   }
   // Links children (a parent cycle re-parents to the root), sorts siblings by name and sums
   // subtree usage; returns the total.
   double Link() {
+    for (TreeNode& t : nodes)
+      if (!t.user && !t.parent.empty())
+        t.up = accounts.count(t.parent) ? accounts.find(t.parent)->second : 0;
+    std::vector<size_t> seen_by(nodes.size(), 0);  // seen_by[p] == n: p is on n's way up
     for (size_t n = 1; n < nodes.size(); ++n) {
-      std::set<size_t> seen{n};
-      for (size_t p = index[nodes[n].parent]; p != 0; p = index[nodes[p].parent])
-        if (!seen.insert(p).second) { nodes[n].parent = ""; break; }
-      nodes[index[nodes[n].parent]].children.push_back(n);
+      seen_by[n] = n;
+      for (size_t p = nodes[n].up; p != 0; p = nodes[p].up) {
+        if (seen_by[p] == n) {
+          nodes[n].parent = "";
+          nodes[n].up = 0;
+          break;
+        }
+        seen_by[p] = n;
+      }
+      nodes[nodes[n].up].children.push_back(n);
     }
     for (TreeNode& t : nodes)
       std::sort(t.children.begin(), t.children.end(),
@@ -119,11 +135,12 @@ Tree BuildTree(const PolicySet& policy, const std::map<std::string, double>& usa
                const std::vector<Job>& jobs) {
   Tree tree;
   tree.policy = &policy;
+  tree.nodes.reserve(1 + 2 * policy.accounts.size() + usage.size());  // usually all of them
   for (const AccountPolicy& a : policy.accounts) tree.nodes[tree.Account(a.name)].shares = a.shares;
   for (const AccountPolicy& a : policy.accounts) {
     // An unknown parent, or the account itself, leaves it at the top level.
-    bool known = !a.parent.empty() && tree.index.count(a.parent) && a.parent != a.name;
-    tree.nodes[tree.index[a.name]].parent = known ? a.parent : "";
+    bool known = !a.parent.empty() && tree.accounts.count(a.parent) && a.parent != a.name;
+    tree.nodes[tree.Account(a.name)].parent = known ? a.parent : "";
   }
   for (const AccountPolicy& a : policy.accounts)
     for (const auto& [user, s] : a.user_shares) tree.User(a.name, user);
@@ -131,8 +148,8 @@ Tree BuildTree(const PolicySet& policy, const std::map<std::string, double>& usa
     if (!IsFinal(j.state)) tree.User(j.spec.account, j.spec.user);
   for (const auto& [key, value] : usage) {
     size_t slash = key.find('/');
-    size_t n = slash == std::string::npos ? tree.Account(key)
-                                          : tree.User(key.substr(0, slash), key.substr(slash + 1));
+    const std::string_view k = key;
+    size_t n = slash == std::string::npos ? tree.Account(k) : tree.User(k.substr(0, slash), k.substr(slash + 1));
     tree.nodes[n].usage += value;
   }
   return tree;
@@ -180,14 +197,14 @@ class FairshareTree::Walker {
       row.norm_usage = total_ > 0 ? child.usage / total_ : 0;
       row.effective_usage = row.norm_usage + (ue_parent - row.norm_usage) * ratio;
       row.level_fairshare = lf;
-      if (child.user) UserFactor(row, lf, first_user);
+      if (child.user) UserFactor(row, child, lf, first_user);
       out_.rows_.push_back(row);
       Walk(c, row.norm_shares, row.effective_usage);
     }
   }
 
  private:
-  void UserFactor(FairshareRow& row, double lf, bool& first_user) {
+  void UserFactor(FairshareRow& row, const TreeNode& user, double lf, bool& first_user) {
     if (algorithm_ == FairshareAlgorithm::kClassic) {
       row.factor = row.norm_shares > 0 ? std::exp2(-row.effective_usage / row.norm_shares) : 0;
     } else {
@@ -200,7 +217,7 @@ class FairshareTree::Walker {
       first_user = false;
     }
     ++visited_;
-    out_.factor_[row.key] = total_ > 0 ? row.factor : 1.0;
+    out_.factor_[user.account][user.name] = total_ > 0 ? row.factor : 1.0;
   }
 
   FairshareTree& out_;
@@ -215,12 +232,15 @@ FairshareTree::FairshareTree(const PolicySet& policy, const std::map<std::string
                              const std::vector<Job>& jobs) {
   Tree tree = BuildTree(policy, usage, jobs);
   const double total = tree.Link();
+  rows_.reserve(tree.nodes.size() - 1);
   Walker(*this, tree, total, policy.fairshare.algorithm).Walk(0, 1.0, total > 0 ? 1.0 : 0.0);
 }
 
 double FairshareTree::Factor(const std::string& account, const std::string& user) const {
-  auto it = factor_.find(UsageKey(account, user));
-  return it == factor_.end() ? 1.0 : it->second;
+  auto a = factor_.find(account);
+  if (a == factor_.end()) return 1.0;
+  auto it = a->second.find(user);
+  return it == a->second.end() ? 1.0 : it->second;
 }
 
 }  // namespace mlsched::core

@@ -58,7 +58,7 @@ class FairshareTree {
  private:
   class Walker;
   std::vector<FairshareRow> rows_;
-  std::map<std::string, double> factor_;
+  std::map<std::string, std::map<std::string, double>> factor_;  // account -> user -> factor
 };
 
 }  // namespace mlsched::core

@@ -87,6 +87,47 @@ TEST_CASE("no usage at all gives every user factor 1", "[core][fairshare]") {
   }
 }
 
+TEST_CASE("a parent cycle, accounts only the jobs or the usage name, and users of no account", "[core][fairshare]") {
+  // C and D name each other as parent (a loop the policy loader refuses, the core survives); job
+  // accounts E and "" and usage of account F alone are not in the policy.
+  PolicySet p = TwoAccounts(FairshareAlgorithm::kClassic);
+  AccountPolicy c, d;
+  c.name = "C";
+  c.parent = "D";
+  c.user_shares = {{"u4", 2}};
+  d.name = "D";
+  d.parent = "C";
+  p.accounts.push_back(c);
+  p.accounts.push_back(d);
+  const Job e = JobBuilder(1).Account("E").User("u5").Build();
+  const Job none = JobBuilder(2).Account("").User("u6").Build();
+  std::map<std::string, double> usage = kUsage;
+  usage["C/u4"] = 20;
+  usage["F"] = 5;
+  for (auto alg : {FairshareAlgorithm::kClassic, FairshareAlgorithm::kFairTree}) {
+    p.fairshare.algorithm = alg;
+    FairshareTree tree(p, usage, {e, none});
+    std::map<std::string, FairshareRow> rows;
+    for (const FairshareRow& r : tree.rows()) rows[r.key] = r;
+    for (const char* key : {"A", "B", "C", "D", "E", "F", "A/u1", "C/u4", "E/u5", "/u6"}) CHECK(rows.count(key));
+    CHECK(rows.size() == 12);  // and A/u2, B/u3; F has no users
+    CHECK((rows["C"].parent.empty() || rows["D"].parent.empty()));  // the loop is cut
+    CHECK(rows["C/u4"].parent == "C");
+    CHECK(rows["C/u4"].raw_shares == 2);
+    CHECK(rows["/u6"].parent.empty());
+    // Factor() finds every user by (account, user), its row's factor
+    for (auto [account, user] : std::vector<std::pair<std::string, std::string>>{
+             {"A", "u1"}, {"C", "u4"}, {"E", "u5"}, {"", "u6"}}) {
+      INFO(account << "/" << user);
+      CHECK(tree.Factor(account, user) == rows[UsageKey(account, user)].factor);
+      CHECK(tree.Factor(account, user) >= 0);
+      CHECK(tree.Factor(account, user) <= 1);
+    }
+    CHECK(tree.Factor("A", "nobody") == 1.0);
+    CHECK(tree.Factor("nowhere", "u1") == 1.0);
+  }
+}
+
 TEST_CASE("usage decays with the half-life and accrues billing-weighted seconds", "[core][fairshare]") {
   FairsharePolicy fs;
   fs.half_life = 100;
