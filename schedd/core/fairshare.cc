@@ -106,7 +106,7 @@ struct Tree {
   double Link() {
     for (TreeNode& t : nodes)
       if (!t.user && !t.parent.empty())
-        t.up = accounts.count(t.parent) ? accounts.find(t.parent)->second : 0;
+        if (auto it = accounts.find(t.parent); it != accounts.end()) t.up = it->second;
     std::vector<size_t> seen_by(nodes.size(), 0);  // seen_by[p] == n: p is on n's way up
     for (size_t n = 1; n < nodes.size(); ++n) {
       seen_by[n] = n;
