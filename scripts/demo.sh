@@ -215,7 +215,7 @@ echo; say "accounting of job $JOB (mlacct, like sacct; CPU and MaxRSS from the t
 "$BIN/cli/mlacct" -j "$JOB" -o JobID,JobName,State,Attempts,Elapsed,AllocTRES,TotalCPU,CPUEff,MaxRSS ||
   fail "mlacct could not list job $JOB"
 # CPU time always (cgroups, else /proc); MaxRSS where the agents have the memory controller (root).
-"$BIN/cli/mlacct" -j "$JOB" -P -n -o TotalCPU | grep -Eq '^[0-9][0-9:.-]*$' ||
+"$BIN/cli/mlacct" -j "$JOB" -P -n -o TotalCPU | grep -E '^[0-9][0-9:.-]*$' >/dev/null ||
   fail "mlacct shows no CPU time for job $JOB: $("$BIN/cli/mlacct" -j "$JOB" -P -n -o TotalCPU,MaxRSS)"
 echo; "$BIN/cli/mlacct" --efficiency "$JOB" || fail "mlacct --efficiency $JOB failed"
 echo; "$BIN/cli/mladmin" nodes

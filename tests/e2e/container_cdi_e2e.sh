@@ -153,9 +153,9 @@ got=$(as_user "$BIN/cli/mlrun" --jobid "$held" --overlap sh -c '
 rc=$?
 set -e
 [ "$rc" = 5 ] || fail "a session in a container job exited $rc, not 5: $got $(cat "$OUT/err")"
-echo "$got" | grep -qx "uid=65534 seen=yes job=$held busybox=yes" || fail "not in the job's container as its user: $got"
+echo "$got" | qgrep -x "uid=65534 seen=yes job=$held busybox=yes" || fail "not in the job's container as its user: $got"
 [ "$(echo "$got" | sed -n 2p | wc -w)" = 2 ] || fail "the session sees other GPUs than its own (and nvidiactl): $got"
-! echo "$got" | grep -q HOST-BUILD-VISIBLE || fail "the session sees the host's file system: $got"
+! echo "$got" | qgrep HOST-BUILD-VISIBLE || fail "the session sees the host's file system: $got"
 grep -qx oops "$OUT/err" || fail "the container session's stderr: $(cat "$OUT/err")"
 if command -v tmux >/dev/null; then
   TMUX_SOCK="$MLSCHED_STATE/tmux.sock"

@@ -59,7 +59,7 @@ wait_end() {
 as_user() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 mlsub() { as_user "$BIN/cli/mlsub" --parsable -D "$OUT" -t 2:00 "$@"; }
 IMG="docker://$REGISTRY/busybox:1"
-"$BIN/cli/mladmin" nodes | grep -q runc || fail "mladmin nodes shows no runtime: $("$BIN/cli/mladmin" nodes)"
+"$BIN/cli/mladmin" nodes | qgrep runc || fail "mladmin nodes shows no runtime: $("$BIN/cli/mladmin" nodes)"
 
 # 1. The gang in the image.
 mkdir -p "$OUT/in" && echo "from the host" > "$OUT/in/hello" && chmod -R a+rX "$OUT/in"
@@ -97,8 +97,8 @@ pulls_after=$(cat "$MLSCHED_STATE"/logs/agent-*.log | grep -c "image: pulling" |
 [ "$pulls_after" = "$pulls_before" ] || fail "the cached image was pulled again ($pulls_before -> $pulls_after)"
 say "second job ran from the cache ($pulls_after pulls in all), in a writable overlay"
 # mladmin nodes shows the runtime and, from the next heartbeats, the node's image cache.
-for _ in $(seq 1 75); do "$BIN/cli/mladmin" nodes | grep -q "runc [^ ]* (1 image, " && break; sleep 0.2; done
-"$BIN/cli/mladmin" nodes | grep -q "runc [^ ]* (1 image, " || fail "no image cache in mladmin nodes: $("$BIN/cli/mladmin" nodes)"
+for _ in $(seq 1 75); do "$BIN/cli/mladmin" nodes | qgrep "runc [^ ]* (1 image, " && break; sleep 0.2; done
+"$BIN/cli/mladmin" nodes | qgrep "runc [^ ]* (1 image, " || fail "no image cache in mladmin nodes: $("$BIN/cli/mladmin" nodes)"
 
 # 2b. agentd reloads in place (SIGHUP, as `systemctl reload` on a package upgrade) while a container
 # task runs: the same agentd process adopts it (its runc state, bundle and cached image), the task
@@ -108,7 +108,7 @@ jobr=$(mlsub -J reload -n 1 -c 1 --container-image "$IMG" --container-mounts "$O
 echo "started $$"; while [ ! -e /data/go ]; do sleep 0.1; done; echo "done $$"; exit 4')
 wait_end "$jobr" RUNNING 60
 for _ in $(seq 1 100); do grep -q started "$OUT/reload-$jobr.out" 2>/dev/null && break; sleep 0.1; done
-noder=$("$BIN/cli/mladmin" show job "$jobr" | sed -n 's/^ *Tasks=//p' | cut -d: -f2 | head -1)
+noder=$("$BIN/cli/mladmin" show job "$jobr" | sed -n 's/^ *Tasks=//p' | cut -d: -f2 | sed -n 1p)
 [ -n "$noder" ] || fail "no node for job $jobr: $("$BIN/cli/mladmin" show job "$jobr")"
 apid=$(cat "$MLSCHED_STATE/pids/agent-$noder")
 bundle="$MLSCHED_STATE/agents/$noder/containers/bundles/$jobr.1.0"
@@ -125,7 +125,7 @@ grep -q "$bundle/rootfs" /proc/self/mountinfo || fail "the adopted container's r
 touch "$OUT/r2b/go"
 for _ in $(seq 1 300); do s=$(field "$jobr" %T); [ "$s" = RUNNING ] || break; sleep 0.2; done
 [ "$(field "$jobr" %T)" = FAILED ] || fail "job $jobr ended $(field "$jobr" %T), not FAILED with its exit 4"
-"$BIN/cli/mladmin" show job "$jobr" | grep -q "ExitCode=4" || fail "job $jobr: not its own exit code: $("$BIN/cli/mladmin" show job "$jobr" | head -20)"
+"$BIN/cli/mladmin" show job "$jobr" | qgrep "ExitCode=4" || fail "job $jobr: not its own exit code: $("$BIN/cli/mladmin" show job "$jobr" | head -20)"
 [ "$(grep -c started "$OUT/reload-$jobr.out")" = 1 ] && grep -q "done" "$OUT/reload-$jobr.out" ||
   fail "job $jobr ran other than once: $(cat "$OUT/reload-$jobr.out")"
 for _ in $(seq 1 100); do [ -e "$bundle" ] || break; sleep 0.1; done
@@ -135,7 +135,7 @@ say "agentd on $noder reloaded in place (pid $apid kept) with job $jobr's contai
 # 3. A missing image fails the job at once with the registry's reason; nothing retried.
 job3=$(mlsub -J missing --container-image "docker://$REGISTRY/nosuch:1" --wrap true)
 wait_end "$job3" FAILED 60
-"$BIN/cli/mladmin" show job "$job3" | grep -qi "manifest unknown\|not found\|name unknown" ||
+"$BIN/cli/mladmin" show job "$job3" | qgrep -i "manifest unknown\|not found\|name unknown" ||
   fail "missing image: no registry reason in $("$BIN/cli/mladmin" show job "$job3")"
 say "missing image: FAILED with the registry's reason"
 
@@ -157,7 +157,7 @@ say "setuid bit cleared and device node removed from the image's layer"
 mkdir -p "$MLSCHED_STATE/secret" && chmod 700 "$MLSCHED_STATE/secret"
 job5=$(mlsub -J noread --container-image "$IMG" --container-mounts "$MLSCHED_STATE/secret:/data" --wrap 'ls /data')
 wait_end "$job5" FAILED 60
-"$BIN/cli/mladmin" show job "$job5" | grep -q "Permission denied" || fail "unreadable mount: $("$BIN/cli/mladmin" show job "$job5")"
+"$BIN/cli/mladmin" show job "$job5" | qgrep "Permission denied" || fail "unreadable mount: $("$BIN/cli/mladmin" show job "$job5")"
 say "mount of a directory the user cannot read: FAILED with Permission denied"
 
 # 6. A job's /dev/shm is its own. 5 one-CPU ranks of the first job on the 8 CPUs of 4 nodes leave
@@ -170,7 +170,7 @@ job7=$(mlsub -J shm2 -n 3 -c 1 --mem-per-task 256M --spot allow --container-imag
 wait_end "$job7" COMPLETED 60
 [ "$(cat "$OUT"/shm2-"$job7"-*.out | grep -c no-shared-shm)" = 3 ] || fail "job $job7 reached job $job6's /dev/shm"
 job_nodes() { "$BIN/cli/mladmin" show job "$1" | sed -n 's/^ *Tasks=//p' | tr ' ' '\n' | cut -d: -f2 | sort -u; }
-shared=$(comm -12 <(job_nodes "$job6") <(job_nodes "$job7") | head -1)
+shared=$(comm -12 <(job_nodes "$job6") <(job_nodes "$job7") | sed -n 1p)
 [ -n "$shared" ] || fail "jobs $job6 and $job7 shared no node ($(field "$job6" %N) / $(field "$job7" %N))"
 as_user "$BIN/cli/mlcancel" "$job6"
 wait_end "$job6" CANCELLED 30
@@ -179,7 +179,7 @@ say "/dev/shm is per job (jobs $job6 and $job7 both on $shared)"
 # 7. The memory limit holds in the container: the kernel's OOM killer, reported OUT_OF_MEMORY.
 job8=$(mlsub -J oom --mem-per-task 32M --container-image "$IMG" --wrap 'dd if=/dev/zero of=/dev/null bs=128M count=1')
 wait_end "$job8" FAILED 60
-"$BIN/cli/mladmin" show job "$job8" | grep -q "OutOfMemory\|OUT_OF_MEMORY" || fail "OOM not reported: $("$BIN/cli/mladmin" show job "$job8")"
+"$BIN/cli/mladmin" show job "$job8" | qgrep "OutOfMemory\|OUT_OF_MEMORY" || fail "OOM not reported: $("$BIN/cli/mladmin" show job "$job8")"
 say "memory limit: OUT_OF_MEMORY"
 
 # 8. Exit 75 requeues; the next attempt starts from the cached image.
@@ -202,7 +202,7 @@ python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(1000); b = f.read(1
 [ "sha256:$(sha256sum "$layer" | cut -d' ' -f1)" != "$layer_digest" ] || fail "the blob $layer did not change"
 job10=$(mlsub -J tampered --container-image "docker://$REGISTRY/tampered:1" --wrap true)
 wait_end "$job10" FAILED 90
-"$BIN/cli/mladmin" show job "$job10" | grep -qi "digest" || fail "tampered blob: $("$BIN/cli/mladmin" show job "$job10")"
+"$BIN/cli/mladmin" show job "$job10" | qgrep -i "digest" || fail "tampered blob: $("$BIN/cli/mladmin" show job "$job10")"
 say "tampered blob: the pull failed on its digest"
 
 # 10. A layer larger than the node's whole image cache (--image-cache-size 40M) is refused before
@@ -211,7 +211,7 @@ mkdir -p "$DIR/huge" && cp -a "$DIR/rootfs/." "$DIR/huge/" && head -c 50000000 /
 push_image "$DIR/huge" huge:1
 job12=$(mlsub -J huge --container-image "docker://$REGISTRY/huge:1" --wrap true)
 wait_end "$job12" FAILED 60
-"$BIN/cli/mladmin" show job "$job12" | grep -q "more than the node's image cache holds" ||
+"$BIN/cli/mladmin" show job "$job12" | qgrep "more than the node's image cache holds" ||
   fail "huge layer: $("$BIN/cli/mladmin" show job "$job12" | grep -i image)"
 say "a layer over the image cache's size: refused before the fetch"
 
@@ -228,7 +228,7 @@ grep -q "from-layout" "$OUT/lay-$job14.out" || fail "oci layout image: $(cat "$O
 cp "$OUT/busybox.tar" "$MLSCHED_STATE/secret/busybox.tar"
 job15=$(mlsub -J hidden --container-image "oci-archive:$MLSCHED_STATE/secret/busybox.tar:img" --wrap true)
 wait_end "$job15" FAILED 60
-"$BIN/cli/mladmin" show job "$job15" | grep -q "permission denied\|Permission denied" ||
+"$BIN/cli/mladmin" show job "$job15" | qgrep "permission denied\|Permission denied" ||
   fail "unreadable archive: $("$BIN/cli/mladmin" show job "$job15" | grep -i image)"
 say "oci-archive: and oci: images read as the user; one the user cannot reach: FAILED (permission denied)"
 
@@ -246,7 +246,7 @@ printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$auth_reg" "$(printf mluser:s3cret | 
 chown 65534:65534 "$OUT/auth.json" && chmod 600 "$OUT/auth.json"
 job16=$(mlsub -J anon --container-image "docker://$auth_reg/private:1" --wrap true)
 wait_end "$job16" FAILED 60
-"$BIN/cli/mladmin" show job "$job16" | grep -qi "unauthorized\|authentication required" ||
+"$BIN/cli/mladmin" show job "$job16" | qgrep -i "unauthorized\|authentication required" ||
   fail "anonymous pull from an auth registry: $("$BIN/cli/mladmin" show job "$job16" | grep -i image)"
 # Two ranks of two CPUs: one on each node of the default partition, so both caches hold it.
 job17=$(mlsub -J authed -n 2 -c 2 --container-image "docker://$auth_reg/private:1" --container-auth-file "$OUT/auth.json" \
@@ -256,7 +256,7 @@ grep -q "team secret" "$OUT/auth-$job17-0.out" || fail "pull with credentials: $
 # Attack: the private image is in every node's cache; a job without credentials names its digest.
 job18=$(mlsub -J by-digest --container-image "docker://$auth_reg/private@$private_digest" -o 'steal-%j.out' --wrap 'cat /secret.txt')
 wait_end "$job18" FAILED 60
-"$BIN/cli/mladmin" show job "$job18" | grep -q "the registry refuses this job the cached" ||
+"$BIN/cli/mladmin" show job "$job18" | qgrep "the registry refuses this job the cached" ||
   fail "a cached private image named by digest without credentials: $("$BIN/cli/mladmin" show job "$job18" | grep -i image)"
 ! grep -q "team secret" "$OUT/steal-$job18.out" 2>/dev/null || fail "a job without credentials read the private image"
 # With the credentials, by digest: the registry is asked again and says yes.
@@ -272,7 +272,7 @@ grep -q "team secret" "$OUT/auth-$job20.out" || fail "the image from a public mi
 # Attack: the digest named at a source that does not serve it (a registry that only claims it).
 job21=$(mlsub -J claim --container-image "docker://$REGISTRY/claimed@$private_digest" -o 'steal-%j.out' --wrap 'cat /secret.txt')
 wait_end "$job21" FAILED 60
-"$BIN/cli/mladmin" show job "$job21" | grep -q "did not serve all of it" ||
+"$BIN/cli/mladmin" show job "$job21" | qgrep "did not serve all of it" ||
   fail "a cached private digest claimed at another source: $("$BIN/cli/mladmin" show job "$job21" | grep -i image)"
 ! grep -q "team secret" "$OUT/steal-$job21.out" 2>/dev/null || fail "a job read the private image through another source"
 say "registry with basic auth: anonymous refused, the job's credentials file (read as the user) pulls; the cached" \
@@ -282,7 +282,7 @@ say "registry with basic auth: anonymous refused, the job's credentials file (re
 # 13. A registry that is down: a transient failure, the job goes back to the queue with a backoff.
 job11=$(mlsub -J down --container-image "docker://127.0.0.1:$(free_port)/busybox:1" --wrap true)
 for _ in $(seq 1 150); do grep -q "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" && break; sleep 0.2; done
-grep "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" | grep -q "connection refused" ||
+grep "job $job11 attempt 1: prepare failed on" "$MLSCHED_STATE/logs/schedd.log" | qgrep "connection refused" ||
   fail "registry down: $(grep "job $job11" "$MLSCHED_STATE/logs/schedd.log" | tail -3)"
 sleep 1
 [ "$(field "$job11" %T)" = PENDING ] || fail "registry down: job $job11 is $(field "$job11" %T), not requeued"

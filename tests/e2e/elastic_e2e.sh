@@ -57,7 +57,7 @@ t_resumed=$(date +%s.%N)
 resume_s=$(awk -v a="$t_evict" -v b="$t_resumed" 'BEGIN { printf "%.1f", b - a }')
 [ "$(field "$job" %A)" = "3/3-4" ] || fail "job $job runs with $(field "$job" %A) tasks after the eviction, not 3/3-4"
 say "job $job resumed on 3 ranks ${resume_s} s after the eviction notice: $(grep -o 'resumed from .*' "$LOG" | tail -1)"
-"$BIN/cli/mlq" --explain "$job" | grep -q "Resized: *shrunk 4->3 after eviction of $victim" ||
+"$BIN/cli/mlq" --explain "$job" | qgrep "Resized: *shrunk 4->3 after eviction of $victim" ||
   fail "mlq --explain does not show the shrink: $("$BIN/cli/mlq" --explain "$job")"
 "$BIN/cli/mladmin" resume "$victim" >/dev/null
 say "$victim returned to service; waiting for the grow back to 4 ranks"
@@ -75,9 +75,9 @@ t_done=$(date +%s)
 
 DB="$MLSCHED_STATE/db/state.db"
 events=$(sqlite3 -readonly -separator '|' "$DB" "SELECT kind, detail FROM events WHERE job_id = $job ORDER BY id")
-echo "$events" | grep -q "^shrink|shrunk 4->3 after eviction of $victim\$" || fail "no shrink event: $events"
-echo "$events" | grep -q '^grow|grew 3->4 after resize' || fail "no grow event: $events"
-echo "$events" | grep -q '^resize|to 4 tasks from 3' || fail "no resize decision event: $events"
+echo "$events" | qgrep "^shrink|shrunk 4->3 after eviction of $victim\$" || fail "no shrink event: $events"
+echo "$events" | qgrep '^grow|grew 3->4 after resize' || fail "no grow event: $events"
+echo "$events" | qgrep '^resize|to 4 tasks from 3' || fail "no resize decision event: $events"
 [ "$(field "$job" %w)" = "0/1" ] || fail "job $job counts preemptions/evictions $(field "$job" %w), expected 0/1 (a resize is no preemption)"
 sqlite3 -readonly -separator '  ' "$DB" "SELECT datetime(time, 'unixepoch'), kind, node, detail FROM events WHERE job_id = $job ORDER BY id"
 sqlite3 -readonly -header -column "$DB" "SELECT attempt, ntasks, outcome, nodes, lost_work_s FROM attempts WHERE job_id = $job"

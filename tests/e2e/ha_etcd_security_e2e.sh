@@ -205,7 +205,7 @@ forge() {  # JOB USER: rewrites the job's row (uid 0, USER, released) and its sp
   sed '/^hold:/d' <<<"$spec" | proto --encode=mlsched.v1.JobSpec > "$OUT/spec.$job" || fail "cannot encode job $job's forged spec"
   etcd_ctl put "$(key_of specs "$job")" < "$OUT/spec.$job" >/dev/null || fail "the stolen certificate cannot write job $job's spec"
   etcd_ctl put "$(key_of jobs "$job")" < "$OUT/row.$job" >/dev/null || fail "the stolen certificate cannot write job $job's row"
-  value_of "$(key_of jobs "$job")" | proto --decode=mlsched.v1.StoredJob | grep -q '^user: "'"$user"'"' ||
+  value_of "$(key_of jobs "$job")" | proto --decode=mlsched.v1.StoredJob | qgrep '^user: "'"$user"'"' ||
     fail "job $job's forged row did not read back"
 }
 mark='id -u > "forged.$MLSCHED_JOB_ID"'

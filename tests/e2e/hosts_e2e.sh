@@ -97,7 +97,7 @@ as_admin() { on login env MLSCHED_SERVER=ctl:7070 "$@"; }
 for _ in $(seq 1 150); do [ "$(up_nodes)" -ge 3 ] && break; sleep 0.2; done
 as_admin mladmin nodes || fail "mladmin nodes from login failed"
 [ "$(up_nodes)" -ge 3 ] || { as_admin mladmin nodes --json | head -30; fail "the 3 agents did not register with schedd on ctl"; }
-on ctl sh -c 'ps -o user=,comm= -C schedd' | grep -q '^mlsched ' || fail "schedd does not run as the mlsched user"
+on ctl sh -c 'ps -o user=,comm= -C schedd' | qgrep '^mlsched ' || fail "schedd does not run as the mlsched user"
 
 # ---- 1. mltrain across three hosts -----------------------------------------------------------
 cat > "$MLSCHED_STATE/shared/alice/train.sh" <<'JOB'
@@ -204,16 +204,16 @@ partition_case() {  # NAME DIRECTION
   t0=$(date +%s.%N)
   link_cut "$victim" "$dir"
   for _ in $(seq 1 240); do
-    tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -q "job $j attempt 2: all nodes prepared\|job $j attempt 1: failed" && break
+    tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | qgrep "job $j attempt 2: all nodes prepared\|job $j attempt 1: failed" && break
     sleep 0.5
   done
   # When the cut node's connection close reaches the rank that still runs (in (c) the cut node can
   # send), that rank exits 76 ("peer lost"); schedd must not fail the job for it, nor requeue it
   # before the cut node's rank is gone: the verdict waits for the silent node (AWAIT_NODE).
-  if tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -q "job $j attempt 1: failed -> FAILED"; then
+  if tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | qgrep "job $j attempt 1: failed -> FAILED"; then
     fail "($name) job $j FAILED instead of being requeued: $(tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -m1 "job $j attempt 1: failed -> FAILED")"
   fi
-  if tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -q "job $j attempt 1: .* while node $victim is silent: the verdict waits"; then
+  if tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | qgrep "job $j attempt 1: .* while node $victim is silent: the verdict waits"; then
     PEER_LOST=$((PEER_LOST + 1))
     say "($name) job $j: its rank on the other node exited when the peer's connection closed; schedd waited for $victim (AWAIT_NODE)"
   fi
@@ -237,7 +237,7 @@ partition_case() {  # NAME DIRECTION
   say "($name) job $j resumed on $(as_alice mlq -j "$j" -h -o %N)"
   link_heal "$victim"
   for _ in $(seq 1 120); do
-    tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -q "job $j: exit of attempt 1 rank [0-9]* on $victim ignored" && break
+    tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | qgrep "job $j: exit of attempt 1 rank [0-9]* on $victim ignored" && break
     sleep 0.5
   done
   tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -m1 "job $j: exit of attempt 1 rank [0-9]* on $victim ignored" ||
@@ -345,7 +345,7 @@ controller_cut() {
   link_heal ctl
   say "(e) healed at +$(rel "$(date +%s.%N)") s"
   for _ in $(seq 1 120); do
-    tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | grep -q "job $j attempt 2: all nodes prepared" && break
+    tail -n +"$((skip_schedd + 1))" "$HOSTS_STATE/logs/ctl-mlsched-schedd.log" | qgrep "job $j attempt 2: all nodes prepared" && break
     sleep 0.5
   done
   for n in $nodes; do

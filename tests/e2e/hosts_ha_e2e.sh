@@ -156,7 +156,7 @@ done
 took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
 say "(a) $NL leads at epoch $NE, $took s after the cut (etcd's Raft leader was on $RAFT_HOST)"
 for _ in $(seq 1 60); do
-  tail -n +"$((skip_old + 1))" "$HOSTS_STATE/logs/$LH-mlsched-schedd.log" | grep -q 'HA: stepping down\|lost leadership' && break; sleep 0.5
+  tail -n +"$((skip_old + 1))" "$HOSTS_STATE/logs/$LH-mlsched-schedd.log" | qgrep 'HA: stepping down\|lost leadership' && break; sleep 0.5
 done
 down_line=$(tail -n +"$((skip_old + 1))" "$HOSTS_STATE/logs/$LH-mlsched-schedd.log" | grep -m1 'HA: stepping down' || true)
 [ -n "$down_line" ] || fail "(a) the cut-off leader on $LH did not step down by itself"

@@ -85,32 +85,32 @@ grep -q "mlsched: WARNING: job $notify holds 2 GPU(s) 0.0 % busy (below 5.0 %) f
 [ "$(stat -c %U "$OUT/$notify.out")" = nobody ] || fail "the job's output is not nobody's any more"
 grep -q "mlsched: WARNING: job $cancel holds .*: cancelled now" "$OUT/$cancel.out" || fail "no warning in the cancelled job's output: $(cat "$OUT/$cancel.out")"
 [ "$(field "$notify" %T)" = RUNNING ] || fail "the notified job is $(field "$notify" %T)"
-"$BIN/cli/mlq" -j "$notify" -h | grep -q "(IDLE)" || fail "mlq shows no IDLE flag: $("$BIN/cli/mlq" -j "$notify")"
-"$BIN/cli/mlq" -j "$notify" -h -o "%X" | grep -q "^[0-9:]*:0.0%$" || fail "mlq's IDLE column: $("$BIN/cli/mlq" -j "$notify" -h -o "%X")"
-"$BIN/cli/mlq" -j "$notify" --json | grep -q '"idle_gpus":{"gpu_util_percent":0.0,"since":[0-9]*}' || fail "mlq --json has no idle_gpus: $("$BIN/cli/mlq" -j "$notify" --json)"
-"$BIN/cli/mlq" -j "$busy" -h | grep -vq "(IDLE)" || fail "the busy job is flagged"
+"$BIN/cli/mlq" -j "$notify" -h | qgrep "(IDLE)" || fail "mlq shows no IDLE flag: $("$BIN/cli/mlq" -j "$notify")"
+"$BIN/cli/mlq" -j "$notify" -h -o "%X" | qgrep "^[0-9:]*:0.0%$" || fail "mlq's IDLE column: $("$BIN/cli/mlq" -j "$notify" -h -o "%X")"
+"$BIN/cli/mlq" -j "$notify" --json | qgrep '"idle_gpus":{"gpu_util_percent":0.0,"since":[0-9]*}' || fail "mlq --json has no idle_gpus: $("$BIN/cli/mlq" -j "$notify" --json)"
+"$BIN/cli/mlq" -j "$busy" -h | qgrep -v "(IDLE)" || fail "the busy job is flagged"
 say "idle: job $notify notified (RUNNING, mlq (IDLE), a warning in its output), job $cancel CANCELLED (IdleGPUs)"
 
 # The scavenger job: requeued (its restart may land on an idle node and be requeued again).
 DB="$MLSCHED_STATE/db/state.db"
 events_of() { sqlite3 -readonly -separator '|' "$DB" "SELECT kind, detail FROM events WHERE job_id = $1 ORDER BY id"; }
-for _ in $(seq 1 150); do events_of "$requeue" | grep -q "^IDLE|" && break; sleep 0.2; done
-events_of "$requeue" | grep -q "^IDLE|2 GPU(s) 0.0 % busy (below 5.0 %) for 1[0-9]s; policy \[idle\] action requeue$" ||
+for _ in $(seq 1 150); do events_of "$requeue" | qgrep "^IDLE|" && break; sleep 0.2; done
+events_of "$requeue" | qgrep "^IDLE|2 GPU(s) 0.0 % busy (below 5.0 %) for 1[0-9]s; policy \[idle\] action requeue$" ||
   fail "no IDLE event of the requeued job: $(events_of "$requeue")"
-events_of "$notify" | grep -q "^IDLE|.*action notify$" || fail "no IDLE event of the notified job: $(events_of "$notify")"
-! events_of "$busy" | grep -q "^IDLE" || fail "the busy job has an IDLE event"
-for _ in $(seq 1 150); do [ "$("$BIN/cli/mlacct" -j "$requeue" -n -P -o Attempts 2>/dev/null | head -1)" -ge 2 ] 2>/dev/null && break; sleep 0.2; done
-attempts=$("$BIN/cli/mlacct" -j "$requeue" -n -P -o Attempts | head -1)
+events_of "$notify" | qgrep "^IDLE|.*action notify$" || fail "no IDLE event of the notified job: $(events_of "$notify")"
+! events_of "$busy" | qgrep "^IDLE" || fail "the busy job has an IDLE event"
+for _ in $(seq 1 150); do [ "$("$BIN/cli/mlacct" -j "$requeue" -n -P -o Attempts 2>/dev/null | sed -n 1p)" -ge 2 ] 2>/dev/null && break; sleep 0.2; done
+attempts=$("$BIN/cli/mlacct" -j "$requeue" -n -P -o Attempts | sed -n 1p)
 [ "${attempts:-0}" -ge 2 ] || fail "the scavenger job was not requeued and run again (attempts: $attempts)"
 "$BIN/cli/mlcancel" "$requeue"
 gpus_at "$requeue_node" 80
 say "idle: job $requeue (QoS scavenger) requeued after its GPUs idled and ran again ($attempts attempts)"
 
 metrics=$(curl -sf "$MLSCHED_METRICS_URL")
-echo "$metrics" | grep -q '^mlsched_idle_gpu_jobs 1$' || fail "mlsched_idle_gpu_jobs: $(echo "$metrics" | grep idle_gpu)"
-echo "$metrics" | grep -q '^mlsched_idle_gpus 2$' || fail "mlsched_idle_gpus: $(echo "$metrics" | grep idle_gpus)"
-echo "$metrics" | grep -q '^mlsched_idle_gpu_actions_total{action="notify"} 1$' || fail "notify count: $(echo "$metrics" | grep actions)"
-echo "$metrics" | grep -q '^mlsched_idle_gpu_actions_total{action="cancel"} 1$' || fail "cancel count: $(echo "$metrics" | grep actions)"
+echo "$metrics" | qgrep '^mlsched_idle_gpu_jobs 1$' || fail "mlsched_idle_gpu_jobs: $(echo "$metrics" | grep idle_gpu)"
+echo "$metrics" | qgrep '^mlsched_idle_gpus 2$' || fail "mlsched_idle_gpus: $(echo "$metrics" | grep idle_gpus)"
+echo "$metrics" | qgrep '^mlsched_idle_gpu_actions_total{action="notify"} 1$' || fail "notify count: $(echo "$metrics" | grep actions)"
+echo "$metrics" | qgrep '^mlsched_idle_gpu_actions_total{action="cancel"} 1$' || fail "cancel count: $(echo "$metrics" | grep actions)"
 busy_gpus=$(echo "$metrics" | awk '/^mlsched_busy_gpus/ {s += $2} END {print s + 0}')
 awk -v b="$busy_gpus" 'BEGIN {exit !(b >= 1.5 && b <= 1.7)}' || fail "mlsched_busy_gpus sums to $busy_gpus, not the busy job's 2 x 0.8"
 say "metrics: 1 idle job holding 2 GPUs, the actions counted, busy GPUs $busy_gpus (the busy job's 2 at 80 %)"
@@ -132,8 +132,8 @@ say "dashboard and alerts: $checked"
 
 # Busy again: the flag goes.
 gpus_at "$(node_of "$notify")" 90
-for _ in $(seq 1 50); do "$BIN/cli/mlq" -j "$notify" -h | grep -q "(IDLE)" || break; sleep 0.2; done
-! "$BIN/cli/mlq" -j "$notify" -h | grep -q "(IDLE)" || fail "the flag stayed after the GPUs were busy again"
+for _ in $(seq 1 50); do "$BIN/cli/mlq" -j "$notify" -h | qgrep "(IDLE)" || break; sleep 0.2; done
+! "$BIN/cli/mlq" -j "$notify" -h | qgrep "(IDLE)" || fail "the flag stayed after the GPUs were busy again"
 [ "$(field "$busy" %T)" = RUNNING ] || fail "the busy job is $(field "$busy" %T)"
 "$BIN/cli/mlcancel" "$notify" "$busy"
 say "busy again: job $notify lost its IDLE flag; the busy job ran untouched throughout"

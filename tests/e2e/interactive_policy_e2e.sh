@@ -75,10 +75,10 @@ as_nobody "$BIN/cli/mlrun" --jobid "$batch" --overlap hostname >/dev/null
 steps=$("$BIN/cli/mlq" --steps -h -j "$alloc,$batch")
 [ "$(echo "$steps" | wc -l)" = 3 ] || fail "mlq --steps lists $(echo "$steps" | wc -l) steps, not 3: $steps"
 for want in "$alloc.0 true COMPLETED 2 0" "$alloc.1 sh FAILED 1 3" "$batch.0 hostname COMPLETED 1 0"; do
-  echo "$steps" | awk '{print $1, $2, $3, $4, $5}' | grep -qx "$want" || fail "mlq --steps has no '$want': $steps"
+  echo "$steps" | awk '{print $1, $2, $3, $4, $5}' | qgrep -x "$want" || fail "mlq --steps has no '$want': $steps"
 done
 host_node=$("$BIN/cli/mlq" -j "$batch" -h -o %N)
-echo "$steps" | grep "^$batch.0 " | grep -q "$host_node\$" || fail "the batch job's step does not name its node $host_node: $steps"
+echo "$steps" | grep "^$batch.0 " | qgrep "$host_node\$" || fail "the batch job's step does not name its node $host_node: $steps"
 "$BIN/cli/mlq" --steps --json -j "$alloc" | python3 -c '
 import json, sys
 s = json.load(sys.stdin)

@@ -9,6 +9,11 @@ fail() {
   tail -20 "$MLSCHED_STATE/logs/schedd.log" >&2 || true
   exit 1
 }
+# qgrep ARGS...: `grep -q ARGS`, but reading all of its input. Under pipefail, `cmd | grep -q` fails
+# (141) when grep exits at its first match while cmd still writes and gets SIGPIPE: bash's echo
+# writes a multi-line value line by line, so `echo "$out" | grep -q` failed once on CI on output
+# that held the line.
+qgrep() { grep "$@" >/dev/null; }
 # field JOB FORMAT: one mlq field of a job, e.g. field 12 %T
 field() { "$BIN/cli/mlq" -j "$1" -h -o "$2"; }
 # wait_for JOB STATE SECONDS
@@ -58,6 +63,6 @@ etcd_ctl() {
 pane() { tmux -S "$TMUX_SOCK" capture-pane -p -t "$TMUX_TARGET"; }
 keys() { tmux -S "$TMUX_SOCK" send-keys -t "$TMUX_TARGET" "$@"; }
 wait_pane() {  # PATTERN WHAT
-  for _ in $(seq 1 50); do pane | grep -q -- "$1" && return 0; sleep 0.2; done
+  for _ in $(seq 1 50); do pane | qgrep -- "$1" && return 0; sleep 0.2; done
   fail "terminal: $2; the screen: $(pane)"
 }

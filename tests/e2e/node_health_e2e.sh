@@ -64,7 +64,7 @@ cd "$OUT"
 
 node_state() { "$BIN/cli/mladmin" nodes --json | python3 -c "import json,sys; n=[x for x in json.load(sys.stdin) if x['name']=='$1'][0]; print(n['state'] + '|' + n['reason'])"; }
 wait_node() {  # NODE PATTERN SECONDS WHAT
-  for _ in $(seq 1 $(( $3 * 5 ))); do node_state "$1" | grep -q -- "$2" && return 0; sleep 0.2; done
+  for _ in $(seq 1 $(( $3 * 5 ))); do node_state "$1" | qgrep -- "$2" && return 0; sleep 0.2; done
   fail "node $1: $4; it is $(node_state "$1")"
 }
 metric() { curl -fsS "$MLSCHED_METRICS_URL" | awk -v k="$1" '$1 == k { v = $2 } END { print v + 0 }'; }

@@ -22,7 +22,7 @@ rc=0; lintian --fail-on error "$P"/*.deb > "$BIN/lintian.log" 2>&1 || rc=$?
 grep -v -e 'running with root privileges' -e ' no-manual-page ' "$BIN/lintian.log" || true
 [ "$rc" = 0 ] || fail "lintian reports errors (above; all of it in $BIN/lintian.log)"
 say "lintian: no errors in $(ls "$P"/*.deb | wc -l) packages"
-has() { dpkg-deb -c "$1" | awk '{print $6}' | grep -qx "./$2" || fail "$(basename "$1") lacks /$2"; }
+has() { dpkg-deb -c "$1" | awk '{print $6}' | qgrep -x "./$2" || fail "$(basename "$1") lacks /$2"; }
 S=$(ls "$P"/mlsched-schedd_*.deb) A=$(ls "$P"/mlsched-agentd_*.deb) C=$(ls "$P"/mlsched-client_*.deb)
 for f in usr/sbin/schedd usr/bin/mlreport usr/sbin/mlsched-certs lib/systemd/system/mlsched-schedd.service \
          usr/lib/sysusers.d/mlsched.conf etc/mlsched/policy.toml etc/mlsched/schedd.env usr/share/doc/mlsched-schedd/copyright; do
@@ -31,9 +31,9 @@ for f in usr/sbin/agentd lib/systemd/system/mlsched-agentd.service etc/mlsched/a
 for f in mlsub mlq mlcancel mladmin mlrun mlalloc mlacct; do has "$C" "usr/bin/$f"; done
 [ "$(dpkg-deb -I "$S" conffiles | sort | tr '\n' ' ')" = "/etc/mlsched/policy.toml /etc/mlsched/schedd.env " ] || fail "schedd's conffiles: $(dpkg-deb -I "$S" conffiles)"
 [ "$(dpkg-deb -I "$A" conffiles)" = "/etc/mlsched/agentd.env" ] || fail "agentd's conffiles"
-for d in "$S" "$C"; do dpkg-deb -f "$d" Depends | grep -qw munge || fail "$(basename "$d") does not depend on munge"; done
-dpkg-deb -f "$S" Depends | grep -q 'libsqlite3-0' || fail "schedd's Depends lack what dpkg-shlibdeps finds (libsqlite3-0)"
-dpkg-deb --fsys-tarfile "$A" | tar -xO ./lib/systemd/system/mlsched-agentd.service | grep -qx 'Delegate=yes' || fail "agentd's unit lacks Delegate=yes"
-dpkg-deb --fsys-tarfile "$S" | tar -xO ./lib/systemd/system/mlsched-schedd.service | grep -qx 'User=mlsched' || fail "schedd's unit does not run as mlsched"
+for d in "$S" "$C"; do dpkg-deb -f "$d" Depends | qgrep -w munge || fail "$(basename "$d") does not depend on munge"; done
+dpkg-deb -f "$S" Depends | qgrep 'libsqlite3-0' || fail "schedd's Depends lack what dpkg-shlibdeps finds (libsqlite3-0)"
+dpkg-deb --fsys-tarfile "$A" | tar -xO ./lib/systemd/system/mlsched-agentd.service | qgrep -x 'Delegate=yes' || fail "agentd's unit lacks Delegate=yes"
+dpkg-deb --fsys-tarfile "$S" | tar -xO ./lib/systemd/system/mlsched-schedd.service | qgrep -x 'User=mlsched' || fail "schedd's unit does not run as mlsched"
 for d in "$P"/*.deb; do say "$(dpkg-deb -f "$d" Package) $(dpkg-deb -f "$d" Version): $(du -k "$d" | cut -f1) KB, Depends: $(dpkg-deb -f "$d" Depends | cut -c1-90)..."; done
 say PASSED

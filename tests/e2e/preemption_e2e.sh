@@ -52,7 +52,7 @@ grep -q 'stop requested (SIGTERM): checkpointing at step' "$OUT/low-$low-0.out" 
 step=$(sed -n 's/.*resumed from .*step-0*\([0-9][0-9]*\).*/\1/p' "$OUT/low-$low-0.out" | tail -1)
 [ -n "$step" ] && [ "$step" -gt 0 ] || fail "low job did not resume from its checkpoint"
 DB="$MLSCHED_STATE/db/state.db"
-sqlite3 -readonly "$DB" "SELECT kind, detail FROM events WHERE job_id = $low ORDER BY id" | grep -q '^preempt|by job '"$high" ||
+sqlite3 -readonly "$DB" "SELECT kind, detail FROM events WHERE job_id = $low ORDER BY id" | qgrep '^preempt|by job '"$high" ||
   fail "no preempt event for job $low"
 sqlite3 -readonly -separator '  ' "$DB" "SELECT datetime(time, 'unixepoch'), job_id, kind, detail FROM events WHERE job_id IN ($low, $high) ORDER BY id"
 sqlite3 -readonly -header -column "$DB" "SELECT job_id, attempt, outcome, lost_work_s FROM attempts WHERE job_id IN ($low, $high)"

@@ -55,7 +55,7 @@ say "submitted $a and $b (4 CPUs each; the static agents have 2)"
 # One request for both (one cycle saw both jobs) or one each (a cycle ran between the submissions).
 asked='requested (2 nodes from pool reserved \(reserved-p\[1-2\]\)|1 node from pool reserved \(reserved-p2\))'
 for _ in $(seq 1 25); do
-  "$BIN/cli/mlq" --explain "$b" | grep -Eq "$asked" && break
+  "$BIN/cli/mlq" --explain "$b" | qgrep -E "$asked" && break
   sleep 0.2
 done
 line=$("$BIN/cli/mlq" --explain "$b" | grep -E "$asked") || fail "mlq --explain $b does not say that nodes were requested for it"

@@ -37,12 +37,12 @@ restart_agent() {
   echo $! > "$pidf"
 }
 # since NODE LINES PATTERN: whether NODE's log matches PATTERN after its first LINES lines.
-since() { tail -n +"$(( $2 + 1 ))" "$MLSCHED_STATE/logs/agent-$1.log" | grep -aqiE "$3"; }
+since() { tail -n +"$(( $2 + 1 ))" "$MLSCHED_STATE/logs/agent-$1.log" | qgrep -aiE "$3"; }
 
 serial=$(openssl x509 -in "$TLS/nodes/od-1.pem" -noout -serial | cut -d= -f2)
 n1=$(wc -l < "$MLSCHED_STATE/logs/agent-od-1.log")
 bash "$ROOT/scripts/mlsched-certs.sh" "$TLS" revoke od-1 >/dev/null
-openssl crl -in "$TLS/crl.pem" -noout -text | grep -q "$serial" || fail "crl.pem does not list od-1's serial $serial"
+openssl crl -in "$TLS/crl.pem" -noout -text | qgrep "$serial" || fail "crl.pem does not list od-1's serial $serial"
 say "od-1's certificate (serial $serial) revoked; crl.pem rewritten"
 # od-1's agent keeps running with its session open: schedd closes it once it has read the new CRL
 # (at most 10 s), and refuses the agent's reconnects.

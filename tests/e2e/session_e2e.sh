@@ -49,7 +49,7 @@ got=$(mlrun --jobid "$job" --rank 0 --overlap sh -c 'echo "uid=$(id -u) rank=$RA
 rc=$?
 set -e
 [ "$rc" = 7 ] || fail "mlrun's exit status is $rc, not the command's 7: $got $(cat "$OUT/err")"
-echo "$got" | grep -qx "uid=65534 rank=0 job=$job pwd=$OUT" || fail "not the task's user, rank, job or directory: $got"
+echo "$got" | qgrep -x "uid=65534 rank=0 job=$job pwd=$OUT" || fail "not the task's user, rank, job or directory: $got"
 [ "$(echo "$got" | sed -n 2p)" -ge 1 ] || fail "the command is not in the task's cgroup: $got"
 grep -qx oops "$OUT/err" || fail "stderr did not come back: $(cat "$OUT/err")"
 labels=$(mlrun --jobid "$job" --rank 1 --overlap -l sh -c 'echo one; echo two')
@@ -138,7 +138,7 @@ last_job() { "$BIN/cli/mlq" --states all -h -o %i | sort -n | tail -1; }
 got=$(cd "$OUT" && mlrun -n 3 -c 1 --spot allow -l sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE port ${MASTER_PORT:-none}"' | sort)
 alloc=$(last_job)
 [ "$(echo "$got" | cut -d' ' -f1-2)" = "$(printf '0: 0/3\n1: 1/3\n2: 2/3')" ] || fail "mlrun -n 3: $got"
-! echo "$got" | grep -q "port none" || fail "a step has no MASTER_PORT: $got"
+! echo "$got" | qgrep "port none" || fail "a step has no MASTER_PORT: $got"
 for _ in $(seq 1 50); do [ "$(state_of "$alloc")" = COMPLETED ] && break; sleep 0.1; done
 [ "$(state_of "$alloc")" = COMPLETED ] || fail "mlrun's allocation $alloc is $(state_of "$alloc"), not released COMPLETED"
 set +e
@@ -147,7 +147,7 @@ rc=$?
 set -e
 alloc=$(last_job)
 [ "$rc" = 4 ] || fail "mlalloc's status is $rc, not its command's 4: $inner $(cat "$OUT/err")"
-echo "$inner" | grep -q "^alloc $alloc 3 $alloc " || fail "mlalloc's environment: $inner"
+echo "$inner" | qgrep "^alloc $alloc 3 $alloc " || fail "mlalloc's environment: $inner"
 [ "$(echo "$inner" | grep '^[01]: step' | sort | tr '\n' ';')" = "0: step 0/2;1: step 1/2;" ] || fail "the step in mlalloc: $inner"
 grep -q "relinquishing job allocation $alloc" "$OUT/err" || fail "mlalloc did not release: $(cat "$OUT/err")"
 for _ in $(seq 1 50); do [ "$(state_of "$alloc")" = COMPLETED ] && break; sleep 0.1; done

@@ -55,7 +55,7 @@ submit() {  # UID DIR NAME MLTRAIN-ARGS... (later arguments override earlier one
 }
 node_state() { "$BIN/cli/mladmin" nodes --json | python3 -c "import json,sys; n=[x for x in json.load(sys.stdin) if x['name']=='$1'][0]; print(n['state'] + '|' + n['reason'])"; }
 wait_node() {  # NODE PATTERN SECONDS WHAT
-  for _ in $(seq 1 $(( $3 * 5 ))); do node_state "$1" | grep -q -- "$2" && return 0; sleep 0.2; done
+  for _ in $(seq 1 $(( $3 * 5 ))); do node_state "$1" | qgrep -- "$2" && return 0; sleep 0.2; done
   fail "node $1: $4; it is $(node_state "$1")"
 }
 nodes_of() {  # the nodes of a job's current attempt, comma-separated
@@ -148,7 +148,7 @@ say "spot-2 drained as a straggler $(( $(date +%s) - t0 )) s after the gangs sta
 for j in "$a" "$b"; do
   wait_attempt "$j" 2 60
   case ",$(nodes_of "$j")," in *,spot-2,*) fail "job $j restarted on spot-2: $(nodes_of "$j")";; esac
-  "$BIN/cli/mlq" --explain "$j" | grep -q "Watchdog: *restarted without straggler spot-2" || fail "mlq --explain of $j: $("$BIN/cli/mlq" --explain "$j")"
+  "$BIN/cli/mlq" --explain "$j" | qgrep "Watchdog: *restarted without straggler spot-2" || fail "mlq --explain of $j: $("$BIN/cli/mlq" --explain "$j")"
   as $([ "$j" = "$a" ] && echo $ALICE || echo $BOB) "$BIN/cli/mlcancel" "$j" >/dev/null
 done
 say "both gangs restarted without spot-2"
