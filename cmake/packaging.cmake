@@ -5,8 +5,10 @@
 #                               (sysusers.d), /etc/mlsched/{policy.toml,schedd.env} (conffiles)
 #   agentd  -> mlsched-agentd   agentd, its unit (Delegate=yes), /etc/mlsched/agentd.env (conffile)
 #   client  -> mlsched-client   mlsub, mlq, mlcancel, mladmin, mlrun, mlalloc, mlacct
-#   trainer -> mlsched-trainer  mltrain; named mlsched-trainer-cuda when this build has the CUDA
-#                               path (it then needs the CUDA runtime, cuBLAS and NCCL on the loader
+#   trainer -> mlsched-trainer  mltrain, the CPU (Gloo) build: in a CUDA build its mltrain_cpu
+#                               (trainer/CMakeLists.txt)
+#   trainer_cuda -> mlsched-trainer-cuda  mltrain with the GPU path, only when this build has it
+#                               (it then needs the CUDA runtime, cuBLAS and NCCL on the loader
 #                               path, as NVIDIA's own packages set it up)
 # Depends come from dpkg-shlibdeps, plus what the maintainer scripts run. Units go to
 # /lib/systemd/system (Debian 12's place), configuration to /etc/mlsched, sysusers.d to /usr/lib,
@@ -40,20 +42,31 @@ if(MLSCHED_BUILD_DAEMONS)
   install(TARGETS mlsub mlq mlcancel mladmin mlrun mlalloc mlacct
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT client)
 endif()
+set(_packaged_components schedd agentd client trainer)
 if(MLSCHED_BUILD_TRAINER)
-  install(TARGETS mltrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT trainer)
+  if(MLSCHED_TRAINER_CUDA)
+    install(TARGETS mltrain_cpu RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT trainer)
+    install(TARGETS mltrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT trainer_cuda)
+    list(APPEND _packaged_components trainer_cuda)
+  else()
+    install(TARGETS mltrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT trainer)
+  endif()
 endif()
+# What the packages hold, built by scripts/package.sh (`ninja mlsched_packaged`), not the tests.
+add_custom_target(mlsched_packaged)
+foreach(t schedd agentd mlreport mlsub mlq mlcancel mladmin mlrun mlalloc mlacct mltrain mltrain_cpu)
+  if(TARGET ${t})
+    add_dependencies(mlsched_packaged ${t})
+  endif()
+endforeach()
 
 # Each package's /usr/share/doc/PACKAGE: the copyright file (machine-readable) and a Debian
 # changelog (native package: changelog.gz), compressed reproducibly (gzip -n, as dh_compress).
 set(_docs ${CMAKE_CURRENT_BINARY_DIR}/debian-docs)
 file(MAKE_DIRECTORY ${_docs})
 execute_process(COMMAND sh -c "gzip -9nc '${_deb}/changelog' > '${_docs}/changelog.gz'")
-foreach(comp schedd agentd client trainer)
-  set(_pkg mlsched-${comp})
-  if(comp STREQUAL trainer AND MLSCHED_TRAINER_CUDA)
-    set(_pkg mlsched-trainer-cuda)
-  endif()
+foreach(comp ${_packaged_components})
+  string(REPLACE "_" "-" _pkg "mlsched-${comp}")
   install(FILES ${_deb}/copyright ${_docs}/changelog.gz DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${_pkg}
           COMPONENT ${comp})
 endforeach()
@@ -78,7 +91,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://mlsched.dev")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
-set(CPACK_COMPONENTS_ALL schedd agentd client trainer)
+set(CPACK_COMPONENTS_ALL ${_packaged_components})
 
 set(CPACK_DEBIAN_SCHEDD_PACKAGE_NAME mlsched-schedd)
 set(CPACK_DEBIAN_SCHEDD_PACKAGE_DEPENDS "munge, init-system-helpers (>= 1.54), adduser")
@@ -113,23 +126,25 @@ The commands users and operators run against an mlsched cluster: mlsub
 and allocations) and mlacct (accounting). Callers prove who they are with MUNGE
 over TLS, or through schedd's Unix socket on the controller.")
 
-if(MLSCHED_TRAINER_CUDA)
-  set(CPACK_DEBIAN_TRAINER_PACKAGE_NAME mlsched-trainer-cuda)
-  set(CPACK_DEBIAN_TRAINER_PACKAGE_PROVIDES mlsched-trainer)
-  set(CPACK_DEBIAN_TRAINER_PACKAGE_CONFLICTS mlsched-trainer)
-  set(CPACK_DEBIAN_TRAINER_PACKAGE_REPLACES mlsched-trainer)
-  set(_trainer_extra "This build has the GPU path (NCCL, cuBLAS, bf16): the CUDA runtime,
-cuBLAS and NCCL must be on the loader path (ld.so.conf.d).")
-else()
-  set(CPACK_DEBIAN_TRAINER_PACKAGE_NAME mlsched-trainer)
-  set(_trainer_extra "This build has the CPU path (Gloo, OpenBLAS).")
-endif()
-set(CPACK_DEBIAN_TRAINER_PACKAGE_SECTION science)
-set(CPACK_DEBIAN_TRAINER_PACKAGE_RECOMMENDS "dataset-fashion-mnist")
-set(CPACK_COMPONENT_TRAINER_DESCRIPTION "mlsched batch scheduler: data-parallel trainer
+set(_trainer_text "mlsched batch scheduler: data-parallel trainer
 mltrain trains a classifier on Fashion-MNIST data-parallel over any number of
 ranks, checkpoints to S3 or a directory, exits 75 when preempted and resumes on
-any world size: the example job of an mlsched cluster.
-${_trainer_extra}")
+any world size: the example job of an mlsched cluster.")
+set(CPACK_DEBIAN_TRAINER_PACKAGE_NAME mlsched-trainer)
+set(CPACK_DEBIAN_TRAINER_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_TRAINER_PACKAGE_RECOMMENDS "dataset-fashion-mnist")
+set(CPACK_COMPONENT_TRAINER_DESCRIPTION "${_trainer_text}
+This build has the CPU path (Gloo, OpenBLAS).")
+if(MLSCHED_TRAINER_CUDA)
+  set(CPACK_DEBIAN_TRAINER_CUDA_PACKAGE_NAME mlsched-trainer-cuda)
+  set(CPACK_DEBIAN_TRAINER_CUDA_PACKAGE_PROVIDES mlsched-trainer)
+  set(CPACK_DEBIAN_TRAINER_CUDA_PACKAGE_CONFLICTS mlsched-trainer)
+  set(CPACK_DEBIAN_TRAINER_CUDA_PACKAGE_REPLACES mlsched-trainer)
+  set(CPACK_DEBIAN_TRAINER_CUDA_PACKAGE_SECTION science)
+  set(CPACK_DEBIAN_TRAINER_CUDA_PACKAGE_RECOMMENDS "dataset-fashion-mnist")
+  set(CPACK_COMPONENT_TRAINER_CUDA_DESCRIPTION "${_trainer_text}
+This build has the GPU path (NCCL, cuBLAS, bf16): the CUDA runtime,
+cuBLAS and NCCL must be on the loader path (ld.so.conf.d).")
+endif()
 
 include(CPack)

@@ -35,5 +35,14 @@ for d in "$S" "$C"; do dpkg-deb -f "$d" Depends | qgrep -w munge || fail "$(base
 dpkg-deb -f "$S" Depends | qgrep 'libsqlite3-0' || fail "schedd's Depends lack what dpkg-shlibdeps finds (libsqlite3-0)"
 dpkg-deb --fsys-tarfile "$A" | tar -xO ./lib/systemd/system/mlsched-agentd.service | qgrep -x 'Delegate=yes' || fail "agentd's unit lacks Delegate=yes"
 dpkg-deb --fsys-tarfile "$S" | tar -xO ./lib/systemd/system/mlsched-schedd.service | qgrep -x 'User=mlsched' || fail "schedd's unit does not run as mlsched"
+# With the GPU path, the CPU package's mltrain is the CPU-only one (the same build's trainer/cpu).
+if ls "$P"/mlsched-trainer-cuda_*.deb >/dev/null 2>&1; then
+  T=$(ls "$P"/mlsched-trainer_*.deb) TC=$(ls "$P"/mlsched-trainer-cuda_*.deb)
+  dpkg-deb --fsys-tarfile "$T" | tar -xO ./usr/bin/mltrain > "$BIN/packages-mltrain-cpu"
+  dpkg-deb --fsys-tarfile "$TC" | tar -xO ./usr/bin/mltrain > "$BIN/packages-mltrain-cuda"
+  ! readelf -d "$BIN/packages-mltrain-cpu" | qgrep 'libnccl\|libcudart\|libcublas' || fail "mlsched-trainer's mltrain links CUDA"
+  readelf -d "$BIN/packages-mltrain-cuda" | qgrep 'libnccl' || fail "mlsched-trainer-cuda's mltrain does not link NCCL"
+  [ "$(dpkg-deb -f "$TC" Provides)" = mlsched-trainer ] || fail "mlsched-trainer-cuda does not provide mlsched-trainer"
+fi
 for d in "$P"/*.deb; do say "$(dpkg-deb -f "$d" Package) $(dpkg-deb -f "$d" Version): $(du -k "$d" | cut -f1) KB, Depends: $(dpkg-deb -f "$d" Depends | cut -c1-90)..."; done
 say PASSED
