@@ -3,7 +3,7 @@
 # three controller hosts, installed from the packages as docs/operations.md ("HA on three hosts")
 # says: ctl1..3 each run an etcd member (mutual TLS with etcd's own CA, RBAC confining schedd's
 # certificate to /mlsched/) and a schedd replica (mlsched-schedd.service, --ha etcd://...); the
-# agents on gpu-a, gpu-b and cpu-a and the users on login know the three replicas.
+# agents on gpu-c, gpu-d and cpu-b and the users on login know the three replicas.
 # While a training job runs and alice submits a job a second, the leader's host is cut off from
 # every other host (its etcd member is then in the minority, its agents unreachable):
 #   - a new leader is elected on the majority side; the old one steps down by itself (its lease
@@ -28,7 +28,7 @@ export HOSTS_STATE="$MLSCHED_STATE"
 # shellcheck source=tests/e2e/hosts_lib.sh
 source "$ROOT/tests/e2e/hosts_lib.sh"
 trap hosts_down EXIT
-CTLS="ctl1 ctl2 ctl3" NODES="gpu-a gpu-b cpu-a"
+CTLS="ctl1 ctl2 ctl3" NODES="gpu-c gpu-d cpu-b"
 hosts_base "$PKGS"/mlsched-{schedd,agentd,client,trainer}_*.deb
 hosts_up $CTLS $NODES login
 

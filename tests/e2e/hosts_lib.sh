@@ -27,8 +27,11 @@
 #                                (iptables on the bridge's port of HOST); link_heal HOST undoes it
 #   link_loss PERCENT            drops PERCENT % of packets on every port of the bridge
 #   hosts_down                   stops every process of the hosts and removes the namespaces
+# The HA test's nodes are named apart from the five-hosts test's: the two clusters may run at once
+# on one kernel, where an agent's task cgroups are named by its node and work directory.
 declare -A HOST_IP=([ctl]=10.213.0.10 [ctl1]=10.213.0.11 [ctl2]=10.213.0.12 [ctl3]=10.213.0.13
-                    [gpu-a]=10.213.0.21 [gpu-b]=10.213.0.22 [cpu-a]=10.213.0.23 [login]=10.213.0.30)
+                    [gpu-a]=10.213.0.21 [gpu-b]=10.213.0.22 [cpu-a]=10.213.0.23
+                    [gpu-c]=10.213.0.24 [gpu-d]=10.213.0.25 [cpu-b]=10.213.0.26 [login]=10.213.0.30)
 HOSTS_STATE=${HOSTS_STATE:?set HOSTS_STATE}
 
 hosts_base() {
@@ -97,11 +100,13 @@ hosts_up() {
     [ -n "$pid" ] || { cat "$S/logs/$h-anchor.log" >&2; return 1; }
     echo "$pid" > "$S/pids/$h"
     i=$((i + 1))
-    ip link add "h$i" type veth peer name "p-$h"
-    ip link set "h$i" netns "$pid"
-    ip link set "p-$h" netns "$(cat "$S/pids/sw")"
-    nsenter -t "$pid" -n sh -ec "ip link set h$i name eth0; ip addr add ${HOST_IP[$h]}/24 dev eth0; ip link set eth0 up"
-    nsenter -t "$(cat "$S/pids/sw")" -n sh -ec "ip link set p-$h master br0; ip link set p-$h up"
+    # The pair is made in the root namespace, where another cluster's hosts_up may be making its
+    # own: names of this shell's pid until each end is in its namespace and renamed there.
+    ip link add "v$$h$i" type veth peer name "v$$p$i"
+    ip link set "v$$h$i" netns "$pid"
+    ip link set "v$$p$i" netns "$(cat "$S/pids/sw")"
+    nsenter -t "$pid" -n sh -ec "ip link set v$$h$i name eth0; ip addr add ${HOST_IP[$h]}/24 dev eth0; ip link set eth0 up"
+    nsenter -t "$(cat "$S/pids/sw")" -n sh -ec "ip link set v$$p$i name p-$h; ip link set p-$h master br0; ip link set p-$h up"
   done
 }
 
