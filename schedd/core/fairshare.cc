@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string_view>
+#include <unordered_map>
 
 namespace mlsched::core {
 
@@ -61,23 +63,30 @@ void AccrueUsage(std::map<std::string, double>& usage, const std::vector<Job>& j
 
 namespace {
 
+// Names hashed with heterogeneous lookup: a job's account and user are looked up as they are.
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using NameMap = std::unordered_map<std::string, V, NameHash, std::equal_to<>>;
+
 struct TreeNode {
   std::string key, parent;
   int64_t shares = 1;
   bool user = false;
   double usage = 0;  // own usage, then the subtree's
   std::vector<size_t> children;
-  size_t up = 0;     // a user's account node; an account's parent is looked up in Link
-  std::map<std::string, size_t, std::less<>> users;  // an account's user leaves by user name
-  std::string account, name;  // a user's association (kept when a parent cycle moves the node)
+  size_t up = 0;            // a user's account node; an account's parent is looked up in Link
+  NameMap<size_t> users;    // an account's user leaves by user name
 };
 
 // The association tree: nodes[0] is the root (also the account ""); accounts from the policy, the
-// jobs and the usage; users as leaves "account/user". Built once per priority computation, so a
-// job's user is found by two lookups of short names, without building its "account/user" key.
+// jobs and the usage; users as leaves "account/user" of the account they were found under (a
+// parent cycle may move that account, not them). Built once per priority computation.
 struct Tree {
   std::vector<TreeNode> nodes{TreeNode{}};
-  std::map<std::string, size_t, std::less<>> accounts;
+  NameMap<size_t> accounts;
   const PolicySet* policy = nullptr;
 
   size_t Account(std::string_view name) {
@@ -85,7 +94,8 @@ struct Tree {
     auto it = accounts.find(name);
     if (it != accounts.end()) return it->second;
     accounts.emplace(std::string(name), nodes.size());
-    nodes.push_back({std::string(name), "", 1, false, 0, {}, 0, {}, "", ""});
+    TreeNode& n = nodes.emplace_back();
+    n.key = std::string(name);
     return nodes.size() - 1;
   }
   size_t User(std::string_view account, std::string_view user) {
@@ -96,10 +106,26 @@ struct Tree {
       if (a.name == account)
         if (auto s = a.user_shares.find(std::string(user)); s != a.user_shares.end()) shares = s->second;
     const size_t n = nodes.size();
-    nodes.push_back({UsageKey(std::string(account), std::string(user)), std::string(account), shares, true, 0, {}, acc,
-                     {}, std::string(account), std::string(user)});
+    TreeNode& t = nodes.emplace_back();
+    t.key = UsageKey(std::string(account), std::string(user));
+    t.parent = std::string(account);
+    t.shares = shares;
+    t.user = true;
+    t.up = acc;
     nodes[acc].users.emplace(std::string(user), n);
     return n;
+  }
+  // The user node of (account, user), if the tree has it.
+  std::optional<size_t> FindUser(std::string_view account, std::string_view user) const {
+    size_t acc = 0;
+    if (!account.empty()) {
+      auto a = accounts.find(account);
+      if (a == accounts.end()) return std::nullopt;
+      acc = a->second;
+    }
+    auto u = nodes[acc].users.find(user);
+    if (u == nodes[acc].users.end()) return std::nullopt;
+    return u->second;
   }
   // Links children (a parent cycle re-parents to the root), sorts siblings by name and sums
   // subtree usage; returns the total.
@@ -144,8 +170,13 @@ Tree BuildTree(const PolicySet& policy, const std::map<std::string, double>& usa
   }
   for (const AccountPolicy& a : policy.accounts)
     for (const auto& [user, s] : a.user_shares) tree.User(a.name, user);
-  for (const Job& j : jobs)
-    if (!IsFinal(j.state)) tree.User(j.spec.account, j.spec.user);
+  const Job* last = nullptr;  // jobs of one user often come together: one lookup for the run
+  for (const Job& j : jobs) {
+    if (IsFinal(j.state)) continue;
+    if (last && last->spec.user == j.spec.user && last->spec.account == j.spec.account) continue;
+    tree.User(j.spec.account, j.spec.user);
+    last = &j;
+  }
   for (const auto& [key, value] : usage) {
     size_t slash = key.find('/');
     const std::string_view k = key;
@@ -157,13 +188,23 @@ Tree BuildTree(const PolicySet& policy, const std::map<std::string, double>& usa
 
 }  // namespace
 
-// Depth-first walk computing every row; siblings in name order (classic) or by level fairshare
-// (Fair Tree).
+struct FairshareTree::Impl {
+  Tree tree;
+  double total = 0;
+  FairshareAlgorithm algorithm = FairshareAlgorithm::kClassic;
+  std::vector<double> factor;  // by node; users only
+  mutable std::optional<std::vector<FairshareRow>> rows;
+};
+
+// Depth-first walk computing every user's factor, and every row when asked; siblings in name
+// order (classic) or by level fairshare (Fair Tree).
 class FairshareTree::Walker {
  public:
-  Walker(FairshareTree& out, const Tree& tree, double total, FairshareAlgorithm algorithm)
-      : out_(out), tree_(tree), total_(total), algorithm_(algorithm) {
+  Walker(const Tree& tree, double total, FairshareAlgorithm algorithm, std::vector<double>& factor,
+         std::vector<FairshareRow>* rows)
+      : tree_(tree), total_(total), algorithm_(algorithm), factor_(factor), rows_(rows) {
     for (const TreeNode& t : tree.nodes) user_count_ += t.user;
+    factor_.assign(tree.nodes.size(), 1.0);
   }
 
   void Walk(size_t n, double s_parent, double ue_parent) {
@@ -174,6 +215,7 @@ class FairshareTree::Walker {
       sibling_usage += tree_.nodes[c].usage;
     }
     std::vector<std::pair<double, size_t>> order;  // (level fairshare, child)
+    order.reserve(t.children.size());
     for (size_t c : t.children) {
       double s_level = sibling_shares > 0 ? double(tree_.nodes[c].shares) / sibling_shares : 0;
       double u_level = sibling_usage > 0 ? tree_.nodes[c].usage / sibling_usage : 0;
@@ -187,60 +229,85 @@ class FairshareTree::Walker {
     bool first_user = true;
     for (auto [lf, c] : order) {
       const TreeNode& child = tree_.nodes[c];
-      FairshareRow row;
-      row.key = child.key;
-      row.parent = child.parent;
-      row.raw_shares = child.shares;
       const double ratio = sibling_shares > 0 ? double(child.shares) / sibling_shares : 0;
-      row.norm_shares = s_parent * ratio;
-      row.raw_usage = child.usage;
-      row.norm_usage = total_ > 0 ? child.usage / total_ : 0;
-      row.effective_usage = row.norm_usage + (ue_parent - row.norm_usage) * ratio;
-      row.level_fairshare = lf;
-      if (child.user) UserFactor(row, child, lf, first_user);
-      out_.rows_.push_back(row);
-      Walk(c, row.norm_shares, row.effective_usage);
+      const double norm_shares = s_parent * ratio;
+      const double norm_usage = total_ > 0 ? child.usage / total_ : 0;
+      const double effective_usage = norm_usage + (ue_parent - norm_usage) * ratio;
+      double factor = 0;
+      if (child.user) {
+        factor = UserFactor(norm_shares, effective_usage, lf, first_user);
+        factor_[c] = total_ > 0 ? factor : 1.0;
+      }
+      if (rows_) {
+        FairshareRow& row = rows_->emplace_back();
+        row.key = child.key;
+        row.parent = child.parent;
+        row.raw_shares = child.shares;
+        row.norm_shares = norm_shares;
+        row.raw_usage = child.usage;
+        row.norm_usage = norm_usage;
+        row.effective_usage = effective_usage;
+        row.level_fairshare = lf;
+        row.factor = factor;
+      }
+      Walk(c, norm_shares, effective_usage);
     }
   }
 
  private:
-  void UserFactor(FairshareRow& row, const TreeNode& user, double lf, bool& first_user) {
+  double UserFactor(double norm_shares, double effective_usage, double lf, bool& first_user) {
+    double factor = 0;
     if (algorithm_ == FairshareAlgorithm::kClassic) {
-      row.factor = row.norm_shares > 0 ? std::exp2(-row.effective_usage / row.norm_shares) : 0;
+      factor = norm_shares > 0 ? std::exp2(-effective_usage / norm_shares) : 0;
     } else {
       // Users visited in order get ranks n, n-1, ...; tied siblings share a rank.
       const bool tie = !first_user && lf == last_lf_;
       const double rank = tie ? last_rank_ : double(user_count_ - visited_);
-      row.factor = user_count_ > 0 ? rank / double(user_count_) : 1;
+      factor = user_count_ > 0 ? rank / double(user_count_) : 1;
       last_rank_ = rank;
       last_lf_ = lf;
       first_user = false;
     }
     ++visited_;
-    out_.factor_[user.account][user.name] = total_ > 0 ? row.factor : 1.0;
+    return factor;
   }
 
-  FairshareTree& out_;
   const Tree& tree_;
   double total_;
   FairshareAlgorithm algorithm_;
+  std::vector<double>& factor_;
+  std::vector<FairshareRow>* rows_;
   size_t user_count_ = 0, visited_ = 0;
   double last_rank_ = 0, last_lf_ = -1;
 };
 
 FairshareTree::FairshareTree(const PolicySet& policy, const std::map<std::string, double>& usage,
-                             const std::vector<Job>& jobs) {
-  Tree tree = BuildTree(policy, usage, jobs);
-  const double total = tree.Link();
-  rows_.reserve(tree.nodes.size() - 1);
-  Walker(*this, tree, total, policy.fairshare.algorithm).Walk(0, 1.0, total > 0 ? 1.0 : 0.0);
+                             const std::vector<Job>& jobs)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->tree = BuildTree(policy, usage, jobs);
+  impl_->total = impl_->tree.Link();
+  impl_->algorithm = policy.fairshare.algorithm;
+  Walker(impl_->tree, impl_->total, impl_->algorithm, impl_->factor, nullptr)
+      .Walk(0, 1.0, impl_->total > 0 ? 1.0 : 0.0);
+}
+
+FairshareTree::~FairshareTree() = default;
+FairshareTree::FairshareTree(FairshareTree&&) noexcept = default;
+FairshareTree& FairshareTree::operator=(FairshareTree&&) noexcept = default;
+
+const std::vector<FairshareRow>& FairshareTree::rows() const {
+  if (!impl_->rows) {
+    std::vector<double> factor;
+    auto& rows = impl_->rows.emplace();
+    rows.reserve(impl_->tree.nodes.size() - 1);
+    Walker(impl_->tree, impl_->total, impl_->algorithm, factor, &rows).Walk(0, 1.0, impl_->total > 0 ? 1.0 : 0.0);
+  }
+  return *impl_->rows;
 }
 
 double FairshareTree::Factor(const std::string& account, const std::string& user) const {
-  auto a = factor_.find(account);
-  if (a == factor_.end()) return 1.0;
-  auto it = a->second.find(user);
-  return it == a->second.end() ? 1.0 : it->second;
+  const auto n = impl_->tree.FindUser(account, user);
+  return n ? impl_->factor[*n] : 1.0;
 }
 
 }  // namespace mlsched::core

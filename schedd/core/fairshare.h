@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,20 +46,25 @@ struct FairshareRow {
 /// Classic: F = 2^(-UE/S), UE = U + (UE_parent - U) x shares / siblings' shares (Slurm's
 /// priority_multifactor classic algorithm). Fair Tree: siblings ranked by level fairshare S/U
 /// (ties equal), depth first; a user's factor = rank / number of users, the first visited
-/// highest (Slurm's Fair Tree).
+/// highest (Slurm's Fair Tree). Built once per scheduling cycle: associations are found by hashed
+/// name (one lookup per job), and the rows (strings) are made only when rows() is asked for.
 class FairshareTree {
  public:
   FairshareTree(const PolicySet& policy, const std::map<std::string, double>& usage,
                 const std::vector<Job>& jobs);
-  /// The user's factor in [0,1] (1 when the tree has no usage at all).
+  ~FairshareTree();
+  FairshareTree(FairshareTree&&) noexcept;
+  FairshareTree& operator=(FairshareTree&&) noexcept;
+  /// The user's factor in [0,1] (1 when the tree has no usage at all, or does not know the user).
   double Factor(const std::string& account, const std::string& user) const;
-  /// Every association, accounts before their children, siblings in name order.
-  const std::vector<FairshareRow>& rows() const { return rows_; }
+  /// Every association, accounts before their children, siblings in name order (classic) or by
+  /// level fairshare (Fair Tree); computed on the first call.
+  const std::vector<FairshareRow>& rows() const;
 
  private:
   class Walker;
-  std::vector<FairshareRow> rows_;
-  std::map<std::string, std::map<std::string, double>> factor_;  // account -> user -> factor
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace mlsched::core
