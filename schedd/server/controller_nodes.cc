@@ -90,9 +90,15 @@ v1::Registered Controller::OnRegisterLocked(const v1::RegisterNode& reg, int64_t
         if (rt.phase == Phase::kCommitted) rt.phase = Phase::kRunning;
       } else if (rt.phase == Phase::kPreparing || rt.phase == Phase::kPrepared) {
         launch_lost = true;  // the prepare died with the old stream
+      } else if (rt.phase == Phase::kCommitted) {
+        // Its commit was sent on the old stream: the task ran and ended (its exit report is queued
+        // on the agent) or the commit died with that stream. Either way the heartbeats settle it,
+        // as a running task's: the vanish rule below them applies to running tasks only.
+        rt.phase = Phase::kRunning;
+        rt.missed_heartbeats = 0;
       }
-      // Committed/running tasks not reported are settled by the next heartbeats (their exit
-      // reports, buffered by the agent, arrive first on the stream).
+      // Running tasks not reported are settled by the next heartbeats (their exit reports,
+      // buffered by the agent, arrive first on the stream; two heartbeats without them: lost).
     }
     if (launch_lost) {
       EndAttempt(j, core::JobState::kPending, "LaunchFailedRequeue", 0, now, "launch-failed");

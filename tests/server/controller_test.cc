@@ -286,6 +286,45 @@ TEST_CASE("restart: running jobs are recovered and reconciled with the agents", 
   CHECK(w.sink.Of(info.tasks(0).node(), v1::SchedulerMessage::kSignal).size() == 1);  // the surviving rank is killed
 }
 
+TEST_CASE("a commit lost with the agent's stream: the node re-registers without the task, which is requeued, not "
+          "left running until its time limit", "[controller]") {
+  // Seen in the scale smoke on a starved machine: 751 of 1,000 hollow agents lost their streams to
+  // keepalive timeouts right after their tasks were committed; 30 came back without the tasks
+  // whose commits died with the old stream, and 748 jobs stayed RUNNING for their whole time limit.
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  const std::string node = w.Job(id).tasks(0).node();
+  w.ctl->OnAgentMessage(node, PrepareOk(id, 1), w.now);
+  REQUIRE(w.sink.Of(node, v1::SchedulerMessage::kCommit).size() == 1);  // sent: the stream then breaks
+  // The agent reconnects with nothing running (it dropped the prepared task with the old stream)
+  // and nothing left to report.
+  w.ctl->OnRegister(NodeReg(node, 1), w.now + 1);
+  CHECK(w.Job(id).state() == v1::RUNNING);  // its exit could still be on the way
+  w.ctl->OnAgentMessage(node, Heartbeat({}), w.now + 2);
+  w.ctl->OnAgentMessage(node, Heartbeat({}), w.now + 3);
+  const v1::JobInfo after = w.Job(id);
+  CHECK(after.state() == v1::PENDING);  // NodeFail: requeued long before its time limit
+  CHECK(after.requeue_count() == 1);
+}
+
+TEST_CASE("a commit whose task did start is kept when the node re-registers reporting it", "[controller]") {
+  World w(2, 1);
+  int64_t id = w.Submit(Spec(1, 1), w.alice);
+  w.ctl->RunCycle(w.now);
+  const std::string node = w.Job(id).tasks(0).node();
+  w.ctl->OnAgentMessage(node, PrepareOk(id, 1), w.now);
+  auto reg = NodeReg(node, 1);  // the task started; its task-started report died with the stream
+  auto* r = reg.add_running();
+  r->set_job_id(id);
+  r->set_attempt(1);
+  r->set_rank(0);
+  CHECK(w.ctl->OnRegister(reg, w.now + 1).keep_size() == 1);
+  for (int i = 2; i < 6; ++i) w.ctl->OnAgentMessage(node, Heartbeat({{id, 1, 0}}), w.now + i);
+  CHECK(w.Job(id).state() == v1::RUNNING);
+  CHECK(w.Job(id).requeue_count() == 0);
+}
+
 TEST_CASE("bad input is rejected with a clear error and changes nothing", "[controller]") {
   World w(2, 4);
   int64_t id = 0;
