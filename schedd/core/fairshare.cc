@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 
@@ -71,14 +72,36 @@ struct NameHash {
 template <class V>
 using NameMap = std::unordered_map<std::string, V, NameHash, std::equal_to<>>;
 
+// A user association's key: its account's node and the user's name; looked up by a view of both.
+struct UserKey {
+  size_t account = 0;
+  std::string name;
+};
+struct UserKeyView {
+  size_t account = 0;
+  std::string_view name;
+};
+struct UserKeyHash {
+  using is_transparent = void;
+  size_t operator()(const UserKeyView& k) const noexcept {
+    return std::hash<std::string_view>{}(k.name) ^ (k.account * 0x9e3779b97f4a7c15ull);
+  }
+  size_t operator()(const UserKey& k) const noexcept { return (*this)(UserKeyView{k.account, k.name}); }
+};
+struct UserKeyEq {
+  using is_transparent = void;
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const noexcept {
+    return a.account == b.account && std::string_view(a.name) == std::string_view(b.name);
+  }
+};
+
 struct TreeNode {
   std::string key, parent;
   int64_t shares = 1;
   bool user = false;
   double usage = 0;  // own usage, then the subtree's
-  std::vector<size_t> children;
-  size_t up = 0;            // a user's account node; an account's parent is looked up in Link
-  NameMap<size_t> users;    // an account's user leaves by user name
+  size_t up = 0;  // a user's account node; an account's parent is looked up in Link
 };
 
 // The association tree: nodes[0] is the root (also the account ""); accounts from the policy, the
@@ -87,7 +110,14 @@ struct TreeNode {
 struct Tree {
   std::vector<TreeNode> nodes{TreeNode{}};
   NameMap<size_t> accounts;
+  std::unordered_map<UserKey, size_t, UserKeyHash, UserKeyEq> users;  // user leaves
+  // Children of node n: child_list[child_start[n] .. child_start[n + 1]), in name order (Link).
+  std::vector<size_t> child_list, child_start;
   const PolicySet* policy = nullptr;
+
+  std::span<const size_t> Children(size_t n) const {
+    return {child_list.data() + child_start[n], child_start[n + 1] - child_start[n]};
+  }
 
   size_t Account(std::string_view name) {
     if (name.empty()) return 0;
@@ -100,7 +130,7 @@ struct Tree {
   }
   size_t User(std::string_view account, std::string_view user) {
     const size_t acc = Account(account);
-    if (auto it = nodes[acc].users.find(user); it != nodes[acc].users.end()) return it->second;
+    if (auto it = users.find(UserKeyView{acc, user}); it != users.end()) return it->second;
     int64_t shares = 1;
     for (const AccountPolicy& a : policy->accounts)
       if (a.name == account)
@@ -112,7 +142,7 @@ struct Tree {
     t.shares = shares;
     t.user = true;
     t.up = acc;
-    nodes[acc].users.emplace(std::string(user), n);
+    users.emplace(UserKey{acc, std::string(user)}, n);
     return n;
   }
   // The user node of (account, user), if the tree has it.
@@ -123,8 +153,8 @@ struct Tree {
       if (a == accounts.end()) return std::nullopt;
       acc = a->second;
     }
-    auto u = nodes[acc].users.find(user);
-    if (u == nodes[acc].users.end()) return std::nullopt;
+    auto u = users.find(UserKeyView{acc, user});
+    if (u == users.end()) return std::nullopt;
     return u->second;
   }
   // Links children (a parent cycle re-parents to the root), sorts siblings by name and sums
@@ -144,15 +174,22 @@ struct Tree {
         }
         seen_by[p] = n;
       }
-      nodes[nodes[n].up].children.push_back(n);
     }
-    for (TreeNode& t : nodes)
-      std::sort(t.children.begin(), t.children.end(),
+    // One list of every node's children (counting sort by parent), each sibling run by name.
+    child_start.assign(nodes.size() + 1, 0);
+    for (size_t n = 1; n < nodes.size(); ++n) ++child_start[nodes[n].up + 1];
+    for (size_t p = 0; p < nodes.size(); ++p) child_start[p + 1] += child_start[p];
+    child_list.resize(nodes.size() - 1);
+    std::vector<size_t> next(child_start.begin(), child_start.end() - 1);
+    for (size_t n = 1; n < nodes.size(); ++n) child_list[next[nodes[n].up]++] = n;
+    for (size_t p = 0; p < nodes.size(); ++p)
+      std::sort(child_list.begin() + static_cast<std::ptrdiff_t>(child_start[p]),
+                child_list.begin() + static_cast<std::ptrdiff_t>(child_start[p + 1]),
                 [&](size_t a, size_t b) { return nodes[a].key < nodes[b].key; });
     return SumUsage(0);
   }
   double SumUsage(size_t n) {
-    for (size_t c : nodes[n].children) nodes[n].usage += SumUsage(c);
+    for (size_t c : Children(n)) nodes[n].usage += SumUsage(c);
     return nodes[n].usage;
   }
 };
@@ -162,6 +199,8 @@ Tree BuildTree(const PolicySet& policy, const std::map<std::string, double>& usa
   Tree tree;
   tree.policy = &policy;
   tree.nodes.reserve(1 + 2 * policy.accounts.size() + usage.size());  // usually all of them
+  tree.accounts.reserve(policy.accounts.size() + usage.size());
+  tree.users.reserve(usage.size());
   for (const AccountPolicy& a : policy.accounts) tree.nodes[tree.Account(a.name)].shares = a.shares;
   for (const AccountPolicy& a : policy.accounts) {
     // An unknown parent, or the account itself, leaves it at the top level.
@@ -208,15 +247,15 @@ class FairshareTree::Walker {
   }
 
   void Walk(size_t n, double s_parent, double ue_parent) {
-    const TreeNode& t = tree_.nodes[n];
+    const std::span<const size_t> children = tree_.Children(n);
     double sibling_shares = 0, sibling_usage = 0;
-    for (size_t c : t.children) {
+    for (size_t c : children) {
       sibling_shares += double(tree_.nodes[c].shares);
       sibling_usage += tree_.nodes[c].usage;
     }
     std::vector<std::pair<double, size_t>> order;  // (level fairshare, child)
-    order.reserve(t.children.size());
-    for (size_t c : t.children) {
+    order.reserve(children.size());
+    for (size_t c : children) {
       double s_level = sibling_shares > 0 ? double(tree_.nodes[c].shares) / sibling_shares : 0;
       double u_level = sibling_usage > 0 ? tree_.nodes[c].usage / sibling_usage : 0;
       double lf = s_level == 0   ? 0
