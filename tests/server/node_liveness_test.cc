@@ -8,16 +8,9 @@
 
 using namespace mlsched::server;
 using namespace mlsched::server::testing;
-namespace core = mlsched::core;
-
-namespace {
-
-using World = NodesWorld;
-
-}  // namespace
 
 TEST_CASE("a silent node goes DOWN and its jobs are requeued on the others", "[controller]") {
-  World w(3, 1);
+  NodesWorld w(3, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);
   w.ctl->RunCycle(w.now);
   w.PrepareAndStartAll();
@@ -52,7 +45,7 @@ TEST_CASE("a node whose stream still delivers is not DOWN while the controller i
   // Issue 30: heartbeats queued behind a node's reports reached the controller > 30 s late and
   // live nodes went DOWN. The gateway tells when the node's stream last delivered (or that its
   // messages wait); the timeout counts from the later of that and the last heartbeat handled.
-  World w(2, 1);
+  NodesWorld w(2, 1);
   int64_t id = w.Submit(Spec(1, 1), w.alice);
   w.ctl->RunCycle(w.now);
   w.PrepareAndStartAll();
@@ -77,7 +70,7 @@ TEST_CASE("a message from a DOWN node is not acted upon and asks for its stream 
   // A DOWN node's tasks were requeued; its late reports must not touch the new attempts, and
   // its agent must register again (which reconciles what still runs there) instead of staying
   // DOWN behind a live stream, as 872 of 1,000 nodes did in issue 30.
-  World w(1, 1);
+  NodesWorld w(1, 1);
   int64_t id = w.Submit(Spec(1, 1), w.alice);
   w.ctl->RunCycle(w.now);
   w.PrepareAndStartAll();
@@ -99,7 +92,7 @@ TEST_CASE("restart: a rank's acknowledged exit survives it, the gang completes o
   // report was acknowledged, but only memory knew; the leader changed before rank 0 exited, the new
   // one thought rank 1 still ran, its node re-registered without it ("vanished"), and the job that
   // had finished was requeued and run again.
-  World w(2, 1);
+  NodesWorld w(2, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);
   w.ctl->RunCycle(w.now);
   w.PrepareAndStartAll();
@@ -136,7 +129,7 @@ TEST_CASE("restart: a rank's acknowledged exit survives it, the gang completes o
 }
 
 TEST_CASE("restart: running jobs are recovered and reconciled with the agents", "[controller]") {
-  World w(2, 1);
+  NodesWorld w(2, 1);
   int64_t id = w.Submit(Spec(2, 1), w.alice);
   int64_t pending = w.Submit(Spec(1, 1), w.alice);  // no room while the gang runs: stays pending
   w.ctl->RunCycle(w.now);
@@ -178,7 +171,7 @@ TEST_CASE("a commit lost with the agent's stream: the node re-registers without 
   // Seen in the scale smoke on a starved machine: 751 of 1,000 hollow agents lost their streams to
   // keepalive timeouts right after their tasks were committed; 30 came back without the tasks
   // whose commits died with the old stream, and 748 jobs stayed RUNNING for their whole time limit.
-  World w(2, 1);
+  NodesWorld w(2, 1);
   int64_t id = w.Submit(Spec(1, 1), w.alice);
   w.ctl->RunCycle(w.now);
   const std::string node = w.Job(id).tasks(0).node();
@@ -196,7 +189,7 @@ TEST_CASE("a commit lost with the agent's stream: the node re-registers without 
 }
 
 TEST_CASE("a commit whose task did start is kept when the node re-registers reporting it", "[controller]") {
-  World w(2, 1);
+  NodesWorld w(2, 1);
   int64_t id = w.Submit(Spec(1, 1), w.alice);
   w.ctl->RunCycle(w.now);
   const std::string node = w.Job(id).tasks(0).node();
